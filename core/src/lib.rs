@@ -1,0 +1,22 @@
+//! Stoker's domain vocabulary, shared by the worker and the client.
+//!
+//! Nothing here knows about protobuf or the network: the `stoker-proto` crate
+//! converts these types to and from the wire at the gRPC edge.
+//!
+//! - [`uri`]: where a dataset lives (`s3://`, `file://`, a plain path).
+//! - [`transform`]: what a worker does to each image, and its validation.
+//! - [`rng`]: per-sample randomness derived from (seed, epoch, key) only.
+//! - [`params`]: a transform spec resolved into concrete steps for one sample.
+//! - [`plan`]: which shards a rank reads in an epoch, and in what order.
+
+pub mod params;
+pub mod plan;
+pub mod rng;
+pub mod transform;
+pub mod uri;
+
+pub use params::{Step, resolve_steps};
+pub use plan::{EpochPlan, ShardRef};
+pub use rng::SampleRng;
+pub use transform::{Op, TransformSpec};
+pub use uri::DatasetUri;

@@ -1,0 +1,309 @@
+//! A transform spec resolved into concrete steps for one sample.
+//!
+//! All randomness is drawn here, on the host, from the sample's
+//! [`SampleRng`]. Executors (the CPU path, and later CUDA kernels) only carry
+//! out [`Step`]s, so every executor makes the same choices for a sample.
+
+use crate::rng::SampleRng;
+use crate::transform::{Op, TransformSpec};
+
+/// One concrete operation on an image of known size.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Take the box (`left`, `top`, `width`, `height`), which may reach past
+    /// the image (those pixels are zero), and resize it to `out_w` x `out_h`
+    /// with an antialiased bilinear filter. A box of the output's size is a
+    /// plain crop.
+    CropResize {
+        left: i64,
+        top: i64,
+        width: u32,
+        height: u32,
+        out_w: u32,
+        out_h: u32,
+    },
+    FlipHorizontal,
+    FlipVertical,
+    /// Rotate counter-clockwise by `degrees` about the centre.
+    Rotate { degrees: f32 },
+    /// Apply the three factors in `order` (0 brightness, 1 contrast,
+    /// 2 saturation).
+    Jitter { factors: [f32; 3], order: [u8; 3] },
+    Blur { kernel_size: u32, sigma: f32 },
+}
+
+/// Python's `round()`: half to even, as torchvision's arithmetic uses.
+fn round_half_even(x: f64) -> i64 {
+    let r = x.round();
+    if (x - x.trunc()).abs() == 0.5 {
+        (2.0 * (x / 2.0).round()) as i64
+    } else {
+        r as i64
+    }
+}
+
+/// torchvision's `RandomResizedCrop.get_params`: (top, left, height, width).
+fn random_resized_crop_box(
+    rng: &mut SampleRng,
+    width: u32,
+    height: u32,
+    scale: (f32, f32),
+    ratio: (f32, f32),
+) -> (i64, i64, u32, u32) {
+    let (w_img, h_img) = (f64::from(width), f64::from(height));
+    let area = w_img * h_img;
+    let (log_r0, log_r1) = (f64::from(ratio.0).ln(), f64::from(ratio.1).ln());
+    for _ in 0..10 {
+        let target_area = area * rng.uniform(f64::from(scale.0), f64::from(scale.1));
+        let aspect = rng.uniform(log_r0, log_r1).exp();
+        let w = round_half_even((target_area * aspect).sqrt());
+        let h = round_half_even((target_area / aspect).sqrt());
+        if 0 < w && w <= i64::from(width) && 0 < h && h <= i64::from(height) {
+            let top = rng.int_inclusive(0, i64::from(height) - h);
+            let left = rng.int_inclusive(0, i64::from(width) - w);
+            return (top, left, h as u32, w as u32);
+        }
+    }
+    // Fallback: a centre crop of the whole image within the ratio bounds.
+    let in_ratio = w_img / h_img;
+    let (w, h) = if in_ratio < f64::from(ratio.0) {
+        (i64::from(width), round_half_even(w_img / f64::from(ratio.0)))
+    } else if in_ratio > f64::from(ratio.1) {
+        (round_half_even(h_img * f64::from(ratio.1)), i64::from(height))
+    } else {
+        (i64::from(width), i64::from(height))
+    };
+    let (w, h) = (w.max(1), h.max(1));
+    (
+        (i64::from(height) - h) / 2,
+        (i64::from(width) - w) / 2,
+        h as u32,
+        w as u32,
+    )
+}
+
+/// Resolves `spec` for one sample whose decoded image is `width` x `height`.
+///
+/// The spec must have passed [`TransformSpec::validate`].
+pub fn resolve_steps(
+    spec: &TransformSpec,
+    seed: u64,
+    epoch: u64,
+    key: &str,
+    width: u32,
+    height: u32,
+) -> Vec<Step> {
+    let base = SampleRng::for_sample(seed, epoch, key);
+    let (mut w, mut h) = (width, height);
+    let mut steps = Vec::with_capacity(spec.ops.len());
+    for (i, op) in spec.ops.iter().enumerate() {
+        let mut rng = base.fork(i as u64);
+        match *op {
+            Op::RandomResizedCrop { size, scale, ratio } => {
+                let (top, left, ch, cw) = random_resized_crop_box(&mut rng, w, h, scale, ratio);
+                steps.push(Step::CropResize {
+                    left,
+                    top,
+                    width: cw,
+                    height: ch,
+                    out_w: size,
+                    out_h: size,
+                });
+                (w, h) = (size, size);
+            }
+            Op::Resize { shorter } => {
+                // torchvision: the shorter side becomes `shorter`, the longer
+                // one int(shorter * long / short).
+                let (nw, nh) = if w <= h {
+                    (shorter, ((u64::from(shorter) * u64::from(h)) / u64::from(w)) as u32)
+                } else {
+                    (((u64::from(shorter) * u64::from(w)) / u64::from(h)) as u32, shorter)
+                };
+                let (nw, nh) = (nw.max(1), nh.max(1));
+                if (nw, nh) != (w, h) {
+                    steps.push(Step::CropResize {
+                        left: 0,
+                        top: 0,
+                        width: w,
+                        height: h,
+                        out_w: nw,
+                        out_h: nh,
+                    });
+                }
+                (w, h) = (nw, nh);
+            }
+            Op::CenterCrop { size } => {
+                let top = round_half_even((f64::from(h) - f64::from(size)) / 2.0);
+                let left = round_half_even((f64::from(w) - f64::from(size)) / 2.0);
+                steps.push(Step::CropResize {
+                    left,
+                    top,
+                    width: size,
+                    height: size,
+                    out_w: size,
+                    out_h: size,
+                });
+                (w, h) = (size, size);
+            }
+            Op::RandomCrop { size, padding } => {
+                // Pad by `padding` on every side (and more if still smaller
+                // than the crop), then pick the crop inside the padded image.
+                let pad = i64::from(padding);
+                let pw = (i64::from(w) + 2 * pad).max(i64::from(size));
+                let ph = (i64::from(h) + 2 * pad).max(i64::from(size));
+                let extra_w = (pw - i64::from(w) - 2 * pad) / 2;
+                let extra_h = (ph - i64::from(h) - 2 * pad) / 2;
+                let top = rng.int_inclusive(0, ph - i64::from(size)) - pad - extra_h;
+                let left = rng.int_inclusive(0, pw - i64::from(size)) - pad - extra_w;
+                steps.push(Step::CropResize {
+                    left,
+                    top,
+                    width: size,
+                    height: size,
+                    out_w: size,
+                    out_h: size,
+                });
+                (w, h) = (size, size);
+            }
+            Op::HorizontalFlip { p } => {
+                if rng.bernoulli(f64::from(p)) {
+                    steps.push(Step::FlipHorizontal);
+                }
+            }
+            Op::VerticalFlip { p } => {
+                if rng.bernoulli(f64::from(p)) {
+                    steps.push(Step::FlipVertical);
+                }
+            }
+            Op::RandomRotation { degrees } => {
+                let d = f64::from(degrees);
+                let angle = rng.uniform(-d, d) as f32;
+                if angle != 0.0 {
+                    steps.push(Step::Rotate { degrees: angle });
+                }
+            }
+            Op::ColorJitter {
+                brightness,
+                contrast,
+                saturation,
+            } => {
+                let mut order = [0u8, 1, 2];
+                for i in (1..order.len()).rev() {
+                    let j = rng.int_inclusive(0, i as i64) as usize;
+                    order.swap(i, j);
+                }
+                let mut factor = |x: f32| {
+                    if x == 0.0 {
+                        1.0
+                    } else {
+                        rng.uniform(f64::from((1.0 - x).max(0.0)), f64::from(1.0 + x)) as f32
+                    }
+                };
+                let factors = [factor(brightness), factor(contrast), factor(saturation)];
+                steps.push(Step::Jitter { factors, order });
+            }
+            Op::GaussianBlur { kernel_size, sigma } => {
+                let s = rng.uniform(f64::from(sigma.0), f64::from(sigma.1)) as f32;
+                steps.push(Step::Blur {
+                    kernel_size,
+                    sigma: s,
+                });
+            }
+        }
+    }
+    steps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_rounding() {
+        assert_eq!(round_half_even(0.5), 0);
+        assert_eq!(round_half_even(1.5), 2);
+        assert_eq!(round_half_even(2.5), 2);
+        assert_eq!(round_half_even(-0.5), 0);
+        assert_eq!(round_half_even(2.6), 3);
+    }
+
+    #[test]
+    fn train_crop_stays_inside_and_is_deterministic() {
+        let spec = TransformSpec::train(224);
+        for i in 0..2000 {
+            let key = format!("sample{i}");
+            let a = resolve_steps(&spec, 1, 2, &key, 500, 375);
+            assert_eq!(a, resolve_steps(&spec, 1, 2, &key, 500, 375));
+            match a[0] {
+                Step::CropResize {
+                    left,
+                    top,
+                    width,
+                    height,
+                    out_w,
+                    out_h,
+                } => {
+                    assert!(left >= 0 && top >= 0);
+                    assert!(left + i64::from(width) <= 500);
+                    assert!(top + i64::from(height) <= 375);
+                    assert_eq!((out_w, out_h), (224, 224));
+                }
+                ref other => panic!("unexpected first step {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn flips_about_half_the_time() {
+        let spec = TransformSpec::train(32);
+        let flips = (0..4000)
+            .filter(|i| {
+                resolve_steps(&spec, 0, 0, &i.to_string(), 64, 64).contains(&Step::FlipHorizontal)
+            })
+            .count();
+        assert!((1800..2200).contains(&flips), "{flips} flips of 4000");
+    }
+
+    #[test]
+    fn eval_matches_torchvision_geometry() {
+        // 500x375 -> shorter side 256 -> 341x256 -> centre 224.
+        let steps = resolve_steps(&TransformSpec::eval(224), 0, 0, "k", 500, 375);
+        assert_eq!(
+            steps,
+            vec![
+                Step::CropResize {
+                    left: 0,
+                    top: 0,
+                    width: 500,
+                    height: 375,
+                    out_w: 341,
+                    out_h: 256
+                },
+                Step::CropResize {
+                    left: 58,
+                    top: 16,
+                    width: 224,
+                    height: 224,
+                    out_w: 224,
+                    out_h: 224
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn random_crop_with_padding_reaches_past_the_edge() {
+        let spec = TransformSpec {
+            size: 32,
+            ops: vec![Op::RandomCrop { size: 32, padding: 4 }],
+        };
+        let mut lefts = std::collections::BTreeSet::new();
+        for i in 0..500 {
+            if let Step::CropResize { left, top, .. } = resolve_steps(&spec, 0, 0, &i.to_string(), 32, 32)[0] {
+                assert!((-4..=4).contains(&left) && (-4..=4).contains(&top));
+                lefts.insert(left);
+            }
+        }
+        assert_eq!(lefts.len(), 9);
+    }
+}

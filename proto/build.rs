@@ -1,0 +1,12 @@
+//! Compiles `proto/stoker/v1/stoker.proto` with protox (a pure-Rust protobuf
+//! compiler), so building needs no system `protoc`.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let proto = "proto/stoker/v1/stoker.proto";
+    println!("cargo:rerun-if-changed={proto}");
+    let descriptors = protox::compile([proto], ["proto"])?;
+    tonic_prost_build::configure()
+        .bytes(".stoker.v1.Sample.pixels")
+        .compile_fds(descriptors)?;
+    Ok(())
+}

@@ -1,0 +1,565 @@
+//! WebDataset shards: a streaming tar reader and the grouping of members into
+//! samples.
+//!
+//! Members are grouped the way the Python `webdataset` library groups them:
+//! the key is the member path up to the first dot of the file name, the
+//! extension is the rest; consecutive members with the same key form one
+//! sample. Images come from `jpg`, `jpeg` or `png`, the label from `cls`;
+//! other members are ignored.
+//!
+//! The header parser is a pure function over one 512-byte block so that it
+//! can be fuzzed on its own.
+
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+const BLOCK: usize = 512;
+
+/// Why a shard could not be read to its end.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TarError {
+    #[error("tar truncated at byte {offset}: {what}")]
+    Truncated { offset: u64, what: &'static str },
+    #[error("corrupt tar header at byte {offset}: {reason}")]
+    Corrupt { offset: u64, reason: String },
+    #[error("read failed at byte {offset}: {reason}")]
+    Io { offset: u64, reason: String },
+}
+
+impl TarError {
+    /// Data errors are a property of the shard; I/O errors of the transport.
+    pub fn is_io(&self) -> bool {
+        matches!(self, Self::Io { .. })
+    }
+}
+
+/// One parsed tar header.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Header {
+    pub name: String,
+    pub size: u64,
+    pub kind: u8,
+}
+
+fn field_str(bytes: &[u8]) -> &[u8] {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    &bytes[..end]
+}
+
+fn parse_octal(bytes: &[u8]) -> Option<u64> {
+    // GNU base-256 for sizes past 8 GiB: high bit of the first byte set.
+    if let Some(&first) = bytes.first()
+        && first & 0x80 != 0
+    {
+        let mut v: u64 = u64::from(first & 0x7f);
+        for &b in &bytes[1..] {
+            v = v.checked_mul(256)?.checked_add(u64::from(b))?;
+        }
+        return Some(v);
+    }
+    let s = field_str(bytes);
+    let s = std::str::from_utf8(s).ok()?.trim_matches(|c: char| c == ' ' || c == '\0');
+    if s.is_empty() {
+        return Some(0);
+    }
+    u64::from_str_radix(s, 8).ok()
+}
+
+/// Parses one header block. `Ok(None)` is an all-zero block (end of archive).
+pub fn parse_header(block: &[u8; BLOCK], offset: u64) -> Result<Option<Header>, TarError> {
+    if block.iter().all(|&b| b == 0) {
+        return Ok(None);
+    }
+    let corrupt = |reason: String| TarError::Corrupt { offset, reason };
+    let stored = parse_octal(&block[148..156]).ok_or_else(|| corrupt("unreadable checksum".into()))?;
+    let unsigned: u64 = block
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| if (148..156).contains(&i) { 32 } else { u64::from(b) })
+        .sum();
+    let signed: i64 = block
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| if (148..156).contains(&i) { 32 } else { i64::from(b as i8) })
+        .sum();
+    if stored != unsigned && stored as i64 != signed {
+        return Err(corrupt(format!("checksum mismatch (stored {stored}, computed {unsigned})")));
+    }
+    let size = parse_octal(&block[124..136]).ok_or_else(|| corrupt("unreadable size".into()))?;
+    let kind = block[156];
+    let mut name = String::from_utf8_lossy(field_str(&block[0..100])).into_owned();
+    // ustar: a prefix for long paths.
+    if &block[257..262] == b"ustar" {
+        let prefix = field_str(&block[345..500]);
+        if !prefix.is_empty() && block[263] != b' ' {
+            name = format!("{}/{}", String::from_utf8_lossy(prefix), name);
+        }
+    }
+    Ok(Some(Header { name, size, kind }))
+}
+
+/// A regular-file member of a tar archive.
+#[derive(Debug)]
+pub struct Member {
+    pub name: String,
+    /// The member's bytes, or `None` when it exceeded the size limit (its
+    /// data was read past and discarded).
+    pub data: Option<Bytes>,
+    pub size: u64,
+}
+
+/// Reads tar members from a stream, one at a time.
+#[derive(Debug)]
+pub struct TarReader<R> {
+    inner: R,
+    offset: u64,
+    done: bool,
+    max_member_bytes: u64,
+    /// Path of the last regular-file header read, also when its data then
+    /// failed to arrive.
+    last_name: Option<String>,
+}
+
+impl<R: AsyncRead + Unpin> TarReader<R> {
+    pub fn new(inner: R, max_member_bytes: u64) -> Self {
+        Self {
+            inner,
+            offset: 0,
+            done: false,
+            max_member_bytes,
+            last_name: None,
+        }
+    }
+
+    /// Bytes consumed so far.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Fills `buf` completely. Returns false on a clean EOF before the first
+    /// byte (only allowed where `eof_ok`).
+    async fn fill(&mut self, buf: &mut [u8], what: &'static str, eof_ok: bool) -> Result<bool, TarError> {
+        let mut got = 0;
+        while got < buf.len() {
+            let n = self.inner.read(&mut buf[got..]).await.map_err(|e| TarError::Io {
+                offset: self.offset + got as u64,
+                reason: e.to_string(),
+            })?;
+            if n == 0 {
+                if got == 0 && eof_ok {
+                    return Ok(false);
+                }
+                return Err(TarError::Truncated {
+                    offset: self.offset + got as u64,
+                    what,
+                });
+            }
+            got += n;
+        }
+        self.offset += buf.len() as u64;
+        Ok(true)
+    }
+
+    async fn skip(&mut self, mut n: u64, what: &'static str) -> Result<(), TarError> {
+        let mut scratch = [0u8; 8192];
+        while n > 0 {
+            let take = n.min(scratch.len() as u64) as usize;
+            self.fill(&mut scratch[..take], what, false).await?;
+            n -= take as u64;
+        }
+        Ok(())
+    }
+
+    async fn read_data(&mut self, size: u64, what: &'static str) -> Result<Vec<u8>, TarError> {
+        let mut data = vec![0u8; size as usize];
+        self.fill(&mut data, what, false).await?;
+        self.skip(padding(size), what).await?;
+        Ok(data)
+    }
+
+    /// The next regular file, or `None` at the end of the archive.
+    pub async fn next_member(&mut self) -> Result<Option<Member>, TarError> {
+        let mut long_name: Option<String> = None;
+        loop {
+            if self.done {
+                return Ok(None);
+            }
+            let header_at = self.offset;
+            let mut block = [0u8; BLOCK];
+            if !self.fill(&mut block, "header", true).await? {
+                // Archives cut exactly at a member boundary without the two
+                // end blocks are common (concatenated writers): accept.
+                self.done = true;
+                return Ok(None);
+            }
+            let Some(header) = parse_header(&block, header_at)? else {
+                self.done = true;
+                return Ok(None);
+            };
+            match header.kind {
+                // GNU long name: the data is the next member's path.
+                b'L' => {
+                    if header.size > 64 * 1024 {
+                        return Err(TarError::Corrupt {
+                            offset: header_at,
+                            reason: format!("long name of {} bytes", header.size),
+                        });
+                    }
+                    let data = self.read_data(header.size, "long name").await?;
+                    long_name = Some(String::from_utf8_lossy(field_str(&data)).into_owned());
+                }
+                // pax extended header: may carry `path=`.
+                b'x' => {
+                    if header.size > 1024 * 1024 {
+                        return Err(TarError::Corrupt {
+                            offset: header_at,
+                            reason: format!("pax header of {} bytes", header.size),
+                        });
+                    }
+                    let data = self.read_data(header.size, "pax header").await?;
+                    if let Some(path) = pax_path(&data) {
+                        long_name = Some(path);
+                    }
+                }
+                // Regular files.
+                b'0' | b'\0' | b'7' => {
+                    let name = long_name.take().unwrap_or(header.name);
+                    self.last_name = Some(name.clone());
+                    if header.size > self.max_member_bytes {
+                        self.skip(header.size + padding(header.size), "oversized member")
+                            .await?;
+                        return Ok(Some(Member {
+                            name,
+                            data: None,
+                            size: header.size,
+                        }));
+                    }
+                    let data = self.read_data(header.size, "member data").await?;
+                    return Ok(Some(Member {
+                        name,
+                        data: Some(Bytes::from(data)),
+                        size: header.size,
+                    }));
+                }
+                // Directories, links, global pax headers...: skip the data.
+                _ => {
+                    long_name = None;
+                    self.skip(header.size + padding(header.size), "member data")
+                        .await?;
+                }
+            }
+        }
+    }
+}
+
+/// Builds the header block(s) for a regular file member: a GNU long-name
+/// member first when the path does not fit in 100 bytes.
+pub fn file_header(name: &str, size: u64, mtime: u64) -> Vec<u8> {
+    fn block(name: &[u8], size: u64, kind: u8, mtime: u64) -> [u8; BLOCK] {
+        let mut h = [0u8; BLOCK];
+        let n = name.len().min(100);
+        h[..n].copy_from_slice(&name[..n]);
+        h[100..108].copy_from_slice(b"0000644\0");
+        h[108..116].copy_from_slice(b"0000000\0");
+        h[116..124].copy_from_slice(b"0000000\0");
+        h[124..136].copy_from_slice(format!("{:011o}\0", size).as_bytes());
+        h[136..148].copy_from_slice(format!("{:011o}\0", mtime & 0o777_7777_7777).as_bytes());
+        h[156] = kind;
+        h[257..263].copy_from_slice(b"ustar ");
+        h[263..265].copy_from_slice(b" \0");
+        h[148..156].copy_from_slice(b"        ");
+        let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+        h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+        h
+    }
+    let mut out = Vec::with_capacity(BLOCK * 3);
+    if name.len() > 100 {
+        let mut long = name.as_bytes().to_vec();
+        long.push(0);
+        out.extend_from_slice(&block(b"././@LongLink", long.len() as u64, b'L', 0));
+        out.extend_from_slice(&long);
+        out.resize(out.len() + padding(long.len() as u64) as usize, 0);
+    }
+    out.extend_from_slice(&block(name.as_bytes(), size, b'0', mtime));
+    out
+}
+
+/// Zero bytes that follow `size` bytes of member data.
+pub fn padding(size: u64) -> u64 {
+    (BLOCK as u64 - size % BLOCK as u64) % BLOCK as u64
+}
+
+/// The `path` record of a pax extended header ("<len> path=<value>\n").
+fn pax_path(data: &[u8]) -> Option<String> {
+    let mut rest = data;
+    while !rest.is_empty() {
+        let space = rest.iter().position(|&b| b == b' ')?;
+        let len: usize = std::str::from_utf8(&rest[..space]).ok()?.parse().ok()?;
+        if len <= space || len > rest.len() {
+            return None;
+        }
+        let record = &rest[space + 1..len];
+        let record = record.strip_suffix(b"\n").unwrap_or(record);
+        if let Some(v) = record.strip_prefix(b"path=") {
+            return Some(String::from_utf8_lossy(v).into_owned());
+        }
+        rest = &rest[len..];
+    }
+    None
+}
+
+/// Splits a member path into (key, extension) the way `webdataset` does:
+/// the key runs to the first dot of the file name. Names without a dot in
+/// the file name have no extension and are ignored.
+pub fn split_key(path: &str) -> Option<(&str, &str)> {
+    let file_start = path.rfind('/').map_or(0, |i| i + 1);
+    let dot = path[file_start..].find('.')? + file_start;
+    if dot == file_start {
+        // ".hidden" files: webdataset's regex needs a non-empty stem.
+        return None;
+    }
+    Some((&path[..dot], &path[dot + 1..]))
+}
+
+/// The kind of image a sample carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageKind {
+    Jpeg,
+    Png,
+}
+
+/// One sample's members, before decoding.
+#[derive(Debug)]
+pub struct RawSample {
+    pub key: String,
+    pub image: Result<(ImageKind, Bytes), String>,
+    pub label: Result<i64, String>,
+}
+
+#[derive(Debug, Default)]
+struct Group {
+    key: String,
+    image: Option<(ImageKind, Bytes)>,
+    problem: Option<String>,
+    label: Option<Result<i64, String>>,
+}
+
+impl Group {
+    fn finish(self) -> RawSample {
+        let image = match (self.image, self.problem) {
+            (Some(img), _) => Ok(img),
+            (None, Some(p)) => Err(p),
+            (None, None) => Err("no image member (jpg, jpeg or png)".to_owned()),
+        };
+        RawSample {
+            key: self.key,
+            image,
+            // Unlabelled samples are allowed; -1 says so.
+            label: self.label.unwrap_or(Ok(-1)),
+        }
+    }
+}
+
+/// Parses a `cls` member: an integer, surrounding whitespace allowed.
+pub fn parse_label(data: &[u8]) -> Result<i64, String> {
+    std::str::from_utf8(data)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .ok_or_else(|| {
+            let shown = String::from_utf8_lossy(&data[..data.len().min(32)]).into_owned();
+            format!("cls member is not an integer: {shown:?}")
+        })
+}
+
+/// Groups tar members into samples.
+#[derive(Debug)]
+pub struct SampleReader<R> {
+    tar: TarReader<R>,
+    current: Option<Group>,
+    /// An error held back until the sample completed before it is returned.
+    deferred: Option<TarError>,
+}
+
+impl<R: AsyncRead + Unpin> SampleReader<R> {
+    pub fn new(inner: R, max_member_bytes: u64) -> Self {
+        Self {
+            tar: TarReader::new(inner, max_member_bytes),
+            current: None,
+            deferred: None,
+        }
+    }
+
+    pub fn offset(&self) -> u64 {
+        self.tar.offset()
+    }
+
+    /// The next sample, or `None` at the end of the shard.
+    ///
+    /// On a tar error, a sample whose members were all read (the failing
+    /// member has another key) is still returned, and the error comes with
+    /// the next call. A sample cut in the middle is lost with the rest of the
+    /// shard; the error says where.
+    pub async fn next_sample(&mut self) -> Result<Option<RawSample>, TarError> {
+        if let Some(err) = self.deferred.take() {
+            return Err(err);
+        }
+        loop {
+            let member = match self.tar.next_member().await {
+                Ok(m) => m,
+                Err(err) => {
+                    let failing_key = self.tar.last_name.as_deref().and_then(split_key).map(|(k, _)| k);
+                    return match self.current.take() {
+                        Some(g) if failing_key.is_some_and(|k| k != g.key) => {
+                            self.deferred = Some(err);
+                            Ok(Some(g.finish()))
+                        }
+                        _ => Err(err),
+                    };
+                }
+            };
+            let Some(member) = member else {
+                return Ok(self.current.take().map(Group::finish));
+            };
+            let Some((key, ext)) = split_key(&member.name) else {
+                continue;
+            };
+            let ext = ext.to_ascii_lowercase();
+            let finished = match &self.current {
+                Some(g) if g.key != key => self.current.take().map(Group::finish),
+                _ => None,
+            };
+            let group = self.current.get_or_insert_with(|| Group {
+                key: key.to_owned(),
+                ..Group::default()
+            });
+            let kind = match ext.as_str() {
+                "jpg" | "jpeg" => Some(ImageKind::Jpeg),
+                "png" => Some(ImageKind::Png),
+                _ => None,
+            };
+            match (kind, member.data) {
+                (Some(kind), Some(data)) if group.image.is_none() => {
+                    if data.is_empty() {
+                        group.problem = Some(format!("{ext} member is empty"));
+                    } else {
+                        group.image = Some((kind, data));
+                    }
+                }
+                (Some(_), None) if group.image.is_none() => {
+                    group.problem = Some(format!(
+                        "{ext} member of {} bytes exceeds the member size limit",
+                        member.size
+                    ));
+                }
+                (None, Some(data)) if ext == "cls" => group.label = Some(parse_label(&data)),
+                (None, None) if ext == "cls" => {
+                    group.label = Some(Err(format!("cls member of {} bytes is too large", member.size)));
+                }
+                _ => {}
+            }
+            if finished.is_some() {
+                return Ok(finished);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn tar_bytes(members: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (name, data) in members {
+            out.extend_from_slice(&file_header(name, data.len() as u64, 0));
+            out.extend_from_slice(data);
+            out.resize(out.len() + padding(data.len() as u64) as usize, 0);
+        }
+        out.extend_from_slice(&[0u8; 2 * BLOCK]);
+        out
+    }
+
+    #[tokio::test]
+    async fn long_names_round_trip() {
+        let long = format!("{}/img.jpg", "d".repeat(150));
+        let tar = tar_bytes(&[(&long, b"x")]);
+        let mut r = TarReader::new(&tar[..], 1 << 20);
+        let m = r.next_member().await.unwrap().unwrap();
+        assert_eq!(m.name, long);
+    }
+
+    async fn all(bytes: &[u8], limit: u64) -> (Vec<RawSample>, Option<TarError>) {
+        let mut r = SampleReader::new(bytes, limit);
+        let mut out = Vec::new();
+        loop {
+            match r.next_sample().await {
+                Ok(Some(s)) => out.push(s),
+                Ok(None) => return (out, None),
+                Err(e) => return (out, Some(e)),
+            }
+        }
+    }
+
+    #[test]
+    fn keys_split_like_webdataset() {
+        assert_eq!(split_key("a/b/c.jpg"), Some(("a/b/c", "jpg")));
+        assert_eq!(split_key("dir.v2/img.seg.png"), Some(("dir.v2/img", "seg.png")));
+        assert_eq!(split_key("noext"), None);
+        assert_eq!(split_key("d/.hidden"), None);
+    }
+
+    #[tokio::test]
+    async fn groups_members_into_samples() {
+        let tar = tar_bytes(&[
+            ("x/a.jpg", b"AAAA"),
+            ("x/a.cls", b"3\n"),
+            ("x/a.txt", b"ignored"),
+            ("x/b.png", b"BB"),
+            ("x/c.cls", b"7"),
+        ]);
+        let (samples, err) = all(&tar, 1 << 20).await;
+        assert_eq!(err, None);
+        assert_eq!(samples.len(), 3);
+        assert_eq!(samples[0].key, "x/a");
+        assert_eq!(samples[0].label, Ok(3));
+        assert_eq!(samples[0].image.as_ref().unwrap().0, ImageKind::Jpeg);
+        assert_eq!(samples[1].label, Ok(-1));
+        assert_eq!(samples[1].image.as_ref().unwrap().0, ImageKind::Png);
+        assert!(samples[2].image.is_err());
+    }
+
+    #[tokio::test]
+    async fn oversized_and_empty_members_are_reported_not_loaded() {
+        let big = vec![1u8; 5000];
+        let tar = tar_bytes(&[("a.jpg", &big), ("b.jpg", b""), ("c.jpg", b"ok")]);
+        let (samples, err) = all(&tar, 4096).await;
+        assert_eq!(err, None);
+        assert!(samples[0].image.as_ref().unwrap_err().contains("exceeds"));
+        assert!(samples[1].image.as_ref().unwrap_err().contains("empty"));
+        assert!(samples[2].image.is_ok());
+    }
+
+    #[tokio::test]
+    async fn truncated_tar_keeps_what_came_before() {
+        let tar = tar_bytes(&[("a.jpg", b"1234"), ("b.jpg", &[7u8; 3000])]);
+        let cut = &tar[..BLOCK * 2 + BLOCK + 1000];
+        let (samples, err) = all(cut, 1 << 20).await;
+        assert_eq!(samples.len(), 1);
+        assert!(matches!(err, Some(TarError::Truncated { .. })), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn corrupt_header_is_an_error() {
+        let mut tar = tar_bytes(&[("a.jpg", b"1234")]);
+        tar[10] ^= 0xff;
+        let (_, err) = all(&tar, 1 << 20).await;
+        assert!(matches!(err, Some(TarError::Corrupt { .. })), "{err:?}");
+    }
+
+    #[test]
+    fn pax_path_records() {
+        let rec = b"32 path=some/very/long/name.jpg\n";
+        assert_eq!(pax_path(rec).as_deref(), Some("some/very/long/name.jpg"));
+        assert_eq!(pax_path(b"garbage"), None);
+    }
+}
