@@ -42,10 +42,12 @@ pub fn procedural(width: u32, height: u32, seed: u64) -> RgbImage {
         })
         .collect();
     let (w, h) = (f64::from(width), f64::from(height));
+    let col_wave: Vec<f64> = (0..width).map(|x| (f64::from(x) * freq).sin() * 40.0).collect();
     for y in 0..height {
+        let row_wave = (f64::from(y) * freq * 1.3).cos();
         for x in 0..width {
             let (fx, fy) = (f64::from(x), f64::from(y));
-            let wave = (fx * freq).sin() * (fy * freq * 1.3).cos() * 40.0;
+            let wave = col_wave[x as usize] * row_wave;
             let mut px = [0f64; 3];
             for c in 0..3 {
                 px[c] = base[c] + grad[c] * (fx / w + fy / h) * 80.0 + wave;

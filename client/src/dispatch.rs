@@ -1,0 +1,385 @@
+//! Dispatch: work items to workers, exactly once.
+//!
+//! Every worker gets `inflight` lanes; a lane takes the next pending item,
+//! streams it, and takes another. Fast workers therefore take more items
+//! than slow ones. The shared [`Ledger`] records, per item, which samples
+//! have been handed to the assembler and which attempt owns the item. When
+//! an attempt fails or makes no progress for `progress_timeout`, the item
+//! goes back to the queue with its received samples as the skip list, and
+//! whatever the abandoned attempt still sends is discarded.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use stoker_core::ShardRef;
+use stoker_proto::pb;
+use stoker_proto::pb::worker_client::WorkerClient;
+use tokio::sync::{Notify, mpsc};
+use tonic::transport::Channel;
+use tracing::{debug, warn};
+
+use crate::error::{ClientError, describe_status, is_permanent};
+use crate::loader::{EpochCounters, LoaderConfig};
+use crate::wire::{Sample, sample_from_pb};
+
+#[derive(Debug)]
+struct ItemState {
+    shard: ShardRef,
+    /// Keys handed to the assembler or reported skipped.
+    received: HashSet<String>,
+    /// The attempt allowed to deliver samples; `None` while queued.
+    owner: Option<u64>,
+    attempts: u32,
+    done: bool,
+}
+
+#[derive(Debug)]
+struct WorkerHealth {
+    addr: String,
+    /// When the worker started failing; `None` while healthy.
+    failing_since: Option<Instant>,
+    last_error: String,
+}
+
+#[derive(Debug)]
+struct LedgerState {
+    items: Vec<ItemState>,
+    pending: VecDeque<usize>,
+    remaining: usize,
+    next_attempt: u64,
+    fatal: Option<ClientError>,
+    workers: Vec<WorkerHealth>,
+}
+
+/// Shared dispatch state of one epoch.
+#[derive(Debug)]
+pub(crate) struct Ledger {
+    state: Mutex<LedgerState>,
+    changed: Notify,
+}
+
+/// An item handed to a lane.
+struct Lease {
+    index: usize,
+    attempt: u64,
+    shard: String,
+    skip: Vec<String>,
+}
+
+impl Ledger {
+    pub fn new(shards: Vec<ShardRef>, workers: &[String]) -> Self {
+        let n = shards.len();
+        Self {
+            state: Mutex::new(LedgerState {
+                items: shards
+                    .into_iter()
+                    .map(|shard| ItemState {
+                        shard,
+                        received: HashSet::new(),
+                        owner: None,
+                        attempts: 0,
+                        done: false,
+                    })
+                    .collect(),
+                pending: (0..n).collect(),
+                remaining: n,
+                next_attempt: 1,
+                fatal: None,
+                workers: workers
+                    .iter()
+                    .map(|addr| WorkerHealth {
+                        addr: addr.clone(),
+                        failing_since: None,
+                        last_error: String::new(),
+                    })
+                    .collect(),
+            }),
+            changed: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, LedgerState> {
+        // A panic while holding the lock is a bug; the state stays usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The error that ended the epoch, if any.
+    pub fn fatal(&self) -> Option<ClientError> {
+        self.lock().fatal.clone()
+    }
+
+    /// Items not yet complete.
+    pub fn remaining(&self) -> usize {
+        self.lock().remaining
+    }
+
+    pub fn fail(&self, err: ClientError) {
+        let mut st = self.lock();
+        if st.fatal.is_none() {
+            st.fatal = Some(err);
+        }
+        drop(st);
+        self.changed.notify_waiters();
+    }
+
+    fn finished(st: &LedgerState) -> bool {
+        st.fatal.is_some() || st.remaining == 0
+    }
+
+    fn take(&self) -> Option<Lease> {
+        let mut st = self.lock();
+        let index = st.pending.pop_front()?;
+        let attempt = st.next_attempt;
+        st.next_attempt += 1;
+        let item = &mut st.items[index];
+        item.owner = Some(attempt);
+        item.attempts += 1;
+        Some(Lease {
+            index,
+            attempt,
+            shard: item.shard.name.clone(),
+            skip: item.received.iter().cloned().collect(),
+        })
+    }
+
+    /// Records new samples of an attempt. Returns those to deliver, or
+    /// `None` if the attempt no longer owns the item.
+    fn accept(&self, lease: &Lease, samples: Vec<Sample>, skipped: &[pb::SkippedSample]) -> Option<Vec<Sample>> {
+        let mut st = self.lock();
+        let item = &mut st.items[lease.index];
+        if item.owner != Some(lease.attempt) {
+            return None;
+        }
+        for s in skipped {
+            item.received.insert(s.key.clone());
+        }
+        Some(
+            samples
+                .into_iter()
+                .filter(|s| item.received.insert(s.key.clone()))
+                .collect(),
+        )
+    }
+
+    fn complete(&self, lease: &Lease) -> bool {
+        let mut st = self.lock();
+        let item = &mut st.items[lease.index];
+        if item.owner != Some(lease.attempt) || item.done {
+            return false;
+        }
+        item.done = true;
+        item.owner = None;
+        st.remaining -= 1;
+        drop(st);
+        self.changed.notify_waiters();
+        true
+    }
+
+    /// Puts a failed attempt's item back in the queue, or ends the epoch
+    /// when it failed too often.
+    fn requeue(&self, lease: &Lease, addr: &str, message: &str, max_attempts: u32) {
+        let mut st = self.lock();
+        let item = &mut st.items[lease.index];
+        if item.owner != Some(lease.attempt) {
+            return;
+        }
+        item.owner = None;
+        if item.attempts >= max_attempts {
+            let err = ClientError::ItemFailed {
+                shard: item.shard.name.clone(),
+                attempts: item.attempts,
+                addr: addr.to_owned(),
+                message: message.to_owned(),
+            };
+            st.fatal.get_or_insert(err);
+        } else {
+            // To the front: the epoch's tail should not wait on it.
+            st.pending.push_front(lease.index);
+        }
+        drop(st);
+        self.changed.notify_waiters();
+    }
+
+    fn worker_ok(&self, w: usize) {
+        self.lock().workers[w].failing_since = None;
+    }
+
+    /// Marks worker `w` as failing; ends the epoch when every worker has
+    /// been failing for longer than `patience`.
+    fn worker_failed(&self, w: usize, message: &str, patience: Duration) {
+        let mut st = self.lock();
+        let now = Instant::now();
+        let h = &mut st.workers[w];
+        h.failing_since.get_or_insert(now);
+        h.last_error = message.to_owned();
+        let all_gone = st
+            .workers
+            .iter()
+            .all(|h| h.failing_since.is_some_and(|t| now.duration_since(t) >= patience));
+        if all_gone && st.fatal.is_none() {
+            let detail = st
+                .workers
+                .iter()
+                .map(|h| format!("{} ({})", h.addr, h.last_error))
+                .collect::<Vec<_>>()
+                .join("; ");
+            st.fatal = Some(ClientError::AllWorkersGone {
+                seconds: patience.as_secs(),
+                detail,
+            });
+            drop(st);
+            self.changed.notify_waiters();
+        }
+    }
+}
+
+/// What a lane needs.
+pub(crate) struct Lane {
+    pub worker: usize,
+    pub addr: String,
+    pub client: WorkerClient<Channel>,
+    pub ledger: Arc<Ledger>,
+    pub config: Arc<LoaderConfig>,
+    pub transform: pb::TransformSpec,
+    pub epoch: u64,
+    pub samples: mpsc::Sender<Sample>,
+    pub counters: Arc<EpochCounters>,
+}
+
+enum Outcome {
+    Done,
+    /// The assembler is gone (the consumer dropped the epoch).
+    Closed,
+    Failed(String),
+}
+
+impl Lane {
+    /// Takes items until the epoch is complete or has failed.
+    pub async fn run(mut self) {
+        let mut backoff = Duration::from_millis(200);
+        let ledger = Arc::clone(&self.ledger);
+        loop {
+            let notified = ledger.changed.notified();
+            if Ledger::finished(&ledger.lock()) {
+                return;
+            }
+            let Some(lease) = ledger.take() else {
+                // Nothing queued, but items are in flight elsewhere and may
+                // come back: wait for a change.
+                let _ = tokio::time::timeout(Duration::from_millis(500), notified).await;
+                continue;
+            };
+            match self.stream(&lease).await {
+                Outcome::Done => {
+                    self.ledger.worker_ok(self.worker);
+                    backoff = Duration::from_millis(200);
+                }
+                Outcome::Closed => {
+                    self.ledger.requeue(&lease, &self.addr, "client closed", u32::MAX);
+                    return;
+                }
+                Outcome::Failed(message) => {
+                    warn!(worker = %self.addr, shard = %lease.shard, error = %message, "work item failed, reassigning");
+                    self.counters.retries.fetch_add(1, Ordering::Relaxed);
+                    self.ledger
+                        .requeue(&lease, &self.addr, &message, self.config.max_attempts);
+                    self.ledger
+                        .worker_failed(self.worker, &message, self.config.worker_patience);
+                    // Let the other workers take it while this one recovers.
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    async fn stream(&mut self, lease: &Lease) -> Outcome {
+        let request = pb::WorkItem {
+            dataset: self.config.dataset.clone(),
+            shard: lease.shard.clone(),
+            seed: self.config.seed,
+            epoch: self.epoch,
+            transform: Some(self.transform.clone()),
+            skip_keys: lease.skip.clone(),
+            chunk_bytes: self.config.chunk_bytes,
+        };
+        debug!(worker = %self.addr, shard = %lease.shard, skip = lease.skip.len(), "item sent");
+        let timeout = self.config.progress_timeout;
+        let started = tokio::time::timeout(timeout, self.client.process_shard(request)).await;
+        let mut stream = match started {
+            Err(_) => return Outcome::Failed(format!("no answer within {}s", timeout.as_secs())),
+            Ok(Err(status)) => return self.status_outcome(&status),
+            Ok(Ok(response)) => response.into_inner(),
+        };
+        loop {
+            let chunk = match tokio::time::timeout(timeout, stream.message()).await {
+                Err(_) => return Outcome::Failed(format!("no progress for {}s", timeout.as_secs())),
+                Ok(Err(status)) => return self.status_outcome(&status),
+                Ok(Ok(None)) => return Outcome::Failed("stream ended before the item was done".to_owned()),
+                Ok(Ok(Some(chunk))) => chunk,
+            };
+            self.ledger.worker_ok(self.worker);
+            let done = chunk.done;
+            let mut samples = Vec::with_capacity(chunk.samples.len());
+            for s in chunk.samples {
+                match sample_from_pb(s, self.config.transform.size) {
+                    Ok(s) => samples.push(s),
+                    Err(message) => {
+                        self.ledger.fail(ClientError::Protocol {
+                            addr: self.addr.clone(),
+                            message,
+                        });
+                        return Outcome::Closed;
+                    }
+                }
+            }
+            let Some(fresh) = self.ledger.accept(lease, samples, &chunk.skipped) else {
+                // Given up on (stalled, then reassigned): discard the rest.
+                debug!(worker = %self.addr, shard = %lease.shard, "late chunk discarded");
+                return Outcome::Done;
+            };
+            for s in &chunk.skipped {
+                warn!(worker = %self.addr, shard = %lease.shard, key = %s.key, reason = %s.reason, "sample skipped");
+                self.counters.record_skip(&s.key, &s.reason);
+            }
+            if !chunk.shard_error.is_empty() {
+                warn!(worker = %self.addr, error = %chunk.shard_error, "shard ended early");
+                self.counters.record_shard_error(&chunk.shard_error);
+            }
+            for s in fresh {
+                self.counters.add_sample(self.worker, s.pixels.len());
+                if self.samples.send(s).await.is_err() {
+                    return Outcome::Closed;
+                }
+            }
+            if let Some(max) = self.config.max_errors
+                && self.counters.skipped.load(Ordering::Relaxed) > max
+            {
+                self.ledger.fail(ClientError::ErrorBudget(
+                    self.counters.skipped.load(Ordering::Relaxed),
+                    max,
+                ));
+                return Outcome::Closed;
+            }
+            if done {
+                self.ledger.complete(lease);
+                return Outcome::Done;
+            }
+        }
+    }
+
+    fn status_outcome(&self, status: &tonic::Status) -> Outcome {
+        let message = describe_status(status);
+        if is_permanent(status) {
+            self.ledger.fail(ClientError::Worker {
+                addr: self.addr.clone(),
+                message,
+            });
+            Outcome::Closed
+        } else {
+            Outcome::Failed(message)
+        }
+    }
+}

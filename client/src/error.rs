@@ -1,0 +1,80 @@
+//! Client errors. Each one names what failed: the worker's address, the
+//! shard, the dataset.
+
+use std::fmt::Write as _;
+
+/// Why a loader could not start or an epoch could not finish.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClientError {
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("no worker reachable: {0}")]
+    Unreachable(String),
+    /// The worker refused the request for a reason another worker would
+    /// share (bad argument, missing data, denied access).
+    #[error("worker {addr}: {message}")]
+    Worker { addr: String, message: String },
+    #[error("worker {addr} sent an invalid response: {message}")]
+    Protocol { addr: String, message: String },
+    #[error("shard {shard} failed {attempts} times, last on worker {addr}: {message}")]
+    ItemFailed {
+        shard: String,
+        attempts: u32,
+        addr: String,
+        message: String,
+    },
+    #[error("all workers unavailable for {seconds}s: {detail}")]
+    AllWorkersGone { seconds: u64, detail: String },
+    #[error("{0} samples skipped, over the error budget of {1}")]
+    ErrorBudget(u64, u64),
+}
+
+/// A status's message with its transport causes, e.g. "transport error:
+/// tcp connect error: Connection refused (os error 111)".
+pub(crate) fn describe_status(status: &tonic::Status) -> String {
+    let mut out = String::new();
+    let code = status.code();
+    if code != tonic::Code::Unknown && code != tonic::Code::Ok {
+        let _ = write!(out, "{}: ", code_name(code));
+    }
+    out.push_str(status.message());
+    let mut source = std::error::Error::source(status);
+    while let Some(err) = source {
+        let s = err.to_string();
+        if !out.contains(&s) {
+            let _ = write!(out, ": {s}");
+        }
+        source = err.source();
+    }
+    out
+}
+
+fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code as C;
+    match code {
+        C::InvalidArgument => "invalid argument",
+        C::NotFound => "not found",
+        C::PermissionDenied => "permission denied",
+        C::Unauthenticated => "unauthenticated",
+        C::FailedPrecondition => "failed precondition",
+        C::Unavailable => "unavailable",
+        C::DeadlineExceeded => "deadline exceeded",
+        C::Cancelled => "cancelled",
+        C::ResourceExhausted => "resource exhausted",
+        C::Internal => "internal",
+        C::Unimplemented => "unimplemented",
+        C::DataLoss => "data loss",
+        C::Aborted => "aborted",
+        _ => "error",
+    }
+}
+
+/// Statuses that another worker would answer the same way: retrying them
+/// elsewhere would only repeat the failure.
+pub(crate) fn is_permanent(status: &tonic::Status) -> bool {
+    use tonic::Code as C;
+    matches!(
+        status.code(),
+        C::InvalidArgument | C::NotFound | C::PermissionDenied | C::Unauthenticated | C::FailedPrecondition
+    )
+}

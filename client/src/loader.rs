@@ -1,0 +1,378 @@
+//! The loader: configuration, connection to workers, and epochs.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use stoker_core::plan::EpochPlan;
+use stoker_core::{ShardRef, TransformSpec};
+use stoker_proto::pb;
+use stoker_proto::pb::worker_client::WorkerClient;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tonic::transport::Channel;
+use tracing::{info, warn};
+
+use crate::assemble::{Assembler, Batch};
+use crate::dispatch::{Lane, Ledger};
+use crate::error::{ClientError, describe_status, is_permanent};
+use crate::wire;
+
+/// Everything a loader needs to know.
+#[derive(Debug, Clone)]
+pub struct LoaderConfig {
+    /// Worker addresses, `host:port` (or `http://host:port`).
+    pub workers: Vec<String>,
+    /// `s3://bucket/prefix/`, `file:///abs/dir/` or a path, as the workers
+    /// see it.
+    pub dataset: String,
+    pub batch_size: usize,
+    pub transform: TransformSpec,
+    pub seed: u64,
+    pub rank: u32,
+    pub world_size: u32,
+    /// Batches assembled ahead of the consumer.
+    pub prefetch: usize,
+    /// Work items streamed from each worker at once.
+    pub inflight_per_worker: usize,
+    /// Drop the last, partial batch of an epoch.
+    pub drop_last: bool,
+    /// Target chunk size asked of workers (0: the worker's default).
+    pub chunk_bytes: u32,
+    /// An attempt that sends nothing for this long is reassigned.
+    pub progress_timeout: Duration,
+    /// How long every worker may be failing before the epoch fails.
+    pub worker_patience: Duration,
+    pub connect_timeout: Duration,
+    /// Attempts per work item before the epoch fails.
+    pub max_attempts: u32,
+    /// Skipped samples tolerated per epoch; `None` for no limit.
+    pub max_errors: Option<u64>,
+}
+
+impl LoaderConfig {
+    /// A configuration with the usual defaults.
+    pub fn new(workers: Vec<String>, dataset: impl Into<String>, batch_size: usize, transform: TransformSpec) -> Self {
+        Self {
+            workers,
+            dataset: dataset.into(),
+            batch_size,
+            transform,
+            seed: 0,
+            rank: 0,
+            world_size: 1,
+            prefetch: 4,
+            inflight_per_worker: 2,
+            drop_last: false,
+            chunk_bytes: 0,
+            progress_timeout: Duration::from_secs(60),
+            worker_patience: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            max_attempts: 5,
+            max_errors: None,
+        }
+    }
+
+    fn validate(&self) -> Result<(), ClientError> {
+        let bad = |m: String| Err(ClientError::Config(m));
+        if self.workers.is_empty() {
+            return bad("no workers given".into());
+        }
+        if self.batch_size == 0 {
+            return bad("batch size must be at least 1".into());
+        }
+        if self.world_size == 0 || self.rank >= self.world_size {
+            return bad(format!("rank {} must be below world size {}", self.rank, self.world_size));
+        }
+        if self.inflight_per_worker == 0 {
+            return bad("items in flight per worker must be at least 1".into());
+        }
+        if self.max_attempts == 0 {
+            return bad("max attempts must be at least 1".into());
+        }
+        self.transform
+            .validate()
+            .map_err(|e| ClientError::Config(e.to_string()))
+    }
+}
+
+struct WorkerConn {
+    addr: String,
+    client: WorkerClient<Channel>,
+}
+
+/// A connection to a set of workers for one dataset.
+pub struct Loader {
+    config: Arc<LoaderConfig>,
+    workers: Vec<WorkerConn>,
+    shards: Vec<ShardRef>,
+    transform: pb::TransformSpec,
+}
+
+impl std::fmt::Debug for Loader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loader")
+            .field("workers", &self.config.workers)
+            .field("dataset", &self.config.dataset)
+            .field("shards", &self.shards.len())
+            .finish()
+    }
+}
+
+impl Loader {
+    /// Checks the configuration, reaches the workers and lists the dataset
+    /// through the first worker that answers.
+    pub async fn connect(config: LoaderConfig) -> Result<Self, ClientError> {
+        config.validate()?;
+        let mut workers = Vec::with_capacity(config.workers.len());
+        for addr in &config.workers {
+            let channel = wire::channel(addr, config.connect_timeout).map_err(ClientError::Config)?;
+            workers.push(WorkerConn {
+                addr: addr.clone(),
+                client: wire::client(channel),
+            });
+        }
+        let request = pb::DescribeDatasetRequest {
+            dataset: config.dataset.clone(),
+        };
+        let mut unreachable = Vec::new();
+        let mut described = None;
+        for w in &mut workers {
+            match w.client.describe_dataset(request.clone()).await {
+                Ok(r) => {
+                    described = Some(r.into_inner());
+                    break;
+                }
+                Err(status) if is_permanent(&status) => {
+                    return Err(ClientError::Worker {
+                        addr: w.addr.clone(),
+                        message: describe_status(&status),
+                    });
+                }
+                Err(status) => {
+                    warn!(worker = %w.addr, error = %describe_status(&status), "worker unreachable");
+                    unreachable.push(format!("{} ({})", w.addr, describe_status(&status)));
+                }
+            }
+        }
+        let Some(described) = described else {
+            return Err(ClientError::Unreachable(unreachable.join("; ")));
+        };
+        let shards: Vec<ShardRef> = described.shards.into_iter().map(ShardRef::from).collect();
+        if shards.is_empty() {
+            return Err(ClientError::Config(format!("dataset {} has no shards", config.dataset)));
+        }
+        info!(dataset = %config.dataset, shards = shards.len(), indexed = described.indexed, "dataset described");
+        let transform = stoker_proto::spec_to_pb(&config.transform);
+        Ok(Self {
+            config: Arc::new(config),
+            workers,
+            shards,
+            transform,
+        })
+    }
+
+    pub fn config(&self) -> &LoaderConfig {
+        &self.config
+    }
+
+    /// The dataset's shards, sorted by name.
+    pub fn shards(&self) -> &[ShardRef] {
+        &self.shards
+    }
+
+    /// This rank's plan for `epoch`.
+    pub fn plan(&self, epoch: u64) -> Result<EpochPlan, ClientError> {
+        EpochPlan::new(
+            &self.shards,
+            self.config.seed,
+            epoch,
+            self.config.rank,
+            self.config.world_size,
+        )
+        .map_err(|e| ClientError::Config(e.to_string()))
+    }
+
+    /// Starts streaming `epoch`. Batches arrive through the returned stream;
+    /// dropping it stops the epoch.
+    pub fn epoch(&self, epoch: u64) -> Result<EpochStream, ClientError> {
+        let plan = self.plan(epoch)?;
+        let addrs: Vec<String> = self.workers.iter().map(|w| w.addr.clone()).collect();
+        let ledger = Arc::new(Ledger::new(plan.shards.clone(), &addrs));
+        let counters = Arc::new(EpochCounters::new(addrs.len()));
+        let (sample_tx, mut sample_rx) = mpsc::channel(self.config.batch_size.max(64));
+        let (batch_tx, batch_rx) = mpsc::channel(self.config.prefetch.max(1));
+        let mut lanes = JoinSet::new();
+        for (i, w) in self.workers.iter().enumerate() {
+            for _ in 0..self.config.inflight_per_worker {
+                lanes.spawn(
+                    Lane {
+                        worker: i,
+                        addr: w.addr.clone(),
+                        client: w.client.clone(),
+                        ledger: Arc::clone(&ledger),
+                        config: Arc::clone(&self.config),
+                        transform: self.transform.clone(),
+                        epoch,
+                        samples: sample_tx.clone(),
+                        counters: Arc::clone(&counters),
+                    }
+                    .run(),
+                );
+            }
+        }
+        drop(sample_tx);
+        let config = Arc::clone(&self.config);
+        let supervisor_ledger = Arc::clone(&ledger);
+        tokio::spawn(async move {
+            let mut assembler = Assembler::new(epoch, config.transform.size, config.batch_size);
+            while let Some(sample) = sample_rx.recv().await {
+                if let Some(batch) = assembler.push(sample)
+                    && batch_tx.send(Ok(batch)).await.is_err()
+                {
+                    // The consumer left: stop the lanes.
+                    supervisor_ledger.fail(ClientError::Config("epoch dropped".into()));
+                    lanes.shutdown().await;
+                    return;
+                }
+            }
+            while lanes.join_next().await.is_some() {}
+            if let Some(err) = supervisor_ledger.fatal() {
+                let _ = batch_tx.send(Err(err)).await;
+                return;
+            }
+            let left = supervisor_ledger.remaining();
+            if left > 0 {
+                let _ = batch_tx
+                    .send(Err(ClientError::Config(format!("{left} work items never completed"))))
+                    .await;
+                return;
+            }
+            if let Some(batch) = assembler.finish(config.drop_last) {
+                let _ = batch_tx.send(Ok(batch)).await;
+            }
+        });
+        Ok(EpochStream {
+            rx: batch_rx,
+            counters,
+            workers: addrs,
+            started: Instant::now(),
+            shards: plan.shards.len(),
+        })
+    }
+}
+
+/// Live counters of one epoch, shared with the lanes.
+#[derive(Debug)]
+pub(crate) struct EpochCounters {
+    pub samples: AtomicU64,
+    pub bytes: AtomicU64,
+    pub skipped: AtomicU64,
+    pub retries: AtomicU64,
+    per_worker: Vec<AtomicU64>,
+    skip_reasons: Mutex<Vec<(String, String)>>,
+    shard_errors: Mutex<Vec<String>>,
+}
+
+/// Skip reasons kept for the report (the log has all of them).
+const KEPT_REASONS: usize = 100;
+
+impl EpochCounters {
+    fn new(workers: usize) -> Self {
+        Self {
+            samples: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            per_worker: (0..workers).map(|_| AtomicU64::new(0)).collect(),
+            skip_reasons: Mutex::new(Vec::new()),
+            shard_errors: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn add_sample(&self, worker: usize, bytes: usize) {
+        self.samples.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        self.per_worker[worker].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn record_skip(&self, key: &str, reason: &str) {
+        self.skipped.fetch_add(1, Ordering::Relaxed);
+        let mut r = self.skip_reasons.lock().unwrap_or_else(|p| p.into_inner());
+        if r.len() < KEPT_REASONS {
+            r.push((key.to_owned(), reason.to_owned()));
+        }
+    }
+
+    pub fn record_shard_error(&self, error: &str) {
+        self.shard_errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(error.to_owned());
+    }
+}
+
+/// Samples delivered by one worker.
+#[derive(Debug, Clone)]
+pub struct WorkerReport {
+    pub addr: String,
+    pub samples: u64,
+}
+
+/// What happened in an epoch so far.
+#[derive(Debug, Clone)]
+pub struct EpochReport {
+    pub samples: u64,
+    pub bytes: u64,
+    pub skipped: u64,
+    /// Work items reassigned after a failure or stall.
+    pub retries: u64,
+    pub shards: usize,
+    pub elapsed: Duration,
+    pub workers: Vec<WorkerReport>,
+    /// (key, reason) of the first skipped samples.
+    pub skip_reasons: Vec<(String, String)>,
+    /// Shards whose data ended early or was corrupt.
+    pub shard_errors: Vec<String>,
+}
+
+/// The batches of one epoch, in arrival order.
+#[derive(Debug)]
+pub struct EpochStream {
+    rx: mpsc::Receiver<Result<Batch, ClientError>>,
+    counters: Arc<EpochCounters>,
+    workers: Vec<String>,
+    started: Instant,
+    shards: usize,
+}
+
+impl EpochStream {
+    /// The next batch; `None` once the epoch is complete. After an error
+    /// the epoch is over.
+    pub async fn next_batch(&mut self) -> Option<Result<Batch, ClientError>> {
+        self.rx.recv().await
+    }
+
+    pub fn report(&self) -> EpochReport {
+        let c = &self.counters;
+        EpochReport {
+            samples: c.samples.load(Ordering::Relaxed),
+            bytes: c.bytes.load(Ordering::Relaxed),
+            skipped: c.skipped.load(Ordering::Relaxed),
+            retries: c.retries.load(Ordering::Relaxed),
+            shards: self.shards,
+            elapsed: self.started.elapsed(),
+            workers: self
+                .workers
+                .iter()
+                .zip(&c.per_worker)
+                .map(|(addr, n)| WorkerReport {
+                    addr: addr.clone(),
+                    samples: n.load(Ordering::Relaxed),
+                })
+                .collect(),
+            skip_reasons: c.skip_reasons.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            shard_errors: c.shard_errors.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! The `stoker` subcommands. Each one is a thin layer over the libraries:
+//! argument checks, logging, progress and reports.
+
+mod demo;
+mod progress;
+mod stream;
+mod synth;
+mod worker;
+
+use clap::{Parser, Subcommand};
+
+pub use demo::DemoArgs;
+pub use stream::StreamArgs;
+pub use synth::{PackArgs, SynthArgs};
+pub use worker::WorkerArgs;
+
+/// Stoker: preprocessing workers that keep training GPUs fed.
+#[derive(Debug, Parser)]
+#[command(name = "stoker", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve work items: read shards, decode, augment, stream samples back.
+    Worker(WorkerArgs),
+    /// Stream epochs of a dataset through workers and report the rate.
+    Stream(StreamArgs),
+    /// Turn an ImageFolder tree into WebDataset shards with an index.
+    Pack(PackArgs),
+    /// Write an ImageFolder tree of procedural (or photo-derived) JPEGs.
+    Synth(SynthArgs),
+    /// Run the whole path on a small synthetic dataset, no set-up needed.
+    Demo(DemoArgs),
+}
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    let default_level = match cli.command {
+        Command::Worker(_) => "info",
+        _ => "warn",
+    };
+    init_logging(default_level);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("stoker-io")
+        .build()?;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Worker(args) => worker::run(args).await,
+            Command::Stream(args) => stream::run(args).await,
+            Command::Pack(args) => synth::run_pack(args).await,
+            Command::Synth(args) => synth::run_synth(args).await,
+            Command::Demo(args) => demo::run(args).await,
+        }
+    })
+}
+
+fn init_logging(default_level: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("STOKER_LOG")
+        .or_else(|_| EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| EnvFilter::new(default_level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+/// Parses sizes like `64M`, `1G`, `512k` or plain bytes.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => {
+            let unit = s[i..].to_ascii_lowercase();
+            let mult: u64 = match unit.trim_end_matches("ib").trim_end_matches('b') {
+                "" => 1,
+                "k" => 1 << 10,
+                "m" => 1 << 20,
+                "g" => 1 << 30,
+                "t" => 1 << 40,
+                _ => return Err(format!("unknown size unit in {s:?} (use k, M, G)")),
+            };
+            (&s[..i], mult)
+        }
+        None => (s, 1),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("not a size: {s:?}"))?;
+    if !(n.is_finite() && n >= 0.0) {
+        return Err(format!("not a size: {s:?}"));
+    }
+    Ok((n * mult as f64) as u64)
+}
+
+/// Human-readable byte counts.
+pub fn human_bytes(n: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
+    let mut v = n;
+    let mut i = 0;
+    while v >= 1000.0 && i + 1 < UNITS.len() {
+        v /= 1000.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{v:.0} {}", UNITS[i])
+    } else {
+        format!("{v:.1} {}", UNITS[i])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_bytes("1024"), Ok(1024));
+        assert_eq!(parse_bytes("64M"), Ok(64 << 20));
+        assert_eq!(parse_bytes("1.5k"), Ok(1536));
+        assert_eq!(parse_bytes("2GiB"), Ok(2 << 30));
+        assert!(parse_bytes("12x").is_err());
+        assert!(parse_bytes("-1").is_err());
+    }
+
+    #[test]
+    fn humans_read_bytes() {
+        assert_eq!(human_bytes(999.0), "999 B");
+        assert_eq!(human_bytes(1_500_000.0), "1.5 MB");
+    }
+}

@@ -1,0 +1,228 @@
+//! `stoker stream`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::Args;
+use serde::Serialize;
+use stoker_client::{EpochReport, Loader, LoaderConfig, TransformSpec};
+
+use crate::cli::human_bytes;
+use crate::cli::progress::Progress;
+
+#[derive(Debug, Args)]
+pub struct StreamArgs {
+    /// Worker addresses, comma-separated HOST:PORT.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub workers: Vec<String>,
+    /// s3://bucket/prefix/, file:///abs/dir/ or a path, as workers see it.
+    #[arg(long)]
+    pub dataset: String,
+    #[arg(long)]
+    pub batch_size: usize,
+    /// Output images are SIZE x SIZE.
+    #[arg(long)]
+    pub image_size: u32,
+    #[arg(long, default_value_t = 1)]
+    pub epochs: u64,
+    /// First epoch number (epochs run from here).
+    #[arg(long, default_value_t = 0)]
+    pub start_epoch: u64,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// train (RandomResizedCrop + flip) or eval (resize + center crop).
+    #[arg(long, default_value = "train")]
+    pub transform: String,
+    #[arg(long, default_value_t = 0)]
+    pub rank: u32,
+    #[arg(long, default_value_t = 1)]
+    pub world_size: u32,
+    /// Batches assembled ahead of the consumer.
+    #[arg(long, default_value_t = 4)]
+    pub prefetch: usize,
+    /// Work items in flight per worker.
+    #[arg(long, default_value_t = 2)]
+    pub inflight: usize,
+    /// Drop each epoch's last partial batch.
+    #[arg(long)]
+    pub drop_last: bool,
+    /// Fail once more than N samples were skipped in an epoch.
+    #[arg(long)]
+    pub max_errors: Option<u64>,
+    /// Reassign a work item after this many seconds without progress.
+    #[arg(long, default_value_t = 60)]
+    pub progress_timeout: u64,
+    /// Fail once every worker has been unavailable this many seconds.
+    #[arg(long, default_value_t = 30)]
+    pub worker_patience: u64,
+    /// Write one line per delivered sample: epoch<TAB>key<TAB>label.
+    #[arg(long)]
+    pub keys_out: Option<PathBuf>,
+    /// Print a JSON summary as the last line of stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct WorkerJson {
+    pub addr: String,
+    pub samples: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StreamSummary {
+    pub samples: u64,
+    pub batches: u64,
+    pub skipped: u64,
+    pub epochs: u64,
+    pub seconds: f64,
+    pub images_per_sec: f64,
+    pub bytes_per_sec: f64,
+    pub bytes: u64,
+    pub retries: u64,
+    pub shard_errors: Vec<String>,
+    pub workers: Vec<WorkerJson>,
+}
+
+impl StreamArgs {
+    pub fn loader_config(&self) -> anyhow::Result<LoaderConfig> {
+        anyhow::ensure!(self.batch_size > 0, "--batch-size must be at least 1");
+        anyhow::ensure!(self.image_size > 0, "--image-size must be at least 1");
+        anyhow::ensure!(self.epochs > 0, "--epochs must be at least 1");
+        let transform = TransformSpec::preset(&self.transform, self.image_size).context("invalid --transform or --image-size")?;
+        let mut config = LoaderConfig::new(self.workers.clone(), self.dataset.clone(), self.batch_size, transform);
+        config.seed = self.seed;
+        config.rank = self.rank;
+        config.world_size = self.world_size;
+        config.prefetch = self.prefetch;
+        config.inflight_per_worker = self.inflight;
+        config.drop_last = self.drop_last;
+        config.max_errors = self.max_errors;
+        config.progress_timeout = std::time::Duration::from_secs(self.progress_timeout.max(1));
+        config.worker_patience = std::time::Duration::from_secs(self.worker_patience);
+        Ok(config)
+    }
+}
+
+/// Streams `epochs` epochs from `loader`; `on_batch` sees every batch.
+pub async fn stream_epochs(
+    loader: &Loader,
+    start_epoch: u64,
+    epochs: u64,
+    mut on_batch: impl FnMut(&stoker_client::Batch) -> anyhow::Result<()>,
+) -> anyhow::Result<(StreamSummary, Vec<EpochReport>)> {
+    let started = Instant::now();
+    let mut reports = Vec::new();
+    let mut batches = 0u64;
+    let planned: Option<u64> = loader.plan(start_epoch).ok().and_then(|p| p.samples());
+    for epoch in start_epoch..start_epoch + epochs {
+        let mut stream = loader.epoch(epoch)?;
+        let mut progress = Progress::new(format!("epoch {epoch}"), planned);
+        let mut done = 0u64;
+        while let Some(batch) = stream.next_batch().await {
+            let batch = batch.with_context(|| format!("epoch {epoch} failed"))?;
+            done += batch.len() as u64;
+            batches += 1;
+            on_batch(&batch)?;
+            let r = stream.report();
+            progress.update(
+                done,
+                &format!("  {}/s", human_bytes(r.bytes as f64 / r.elapsed.as_secs_f64().max(1e-6))),
+            );
+        }
+        progress.finish();
+        reports.push(stream.report());
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let samples: u64 = reports.iter().map(|r| r.samples).sum();
+    let bytes: u64 = reports.iter().map(|r| r.bytes).sum();
+    let mut workers: Vec<WorkerJson> = Vec::new();
+    for r in &reports {
+        for (i, w) in r.workers.iter().enumerate() {
+            if let Some(existing) = workers.get_mut(i) {
+                existing.samples += w.samples;
+            } else {
+                workers.push(WorkerJson {
+                    addr: w.addr.clone(),
+                    samples: w.samples,
+                });
+            }
+        }
+    }
+    let summary = StreamSummary {
+        samples,
+        batches,
+        skipped: reports.iter().map(|r| r.skipped).sum(),
+        epochs,
+        seconds,
+        images_per_sec: samples as f64 / seconds.max(1e-9),
+        bytes_per_sec: bytes as f64 / seconds.max(1e-9),
+        bytes,
+        retries: reports.iter().map(|r| r.retries).sum(),
+        shard_errors: reports.iter().flat_map(|r| r.shard_errors.clone()).collect(),
+        workers,
+    };
+    Ok((summary, reports))
+}
+
+pub fn print_summary(summary: &StreamSummary, reports: &[EpochReport]) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(
+        err,
+        "streamed {} samples in {} batches over {} epoch(s) in {:.2}s: {:.0} images/s, {}/s",
+        summary.samples,
+        summary.batches,
+        summary.epochs,
+        summary.seconds,
+        summary.images_per_sec,
+        human_bytes(summary.bytes_per_sec)
+    );
+    for w in &summary.workers {
+        let share = 100.0 * w.samples as f64 / summary.samples.max(1) as f64;
+        let _ = writeln!(err, "  worker {}: {} samples ({share:.0}%)", w.addr, w.samples);
+    }
+    if summary.skipped > 0 {
+        let _ = writeln!(err, "  skipped {} samples:", summary.skipped);
+        for (key, reason) in reports.iter().flat_map(|r| r.skip_reasons.iter()).take(10) {
+            let _ = writeln!(err, "    {key}: {reason}");
+        }
+    }
+    for e in &summary.shard_errors {
+        let _ = writeln!(err, "  shard ended early: {e}");
+    }
+    if summary.retries > 0 {
+        let _ = writeln!(err, "  {} work item(s) reassigned after a worker failed", summary.retries);
+    }
+}
+
+pub async fn run(args: StreamArgs) -> anyhow::Result<()> {
+    let config = args.loader_config()?;
+    let loader = Loader::connect(config).await?;
+    let mut keys_out = match &args.keys_out {
+        Some(path) => Some(std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+        )),
+        None => None,
+    };
+    let keys_path = args.keys_out.clone();
+    let (summary, reports) = stream_epochs(&loader, args.start_epoch, args.epochs, |batch| {
+        if let Some(out) = keys_out.as_mut() {
+            for (key, label) in batch.keys.iter().zip(&batch.labels) {
+                writeln!(out, "{}\t{key}\t{label}", batch.epoch)
+                    .with_context(|| format!("cannot write {}", keys_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default()))?;
+            }
+        }
+        Ok(())
+    })
+    .await?;
+    if let Some(mut out) = keys_out {
+        out.flush().context("cannot write --keys-out")?;
+    }
+    print_summary(&summary, &reports);
+    if args.json {
+        println!("{}", serde_json::to_string(&summary)?);
+    }
+    Ok(())
+}

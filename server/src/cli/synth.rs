@@ -1,0 +1,180 @@
+//! `stoker pack` and `stoker synth`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+use stoker_core::DatasetUri;
+
+use crate::cli::progress::Progress;
+use crate::cli::{human_bytes, parse_bytes};
+use crate::pack::{PackSummary, pack, scan_image_folder};
+use crate::pool::CpuPool;
+use crate::storage::Storage;
+use crate::synth::{encode_jpeg, imagenet_like_from_photo, procedural};
+
+#[derive(Debug, Args)]
+pub struct PackArgs {
+    /// ImageFolder tree: one subfolder per class.
+    #[arg(long)]
+    pub input: PathBuf,
+    /// s3://bucket/prefix/, file:///abs/dir/ or a path.
+    #[arg(long)]
+    pub output: String,
+    /// Target shard size.
+    #[arg(long, default_value = "256M", value_parser = parse_bytes)]
+    pub shard_size: u64,
+}
+
+pub async fn run_pack(args: PackArgs) -> anyhow::Result<()> {
+    let output = DatasetUri::parse(&args.output)?;
+    let storage = Storage::new();
+    let started = std::time::Instant::now();
+    let summary = pack_with_progress(&storage, &args.input, &output, args.shard_size).await?;
+    eprintln!(
+        "packed {} samples ({}) of {} classes into {} shard(s) at {output} in {:.1}s",
+        summary.samples,
+        human_bytes(summary.bytes as f64),
+        summary.classes.len(),
+        summary.shards,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `pack` with a progress line.
+pub async fn pack_with_progress(
+    storage: &Storage,
+    input: &Path,
+    output: &DatasetUri,
+    shard_size: u64,
+) -> anyhow::Result<PackSummary> {
+    let total = scan_image_folder(input).ok().map(|(i, _)| i.len() as u64);
+    let mut progress = Progress::new("pack", total);
+    let summary = pack(storage, input, output, shard_size, |done, bytes| {
+        progress.update(done, &format!("  {}", human_bytes(bytes as f64)));
+    })
+    .await
+    .with_context(|| format!("cannot pack {} into {output}", input.display()))?;
+    progress.finish();
+    Ok(summary)
+}
+
+#[derive(Debug, Args)]
+pub struct SynthArgs {
+    /// Folder to write the ImageFolder tree into.
+    #[arg(long)]
+    pub output: PathBuf,
+    #[arg(long, default_value_t = 1000)]
+    pub images: usize,
+    #[arg(long, default_value_t = 10)]
+    pub classes: usize,
+    #[arg(long, default_value_t = 500)]
+    pub width: u32,
+    #[arg(long, default_value_t = 375)]
+    pub height: u32,
+    #[arg(long, default_value_t = 90)]
+    pub quality: u8,
+    /// Cut images from the JPEG photos in this folder instead of drawing
+    /// them (falls back to procedural images when it holds none).
+    #[arg(long)]
+    pub photos: Option<PathBuf>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// Writes an ImageFolder tree of `images` JPEGs across `classes` classes.
+/// Returns the number written and whether real photos were used.
+pub async fn write_image_folder(args: &SynthArgs) -> anyhow::Result<(usize, bool)> {
+    anyhow::ensure!(args.images > 0 && args.classes > 0, "--images and --classes must be at least 1");
+    anyhow::ensure!(
+        (8..=8192).contains(&args.width) && (8..=8192).contains(&args.height),
+        "--width and --height must be between 8 and 8192"
+    );
+    anyhow::ensure!((1..=100).contains(&args.quality), "--quality must be between 1 and 100");
+    let photos: Vec<Vec<u8>> = match &args.photos {
+        Some(dir) => {
+            let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+                .with_context(|| format!("cannot read photos folder {}", dir.display()))?
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.extension()
+                        .is_some_and(|e| matches!(e.to_string_lossy().to_ascii_lowercase().as_str(), "jpg" | "jpeg"))
+                })
+                .collect();
+            paths.sort();
+            paths
+                .iter()
+                .map(|p| std::fs::read(p).with_context(|| format!("cannot read {}", p.display())))
+                .collect::<anyhow::Result<_>>()?
+        }
+        None => Vec::new(),
+    };
+    for c in 0..args.classes {
+        let dir = args.output.join(format!("class_{c:03}"));
+        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let pool = CpuPool::new(std::thread::available_parallelism().map_or(1, |n| n.get()))?;
+    type Job = std::pin::Pin<
+        Box<dyn Future<Output = Result<Result<(usize, Vec<Vec<u8>>), crate::synth::SynthError>, crate::pool::PoolError>> + Send>,
+    >;
+    let mut jobs: Vec<Job> = Vec::new();
+    let use_photos = !photos.is_empty();
+    if use_photos {
+        // Spread the images over the photos, several crops per photo.
+        let per_photo = args.images.div_ceil(photos.len());
+        for (p, photo) in photos.into_iter().enumerate() {
+            let count = per_photo.min(args.images.saturating_sub(p * per_photo));
+            if count == 0 {
+                break;
+            }
+            let (w, h, seed) = (args.width, args.height, args.seed ^ p as u64);
+            let first = p * per_photo;
+            jobs.push(Box::pin(pool.spawn(move || {
+                imagenet_like_from_photo(&photo, count, w, h, seed).map(|v| (first, v))
+            })));
+        }
+    } else {
+        const PER_JOB: usize = 16;
+        for first in (0..args.images).step_by(PER_JOB) {
+            let n = PER_JOB.min(args.images - first);
+            let (w, h, q, seed) = (args.width, args.height, args.quality, args.seed);
+            jobs.push(Box::pin(pool.spawn(move || {
+                (first..first + n)
+                    .map(|i| encode_jpeg(&procedural(w, h, seed.wrapping_mul(1_000_003) ^ i as u64), q))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(|v| (first, v))
+            })));
+        }
+    }
+    let mut written = 0;
+    for job in jobs {
+        let (first, jpegs) = job.await?.context("cannot make images")?;
+        for (j, jpeg) in jpegs.into_iter().enumerate() {
+            let i = first + j;
+            let path = args
+                .output
+                .join(format!("class_{:03}", i % args.classes))
+                .join(format!("img_{i:06}.jpg"));
+            tokio::fs::write(&path, jpeg)
+                .await
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            written += 1;
+        }
+    }
+    Ok((written, use_photos))
+}
+
+pub async fn run_synth(args: SynthArgs) -> anyhow::Result<()> {
+    let (n, photos) = write_image_folder(&args).await?;
+    eprintln!(
+        "wrote {n} {}x{} JPEGs ({}) in {} classes under {}",
+        args.width,
+        args.height,
+        if photos { "cut from photos" } else { "procedural" },
+        args.classes,
+        args.output.display()
+    );
+    Ok(())
+}
