@@ -150,7 +150,6 @@ impl Loader {
                     });
                 }
                 Err(status) => {
-                    warn!(worker = %w.addr, error = %describe_status(&status), "worker unreachable");
                     unreachable.push(format!("{} ({})", w.addr, describe_status(&status)));
                 }
             }
@@ -158,6 +157,10 @@ impl Loader {
         let Some(described) = described else {
             return Err(ClientError::Unreachable(unreachable.join("; ")));
         };
+        for u in &unreachable {
+            // The epoch keeps trying these; they may come up later.
+            warn!(worker = %u, "worker unreachable at start");
+        }
         let shards: Vec<ShardRef> = described.shards.into_iter().map(ShardRef::from).collect();
         if shards.is_empty() {
             return Err(ClientError::Config(format!("dataset {} has no shards", config.dataset)));

@@ -156,9 +156,23 @@ fn png_options() -> DecoderOptions {
         .set_max_height(1 << 20)
 }
 
+/// True when an end-of-image marker follows the last start-of-scan. Marker
+/// bytes cannot occur inside entropy-coded data (0xFF is stuffed there), so
+/// a file cut anywhere in its scans fails this check. zune-jpeg would
+/// otherwise fill the missing rows with grey and report success.
+fn jpeg_is_complete(data: &[u8]) -> bool {
+    let Some(last_sos) = data.windows(2).rposition(|w| w == [0xff, 0xda]) else {
+        return false;
+    };
+    data[last_sos..].windows(2).any(|w| w == [0xff, 0xd9])
+}
+
 fn decode_jpeg(data: &[u8], max_pixels: u64) -> Result<RgbImage, DecodeError> {
     let (w, h) = header_dimensions(ImageKind::Jpeg, data)?;
     check_size(w as usize, h as usize, max_pixels)?;
+    if !jpeg_is_complete(data) {
+        return Err(invalid("jpeg", format!("truncated: no end-of-image marker after the last scan ({} bytes)", data.len())));
+    }
     let mut d = JpegDecoder::new_with_options(ZCursor::new(data), jpeg_options());
     d.decode_headers().map_err(|e| invalid("jpeg", format!("{e:?}")))?;
     let (w, h) = d.dimensions().ok_or_else(|| invalid("jpeg", "no frame header"))?;
@@ -251,5 +265,17 @@ mod tests {
         for cut in [0, 1, 2, 5, 20] {
             assert!(header_dimensions(ImageKind::Jpeg, &jpeg[..cut]).is_err());
         }
+    }
+
+    #[test]
+    fn truncated_jpeg_is_refused_and_trailing_bytes_are_not() {
+        let img = crate::synth::procedural(64, 48, 2);
+        let jpeg = crate::synth::encode_jpeg(&img, 85).unwrap();
+        assert!(decode(ImageKind::Jpeg, &jpeg, 1 << 30).is_ok());
+        let err = decode(ImageKind::Jpeg, &jpeg[..jpeg.len() * 2 / 3], 1 << 30).unwrap_err();
+        assert!(err.to_string().contains("truncated"), "{err}");
+        let mut padded = jpeg.clone();
+        padded.extend_from_slice(&[0u8; 100]);
+        assert!(decode(ImageKind::Jpeg, &padded, 1 << 30).is_ok());
     }
 }

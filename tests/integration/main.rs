@@ -1,1 +1,11 @@
+//! Stoker's integration tests: real worker processes, a real S3-compatible
+//! server, shards from independent writers. Run them with scripts/test.sh,
+//! which installs the S3 server and the Python tools they use.
 
+mod support;
+
+mod bad_input;
+mod cli_errors;
+mod delivery;
+mod fidelity;
+mod s3;

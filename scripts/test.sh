@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs Stoker's whole test suite on a fresh machine.
+#
+# Installs what the tests need, once, under target/ (nothing system-wide):
+#   - target/tools/bin/s3s-fs : a real S3-compatible server (crates.io)
+#   - target/pyenv            : Python with pillow, numpy and webdataset
+# then runs every unit and integration test with cargo-nextest (cargo test
+# when nextest is not installed). Extra arguments go to the test runner.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+S3S_VERSION=0.14.1
+if [ ! -x target/tools/bin/s3s-fs ]; then
+  echo "==> installing s3s-fs $S3S_VERSION (S3-compatible server for the tests)"
+  cargo install --quiet --locked s3s-fs --version "$S3S_VERSION" --features binary --root target/tools
+fi
+
+if [ ! -x target/pyenv/bin/python ] || ! target/pyenv/bin/python -c 'import PIL, numpy, webdataset' 2>/dev/null; then
+  echo "==> creating target/pyenv (pillow, numpy, webdataset)"
+  python3 -m venv target/pyenv
+  target/pyenv/bin/pip install --quiet --disable-pip-version-check pillow numpy webdataset
+fi
+
+export STOKER_TEST_S3S_FS="$PWD/target/tools/bin/s3s-fs"
+export STOKER_TEST_PYTHON="$PWD/target/pyenv/bin/python"
+
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --release --workspace --no-fail-fast "$@"
+else
+  echo "==> cargo-nextest not found, using cargo test"
+  cargo test --release --workspace --no-fail-fast "$@"
+fi

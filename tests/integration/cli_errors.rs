@@ -1,0 +1,87 @@
+//! Wrong datasets, credentials, workers and arguments: one line naming the
+//! cause and the object, a non-zero exit, and no secrets in the output.
+
+use crate::support::{S3Server, Worker, free_port, stoker, stream};
+
+/// Asserts a failed run whose stderr is one line mentioning every needle.
+fn assert_one_line_error(stderr: &str, ok: bool, needles: &[&str]) {
+    assert!(!ok, "expected failure, stderr: {stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "expected one line, got:\n{stderr}");
+    assert!(lines[0].starts_with("error: "), "{stderr}");
+    for n in needles {
+        assert!(lines[0].contains(n), "{n:?} not in {:?}", lines[0]);
+    }
+}
+
+const ARGS: &[&str] = &["--batch-size", "4", "--image-size", "32"];
+
+#[test]
+fn missing_folder_and_empty_dataset() {
+    let w = Worker::start(1);
+    let run = stream(&[&w], "/nonexistent/stoker-data", ARGS, &[]);
+    assert_one_line_error(&run.stderr(), run.success(), &["/nonexistent/stoker-data", "does not exist", &w.addr]);
+
+    let empty = tempfile::tempdir().unwrap();
+    std::fs::write(empty.path().join("notes.txt"), b"no shards here").unwrap();
+    let run = stream(&[&w], empty.path().to_str().unwrap(), ARGS, &[]);
+    assert_one_line_error(&run.stderr(), run.success(), &["no shards", empty.path().to_str().unwrap()]);
+}
+
+#[test]
+fn missing_bucket_missing_prefix_and_bad_credentials() {
+    let s3 = S3Server::start();
+    s3.bucket("data");
+    let w = s3.start_worker(1);
+    let run = stream(&[&w], "s3://no-such-bucket/train/", ARGS, &[]);
+    assert_one_line_error(&run.stderr(), run.success(), &["no-such-bucket", "does not exist"]);
+
+    let run = stream(&[&w], "s3://data/nothing-here/", ARGS, &[]);
+    assert_one_line_error(&run.stderr(), run.success(), &["no shards", "s3://data/nothing-here/"]);
+
+    let wrong_secret = "definitely-wrong-secret-value";
+    let mut env = s3.env();
+    env.retain(|(k, _)| *k != "AWS_SECRET_ACCESS_KEY");
+    env.push(("AWS_SECRET_ACCESS_KEY", wrong_secret.to_owned()));
+    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let bad = Worker::start_with_env(1, &pairs);
+    let run = stream(&[&bad], "s3://data/train/", ARGS, &[]);
+    let stderr = run.stderr();
+    assert_one_line_error(&stderr, run.success(), &["denied", "s3://data/train/"]);
+    assert!(!stderr.contains(wrong_secret), "secret leaked: {stderr}");
+}
+
+#[test]
+fn unreachable_worker() {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let out = stoker()
+        .args(["stream", "--workers", &addr, "--dataset", "/tmp", "--batch-size", "4", "--image-size", "32"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_one_line_error(&stderr, out.status.success(), &["no worker reachable", &addr]);
+}
+
+#[test]
+fn invalid_arguments_are_refused() {
+    for (args, needle) in [
+        (["--batch-size", "0", "--image-size", "32"], "--batch-size"),
+        (["--batch-size", "4", "--image-size", "0"], "--image-size"),
+    ] {
+        let out = stoker()
+            .args(["stream", "--workers", "127.0.0.1:1", "--dataset", "/tmp"])
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_one_line_error(&stderr, out.status.success(), &[needle]);
+    }
+    let out = stoker()
+        .args(["stream", "--workers", "127.0.0.1:1", "--dataset", "/tmp", "--batch-size", "4"])
+        .args(["--image-size", "32", "--transform", "sparkle"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("sparkle"));
+}

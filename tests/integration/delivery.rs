@@ -1,0 +1,102 @@
+//! Exactly-once delivery and deterministic content across workers.
+
+use std::collections::HashMap;
+
+use stoker_client::{Loader, LoaderConfig, TransformSpec};
+
+use crate::support::{Worker, assert_exactly_once, image_folder_keys, pack, stream, synth_images};
+
+#[test]
+fn two_workers_two_epochs_deliver_every_sample_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&images, 150, 5, 160, 120);
+    pack(&images, shards.to_str().unwrap(), "120K", &[]);
+    let expected = image_folder_keys(&images);
+    assert_eq!(expected.len(), 150);
+
+    let (w1, w2) = (Worker::start(1), Worker::start(1));
+    let run = stream(
+        &[&w1, &w2],
+        shards.to_str().unwrap(),
+        &["--batch-size", "16", "--image-size", "64", "--epochs", "2", "--seed", "7"],
+        &[],
+    );
+    assert_exactly_once(&run, &expected, 0..2);
+    // 150 samples per epoch in batches of 16: 9 full and one of 6, twice.
+    assert_eq!(run.num("batches"), 20);
+    assert_eq!(run.num("skipped"), 0);
+    let json = run.json.as_ref().unwrap();
+    assert!(json["bytes_per_sec"].as_f64().unwrap() > 0.0);
+    assert!(json["images_per_sec"].as_f64().unwrap() > 0.0);
+    assert_eq!(json["epochs"], 2);
+    let workers = run.json.as_ref().unwrap()["workers"].as_array().unwrap().clone();
+    assert_eq!(workers.len(), 2);
+    for w in &workers {
+        assert!(w["samples"].as_u64().unwrap() > 0, "a worker got no work: {workers:?}");
+    }
+}
+
+#[test]
+fn ranks_split_an_epoch_without_overlap() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&images, 60, 3, 96, 64);
+    pack(&images, shards.to_str().unwrap(), "40K", &[]);
+    let expected = image_folder_keys(&images);
+    let w = Worker::start(2);
+    let mut all = Vec::new();
+    for rank in 0..3 {
+        let run = stream(
+            &[&w],
+            shards.to_str().unwrap(),
+            &["--batch-size", "8", "--image-size", "32", "--rank", &rank.to_string(), "--world-size", "3"],
+            &[],
+        );
+        assert!(run.success(), "{}", run.stderr());
+        assert!(!run.keys.is_empty(), "rank {rank} got nothing");
+        all.extend(run.keys.into_iter().map(|(_, k, l)| (k, l)));
+    }
+    all.sort();
+    assert_eq!(all, expected);
+}
+
+async fn pixels_by_key(addr: &str, dataset: &str, epoch: u64) -> HashMap<String, Vec<u8>> {
+    let mut config = LoaderConfig::new(vec![addr.to_owned()], dataset, 8, TransformSpec::train(48));
+    config.seed = 11;
+    let loader = Loader::connect(config).await.unwrap();
+    let mut stream = loader.epoch(epoch).unwrap();
+    let mut out = HashMap::new();
+    while let Some(batch) = stream.next_batch().await {
+        let batch = batch.unwrap();
+        for (i, key) in batch.keys.iter().enumerate() {
+            out.insert(key.clone(), batch.image(i).to_vec());
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sample_gets_the_same_pixels_on_any_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&images, 40, 2, 120, 90);
+    pack(&images, shards.to_str().unwrap(), "60K", &[]);
+    let dataset = shards.to_str().unwrap();
+    // Different thread counts, so work is interleaved differently.
+    let (w1, w2) = (Worker::start(1), Worker::start(3));
+    let a = pixels_by_key(&w1.addr, dataset, 3).await;
+    let b = pixels_by_key(&w2.addr, dataset, 3).await;
+    assert_eq!(a.len(), 40);
+    assert_eq!(a.keys().collect::<std::collections::BTreeSet<_>>(), b.keys().collect());
+    for (key, pixels) in &a {
+        assert!(pixels == &b[key], "sample {key} differs between workers");
+    }
+    // And the augmentation really is random per epoch: most crops change.
+    let c = pixels_by_key(&w1.addr, dataset, 4).await;
+    let changed = a.iter().filter(|(k, p)| *p != &c[*k]).count();
+    assert!(changed > 30, "only {changed} of 40 samples changed between epochs");
+}
