@@ -82,7 +82,10 @@ impl LoaderConfig {
             return bad("batch size must be at least 1".into());
         }
         if self.world_size == 0 || self.rank >= self.world_size {
-            return bad(format!("rank {} must be below world size {}", self.rank, self.world_size));
+            return bad(format!(
+                "rank {} must be below world size {}",
+                self.rank, self.world_size
+            ));
         }
         if self.inflight_per_worker == 0 {
             return bad("items in flight per worker must be at least 1".into());

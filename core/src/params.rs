@@ -25,11 +25,19 @@ pub enum Step {
     FlipHorizontal,
     FlipVertical,
     /// Rotate counter-clockwise by `degrees` about the centre.
-    Rotate { degrees: f32 },
+    Rotate {
+        degrees: f32,
+    },
     /// Apply the three factors in `order` (0 brightness, 1 contrast,
     /// 2 saturation).
-    Jitter { factors: [f32; 3], order: [u8; 3] },
-    Blur { kernel_size: u32, sigma: f32 },
+    Jitter {
+        factors: [f32; 3],
+        order: [u8; 3],
+    },
+    Blur {
+        kernel_size: u32,
+        sigma: f32,
+    },
 }
 
 /// Python's `round()`: half to even, as torchvision's arithmetic uses.
@@ -85,14 +93,7 @@ fn random_resized_crop_box(
 /// Resolves `spec` for one sample whose decoded image is `width` x `height`.
 ///
 /// The spec must have passed [`TransformSpec::validate`].
-pub fn resolve_steps(
-    spec: &TransformSpec,
-    seed: u64,
-    epoch: u64,
-    key: &str,
-    width: u32,
-    height: u32,
-) -> Vec<Step> {
+pub fn resolve_steps(spec: &TransformSpec, seed: u64, epoch: u64, key: &str, width: u32, height: u32) -> Vec<Step> {
     let base = SampleRng::for_sample(seed, epoch, key);
     let (mut w, mut h) = (width, height);
     let mut steps = Vec::with_capacity(spec.ops.len());
@@ -204,10 +205,7 @@ pub fn resolve_steps(
             }
             Op::GaussianBlur { kernel_size, sigma } => {
                 let s = rng.uniform(f64::from(sigma.0), f64::from(sigma.1)) as f32;
-                steps.push(Step::Blur {
-                    kernel_size,
-                    sigma: s,
-                });
+                steps.push(Step::Blur { kernel_size, sigma: s });
             }
         }
     }
@@ -257,9 +255,7 @@ mod tests {
     fn flips_about_half_the_time() {
         let spec = TransformSpec::train(32);
         let flips = (0..4000)
-            .filter(|i| {
-                resolve_steps(&spec, 0, 0, &i.to_string(), 64, 64).contains(&Step::FlipHorizontal)
-            })
+            .filter(|i| resolve_steps(&spec, 0, 0, &i.to_string(), 64, 64).contains(&Step::FlipHorizontal))
             .count();
         assert!((1800..2200).contains(&flips), "{flips} flips of 4000");
     }

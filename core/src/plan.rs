@@ -36,13 +36,7 @@ impl EpochPlan {
     /// Shuffles `shards` (which must be sorted by name) with a permutation
     /// derived from (seed, epoch), then gives rank `r` every shard at
     /// position `p` with `p % world == r`.
-    pub fn new(
-        shards: &[ShardRef],
-        seed: u64,
-        epoch: u64,
-        rank: u32,
-        world: u32,
-    ) -> Result<Self, PlanError> {
+    pub fn new(shards: &[ShardRef], seed: u64, epoch: u64, rank: u32, world: u32) -> Result<Self, PlanError> {
         if world == 0 {
             return Err(PlanError::EmptyWorld);
         }

@@ -70,9 +70,9 @@ impl Op {
     /// The side length this op fixes its output to, if it fixes one.
     fn fixed_size(&self) -> Option<u32> {
         match self {
-            Self::RandomResizedCrop { size, .. }
-            | Self::CenterCrop { size }
-            | Self::RandomCrop { size, .. } => Some(*size),
+            Self::RandomResizedCrop { size, .. } | Self::CenterCrop { size } | Self::RandomCrop { size, .. } => {
+                Some(*size)
+            }
             _ => None,
         }
     }
@@ -113,10 +113,7 @@ impl TransformSpec {
     pub fn train(size: u32) -> Self {
         Self {
             size,
-            ops: vec![
-                Op::random_resized_crop(size),
-                Op::HorizontalFlip { p: 0.5 },
-            ],
+            ops: vec![Op::random_resized_crop(size), Op::HorizontalFlip { p: 0.5 }],
         }
     }
 
@@ -158,7 +155,10 @@ impl TransformSpec {
                     }
                     let (s0, s1) = *scale;
                     if !(s0 > 0.0 && s0 <= s1 && s1 <= 1.0) {
-                        return Err(op_err(op, format!("scale ({s0}, {s1}) must satisfy 0 < min <= max <= 1")));
+                        return Err(op_err(
+                            op,
+                            format!("scale ({s0}, {s1}) must satisfy 0 < min <= max <= 1"),
+                        ));
                     }
                     let (r0, r1) = *ratio;
                     if !(r0 > 0.0 && r0 <= r1 && r1.is_finite()) {
@@ -207,11 +207,17 @@ impl TransformSpec {
                 }
                 Op::GaussianBlur { kernel_size, sigma } => {
                     if kernel_size % 2 == 0 || *kernel_size > 101 {
-                        return Err(op_err(op, format!("kernel size {kernel_size} must be odd and at most 101")));
+                        return Err(op_err(
+                            op,
+                            format!("kernel size {kernel_size} must be odd and at most 101"),
+                        ));
                     }
                     let (a, b) = *sigma;
                     if !(a > 0.0 && a <= b && b <= 100.0) {
-                        return Err(op_err(op, format!("sigma ({a}, {b}) must satisfy 0 < min <= max <= 100")));
+                        return Err(op_err(
+                            op,
+                            format!("sigma ({a}, {b}) must satisfy 0 < min <= max <= 100"),
+                        ));
                     }
                 }
             }
@@ -254,10 +260,7 @@ mod tests {
     #[test]
     fn refuses_absurd_values() {
         assert_eq!(TransformSpec::preset("train", 0), Err(SpecError::Size(0)));
-        assert_eq!(
-            TransformSpec::preset("train", 100_000),
-            Err(SpecError::Size(100_000))
-        );
+        assert_eq!(TransformSpec::preset("train", 100_000), Err(SpecError::Size(100_000)));
         assert!(matches!(
             TransformSpec::preset("fancy", 224),
             Err(SpecError::UnknownPreset(_))
@@ -290,6 +293,12 @@ mod tests {
                 },
             ],
         };
-        assert!(matches!(spec.validate(), Err(SpecError::Op { op: "gaussian_blur", .. })));
+        assert!(matches!(
+            spec.validate(),
+            Err(SpecError::Op {
+                op: "gaussian_blur",
+                ..
+            })
+        ));
     }
 }

@@ -101,10 +101,7 @@ mod tests {
                 prefix: String::new()
             }
         );
-        assert_eq!(
-            DatasetUri::parse("s3://b/a/").unwrap().join("x.tar"),
-            "s3://b/a/x.tar"
-        );
+        assert_eq!(DatasetUri::parse("s3://b/a/").unwrap().join("x.tar"), "s3://b/a/x.tar");
     }
 
     #[test]
@@ -127,9 +124,6 @@ mod tests {
             DatasetUri::parse("file://rel"),
             Err(UriError::RelativeFileUri(_))
         ));
-        assert!(matches!(
-            DatasetUri::parse("gs://b/p"),
-            Err(UriError::Scheme(_, _))
-        ));
+        assert!(matches!(DatasetUri::parse("gs://b/p"), Err(UriError::Scheme(_, _))));
     }
 }

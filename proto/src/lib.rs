@@ -60,10 +60,7 @@ pub fn spec_from_pb(spec: Option<&pb::TransformSpec>) -> Result<TransformSpec, S
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let spec = TransformSpec {
-        size: spec.size,
-        ops,
-    };
+    let spec = TransformSpec { size: spec.size, ops };
     spec.validate()?;
     Ok(spec)
 }
@@ -107,10 +104,7 @@ pub fn spec_to_pb(spec: &TransformSpec) -> pb::TransformSpec {
             pb::Transform { op: Some(op) }
         })
         .collect();
-    pb::TransformSpec {
-        size: spec.size,
-        ops,
-    }
+    pb::TransformSpec { size: spec.size, ops }
 }
 
 impl From<&ShardRef> for pb::ShardInfo {

@@ -171,7 +171,13 @@ fn decode_jpeg(data: &[u8], max_pixels: u64) -> Result<RgbImage, DecodeError> {
     let (w, h) = header_dimensions(ImageKind::Jpeg, data)?;
     check_size(w as usize, h as usize, max_pixels)?;
     if !jpeg_is_complete(data) {
-        return Err(invalid("jpeg", format!("truncated: no end-of-image marker after the last scan ({} bytes)", data.len())));
+        return Err(invalid(
+            "jpeg",
+            format!(
+                "truncated: no end-of-image marker after the last scan ({} bytes)",
+                data.len()
+            ),
+        ));
     }
     let mut d = JpegDecoder::new_with_options(ZCursor::new(data), jpeg_options());
     d.decode_headers().map_err(|e| invalid("jpeg", format!("{e:?}")))?;
@@ -181,7 +187,10 @@ fn decode_jpeg(data: &[u8], max_pixels: u64) -> Result<RgbImage, DecodeError> {
         .output_buffer_size()
         .ok_or_else(|| invalid("jpeg", "output size overflows"))?;
     if size != w * h * 3 {
-        return Err(invalid("jpeg", format!("unexpected output size {size} for {w}x{h} RGB")));
+        return Err(invalid(
+            "jpeg",
+            format!("unexpected output size {size} for {w}x{h} RGB"),
+        ));
     }
     let mut pixels = vec![0u8; size];
     d.decode_into(&mut pixels)
@@ -246,7 +255,14 @@ mod tests {
         jpeg.extend_from_slice(&[0xff, 0xd9]);
         let err = decode(ImageKind::Jpeg, &jpeg, 100_000_000).unwrap_err();
         assert!(
-            matches!(err, DecodeError::TooLarge { width: 60000, height: 60000, .. }),
+            matches!(
+                err,
+                DecodeError::TooLarge {
+                    width: 60000,
+                    height: 60000,
+                    ..
+                }
+            ),
             "{err}"
         );
         let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();

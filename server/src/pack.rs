@@ -167,9 +167,7 @@ pub async fn pack(
         path: index_path.clone(),
         source: std::io::Error::other(e),
     })?;
-    tokio::fs::write(&index_path, json)
-        .await
-        .map_err(io_err(&index_path))?;
+    tokio::fs::write(&index_path, json).await.map_err(io_err(&index_path))?;
     storage.put_file(output, INDEX_FILE, &index_path).await?;
     Ok(PackSummary {
         shards: index.shards.len(),
@@ -227,7 +225,11 @@ mod tests {
         for (class, n) in [("cat", 3), ("dog", 4)] {
             std::fs::create_dir(input.path().join(class)).unwrap();
             for i in 0..n {
-                std::fs::write(input.path().join(class).join(format!("im.{i}.jpg")), vec![i as u8; 3000]).unwrap();
+                std::fs::write(
+                    input.path().join(class).join(format!("im.{i}.jpg")),
+                    vec![i as u8; 3000],
+                )
+                .unwrap();
             }
         }
         std::fs::write(input.path().join("cat/readme.txt"), b"ignored").unwrap();

@@ -147,8 +147,9 @@ thread_local! {
     static AUGMENTER: std::cell::RefCell<Augmenter> = std::cell::RefCell::new(Augmenter::new());
 }
 
-/// Decodes and augments one sample (runs on the CPU pool).
-fn process_sample(
+/// Decodes and augments one sample (runs on the CPU pool). Failures become
+/// a [`Skipped`] with the reason.
+pub fn process_sample(
     raw: RawSample,
     spec: &TransformSpec,
     seed: u64,
@@ -172,7 +173,12 @@ fn process_sample(
     if (out.width, out.height) != (spec.size, spec.size) {
         return Err(skip(
             &raw.key,
-            format!("transform produced {}x{}, expected {s}x{s}", out.width, out.height, s = spec.size),
+            format!(
+                "transform produced {}x{}, expected {s}x{s}",
+                out.width,
+                out.height,
+                s = spec.size
+            ),
         ));
     }
     Ok(Processed {
@@ -228,9 +234,10 @@ async fn run_item_inner(
                     }
                     let spec = Arc::clone(&item.spec);
                     let (seed, epoch, max_pixels) = (item.seed, item.epoch, ctx.config.max_image_pixels);
-                    in_flight.push_back(Box::pin(ctx.pool.spawn(move || {
-                        process_sample(raw, &spec, seed, epoch, max_pixels)
-                    })));
+                    in_flight.push_back(Box::pin(
+                        ctx.pool
+                            .spawn(move || process_sample(raw, &spec, seed, epoch, max_pixels)),
+                    ));
                 }
                 Ok(None) => exhausted = true,
                 Err(e) if e.is_io() => {
@@ -277,8 +284,6 @@ async fn send(ctx: &WorkerContext, tx: &mpsc::Sender<Result<Chunk, ItemError>>, 
     ctx.counters
         .samples
         .fetch_add(chunk.samples.len() as u64, Ordering::Relaxed);
-    ctx.counters
-        .bytes
-        .fetch_add(chunk.bytes() as u64, Ordering::Relaxed);
+    ctx.counters.bytes.fetch_add(chunk.bytes() as u64, Ordering::Relaxed);
     tx.send(Ok(chunk)).await.is_ok()
 }

@@ -90,10 +90,7 @@ fn s3_reason<E: ProvideErrorMetadata + std::error::Error + 'static>(err: &SdkErr
 }
 
 /// Classifies an S3 error for `object`.
-fn s3_error<E: ProvideErrorMetadata + std::error::Error + 'static>(
-    object: &str,
-    err: SdkError<E>,
-) -> StorageError {
+fn s3_error<E: ProvideErrorMetadata + std::error::Error + 'static>(object: &str, err: SdkError<E>) -> StorageError {
     let reason = s3_reason(&err);
     let status = err.raw_response().map(|r| r.status().as_u16());
     let code = err.code().unwrap_or_default();
@@ -327,12 +324,10 @@ impl Storage {
                     })?;
                 Ok(())
             }
-            DatasetUri::Local(dir) => tokio::fs::create_dir_all(dir)
-                .await
-                .map_err(|source| StorageError::Io {
-                    object: dir.display().to_string(),
-                    source,
-                }),
+            DatasetUri::Local(dir) => tokio::fs::create_dir_all(dir).await.map_err(|source| StorageError::Io {
+                object: dir.display().to_string(),
+                source,
+            }),
         }
     }
 }
@@ -340,9 +335,7 @@ impl Storage {
 /// Joins a shard name to a dataset folder, refusing names that climb out.
 fn safe_join(dir: &Path, name: &str) -> Option<PathBuf> {
     let rel = Path::new(name);
-    let ok = rel
-        .components()
-        .all(|c| matches!(c, std::path::Component::Normal(_)));
+    let ok = rel.components().all(|c| matches!(c, std::path::Component::Normal(_)));
     ok.then(|| dir.join(rel))
 }
 

@@ -28,7 +28,11 @@ pub enum SynthError {
 pub fn procedural(width: u32, height: u32, seed: u64) -> RgbImage {
     let mut rng = SampleRng::from_seed(seed);
     let mut img = RgbImage::new(width, height);
-    let base: [f64; 3] = [rng.uniform(0.0, 255.0), rng.uniform(0.0, 255.0), rng.uniform(0.0, 255.0)];
+    let base: [f64; 3] = [
+        rng.uniform(0.0, 255.0),
+        rng.uniform(0.0, 255.0),
+        rng.uniform(0.0, 255.0),
+    ];
     let grad: [f64; 3] = [rng.uniform(-1.0, 1.0), rng.uniform(-1.0, 1.0), rng.uniform(-1.0, 1.0)];
     let freq = rng.uniform(0.01, 0.06);
     let circles: Vec<(f64, f64, f64, [f64; 3])> = (0..6)
@@ -37,7 +41,11 @@ pub fn procedural(width: u32, height: u32, seed: u64) -> RgbImage {
                 rng.uniform(0.0, f64::from(width)),
                 rng.uniform(0.0, f64::from(height)),
                 rng.uniform(10.0, f64::from(width.min(height)) / 2.0 + 11.0),
-                [rng.uniform(0.0, 255.0), rng.uniform(0.0, 255.0), rng.uniform(0.0, 255.0)],
+                [
+                    rng.uniform(0.0, 255.0),
+                    rng.uniform(0.0, 255.0),
+                    rng.uniform(0.0, 255.0),
+                ],
             )
         })
         .collect();

@@ -58,7 +58,9 @@ fn parse_octal(bytes: &[u8]) -> Option<u64> {
         return Some(v);
     }
     let s = field_str(bytes);
-    let s = std::str::from_utf8(s).ok()?.trim_matches(|c: char| c == ' ' || c == '\0');
+    let s = std::str::from_utf8(s)
+        .ok()?
+        .trim_matches(|c: char| c == ' ' || c == '\0');
     if s.is_empty() {
         return Some(0);
     }
@@ -80,10 +82,18 @@ pub fn parse_header(block: &[u8; BLOCK], offset: u64) -> Result<Option<Header>, 
     let signed: i64 = block
         .iter()
         .enumerate()
-        .map(|(i, &b)| if (148..156).contains(&i) { 32 } else { i64::from(b as i8) })
+        .map(|(i, &b)| {
+            if (148..156).contains(&i) {
+                32
+            } else {
+                i64::from(b as i8)
+            }
+        })
         .sum();
     if stored != unsigned && stored as i64 != signed {
-        return Err(corrupt(format!("checksum mismatch (stored {stored}, computed {unsigned})")));
+        return Err(corrupt(format!(
+            "checksum mismatch (stored {stored}, computed {unsigned})"
+        )));
     }
     let size = parse_octal(&block[124..136]).ok_or_else(|| corrupt("unreadable size".into()))?;
     let kind = block[156];
@@ -244,8 +254,7 @@ impl<R: AsyncRead + Unpin> TarReader<R> {
                 // Directories, links, global pax headers...: skip the data.
                 _ => {
                     long_name = None;
-                    self.skip(header.size + padding(header.size), "member data")
-                        .await?;
+                    self.skip(header.size + padding(header.size), "member data").await?;
                 }
             }
         }

@@ -11,14 +11,27 @@ fn bad_images_are_skipped_and_named_and_the_rest_arrives() {
     let good = image_folder_keys(&images);
     let class_dir = images.join("class_000");
     let a_good_jpeg = std::fs::read(class_dir.join("img_000000.jpg")).unwrap();
-    std::fs::write(class_dir.join("zz_garbage.jpg"), b"this is not a jpeg at all, just text").unwrap();
-    std::fs::write(class_dir.join("zz_truncated.jpg"), &a_good_jpeg[..a_good_jpeg.len() / 3]).unwrap();
+    std::fs::write(
+        class_dir.join("zz_garbage.jpg"),
+        b"this is not a jpeg at all, just text",
+    )
+    .unwrap();
+    std::fs::write(
+        class_dir.join("zz_truncated.jpg"),
+        &a_good_jpeg[..a_good_jpeg.len() / 3],
+    )
+    .unwrap();
     std::fs::write(class_dir.join("zz_empty.jpg"), b"").unwrap();
     let shards = dir.path().join("shards");
     pack(&images, shards.to_str().unwrap(), "100K", &[]);
 
     let w = Worker::start(2);
-    let run = stream(&[&w], shards.to_str().unwrap(), &["--batch-size", "7", "--image-size", "40"], &[]);
+    let run = stream(
+        &[&w],
+        shards.to_str().unwrap(),
+        &["--batch-size", "7", "--image-size", "40"],
+        &[],
+    );
     assert!(run.success(), "{}", run.stderr());
     assert_eq!(run.num("samples"), 30);
     assert_eq!(run.num("skipped"), 3);

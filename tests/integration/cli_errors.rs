@@ -20,12 +20,20 @@ const ARGS: &[&str] = &["--batch-size", "4", "--image-size", "32"];
 fn missing_folder_and_empty_dataset() {
     let w = Worker::start(1);
     let run = stream(&[&w], "/nonexistent/stoker-data", ARGS, &[]);
-    assert_one_line_error(&run.stderr(), run.success(), &["/nonexistent/stoker-data", "does not exist", &w.addr]);
+    assert_one_line_error(
+        &run.stderr(),
+        run.success(),
+        &["/nonexistent/stoker-data", "does not exist", &w.addr],
+    );
 
     let empty = tempfile::tempdir().unwrap();
     std::fs::write(empty.path().join("notes.txt"), b"no shards here").unwrap();
     let run = stream(&[&w], empty.path().to_str().unwrap(), ARGS, &[]);
-    assert_one_line_error(&run.stderr(), run.success(), &["no shards", empty.path().to_str().unwrap()]);
+    assert_one_line_error(
+        &run.stderr(),
+        run.success(),
+        &["no shards", empty.path().to_str().unwrap()],
+    );
 }
 
 #[test]
@@ -56,7 +64,17 @@ fn unreachable_worker() {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let out = stoker()
-        .args(["stream", "--workers", &addr, "--dataset", "/tmp", "--batch-size", "4", "--image-size", "32"])
+        .args([
+            "stream",
+            "--workers",
+            &addr,
+            "--dataset",
+            "/tmp",
+            "--batch-size",
+            "4",
+            "--image-size",
+            "32",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -78,7 +96,15 @@ fn invalid_arguments_are_refused() {
         assert_one_line_error(&stderr, out.status.success(), &[needle]);
     }
     let out = stoker()
-        .args(["stream", "--workers", "127.0.0.1:1", "--dataset", "/tmp", "--batch-size", "4"])
+        .args([
+            "stream",
+            "--workers",
+            "127.0.0.1:1",
+            "--dataset",
+            "/tmp",
+            "--batch-size",
+            "4",
+        ])
         .args(["--image-size", "32", "--transform", "sparkle"])
         .output()
         .unwrap();

@@ -20,7 +20,16 @@ fn two_workers_two_epochs_deliver_every_sample_exactly_once() {
     let run = stream(
         &[&w1, &w2],
         shards.to_str().unwrap(),
-        &["--batch-size", "16", "--image-size", "64", "--epochs", "2", "--seed", "7"],
+        &[
+            "--batch-size",
+            "16",
+            "--image-size",
+            "64",
+            "--epochs",
+            "2",
+            "--seed",
+            "7",
+        ],
         &[],
     );
     assert_exactly_once(&run, &expected, 0..2);
@@ -52,7 +61,16 @@ fn ranks_split_an_epoch_without_overlap() {
         let run = stream(
             &[&w],
             shards.to_str().unwrap(),
-            &["--batch-size", "8", "--image-size", "32", "--rank", &rank.to_string(), "--world-size", "3"],
+            &[
+                "--batch-size",
+                "8",
+                "--image-size",
+                "32",
+                "--rank",
+                &rank.to_string(),
+                "--world-size",
+                "3",
+            ],
             &[],
         );
         assert!(run.success(), "{}", run.stderr());

@@ -30,7 +30,10 @@ fn photos(dir: &std::path::Path) -> (Vec<PathBuf>, &'static str) {
     synth_images(dir, 6, 1, 500, 375);
     std::fs::remove_dir_all(&class).unwrap();
     let procedural = dir.join("class_000");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&procedural).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&procedural)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     files.sort();
     (files, "procedural JPEGs (../shared/photos not found)")
 }
@@ -45,10 +48,21 @@ async fn eval_transform_is_within_3_of_pil() {
 
     let reference = dir.path().join("reference");
     std::fs::create_dir_all(&reference).unwrap();
-    run_ok(python().arg(python_script("pil_eval.py")).arg("224").arg(&reference).args(&files));
+    run_ok(
+        python()
+            .arg(python_script("pil_eval.py"))
+            .arg("224")
+            .arg(&reference)
+            .args(&files),
+    );
 
     let w = Worker::start(2);
-    let config = LoaderConfig::new(vec![w.addr.clone()], shards.to_str().unwrap(), 4, TransformSpec::eval(224));
+    let config = LoaderConfig::new(
+        vec![w.addr.clone()],
+        shards.to_str().unwrap(),
+        4,
+        TransformSpec::eval(224),
+    );
     let loader = Loader::connect(config).await.unwrap();
     let mut stream = loader.epoch(0).unwrap();
     let mut compared = 0;

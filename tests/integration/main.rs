@@ -2,6 +2,8 @@
 //! server, shards from independent writers. Run them with scripts/test.sh,
 //! which installs the S3 server and the Python tools they use.
 
+#![allow(clippy::unwrap_used, reason = "a failed unwrap is a failed test, with its location")]
+
 mod support;
 
 mod bad_input;

@@ -16,7 +16,10 @@ pub fn stoker_bin() -> &'static str {
 }
 
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("server/ has a parent").to_owned()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("server/ has a parent")
+        .to_owned()
 }
 
 /// A `stoker` command with logs quiet unless the test asks.
@@ -58,7 +61,9 @@ impl Worker {
         let mut child = cmd.spawn().expect("spawn stoker worker");
         let stdout = child.stdout.take().expect("worker stdout");
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("read worker address");
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read worker address");
         let addr = line
             .trim()
             .strip_prefix("stoker worker listening on ")
@@ -164,7 +169,13 @@ impl S3Server {
 /// The Python interpreter with pillow, numpy and webdataset.
 pub fn python() -> Command {
     static PY: OnceLock<PathBuf> = OnceLock::new();
-    let py = PY.get_or_init(|| tool("STOKER_TEST_PYTHON", "target/pyenv/bin/python", "python with pillow/numpy/webdataset"));
+    let py = PY.get_or_init(|| {
+        tool(
+            "STOKER_TEST_PYTHON",
+            "target/pyenv/bin/python",
+            "python with pillow/numpy/webdataset",
+        )
+    });
     let mut c = Command::new(py);
     c.env("PYTHONDONTWRITEBYTECODE", "1");
     c
@@ -207,7 +218,15 @@ pub fn synth_images(dir: &Path, images: usize, classes: usize, width: u32, heigh
 /// `stoker pack` of an ImageFolder to `output`.
 pub fn pack(input: &Path, output: &str, shard_size: &str, env: &[(&'static str, String)]) {
     let mut cmd = stoker();
-    cmd.args(["pack", "--input", input.to_str().expect("utf-8 path"), "--output", output, "--shard-size", shard_size]);
+    cmd.args([
+        "pack",
+        "--input",
+        input.to_str().expect("utf-8 path"),
+        "--output",
+        output,
+        "--shard-size",
+        shard_size,
+    ]);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -302,9 +321,21 @@ pub fn assert_exactly_once(run: &StreamRun, expected: &[(String, i64)], epochs: 
         got.sort();
         let before = got.len();
         got.dedup();
-        assert_eq!(before, got.len(), "epoch {epoch}: {} duplicate deliveries", before - got.len());
-        let missing: Vec<_> = expected.iter().filter(|k| got.binary_search(k).is_err()).take(5).collect();
-        assert!(missing.is_empty(), "epoch {epoch}: missing samples (first 5): {missing:?}");
+        assert_eq!(
+            before,
+            got.len(),
+            "epoch {epoch}: {} duplicate deliveries",
+            before - got.len()
+        );
+        let missing: Vec<_> = expected
+            .iter()
+            .filter(|k| got.binary_search(k).is_err())
+            .take(5)
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "epoch {epoch}: missing samples (first 5): {missing:?}"
+        );
         assert_eq!(got.len(), expected.len(), "epoch {epoch}: unexpected extra samples");
     }
     let n = expected.len() as u64 * (epochs.end - epochs.start);

@@ -38,7 +38,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let dir = tempfile::tempdir().context("cannot create a temporary folder")?;
     let images = dir.path().join("images");
     let shards = dir.path().join("shards");
-    println!("Stoker demo: {} synthetic images, {} in-process workers", args.images, args.workers);
+    println!(
+        "Stoker demo: {} synthetic images, {} in-process workers",
+        args.images, args.workers
+    );
 
     let t = Instant::now();
     let synth = SynthArgs {
@@ -52,7 +55,11 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         seed: 0,
     };
     write_image_folder(&synth).await?;
-    println!("  1. drew {} ImageNet-sized (500x375) JPEGs in 10 classes in {:.1}s", args.images, t.elapsed().as_secs_f64());
+    println!(
+        "  1. drew {} ImageNet-sized (500x375) JPEGs in 10 classes in {:.1}s",
+        args.images,
+        t.elapsed().as_secs_f64()
+    );
 
     let t = Instant::now();
     let uri = DatasetUri::Local(shards.clone());
@@ -70,7 +77,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let mut stops = Vec::new();
     let mut servers = Vec::new();
     for _ in 0..args.workers {
-        let listener = TcpListener::bind("127.0.0.1:0").await.context("cannot bind a loopback port")?;
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("cannot bind a loopback port")?;
         addrs.push(listener.local_addr()?.to_string());
         let config = WorkerConfig {
             threads,
@@ -84,10 +93,19 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             let _ = stop_rx.await;
         })));
     }
-    println!("  3. started {} workers ({threads} CPU threads each) on {}", args.workers, addrs.join(", "));
+    println!(
+        "  3. started {} workers ({threads} CPU threads each) on {}",
+        args.workers,
+        addrs.join(", ")
+    );
 
     let transform = TransformSpec::preset("train", args.image_size)?;
-    let mut config = LoaderConfig::new(addrs.clone(), shards.display().to_string(), args.batch_size, transform.clone());
+    let mut config = LoaderConfig::new(
+        addrs.clone(),
+        shards.display().to_string(),
+        args.batch_size,
+        transform.clone(),
+    );
     config.seed = 0;
     let loader = Loader::connect(config).await?;
     let mut keys = HashSet::new();
@@ -115,18 +133,36 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let exact = keys.len() as u64 == expected && duplicates == 0;
     println!();
     println!("Report");
-    println!("  samples delivered : {} of {} ({} skipped)", summary.samples, packed.samples, summary.skipped);
-    println!("  exactly once      : {} ({} unique keys, {duplicates} duplicates)", if exact { "yes" } else { "NO" }, keys.len());
+    println!(
+        "  samples delivered : {} of {} ({} skipped)",
+        summary.samples, packed.samples, summary.skipped
+    );
+    println!(
+        "  exactly once      : {} ({} unique keys, {duplicates} duplicates)",
+        if exact { "yes" } else { "NO" },
+        keys.len()
+    );
     println!("  batches           : {} of up to {}", summary.batches, args.batch_size);
     println!("  time              : {:.2}s", summary.seconds);
-    println!("  throughput        : {:.0} images/s, {}/s of uint8 pixels", summary.images_per_sec, human_bytes(summary.bytes_per_sec));
-    println!("  per core          : {:.0} images/s ({cores} cores on this machine)", summary.images_per_sec / cores as f64);
+    println!(
+        "  throughput        : {:.0} images/s, {}/s of uint8 pixels",
+        summary.images_per_sec,
+        human_bytes(summary.bytes_per_sec)
+    );
+    println!(
+        "  per core          : {:.0} images/s ({cores} cores on this machine)",
+        summary.images_per_sec / cores as f64
+    );
     for w in &summary.workers {
         println!("  worker {:<21}: {} samples", w.addr, w.samples);
     }
     println!();
     println!("Next: `stoker worker --listen 0.0.0.0:50051` on preprocessing hosts, then");
     println!("`stoker stream --workers HOST:50051 --dataset s3://bucket/prefix/ --batch-size 256 --image-size 224`.");
-    anyhow::ensure!(exact, "exactly-once check failed: {} unique keys for {expected} samples, {duplicates} duplicates", keys.len());
+    anyhow::ensure!(
+        exact,
+        "exactly-once check failed: {} unique keys for {expected} samples, {duplicates} duplicates",
+        keys.len()
+    );
     Ok(())
 }

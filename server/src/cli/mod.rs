@@ -1,6 +1,7 @@
 //! The `stoker` subcommands. Each one is a thin layer over the libraries:
 //! argument checks, logging, progress and reports.
 
+mod bench;
 mod demo;
 mod progress;
 mod stream;
@@ -9,6 +10,7 @@ mod worker;
 
 use clap::{Parser, Subcommand};
 
+pub use bench::BenchArgs;
 pub use demo::DemoArgs;
 pub use stream::StreamArgs;
 pub use synth::{PackArgs, SynthArgs};
@@ -34,6 +36,8 @@ pub enum Command {
     Synth(SynthArgs),
     /// Run the whole path on a small synthetic dataset, no set-up needed.
     Demo(DemoArgs),
+    /// Measure the CPU decode + transform pipeline on a folder of images.
+    Bench(BenchArgs),
 }
 
 /// Runs a parsed command line.
@@ -43,6 +47,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         _ => "warn",
     };
     init_logging(default_level);
+    if let Command::Bench(args) = cli.command {
+        // Plain threads: no runtime in the measurement.
+        return bench::run(args);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("stoker-io")
@@ -54,6 +62,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Pack(args) => synth::run_pack(args).await,
             Command::Synth(args) => synth::run_synth(args).await,
             Command::Demo(args) => demo::run(args).await,
+            Command::Bench(_) => unreachable!("handled before the runtime starts"),
         }
     })
 }
@@ -88,10 +97,7 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         }
         None => (s, 1),
     };
-    let n: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("not a size: {s:?}"))?;
+    let n: f64 = num.trim().parse().map_err(|_| format!("not a size: {s:?}"))?;
     if !(n.is_finite() && n >= 0.0) {
         return Err(format!("not a size: {s:?}"));
     }

@@ -91,7 +91,8 @@ impl StreamArgs {
         anyhow::ensure!(self.batch_size > 0, "--batch-size must be at least 1");
         anyhow::ensure!(self.image_size > 0, "--image-size must be at least 1");
         anyhow::ensure!(self.epochs > 0, "--epochs must be at least 1");
-        let transform = TransformSpec::preset(&self.transform, self.image_size).context("invalid --transform or --image-size")?;
+        let transform =
+            TransformSpec::preset(&self.transform, self.image_size).context("invalid --transform or --image-size")?;
         let mut config = LoaderConfig::new(self.workers.clone(), self.dataset.clone(), self.batch_size, transform);
         config.seed = self.seed;
         config.rank = self.rank;
@@ -129,7 +130,10 @@ pub async fn stream_epochs(
             let r = stream.report();
             progress.update(
                 done,
-                &format!("  {}/s", human_bytes(r.bytes as f64 / r.elapsed.as_secs_f64().max(1e-6))),
+                &format!(
+                    "  {}/s",
+                    human_bytes(r.bytes as f64 / r.elapsed.as_secs_f64().max(1e-6))
+                ),
             );
         }
         progress.finish();
@@ -193,7 +197,11 @@ pub fn print_summary(summary: &StreamSummary, reports: &[EpochReport]) {
         let _ = writeln!(err, "  shard ended early: {e}");
     }
     if summary.retries > 0 {
-        let _ = writeln!(err, "  {} work item(s) reassigned after a worker failed", summary.retries);
+        let _ = writeln!(
+            err,
+            "  {} work item(s) reassigned after a worker failed",
+            summary.retries
+        );
     }
 }
 
@@ -210,8 +218,12 @@ pub async fn run(args: StreamArgs) -> anyhow::Result<()> {
     let (summary, reports) = stream_epochs(&loader, args.start_epoch, args.epochs, |batch| {
         if let Some(out) = keys_out.as_mut() {
             for (key, label) in batch.keys.iter().zip(&batch.labels) {
-                writeln!(out, "{}\t{key}\t{label}", batch.epoch)
-                    .with_context(|| format!("cannot write {}", keys_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default()))?;
+                writeln!(out, "{}\t{key}\t{label}", batch.epoch).with_context(|| {
+                    format!(
+                        "cannot write {}",
+                        keys_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default()
+                    )
+                })?;
             }
         }
         Ok(())

@@ -86,7 +86,10 @@ pub struct SynthArgs {
 /// Writes an ImageFolder tree of `images` JPEGs across `classes` classes.
 /// Returns the number written and whether real photos were used.
 pub async fn write_image_folder(args: &SynthArgs) -> anyhow::Result<(usize, bool)> {
-    anyhow::ensure!(args.images > 0 && args.classes > 0, "--images and --classes must be at least 1");
+    anyhow::ensure!(
+        args.images > 0 && args.classes > 0,
+        "--images and --classes must be at least 1"
+    );
     anyhow::ensure!(
         (8..=8192).contains(&args.width) && (8..=8192).contains(&args.height),
         "--width and --height must be between 8 and 8192"
@@ -117,7 +120,10 @@ pub async fn write_image_folder(args: &SynthArgs) -> anyhow::Result<(usize, bool
     }
     let pool = CpuPool::new(std::thread::available_parallelism().map_or(1, |n| n.get()))?;
     type Job = std::pin::Pin<
-        Box<dyn Future<Output = Result<Result<(usize, Vec<Vec<u8>>), crate::synth::SynthError>, crate::pool::PoolError>> + Send>,
+        Box<
+            dyn Future<Output = Result<Result<(usize, Vec<Vec<u8>>), crate::synth::SynthError>, crate::pool::PoolError>>
+                + Send,
+        >,
     >;
     let mut jobs: Vec<Job> = Vec::new();
     let use_photos = !photos.is_empty();
