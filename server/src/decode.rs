@@ -156,15 +156,17 @@ fn png_options() -> DecoderOptions {
         .set_max_height(1 << 20)
 }
 
-/// True when an end-of-image marker follows the last start-of-scan. Marker
-/// bytes cannot occur inside entropy-coded data (0xFF is stuffed there), so
-/// a file cut anywhere in its scans fails this check. zune-jpeg would
-/// otherwise fill the missing rows with grey and report success.
+/// True when the last end-of-image marker is not followed by another
+/// start-of-scan. Marker bytes cannot occur inside entropy-coded data (0xFF
+/// is stuffed there), so a file cut anywhere in its scans fails this check,
+/// also when an embedded EXIF thumbnail carries an end-of-image marker of
+/// its own. zune-jpeg would otherwise fill the missing rows with grey and
+/// report success. Scans from the end: a whole file only when truncated.
 fn jpeg_is_complete(data: &[u8]) -> bool {
-    let Some(last_sos) = data.windows(2).rposition(|w| w == [0xff, 0xda]) else {
+    let Some(eoi) = data.windows(2).rposition(|w| w == [0xff, 0xd9]) else {
         return false;
     };
-    data[last_sos..].windows(2).any(|w| w == [0xff, 0xd9])
+    !data[eoi..].windows(2).any(|w| w == [0xff, 0xda])
 }
 
 fn decode_jpeg(data: &[u8], max_pixels: u64) -> Result<RgbImage, DecodeError> {

@@ -90,14 +90,14 @@ pub fn encode_jpeg(img: &RgbImage, quality: u8) -> Result<Vec<u8>, SynthError> {
     Ok(out)
 }
 
-/// Cuts `count` ImageNet-like JPEGs (`width` x `height`, quality 90) out of
-/// one real photo: random 4:3 regions of a third to all of the photo,
-/// resized down.
+/// Cuts `count` ImageNet-like JPEGs (`width` x `height`) out of one real
+/// photo: random regions of 55% to all of the photo's width, with the
+/// output's aspect ratio, resized down and encoded at `quality`.
 pub fn imagenet_like_from_photo(
     photo: &[u8],
     count: usize,
-    width: u32,
-    height: u32,
+    (width, height): (u32, u32),
+    quality: u8,
     seed: u64,
 ) -> Result<Vec<Vec<u8>>, SynthError> {
     let src = decode(ImageKind::Jpeg, photo, 200_000_000).map_err(|e| SynthError::Source(e.to_string()))?;
@@ -129,7 +129,7 @@ pub fn imagenet_like_from_photo(
             height,
             pixels: dst.into_vec(),
         };
-        out.push(encode_jpeg(&img, 90)?);
+        out.push(encode_jpeg(&img, quality)?);
     }
     Ok(out)
 }

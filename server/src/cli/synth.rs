@@ -135,10 +135,10 @@ pub async fn write_image_folder(args: &SynthArgs) -> anyhow::Result<(usize, bool
             if count == 0 {
                 break;
             }
-            let (w, h, seed) = (args.width, args.height, args.seed ^ p as u64);
+            let (w, h, q, seed) = (args.width, args.height, args.quality, args.seed ^ p as u64);
             let first = p * per_photo;
             jobs.push(Box::pin(pool.spawn(move || {
-                imagenet_like_from_photo(&photo, count, w, h, seed).map(|v| (first, v))
+                imagenet_like_from_photo(&photo, count, (w, h), q, seed).map(|v| (first, v))
             })));
         }
     } else {
