@@ -75,7 +75,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let spec = TransformSpec::preset(&args.transform, args.image_size)?;
     let mut images = Vec::new();
     collect(&args.input, &mut images)?;
-    anyhow::ensure!(!images.is_empty(), "no images (jpg, jpeg, png) under {}", args.input.display());
+    anyhow::ensure!(
+        !images.is_empty(),
+        "no images (jpg, jpeg, png) under {}",
+        args.input.display()
+    );
     let started = Instant::now();
     let (done, skipped) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..args.threads)
