@@ -169,7 +169,9 @@ fn jpeg_is_complete(data: &[u8]) -> bool {
     !data[eoi..].windows(2).any(|w| w == [0xff, 0xda])
 }
 
-fn decode_jpeg(data: &[u8], max_pixels: u64) -> Result<RgbImage, DecodeError> {
+/// The checks every JPEG passes before any decoder sees it: a readable
+/// header, at most `max_pixels`, and not truncated. Returns the dimensions.
+pub fn check_jpeg(data: &[u8], max_pixels: u64) -> Result<(u32, u32), DecodeError> {
     let (w, h) = header_dimensions(ImageKind::Jpeg, data)?;
     check_size(w as usize, h as usize, max_pixels)?;
     if !jpeg_is_complete(data) {
@@ -181,6 +183,11 @@ fn decode_jpeg(data: &[u8], max_pixels: u64) -> Result<RgbImage, DecodeError> {
             ),
         ));
     }
+    Ok((w, h))
+}
+
+fn decode_jpeg(data: &[u8], max_pixels: u64) -> Result<RgbImage, DecodeError> {
+    check_jpeg(data, max_pixels)?;
     let mut d = JpegDecoder::new_with_options(ZCursor::new(data), jpeg_options());
     d.decode_headers().map_err(|e| invalid("jpeg", format!("{e:?}")))?;
     let (w, h) = d.dimensions().ok_or_else(|| invalid("jpeg", "no frame header"))?;

@@ -2,7 +2,8 @@
 //!
 //! - [`storage`]: S3 and local folders.
 //! - [`wds`]: WebDataset tar shards, read as a stream and grouped into samples.
-//! - [`decode`], [`augment`]: CPU decode and transform execution.
+//! - [`decode`], [`augment`]: CPU decode and transform execution;
+//!   [`libjpeg`]: region-of-interest JPEG decoding with libjpeg-turbo.
 //! - [`pool`]: the CPU thread pool that keeps that work off the runtime.
 //! - [`pipeline`]: one work item from shard to chunks.
 //! - [`service`]: the gRPC edge and `serve`.
@@ -13,6 +14,7 @@
 pub mod augment;
 pub mod cli;
 pub mod decode;
+pub mod libjpeg;
 pub mod pack;
 pub mod pipeline;
 pub mod pool;

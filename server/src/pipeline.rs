@@ -10,14 +10,16 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use stoker_core::{DatasetUri, TransformSpec, resolve_steps};
+use stoker_core::{DatasetUri, Step, TransformSpec, resolve_steps};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::augment::Augmenter;
-use crate::decode::decode;
+use crate::decode::{DecodeError, RgbImage, check_jpeg, decode, sniff};
+use crate::libjpeg;
 use crate::pool::{CpuPool, PoolError};
 use crate::storage::{Storage, StorageError};
+use crate::wds::ImageKind;
 use crate::wds::{RawSample, SampleReader, TarError};
 
 /// Limits and sizes of a worker.
@@ -165,8 +167,8 @@ pub fn process_sample(
         Err(reason) => return Err(skip(&raw.key, reason)),
     };
     let label = raw.label.map_err(|reason| skip(&raw.key, reason))?;
-    let img = decode(kind, &data, max_pixels).map_err(|e| skip(&raw.key, e.to_string()))?;
-    let steps = resolve_steps(spec, seed, epoch, &raw.key, img.width, img.height);
+    let (img, steps) =
+        decode_for(kind, &data, spec, seed, epoch, &raw.key, max_pixels).map_err(|e| skip(&raw.key, e.to_string()))?;
     let out = AUGMENTER
         .with(|a| a.borrow_mut().run(img, &steps))
         .map_err(|e| skip(&raw.key, e.to_string()))?;
@@ -188,6 +190,49 @@ pub fn process_sample(
         height: out.height,
         pixels: out.pixels,
     })
+}
+
+/// Decodes `data` and resolves the sample's steps. When the first step
+/// crops a box out of a JPEG and the build has libjpeg-turbo, only that box
+/// is decoded (the step then applies to the box); otherwise the whole image
+/// is decoded with zune-jpeg / zune-png.
+fn decode_for(
+    kind: ImageKind,
+    data: &[u8],
+    spec: &TransformSpec,
+    seed: u64,
+    epoch: u64,
+    key: &str,
+    max_pixels: u64,
+) -> Result<(RgbImage, Vec<Step>), DecodeError> {
+    if libjpeg::enabled() && kind == ImageKind::Jpeg && sniff(data) == Some(ImageKind::Jpeg) {
+        let (w, h) = check_jpeg(data, max_pixels)?;
+        let mut steps = resolve_steps(spec, seed, epoch, key, w, h);
+        if let Some(Step::CropResize {
+            left,
+            top,
+            width,
+            height,
+            ..
+        }) = steps.first_mut()
+            && *left >= 0
+            && *top >= 0
+            && *left + i64::from(*width) <= i64::from(w)
+            && *top + i64::from(*height) <= i64::from(h)
+        {
+            match libjpeg::decode_region(data, *left as u32, *top as u32, *width, *height) {
+                Ok(img) => {
+                    (*left, *top) = (0, 0);
+                    return Ok((img, steps));
+                }
+                // CMYK and other inputs libjpeg will not turn into RGB.
+                Err(reason) => debug!(key, reason, "region decode failed, decoding whole image"),
+            }
+        }
+    }
+    let img = decode(kind, data, max_pixels)?;
+    let steps = resolve_steps(spec, seed, epoch, key, img.width, img.height);
+    Ok((img, steps))
 }
 
 type Pending = std::pin::Pin<Box<dyn Future<Output = Result<Result<Processed, Skipped>, PoolError>> + Send>>;

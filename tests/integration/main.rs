@@ -11,3 +11,4 @@ mod cli_errors;
 mod delivery;
 mod fidelity;
 mod s3;
+mod worker_api;

@@ -84,7 +84,14 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("listener has no local address")?;
     let threads = config.threads;
     let ctx = Arc::new(WorkerContext::new(config).context("cannot start the cpu pool")?);
-    info!(%addr, threads, device = "cpu", "worker ready");
+    let jpeg_decoder = if crate::libjpeg::enabled() {
+        "libjpeg-turbo region decode, zune-jpeg fallback"
+    } else if crate::libjpeg::AVAILABLE {
+        "zune-jpeg (STOKER_JPEG_DECODER=zune)"
+    } else {
+        "zune-jpeg (built without libjpeg-turbo)"
+    };
+    info!(%addr, threads, device = "cpu", jpeg_decoder, "worker ready");
     // Scripts and tests read the bound address (useful with port 0).
     println!("stoker worker listening on {addr}");
     let _ = std::io::stdout().flush();

@@ -1,0 +1,115 @@
+//! The worker's gRPC API in-process: `serve` on 127.0.0.1:0 with an injected
+//! shutdown signal, requests with absurd values, health, clean exit.
+
+use std::sync::Arc;
+
+use stoker_proto::pb;
+use stoker_proto::pb::worker_client::WorkerClient;
+use stoker_server::{WorkerConfig, WorkerContext, serve};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+async fn start() -> (
+    String,
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = format!("http://{}", listener.local_addr().unwrap());
+    let ctx = Arc::new(
+        WorkerContext::new(WorkerConfig {
+            threads: 1,
+            ..WorkerConfig::default()
+        })
+        .unwrap(),
+    );
+    let (tx, rx) = oneshot::channel::<()>();
+    let handle = tokio::spawn(serve(listener, ctx, async {
+        let _ = rx.await;
+    }));
+    (addr, tx, handle)
+}
+
+fn item(size: u32, ops: Vec<pb::Transform>) -> pb::WorkItem {
+    pb::WorkItem {
+        dataset: "/tmp".into(),
+        shard: "x.tar".into(),
+        seed: 0,
+        epoch: 0,
+        transform: Some(pb::TransformSpec { size, ops }),
+        skip_keys: vec![],
+        chunk_bytes: 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absurd_requests_get_invalid_argument_and_the_worker_shuts_down_cleanly() {
+    let (addr, stop, server) = start().await;
+    let mut client = WorkerClient::connect(addr.clone()).await.unwrap();
+    let train = |size| stoker_proto::spec_to_pb(&stoker_core::TransformSpec::train(size)).ops;
+
+    let cases = [
+        ("image size 0", item(0, train(224))),
+        ("image size 100000", item(100_000, train(100_000))),
+        ("unknown transform op", item(224, vec![pb::Transform { op: None }])),
+        (
+            "no transform",
+            pb::WorkItem {
+                transform: None,
+                ..item(224, vec![])
+            },
+        ),
+        (
+            "no shard",
+            pb::WorkItem {
+                shard: String::new(),
+                ..item(224, train(224))
+            },
+        ),
+        (
+            "bad dataset uri",
+            pb::WorkItem {
+                dataset: "gs://bucket/x".into(),
+                ..item(224, train(224))
+            },
+        ),
+    ];
+    for (what, request) in cases {
+        let status = client.process_shard(request).await.expect_err(what);
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{what}: {status:?}");
+        assert!(!status.message().is_empty(), "{what}: empty message");
+    }
+
+    // A missing shard is NOT_FOUND, named.
+    let mut stream = client.process_shard(item(32, train(32))).await.unwrap().into_inner();
+    let status = stream.message().await.expect_err("missing shard");
+    assert_eq!(status.code(), tonic::Code::NotFound);
+    assert!(status.message().contains("x.tar"), "{status:?}");
+
+    // Still healthy after all that, and serving.
+    let mut health = tonic_health::pb::health_client::HealthClient::connect(addr)
+        .await
+        .unwrap();
+    let reply = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "stoker.v1.Worker".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        reply.status(),
+        tonic_health::pb::health_check_response::ServingStatus::Serving
+    );
+    let info = client.info(pb::InfoRequest {}).await.unwrap().into_inner();
+    assert_eq!(info.device, "cpu");
+
+    drop(client);
+    drop(health);
+    stop.send(()).unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), server)
+        .await
+        .expect("serve returns after shutdown")
+        .unwrap()
+        .unwrap();
+}
