@@ -41,14 +41,19 @@ def main() -> None:
         print(f"images: {len(sizes)} JPEGs, 500x375, {source}, "
               f"median {statistics.median(sizes) / 1000:.0f} KB", flush=True)
 
-        stoker_rates, pil_rates = [], []
+        stoker_rates, zune_rates, pil_rates = [], [], []
+        bench = [STOKER, "bench", "--input", images, "--threads", "1", "--passes", "2"]
+        zune_env = dict(os.environ, STOKER_JPEG_DECODER="zune")
         for r in range(rounds):
-            s = run_json([STOKER, "bench", "--input", images, "--threads", "1", "--passes", "2"])
+            s = run_json(bench)
+            z = run_json(bench, env=zune_env)
             p = run_json([sys.executable, os.path.join(ROOT, "scripts", "bench_pil.py"), images, "224", "2"])
             stoker_rates.append(s["images_per_sec"])
+            zune_rates.append(z["images_per_sec"])
             pil_rates.append(p["images_per_sec"])
-            print(f"round {r + 1}: stoker {s['images_per_sec']:.0f}/s, PIL {p['images_per_sec']:.0f}/s, "
-                  f"ratio {s['images_per_sec'] / p['images_per_sec']:.2f}", flush=True)
+            print(f"round {r + 1}: stoker {s['images_per_sec']:.0f}/s, stoker/zune-jpeg {z['images_per_sec']:.0f}/s, "
+                  f"PIL {p['images_per_sec']:.0f}/s, ratio {s['images_per_sec'] / p['images_per_sec']:.2f}",
+                  flush=True)
 
         # End to end: pack, one worker process per two cores, stream.
         shards = os.path.join(work, "shards")
@@ -71,13 +76,17 @@ def main() -> None:
             worker.wait()
 
         s_med, p_med = statistics.median(stoker_rates), statistics.median(pil_rates)
+        z_med = statistics.median(zune_rates)
         ratios = [a / b for a, b in zip(stoker_rates, pil_rates)]
+        zune_ratios = [a / b for a, b in zip(zune_rates, pil_rates)]
         print()
         print(f"| measurement (median of {rounds} rounds) | images/s |")
         print("| --- | --- |")
-        print(f"| stoker train pipeline, 1 core | {s_med:.0f} |")
+        print(f"| stoker train pipeline, 1 core (region decode) | {s_med:.0f} |")
+        print(f"| stoker train pipeline, 1 core, STOKER_JPEG_DECODER=zune (whole image) | {z_med:.0f} |")
         print(f"| PIL decode + RandomResizedCrop + flip, 1 core | {p_med:.0f} |")
         print(f"| ratio stoker / PIL (median of per-round ratios) | {statistics.median(ratios):.2f}x |")
+        print(f"| ratio stoker with zune-jpeg / PIL | {statistics.median(zune_ratios):.2f}x |")
         print(f"| stoker stream end to end, 1 worker x {threads} threads + client, {cores} cores, "
               f"224x224 train | {statistics.median(stream_rates):.0f} "
               f"({statistics.median(stream_bytes) / 1e6:.0f} MB/s) |")

@@ -87,9 +87,12 @@ async fn absurd_requests_get_invalid_argument_and_the_worker_shuts_down_cleanly(
     assert!(status.message().contains("x.tar"), "{status:?}");
 
     // Still healthy after all that, and serving.
-    let mut health = tonic_health::pb::health_client::HealthClient::connect(addr)
+    let channel = tonic::transport::Endpoint::from_shared(addr)
+        .unwrap()
+        .connect()
         .await
         .unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
     let reply = health
         .check(tonic_health::pb::HealthCheckRequest {
             service: "stoker.v1.Worker".into(),
