@@ -32,6 +32,9 @@ struct ItemState {
     /// The attempt allowed to deliver samples; `None` while queued.
     owner: Option<u64>,
     attempts: u32,
+    /// Workers an attempt at this item failed on; the item goes to them
+    /// again only once every worker has failed it.
+    failed_on: Vec<usize>,
     done: bool,
 }
 
@@ -80,6 +83,7 @@ impl Ledger {
                         received: HashSet::new(),
                         owner: None,
                         attempts: 0,
+                        failed_on: Vec::new(),
                         done: false,
                     })
                     .collect(),
@@ -128,9 +132,16 @@ impl Ledger {
         st.fatal.is_some() || st.remaining == 0
     }
 
-    fn take(&self) -> Option<Lease> {
+    /// The next pending item for `worker`: the first one that has not
+    /// failed on it, unless it has failed on every worker.
+    fn take(&self, worker: usize) -> Option<Lease> {
         let mut st = self.lock();
-        let index = st.pending.pop_front()?;
+        let workers = st.workers.len();
+        let pos = st.pending.iter().position(|&i| {
+            let failed = &st.items[i].failed_on;
+            !failed.contains(&worker) || (0..workers).all(|w| failed.contains(&w))
+        })?;
+        let index = st.pending.remove(pos)?;
         let attempt = st.next_attempt;
         st.next_attempt += 1;
         let item = &mut st.items[index];
@@ -179,13 +190,18 @@ impl Ledger {
 
     /// Puts a failed attempt's item back in the queue, or ends the epoch
     /// when it failed too often.
-    fn requeue(&self, lease: &Lease, addr: &str, message: &str, max_attempts: u32) {
+    fn requeue(&self, lease: &Lease, worker: Option<usize>, addr: &str, message: &str, max_attempts: u32) {
         let mut st = self.lock();
         let item = &mut st.items[lease.index];
         if item.owner != Some(lease.attempt) {
             return;
         }
         item.owner = None;
+        if let Some(w) = worker
+            && !item.failed_on.contains(&w)
+        {
+            item.failed_on.push(w);
+        }
         if item.attempts >= max_attempts {
             let err = ClientError::ItemFailed {
                 shard: item.shard.name.clone(),
@@ -265,7 +281,7 @@ impl Lane {
             if Ledger::finished(&ledger.lock()) {
                 return;
             }
-            let Some(lease) = ledger.take() else {
+            let Some(lease) = ledger.take(self.worker) else {
                 // Nothing queued, but items are in flight elsewhere and may
                 // come back: wait for a change.
                 let _ = tokio::time::timeout(Duration::from_millis(500), notified).await;
@@ -277,14 +293,19 @@ impl Lane {
                     backoff = Duration::from_millis(200);
                 }
                 Outcome::Closed => {
-                    self.ledger.requeue(&lease, &self.addr, "client closed", u32::MAX);
+                    self.ledger.requeue(&lease, None, &self.addr, "client closed", u32::MAX);
                     return;
                 }
                 Outcome::Failed(message) => {
                     warn!(worker = %self.addr, shard = %lease.shard, error = %message, "work item failed, reassigning");
                     self.counters.retries.fetch_add(1, Ordering::Relaxed);
-                    self.ledger
-                        .requeue(&lease, &self.addr, &message, self.config.max_attempts);
+                    self.ledger.requeue(
+                        &lease,
+                        Some(self.worker),
+                        &self.addr,
+                        &message,
+                        self.config.max_attempts,
+                    );
                     self.ledger
                         .worker_failed(self.worker, &message, self.config.worker_patience);
                     // Let the other workers take it while this one recovers.
@@ -381,5 +402,90 @@ impl Lane {
         } else {
             Outcome::Failed(message)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn ledger(items: usize, workers: usize) -> Ledger {
+        let shards = (0..items)
+            .map(|i| ShardRef {
+                name: format!("s{i}.tar"),
+                size_bytes: 1,
+                samples: None,
+            })
+            .collect();
+        let addrs: Vec<String> = (0..workers).map(|w| format!("w{w}")).collect();
+        Ledger::new(shards, &addrs)
+    }
+
+    fn samples(keys: &[&str]) -> Vec<Sample> {
+        keys.iter()
+            .map(|k| Sample {
+                key: (*k).to_owned(),
+                label: 0,
+                pixels: Bytes::new(),
+            })
+            .collect()
+    }
+
+    fn keys(v: &[Sample]) -> Vec<&str> {
+        v.iter().map(|s| s.key.as_str()).collect()
+    }
+
+    #[test]
+    fn a_reassigned_item_skips_what_arrived_and_the_old_attempt_is_ignored() {
+        let l = ledger(1, 2);
+        let first = l.take(0).unwrap();
+        let got = l.accept(&first, samples(&["a", "b"]), &[]).unwrap();
+        assert_eq!(keys(&got), ["a", "b"]);
+        l.requeue(&first, Some(0), "w0", "stalled", 5);
+
+        // Worker 0 failed it: it goes to worker 1, with a and b to skip.
+        assert!(l.take(0).is_none());
+        let second = l.take(1).unwrap();
+        let mut skip = second.skip.clone();
+        skip.sort();
+        assert_eq!(skip, ["a", "b"]);
+
+        // The stalled attempt wakes up: everything it sends is discarded.
+        assert!(l.accept(&first, samples(&["c"]), &[]).is_none());
+        assert!(!l.complete(&first));
+
+        // The new attempt delivers only new keys, then completes the epoch.
+        let got = l.accept(&second, samples(&["b", "c"]), &[]).unwrap();
+        assert_eq!(keys(&got), ["c"]);
+        assert!(l.complete(&second));
+        assert_eq!(l.remaining(), 0);
+        assert!(l.fatal().is_none());
+    }
+
+    #[test]
+    fn an_item_failing_too_often_ends_the_epoch_with_its_name() {
+        let l = ledger(1, 1);
+        for _ in 0..3 {
+            // One worker: it gets the item again after failing it.
+            let lease = l.take(0).unwrap();
+            l.requeue(&lease, Some(0), "w0", "connection reset", 3);
+        }
+        let err = l.fatal().unwrap().to_string();
+        assert!(err.contains("s0.tar") && err.contains("3 times"), "{err}");
+    }
+
+    #[test]
+    fn skipped_samples_are_not_reported_twice() {
+        let l = ledger(1, 2);
+        let first = l.take(0).unwrap();
+        let bad = pb::SkippedSample {
+            key: "x".into(),
+            reason: "corrupt".into(),
+        };
+        l.accept(&first, Vec::new(), std::slice::from_ref(&bad)).unwrap();
+        l.requeue(&first, Some(0), "w0", "reset", 5);
+        let second = l.take(1).unwrap();
+        assert_eq!(second.skip, ["x"]);
     }
 }

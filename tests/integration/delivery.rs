@@ -118,3 +118,61 @@ async fn a_sample_gets_the_same_pixels_on_any_worker() {
     let changed = a.iter().filter(|(k, p)| *p != &c[*k]).count();
     assert!(changed > 30, "only {changed} of 40 samples changed between epochs");
 }
+
+fn signal(worker: &Worker, sig: &str) {
+    let pid = worker.child.0.id().to_string();
+    let status = std::process::Command::new("kill").args([sig, &pid]).status().unwrap();
+    assert!(status.success(), "kill {sig} {pid}");
+}
+
+/// Streams an epoch through two worker processes, calling `disrupt` on the
+/// first one after the first batch, and checks every sample arrived once.
+async fn epoch_survives(disrupt: impl FnOnce(&Worker), progress_timeout: std::time::Duration) -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&images, 240, 4, 160, 120);
+    pack(&images, shards.to_str().unwrap(), "100K", &[]);
+    let expected = image_folder_keys(&images);
+    let (w1, w2) = (Worker::start(1), Worker::start(1));
+    let mut config = LoaderConfig::new(
+        vec![w1.addr.clone(), w2.addr.clone()],
+        shards.to_str().unwrap(),
+        8,
+        TransformSpec::train(64),
+    );
+    // Small queues, so both workers are mid-stream when the first batch
+    // arrives.
+    config.prefetch = 1;
+    config.progress_timeout = progress_timeout;
+    let loader = Loader::connect(config).await.unwrap();
+    let mut stream = loader.epoch(0).unwrap();
+    let mut got: Vec<(String, i64)> = Vec::new();
+    let first = stream.next_batch().await.unwrap().unwrap();
+    got.extend(first.keys.iter().cloned().zip(first.labels.iter().copied()));
+    disrupt(&w1);
+    while let Some(batch) = stream.next_batch().await {
+        let batch = batch.unwrap();
+        got.extend(batch.keys.iter().cloned().zip(batch.labels.iter().copied()));
+    }
+    got.sort();
+    let n = got.len();
+    got.dedup();
+    assert_eq!(n, got.len(), "{} samples delivered twice", n - got.len());
+    assert_eq!(got, expected, "samples lost");
+    let report = stream.report();
+    assert_eq!(report.samples, 240);
+    report.retries
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_epoch_loses_nothing() {
+    let retries = epoch_survives(|w| signal(w, "-KILL"), std::time::Duration::from_secs(30)).await;
+    assert!(retries >= 1, "the killed worker's items were never reassigned");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_worker_is_given_up_on_after_the_progress_timeout() {
+    let retries = epoch_survives(|w| signal(w, "-STOP"), std::time::Duration::from_secs(2)).await;
+    assert!(retries >= 1, "the stalled worker's items were never reassigned");
+}
