@@ -15,14 +15,12 @@ use std::time::{Duration, Instant};
 
 use stoker_core::ShardRef;
 use stoker_proto::pb;
-use stoker_proto::pb::worker_client::WorkerClient;
 use tokio::sync::{Notify, mpsc};
-use tonic::transport::Channel;
 use tracing::{debug, warn};
 
 use crate::error::{ClientError, describe_status, is_permanent};
 use crate::loader::{EpochCounters, LoaderConfig};
-use crate::wire::{Sample, sample_from_pb};
+use crate::wire::{Client, Sample, sample_from_pb};
 
 #[derive(Debug)]
 struct ItemState {
@@ -255,7 +253,7 @@ impl Ledger {
 pub(crate) struct Lane {
     pub worker: usize,
     pub addr: String,
-    pub client: WorkerClient<Channel>,
+    pub client: Client,
     pub ledger: Arc<Ledger>,
     pub config: Arc<LoaderConfig>,
     pub transform: pb::TransformSpec,

@@ -19,4 +19,4 @@ mod wire;
 pub use assemble::Batch;
 pub use error::ClientError;
 pub use loader::{EpochReport, EpochStream, Loader, LoaderConfig, WorkerReport};
-pub use stoker_core::{ShardRef, TransformSpec};
+pub use stoker_core::{Secret, ShardRef, TransformSpec};

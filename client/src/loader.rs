@@ -5,12 +5,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use stoker_core::plan::EpochPlan;
-use stoker_core::{ShardRef, TransformSpec};
+use stoker_core::{Secret, ShardRef, TransformSpec};
 use stoker_proto::pb;
-use stoker_proto::pb::worker_client::WorkerClient;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use tonic::transport::Channel;
 use tracing::{info, warn};
 
 use crate::assemble::{Assembler, Batch};
@@ -48,6 +46,8 @@ pub struct LoaderConfig {
     pub max_attempts: u32,
     /// Skipped samples tolerated per epoch; `None` for no limit.
     pub max_errors: Option<u64>,
+    /// Bearer token for workers that require one.
+    pub token: Option<Secret>,
 }
 
 impl LoaderConfig {
@@ -70,6 +70,7 @@ impl LoaderConfig {
             connect_timeout: Duration::from_secs(5),
             max_attempts: 5,
             max_errors: None,
+            token: None,
         }
     }
 
@@ -101,7 +102,7 @@ impl LoaderConfig {
 
 struct WorkerConn {
     addr: String,
-    client: WorkerClient<Channel>,
+    client: wire::Client,
 }
 
 /// A connection to a set of workers for one dataset.
@@ -132,7 +133,7 @@ impl Loader {
             let channel = wire::channel(addr, config.connect_timeout).map_err(ClientError::Config)?;
             workers.push(WorkerConn {
                 addr: addr.clone(),
-                client: wire::client(channel),
+                client: wire::client(channel, config.token.as_ref()).map_err(ClientError::Config)?,
             });
         }
         let request = pb::DescribeDatasetRequest {

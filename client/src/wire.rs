@@ -4,8 +4,12 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use stoker_core::Secret;
 use stoker_proto::pb;
 use stoker_proto::pb::worker_client::WorkerClient;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 /// Largest message accepted from a worker (one chunk).
@@ -39,8 +43,34 @@ pub(crate) fn channel(addr: &str, connect_timeout: Duration) -> Result<Channel, 
         .connect_lazy())
 }
 
-pub(crate) fn client(channel: Channel) -> WorkerClient<Channel> {
-    WorkerClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES)
+/// Adds `authorization: Bearer <token>` to every request when configured.
+#[derive(Clone)]
+pub(crate) struct Auth {
+    header: Option<MetadataValue<Ascii>>,
+}
+
+impl Interceptor for Auth {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(h) = &self.header {
+            request.metadata_mut().insert("authorization", h.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// A worker client with the configured token.
+pub(crate) type Client = WorkerClient<InterceptedService<Channel, Auth>>;
+
+pub(crate) fn client(channel: Channel, token: Option<&Secret>) -> Result<Client, String> {
+    let header = token
+        .map(|t| {
+            let mut v = MetadataValue::try_from(format!("Bearer {}", t.expose()))
+                .map_err(|_| "token is not a valid header value".to_owned())?;
+            v.set_sensitive(true);
+            Ok::<_, String>(v)
+        })
+        .transpose()?;
+    Ok(WorkerClient::with_interceptor(channel, Auth { header }).max_decoding_message_size(MAX_MESSAGE_BYTES))
 }
 
 /// Checks one wire sample: shape and byte count must match the transform.

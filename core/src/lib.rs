@@ -8,15 +8,18 @@
 //! - [`rng`]: per-sample randomness derived from (seed, epoch, key) only.
 //! - [`params`]: a transform spec resolved into concrete steps for one sample.
 //! - [`plan`]: which shards a rank reads in an epoch, and in what order.
+//! - [`secret`]: bearer tokens that never reach a log.
 
 pub mod params;
 pub mod plan;
 pub mod rng;
+pub mod secret;
 pub mod transform;
 pub mod uri;
 
 pub use params::{Step, resolve_steps};
 pub use plan::{EpochPlan, ShardRef};
 pub use rng::SampleRng;
+pub use secret::Secret;
 pub use transform::{Op, TransformSpec};
 pub use uri::DatasetUri;

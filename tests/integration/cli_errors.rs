@@ -111,3 +111,35 @@ fn invalid_arguments_are_refused() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("sparkle"));
 }
+
+#[test]
+fn a_worker_with_a_token_refuses_clients_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    crate::support::synth_images(&images, 6, 2, 64, 48);
+    crate::support::pack(&images, shards.to_str().unwrap(), "1M", &[]);
+    let dataset = shards.to_str().unwrap();
+    let token = "s3cret-token-value";
+    let w = Worker::start_with_env(1, &[("STOKER_TOKEN", token)]);
+
+    let run = stream(&[&w], dataset, ARGS, &[]);
+    assert_one_line_error(&run.stderr(), run.success(), &["unauthenticated", &w.addr]);
+
+    let run = stream(
+        &[&w],
+        dataset,
+        ARGS,
+        &[("STOKER_TOKEN", "wrong-token-value".to_owned())],
+    );
+    let stderr = run.stderr();
+    assert_one_line_error(&stderr, run.success(), &["unauthenticated"]);
+    assert!(
+        !stderr.contains("wrong-token-value") && !stderr.contains(token),
+        "token leaked: {stderr}"
+    );
+
+    let run = stream(&[&w], dataset, ARGS, &[("STOKER_TOKEN", token.to_owned())]);
+    assert!(run.success(), "{}", run.stderr());
+    assert_eq!(run.num("samples"), 6);
+}

@@ -25,7 +25,9 @@ pub fn repo_root() -> PathBuf {
 /// A `stoker` command with logs quiet unless the test asks.
 pub fn stoker() -> Command {
     let mut c = Command::new(stoker_bin());
-    c.env_remove("RUST_LOG").env("STOKER_LOG", "warn");
+    c.env_remove("RUST_LOG")
+        .env_remove("STOKER_TOKEN")
+        .env("STOKER_LOG", "warn");
     c
 }
 

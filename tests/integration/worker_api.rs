@@ -24,7 +24,7 @@ async fn start() -> (
         .unwrap(),
     );
     let (tx, rx) = oneshot::channel::<()>();
-    let handle = tokio::spawn(serve(listener, ctx, async {
+    let handle = tokio::spawn(serve(listener, ctx, None, async {
         let _ = rx.await;
     }));
     (addr, tx, handle)

@@ -89,7 +89,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         let ctx = Arc::new(WorkerContext::new(config)?);
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         stops.push(stop_tx);
-        servers.push(tokio::spawn(serve(listener, ctx, async {
+        servers.push(tokio::spawn(serve(listener, ctx, None, async {
             let _ = stop_rx.await;
         })));
     }

@@ -63,6 +63,9 @@ pub struct StreamArgs {
     /// Print a JSON summary as the last line of stdout.
     #[arg(long)]
     pub json: bool,
+    /// Bearer token for workers started with --token.
+    #[arg(long, env = "STOKER_TOKEN", hide_env_values = true)]
+    pub token: Option<stoker_core::Secret>,
 }
 
 #[derive(Debug, Serialize)]
@@ -101,6 +104,7 @@ impl StreamArgs {
         config.inflight_per_worker = self.inflight;
         config.drop_last = self.drop_last;
         config.max_errors = self.max_errors;
+        config.token = self.token.clone();
         config.progress_timeout = std::time::Duration::from_secs(self.progress_timeout.max(1));
         config.worker_patience = std::time::Duration::from_secs(self.worker_patience);
         Ok(config)

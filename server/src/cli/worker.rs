@@ -29,6 +29,9 @@ pub struct WorkerArgs {
     /// Images with more pixels than this are skipped before decoding.
     #[arg(long, default_value_t = 100_000_000)]
     pub max_image_pixels: u64,
+    /// Require this bearer token on every request (health checks excepted).
+    #[arg(long, env = "STOKER_TOKEN", hide_env_values = true)]
+    pub token: Option<stoker_core::Secret>,
 }
 
 impl WorkerArgs {
@@ -95,7 +98,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     // Scripts and tests read the bound address (useful with port 0).
     println!("stoker worker listening on {addr}");
     let _ = std::io::stdout().flush();
-    serve(listener, ctx, async {
+    serve(listener, ctx, args.token.clone(), async {
         shutdown_signal().await;
         info!("shutdown signal received");
     })
