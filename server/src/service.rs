@@ -191,8 +191,8 @@ impl tonic::service::Interceptor for TokenCheck {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or("");
-        // Hash-free constant-time comparison: equal length is checked
-        // without short-circuiting on content.
+        // Constant time in the content: a wrong byte anywhere costs the same.
+        // (`ct_eq` returns early only on a length mismatch.)
         use subtle::ConstantTimeEq;
         if bool::from(presented.as_bytes().ct_eq(expected)) {
             Ok(request)
@@ -216,15 +216,15 @@ pub async fn serve(
     let addr: Option<SocketAddr> = listener.local_addr().ok();
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<WorkerServer<WorkerService>>().await;
+    let token_required = token.is_some();
     let check = TokenCheck {
         expected: token.map(|t| t.expose().as_bytes().to_vec()),
     };
-    info!(addr = ?addr, token_required = check.expected.is_some(), "worker starting");
     let service = tonic::service::interceptor::InterceptedService::new(
         WorkerServer::new(WorkerService::new(ctx)).max_decoding_message_size(MAX_REQUEST_BYTES),
         check,
     );
-    info!(addr = ?addr, "worker serving");
+    info!(addr = ?addr, token_required, "worker serving");
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .max_frame_size(Some((16 << 20) - 1))
