@@ -360,6 +360,11 @@ impl EpochStream {
         self.rx.recv().await
     }
 
+    /// Pixel bytes received so far (cheap, for progress lines).
+    pub fn bytes(&self) -> u64 {
+        self.counters.bytes.load(Ordering::Relaxed)
+    }
+
     pub fn report(&self) -> EpochReport {
         let c = &self.counters;
         EpochReport {

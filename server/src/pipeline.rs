@@ -112,6 +112,8 @@ pub struct Skipped {
 #[derive(Debug, Default)]
 pub struct Chunk {
     pub samples: Vec<Processed>,
+    /// Pixel bytes in `samples`, kept as they are pushed.
+    pub pixel_bytes: usize,
     pub skipped: Vec<Skipped>,
     pub done: bool,
     /// Set on the last chunk when the shard's data ended early or was
@@ -120,8 +122,9 @@ pub struct Chunk {
 }
 
 impl Chunk {
-    fn bytes(&self) -> usize {
-        self.samples.iter().map(|s| s.pixels.len()).sum()
+    fn push(&mut self, p: Processed) {
+        self.pixel_bytes += p.pixels.len();
+        self.samples.push(p);
     }
 
     fn is_empty(&self) -> bool {
@@ -303,14 +306,14 @@ async fn run_item_inner(
         let Some(next) = in_flight.pop_front() else { break };
         let result = next.await?;
         match result {
-            Ok(p) => chunk.samples.push(p),
+            Ok(p) => chunk.push(p),
             Err(s) => {
                 warn!(shard = %shard_uri, key = %s.key, reason = %s.reason, "sample skipped");
                 ctx.counters.skipped.fetch_add(1, Ordering::Relaxed);
                 chunk.skipped.push(s);
             }
         }
-        if chunk.bytes() >= item.chunk_bytes {
+        if chunk.pixel_bytes >= item.chunk_bytes {
             let full = std::mem::take(&mut chunk);
             if !send(ctx, tx, full).await {
                 return Ok(false);
@@ -329,6 +332,8 @@ async fn send(ctx: &WorkerContext, tx: &mpsc::Sender<Result<Chunk, ItemError>>, 
     ctx.counters
         .samples
         .fetch_add(chunk.samples.len() as u64, Ordering::Relaxed);
-    ctx.counters.bytes.fetch_add(chunk.bytes() as u64, Ordering::Relaxed);
+    ctx.counters
+        .bytes
+        .fetch_add(chunk.pixel_bytes as u64, Ordering::Relaxed);
     tx.send(Ok(chunk)).await.is_ok()
 }

@@ -27,11 +27,13 @@ impl Progress {
         }
     }
 
-    /// Redraws at most five times a second.
-    pub fn update(&mut self, done: u64, extra: &str) {
+    /// Redraws at most five times a second; `extra` (appended to the line)
+    /// is only computed when the line is drawn.
+    pub fn update(&mut self, done: u64, extra: impl FnOnce() -> String) {
         if !self.enabled || self.last.elapsed() < Duration::from_millis(200) {
             return;
         }
+        let extra = extra();
         self.last = Instant::now();
         let secs = self.started.elapsed().as_secs_f64().max(1e-6);
         let rate = done as f64 / secs;

@@ -125,20 +125,19 @@ pub async fn stream_epochs(
     for epoch in start_epoch..start_epoch + epochs {
         let mut stream = loader.epoch(epoch)?;
         let mut progress = Progress::new(format!("epoch {epoch}"), planned);
+        let epoch_started = Instant::now();
         let mut done = 0u64;
         while let Some(batch) = stream.next_batch().await {
             let batch = batch.with_context(|| format!("epoch {epoch} failed"))?;
             done += batch.len() as u64;
             batches += 1;
             on_batch(&batch)?;
-            let r = stream.report();
-            progress.update(
-                done,
-                &format!(
+            progress.update(done, || {
+                format!(
                     "  {}/s",
-                    human_bytes(r.bytes as f64 / r.elapsed.as_secs_f64().max(1e-6))
-                ),
-            );
+                    human_bytes(stream.bytes() as f64 / epoch_started.elapsed().as_secs_f64().max(1e-6))
+                )
+            });
         }
         progress.finish();
         reports.push(stream.report());

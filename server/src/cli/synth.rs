@@ -52,7 +52,7 @@ pub async fn pack_with_progress(
     let total = scan_image_folder(input).ok().map(|(i, _)| i.len() as u64);
     let mut progress = Progress::new("pack", total);
     let summary = pack(storage, input, output, shard_size, |done, bytes| {
-        progress.update(done, &format!("  {}", human_bytes(bytes as f64)));
+        progress.update(done, || format!("  {}", human_bytes(bytes as f64)));
     })
     .await
     .with_context(|| format!("cannot pack {} into {output}", input.display()))?;
