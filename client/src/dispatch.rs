@@ -20,7 +20,22 @@ use tracing::{debug, warn};
 
 use crate::error::{ClientError, describe_status, is_permanent};
 use crate::loader::{EpochCounters, LoaderConfig};
-use crate::wire::{Client, Sample, sample_from_pb};
+use crate::wire::{Client, HealthClient, Sample, WORKER_SERVICE, sample_from_pb};
+use tonic_health::ServingStatus;
+use tonic_health::pb::HealthCheckRequest;
+
+/// `d` scaled by a random factor in [0.5, 1.5), so that lanes retrying
+/// the same worker spread out.
+fn jittered(d: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    // RandomState is seeded per process and per instance: enough entropy
+    // for spreading retries, with no extra dependency.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    h.write_u128(now.map_or(0, |d| d.as_nanos()));
+    let unit = (h.finish() >> 11) as f64 / (1u64 << 53) as f64;
+    d.mul_f64(0.5 + unit)
+}
 
 #[derive(Debug)]
 struct ItemState {
@@ -216,8 +231,28 @@ impl Ledger {
         self.changed.notify_waiters();
     }
 
+    /// Returns an item whose attempt never started (the worker refused or
+    /// could not be reached): the item is not to blame, so the attempt is
+    /// not counted against it and it may go to the same worker again.
+    fn release(&self, lease: &Lease) {
+        let mut st = self.lock();
+        let item = &mut st.items[lease.index];
+        if item.owner != Some(lease.attempt) {
+            return;
+        }
+        item.owner = None;
+        item.attempts = item.attempts.saturating_sub(1);
+        st.pending.push_front(lease.index);
+        drop(st);
+        self.changed.notify_waiters();
+    }
+
     fn worker_ok(&self, w: usize) {
         self.lock().workers[w].failing_since = None;
+    }
+
+    fn is_failing(&self, w: usize) -> bool {
+        self.lock().workers[w].failing_since.is_some()
     }
 
     /// Marks worker `w` as failing; ends the epoch when every worker has
@@ -254,6 +289,7 @@ pub(crate) struct Lane {
     pub worker: usize,
     pub addr: String,
     pub client: Client,
+    pub health: HealthClient,
     pub ledger: Arc<Ledger>,
     pub config: Arc<LoaderConfig>,
     pub transform: pb::TransformSpec,
@@ -266,18 +302,44 @@ enum Outcome {
     Done,
     /// The assembler is gone (the consumer dropped the epoch).
     Closed,
+    /// The worker did not take the item (unreachable, draining, no answer):
+    /// nothing was delivered and the item is not to blame.
+    Refused(String),
+    /// The attempt failed or stalled part-way.
     Failed(String),
 }
 
+/// Longest wait between two probes of a failing worker.
+const MAX_PROBE_INTERVAL: Duration = Duration::from_secs(2);
+
 impl Lane {
     /// Takes items until the epoch is complete or has failed.
+    ///
+    /// A worker that failed is not given another item until a health probe
+    /// says it is serving again: a worker that is down, draining or not yet
+    /// started costs the items nothing, and one that comes (back) up
+    /// mid-epoch gets work as soon as a probe reaches it.
     pub async fn run(mut self) {
-        let mut backoff = Duration::from_millis(200);
+        let mut backoff = Duration::from_millis(100);
         let ledger = Arc::clone(&self.ledger);
         loop {
             let notified = ledger.changed.notified();
             if Ledger::finished(&ledger.lock()) {
                 return;
+            }
+            if ledger.is_failing(self.worker) {
+                tokio::time::sleep(jittered(backoff)).await;
+                backoff = (backoff * 2).min(MAX_PROBE_INTERVAL);
+                match self.probe().await {
+                    Ok(()) => {
+                        debug!(worker = %self.addr, "worker serving again");
+                        ledger.worker_ok(self.worker);
+                    }
+                    Err(message) => {
+                        ledger.worker_failed(self.worker, &message, self.config.worker_patience);
+                        continue;
+                    }
+                }
             }
             let Some(lease) = ledger.take(self.worker) else {
                 // Nothing queued, but items are in flight elsewhere and may
@@ -287,30 +349,45 @@ impl Lane {
             };
             match self.stream(&lease).await {
                 Outcome::Done => {
-                    self.ledger.worker_ok(self.worker);
-                    backoff = Duration::from_millis(200);
+                    ledger.worker_ok(self.worker);
+                    backoff = Duration::from_millis(100);
                 }
                 Outcome::Closed => {
-                    self.ledger.requeue(&lease, None, &self.addr, "client closed", u32::MAX);
+                    ledger.requeue(&lease, None, &self.addr, "client closed", u32::MAX);
                     return;
+                }
+                Outcome::Refused(message) => {
+                    debug!(worker = %self.addr, shard = %lease.shard, error = %message, "item refused, returned to the queue");
+                    ledger.release(&lease);
+                    ledger.worker_failed(self.worker, &message, self.config.worker_patience);
                 }
                 Outcome::Failed(message) => {
                     warn!(worker = %self.addr, shard = %lease.shard, error = %message, "work item failed, reassigning");
                     self.counters.retries.fetch_add(1, Ordering::Relaxed);
-                    self.ledger.requeue(
+                    ledger.requeue(
                         &lease,
                         Some(self.worker),
                         &self.addr,
                         &message,
                         self.config.max_attempts,
                     );
-                    self.ledger
-                        .worker_failed(self.worker, &message, self.config.worker_patience);
-                    // Let the other workers take it while this one recovers.
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    ledger.worker_failed(self.worker, &message, self.config.worker_patience);
                 }
             }
+        }
+    }
+
+    /// Asks the worker's grpc.health.v1 service whether it serves work.
+    async fn probe(&mut self) -> Result<(), String> {
+        let request = HealthCheckRequest {
+            service: WORKER_SERVICE.to_owned(),
+        };
+        let timeout = self.config.connect_timeout.max(Duration::from_secs(1));
+        match tokio::time::timeout(timeout, self.health.check(request)).await {
+            Err(_) => Err(format!("no health answer within {}s", timeout.as_secs())),
+            Ok(Err(status)) => Err(describe_status(&status)),
+            Ok(Ok(r)) if r.get_ref().status == ServingStatus::Serving as i32 => Ok(()),
+            Ok(Ok(_)) => Err("not serving (shutting down)".to_owned()),
         }
     }
 
@@ -328,8 +405,13 @@ impl Lane {
         let timeout = self.config.progress_timeout;
         let started = tokio::time::timeout(timeout, self.client.process_shard(request)).await;
         let mut stream = match started {
-            Err(_) => return Outcome::Failed(format!("no answer within {}s", timeout.as_secs())),
-            Ok(Err(status)) => return self.status_outcome(&status),
+            Err(_) => return Outcome::Refused(format!("no answer within {}s", timeout.as_secs())),
+            Ok(Err(status)) => {
+                return match self.status_outcome(&status) {
+                    Outcome::Failed(message) => Outcome::Refused(message),
+                    other => other,
+                };
+            }
             Ok(Ok(response)) => response.into_inner(),
         };
         loop {
@@ -373,13 +455,8 @@ impl Lane {
                     return Outcome::Closed;
                 }
             }
-            if let Some(max) = self.config.max_errors
-                && self.counters.skipped.load(Ordering::Relaxed) > max
-            {
-                self.ledger.fail(ClientError::ErrorBudget(
-                    self.counters.skipped.load(Ordering::Relaxed),
-                    max,
-                ));
+            if let Some(err) = self.counters.over_budget(self.config.max_errors, false) {
+                self.ledger.fail(err);
                 return Outcome::Closed;
             }
             if done {

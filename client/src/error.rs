@@ -25,8 +25,13 @@ pub enum ClientError {
     },
     #[error("all workers unavailable for {seconds}s: {detail}")]
     AllWorkersGone { seconds: u64, detail: String },
-    #[error("{0} samples skipped, over the error budget of {1}")]
-    ErrorBudget(u64, u64),
+    #[error("error budget exceeded: {skipped} samples skipped, more than {budget} allows: {reasons}")]
+    ErrorBudget {
+        skipped: u64,
+        budget: String,
+        /// Counts and first examples per kind of reason.
+        reasons: String,
+    },
 }
 
 /// A status's message with its transport causes, e.g. "transport error:

@@ -11,12 +11,16 @@
 //! to skip. Samples from an attempt that was given up on are discarded.
 
 mod assemble;
+mod budget;
 mod dispatch;
 mod error;
 mod loader;
+mod tls;
 mod wire;
 
 pub use assemble::Batch;
+pub use budget::ErrorBudget;
 pub use error::ClientError;
 pub use loader::{EpochReport, EpochStream, Loader, LoaderConfig, WorkerReport};
 pub use stoker_core::{Secret, ShardRef, TransformSpec};
+pub use tls::TlsOptions;

@@ -12,8 +12,10 @@ use tokio::task::JoinSet;
 use tracing::{info, warn};
 
 use crate::assemble::{Assembler, Batch};
+use crate::budget::{ErrorBudget, ReasonTally};
 use crate::dispatch::{Lane, Ledger};
 use crate::error::{ClientError, describe_status, is_permanent};
+use crate::tls::TlsOptions;
 use crate::wire;
 
 /// Everything a loader needs to know.
@@ -45,9 +47,11 @@ pub struct LoaderConfig {
     /// Attempts per work item before the epoch fails.
     pub max_attempts: u32,
     /// Skipped samples tolerated per epoch; `None` for no limit.
-    pub max_errors: Option<u64>,
+    pub max_errors: Option<ErrorBudget>,
     /// Bearer token for workers that require one.
     pub token: Option<Secret>,
+    /// TLS towards the workers; plain HTTP/2 when `None`.
+    pub tls: Option<TlsOptions>,
 }
 
 impl LoaderConfig {
@@ -71,6 +75,7 @@ impl LoaderConfig {
             max_attempts: 5,
             max_errors: None,
             token: None,
+            tls: None,
         }
     }
 
@@ -103,6 +108,7 @@ impl LoaderConfig {
 struct WorkerConn {
     addr: String,
     client: wire::Client,
+    health: wire::HealthClient,
 }
 
 /// A connection to a set of workers for one dataset.
@@ -130,10 +136,18 @@ impl Loader {
         config.validate()?;
         let mut workers = Vec::with_capacity(config.workers.len());
         for addr in &config.workers {
-            let channel = wire::channel(addr, config.connect_timeout).map_err(ClientError::Config)?;
+            // `https://` addresses get TLS with the system roots unless the
+            // configuration says how to verify them.
+            let default_tls = TlsOptions::default();
+            let tls = config
+                .tls
+                .as_ref()
+                .or_else(|| addr.starts_with("https://").then_some(&default_tls));
+            let channel = wire::channel(addr, config.connect_timeout, tls).map_err(ClientError::Config)?;
             workers.push(WorkerConn {
                 addr: addr.clone(),
-                client: wire::client(channel, config.token.as_ref()).map_err(ClientError::Config)?,
+                client: wire::client(channel.clone(), config.token.as_ref()).map_err(ClientError::Config)?,
+                health: wire::health_client(channel, config.token.as_ref()).map_err(ClientError::Config)?,
             });
         }
         let request = pb::DescribeDatasetRequest {
@@ -206,7 +220,8 @@ impl Loader {
         let plan = self.plan(epoch)?;
         let addrs: Vec<String> = self.workers.iter().map(|w| w.addr.clone()).collect();
         let ledger = Arc::new(Ledger::new(plan.shards.clone(), &addrs));
-        let counters = Arc::new(EpochCounters::new(addrs.len()));
+        let planned = plan.shards.iter().map(|s| s.samples).sum::<Option<u64>>();
+        let counters = Arc::new(EpochCounters::new(addrs.len(), planned));
         let (sample_tx, mut sample_rx) = mpsc::channel(self.config.batch_size.max(64));
         let (batch_tx, batch_rx) = mpsc::channel(self.config.prefetch.max(1));
         let mut lanes = JoinSet::new();
@@ -217,6 +232,7 @@ impl Loader {
                         worker: i,
                         addr: w.addr.clone(),
                         client: w.client.clone(),
+                        health: w.health.clone(),
                         ledger: Arc::clone(&ledger),
                         config: Arc::clone(&self.config),
                         transform: self.transform.clone(),
@@ -231,6 +247,7 @@ impl Loader {
         drop(sample_tx);
         let config = Arc::clone(&self.config);
         let supervisor_ledger = Arc::clone(&ledger);
+        let supervisor_counters = Arc::clone(&counters);
         tokio::spawn(async move {
             let mut assembler = Assembler::new(epoch, config.transform.size, config.batch_size);
             while let Some(sample) = sample_rx.recv().await {
@@ -245,6 +262,10 @@ impl Loader {
             }
             while lanes.join_next().await.is_some() {}
             if let Some(err) = supervisor_ledger.fatal() {
+                let _ = batch_tx.send(Err(err)).await;
+                return;
+            }
+            if let Some(err) = supervisor_counters.over_budget(config.max_errors, true) {
                 let _ = batch_tx.send(Err(err)).await;
                 return;
             }
@@ -278,15 +299,20 @@ pub(crate) struct EpochCounters {
     pub retries: AtomicU64,
     per_worker: Vec<AtomicU64>,
     skip_reasons: Mutex<Vec<(String, String)>>,
+    tally: Mutex<ReasonTally>,
     shard_errors: Mutex<Vec<String>>,
+    /// Samples the epoch holds, when the dataset's index says.
+    planned: Option<u64>,
 }
 
 /// Skip reasons kept for the report (the log has all of them).
 const KEPT_REASONS: usize = 100;
 
 impl EpochCounters {
-    fn new(workers: usize) -> Self {
+    fn new(workers: usize, planned: Option<u64>) -> Self {
         Self {
+            planned,
+            tally: Mutex::new(ReasonTally::default()),
             samples: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
@@ -305,10 +331,30 @@ impl EpochCounters {
 
     pub fn record_skip(&self, key: &str, reason: &str) {
         self.skipped.fetch_add(1, Ordering::Relaxed);
+        self.tally.lock().unwrap_or_else(|p| p.into_inner()).add(key, reason);
         let mut r = self.skip_reasons.lock().unwrap_or_else(|p| p.into_inner());
         if r.len() < KEPT_REASONS {
             r.push((key.to_owned(), reason.to_owned()));
         }
+    }
+
+    /// The budget error if the skips so far exceed `budget`. With a
+    /// fraction, the epoch's size comes from the index when it has one;
+    /// otherwise only the end of the epoch (`finished`) can tell.
+    pub fn over_budget(&self, budget: Option<ErrorBudget>, finished: bool) -> Option<ClientError> {
+        let budget = budget?;
+        let skipped = self.skipped.load(Ordering::Relaxed);
+        let total = match (budget, self.planned) {
+            (ErrorBudget::Count(_), _) => 0,
+            (ErrorBudget::Fraction(_), Some(planned)) => planned,
+            (ErrorBudget::Fraction(_), None) if finished => self.samples.load(Ordering::Relaxed) + skipped,
+            (ErrorBudget::Fraction(_), None) => return None,
+        };
+        (skipped > budget.limit(total)).then(|| ClientError::ErrorBudget {
+            skipped,
+            budget: budget.to_string(),
+            reasons: self.tally.lock().unwrap_or_else(|p| p.into_inner()).summary(),
+        })
     }
 
     pub fn record_shard_error(&self, error: &str) {

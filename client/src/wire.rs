@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use stoker_core::Secret;
+
+use crate::tls::TlsOptions;
 use stoker_proto::pb;
 use stoker_proto::pb::worker_client::WorkerClient;
 use tonic::metadata::{Ascii, MetadataValue};
@@ -24,14 +26,20 @@ pub(crate) struct Sample {
 }
 
 /// An endpoint with the HTTP/2 settings bulk transfer needs. The channel
-/// connects lazily and reconnects on its own.
-pub(crate) fn channel(addr: &str, connect_timeout: Duration) -> Result<Channel, String> {
-    let uri = if addr.contains("://") {
-        addr.to_owned()
-    } else {
-        format!("http://{addr}")
+/// connects lazily and reconnects on its own. With `tls`, a bare
+/// `host:port` means `https://host:port`.
+pub(crate) fn channel(addr: &str, connect_timeout: Duration, tls: Option<&TlsOptions>) -> Result<Channel, String> {
+    let uri = match (addr.contains("://"), tls.is_some()) {
+        (true, _) => addr.to_owned(),
+        (false, true) => format!("https://{addr}"),
+        (false, false) => format!("http://{addr}"),
     };
-    let endpoint = Endpoint::from_shared(uri).map_err(|e| format!("invalid worker address {addr:?}: {e}"))?;
+    let mut endpoint = Endpoint::from_shared(uri).map_err(|e| format!("invalid worker address {addr:?}: {e}"))?;
+    if let Some(tls) = tls {
+        endpoint = endpoint
+            .tls_config(tls.config())
+            .map_err(|e| format!("tls settings for worker {addr}: {e}"))?;
+    }
     Ok(endpoint
         .connect_timeout(connect_timeout)
         .tcp_nodelay(true)
@@ -61,7 +69,21 @@ impl Interceptor for Auth {
 /// A worker client with the configured token.
 pub(crate) type Client = WorkerClient<InterceptedService<Channel, Auth>>;
 
-pub(crate) fn client(channel: Channel, token: Option<&Secret>) -> Result<Client, String> {
+/// The worker's grpc.health.v1 client (health checks need no token, but
+/// carry it anyway: a proxy in front of the worker may want it).
+pub(crate) type HealthClient = tonic_health::pb::health_client::HealthClient<InterceptedService<Channel, Auth>>;
+
+/// The service name workers report health for.
+pub(crate) const WORKER_SERVICE: &str = "stoker.v1.Worker";
+
+pub(crate) fn health_client(channel: Channel, token: Option<&Secret>) -> Result<HealthClient, String> {
+    Ok(tonic_health::pb::health_client::HealthClient::with_interceptor(
+        channel,
+        auth(token)?,
+    ))
+}
+
+fn auth(token: Option<&Secret>) -> Result<Auth, String> {
     let header = token
         .map(|t| {
             let mut v = MetadataValue::try_from(format!("Bearer {}", t.expose()))
@@ -70,7 +92,11 @@ pub(crate) fn client(channel: Channel, token: Option<&Secret>) -> Result<Client,
             Ok::<_, String>(v)
         })
         .transpose()?;
-    Ok(WorkerClient::with_interceptor(channel, Auth { header }).max_decoding_message_size(MAX_MESSAGE_BYTES))
+    Ok(Auth { header })
+}
+
+pub(crate) fn client(channel: Channel, token: Option<&Secret>) -> Result<Client, String> {
+    Ok(WorkerClient::with_interceptor(channel, auth(token)?).max_decoding_message_size(MAX_MESSAGE_BYTES))
 }
 
 /// Checks one wire sample: shape and byte count must match the transform.

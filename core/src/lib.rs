@@ -9,8 +9,10 @@
 //! - [`params`]: a transform spec resolved into concrete steps for one sample.
 //! - [`plan`]: which shards a rank reads in an epoch, and in what order.
 //! - [`secret`]: bearer tokens that never reach a log.
+//! - [`pem`]: a sanity check on certificate and key files.
 
 pub mod params;
+pub mod pem;
 pub mod plan;
 pub mod rng;
 pub mod secret;

@@ -1,6 +1,9 @@
 //! Image decoding on the CPU: JPEG with zune-jpeg, PNG with zune-png, both
 //! to 8-bit RGB. The header is read and the pixel count checked before any
 //! pixel buffer is allocated, so a decompression bomb costs nothing.
+//!
+//! The header checks themselves live in [`stoker_formats::image`] (fuzzed
+//! on their own) and are re-exported here.
 
 use zune_core::bytestream::ZCursor;
 use zune_core::colorspace::ColorSpace;
@@ -8,7 +11,8 @@ use zune_core::options::DecoderOptions;
 use zune_jpeg::JpegDecoder;
 use zune_png::PngDecoder;
 
-use crate::wds::ImageKind;
+use stoker_formats::image;
+pub use stoker_formats::image::{DecodeError, ImageKind, check_jpeg, header_dimensions, sniff};
 
 /// An 8-bit RGB image, HWC.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,38 +32,12 @@ impl RgbImage {
     }
 }
 
-/// Why an image was not decoded.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum DecodeError {
-    #[error("image of {width}x{height} exceeds the limit of {limit} pixels")]
-    TooLarge { width: u64, height: u64, limit: u64 },
-    #[error("{kind} decode failed: {reason}")]
-    Invalid { kind: &'static str, reason: String },
-}
-
 fn invalid(kind: &'static str, reason: impl ToString) -> DecodeError {
-    DecodeError::Invalid {
-        kind,
-        reason: reason.to_string(),
-    }
+    DecodeError::invalid(kind, reason)
 }
 
 fn check_size(width: usize, height: usize, limit: u64) -> Result<(), DecodeError> {
-    let (w, h) = (width as u64, height as u64);
-    if w == 0 || h == 0 {
-        return Err(DecodeError::Invalid {
-            kind: "image",
-            reason: format!("empty image ({w}x{h})"),
-        });
-    }
-    if w.saturating_mul(h) > limit {
-        return Err(DecodeError::TooLarge {
-            width: w,
-            height: h,
-            limit,
-        });
-    }
-    Ok(())
+    image::check_size(width as u64, height as u64, limit)
 }
 
 /// Decodes `data` to RGB, refusing images with more than `max_pixels`.
@@ -77,70 +55,6 @@ pub fn decode(kind: ImageKind, data: &[u8], max_pixels: u64) -> Result<RgbImage,
     })
 }
 
-/// The image kind its magic bytes say.
-pub fn sniff(data: &[u8]) -> Option<ImageKind> {
-    if data.starts_with(&[0xff, 0xd8, 0xff]) {
-        Some(ImageKind::Jpeg)
-    } else if data.starts_with(b"\x89PNG\r\n\x1a\n") {
-        Some(ImageKind::Png)
-    } else {
-        None
-    }
-}
-
-/// Width and height from the header alone, by walking JPEG markers to the
-/// first start-of-frame or reading PNG's IHDR. Reads nothing else and
-/// allocates nothing, so it is the guard in front of every decoder.
-pub fn header_dimensions(kind: ImageKind, data: &[u8]) -> Result<(u32, u32), DecodeError> {
-    match kind {
-        ImageKind::Jpeg => jpeg_dimensions(data).ok_or_else(|| invalid("jpeg", "no frame header found")),
-        ImageKind::Png => {
-            if data.len() < 24 || !data.starts_with(b"\x89PNG\r\n\x1a\n") || &data[12..16] != b"IHDR" {
-                return Err(invalid("png", "no IHDR header"));
-            }
-            let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
-            Ok((be(&data[16..20]), be(&data[20..24])))
-        }
-    }
-}
-
-fn jpeg_dimensions(data: &[u8]) -> Option<(u32, u32)> {
-    if !data.starts_with(&[0xff, 0xd8]) {
-        return None;
-    }
-    let mut i = 2;
-    loop {
-        // Skip fill bytes before a marker.
-        while *data.get(i)? == 0xff && *data.get(i + 1)? == 0xff {
-            i += 1;
-        }
-        if *data.get(i)? != 0xff {
-            return None;
-        }
-        let marker = *data.get(i + 1)?;
-        i += 2;
-        match marker {
-            // Markers without a length.
-            0xd0..=0xd9 | 0x01 => continue,
-            // Start of frame (any coding but DHT, JPG and DAC).
-            0xc0..=0xcf if !matches!(marker, 0xc4 | 0xc8 | 0xcc) => {
-                let h = u16::from_be_bytes([*data.get(i + 3)?, *data.get(i + 4)?]);
-                let w = u16::from_be_bytes([*data.get(i + 5)?, *data.get(i + 6)?]);
-                return Some((u32::from(w), u32::from(h)));
-            }
-            // Start of scan before any frame header: malformed.
-            0xda => return None,
-            _ => {
-                let len = usize::from(u16::from_be_bytes([*data.get(i)?, *data.get(i + 1)?]));
-                if len < 2 {
-                    return None;
-                }
-                i += len;
-            }
-        }
-    }
-}
-
 fn jpeg_options() -> DecoderOptions {
     // zune's own dimension cap is a second guard; ours is the pixel limit.
     DecoderOptions::default()
@@ -154,36 +68,6 @@ fn png_options() -> DecoderOptions {
         .png_set_strip_to_8bit(true)
         .set_max_width(1 << 20)
         .set_max_height(1 << 20)
-}
-
-/// True when the last end-of-image marker is not followed by another
-/// start-of-scan. Marker bytes cannot occur inside entropy-coded data (0xFF
-/// is stuffed there), so a file cut anywhere in its scans fails this check,
-/// also when an embedded EXIF thumbnail carries an end-of-image marker of
-/// its own. zune-jpeg would otherwise fill the missing rows with grey and
-/// report success. Scans from the end: a whole file only when truncated.
-fn jpeg_is_complete(data: &[u8]) -> bool {
-    let Some(eoi) = data.windows(2).rposition(|w| w == [0xff, 0xd9]) else {
-        return false;
-    };
-    !data[eoi..].windows(2).any(|w| w == [0xff, 0xda])
-}
-
-/// The checks every JPEG passes before any decoder sees it: a readable
-/// header, at most `max_pixels`, and not truncated. Returns the dimensions.
-pub fn check_jpeg(data: &[u8], max_pixels: u64) -> Result<(u32, u32), DecodeError> {
-    let (w, h) = header_dimensions(ImageKind::Jpeg, data)?;
-    check_size(w as usize, h as usize, max_pixels)?;
-    if !jpeg_is_complete(data) {
-        return Err(invalid(
-            "jpeg",
-            format!(
-                "truncated: no end-of-image marker after the last scan ({} bytes)",
-                data.len()
-            ),
-        ));
-    }
-    Ok((w, h))
 }
 
 fn decode_jpeg(data: &[u8], max_pixels: u64) -> Result<RgbImage, DecodeError> {

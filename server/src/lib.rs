@@ -1,12 +1,16 @@
 //! The Stoker worker, and the `stoker` command line.
 //!
 //! - [`storage`]: S3 and local folders.
-//! - [`wds`]: WebDataset tar shards, read as a stream and grouped into samples.
+//! - [`wds`]: WebDataset tar shards, read as a stream and grouped into samples
+//!   (re-exported from `stoker-formats`, the fuzzed parsers).
 //! - [`decode`], [`augment`]: CPU decode and transform execution;
 //!   [`libjpeg`]: region-of-interest JPEG decoding with libjpeg-turbo.
+//! - [`gpu`]: the GPU path, found at run time (CUDA driver, NVRTC, nvJPEG).
 //! - [`pool`]: the CPU thread pool that keeps that work off the runtime.
-//! - [`pipeline`]: one work item from shard to chunks.
-//! - [`service`]: the gRPC edge and `serve`.
+//! - [`pipeline`]: one work item from shard to chunks, within the worker's
+//!   [`memory`] budget.
+//! - [`service`]: the gRPC edge, `serve` and its graceful drain; [`tls`]:
+//!   the worker's certificate and the CA for client certificates.
 //! - [`pack`]: ImageFolder trees to WebDataset shards.
 //! - [`synth`]: procedural images for the demo and benchmarks.
 //! - [`cli`]: the subcommands of the `stoker` binary.
@@ -14,14 +18,18 @@
 pub mod augment;
 pub mod cli;
 pub mod decode;
+pub mod gpu;
 pub mod libjpeg;
+pub mod memory;
 pub mod pack;
 pub mod pipeline;
 pub mod pool;
 pub mod service;
 pub mod storage;
 pub mod synth;
-pub mod wds;
+pub mod tls;
+
+pub use stoker_formats::wds;
 
 pub use pipeline::{WorkerConfig, WorkerContext};
-pub use service::serve;
+pub use service::{ServeOptions, serve};

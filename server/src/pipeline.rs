@@ -15,10 +15,12 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::augment::Augmenter;
-use crate::decode::{DecodeError, RgbImage, check_jpeg, decode, sniff};
+use crate::gpu::{GpuCrop, GpuResult, GpuRunner, GpuSample};
+use crate::decode::{DecodeError, RgbImage, check_jpeg, decode, header_dimensions, sniff};
 use crate::libjpeg;
+use crate::memory::{MemoryBudget, Reservation};
 use crate::pool::{CpuPool, PoolError};
-use crate::storage::{Storage, StorageError};
+use crate::storage::{Storage, StorageConfig, StorageError};
 use crate::wds::ImageKind;
 use crate::wds::{RawSample, SampleReader, TarError};
 
@@ -35,6 +37,11 @@ pub struct WorkerConfig {
     pub max_image_pixels: u64,
     /// Samples of one item in flight on the CPU pool.
     pub decode_ahead: usize,
+    /// S3 retries, timeouts and resumes.
+    pub storage: StorageConfig,
+    /// The worker process stays under this many bytes: sample data is
+    /// budgeted to fit with [`crate::memory::RESERVE`] to spare.
+    pub memory_limit: u64,
 }
 
 impl Default for WorkerConfig {
@@ -46,6 +53,8 @@ impl Default for WorkerConfig {
             max_member_bytes: 64 << 20,
             max_image_pixels: 100_000_000,
             decode_ahead: threads * 2 + 2,
+            storage: StorageConfig::default(),
+            memory_limit: 4 << 30,
         }
     }
 }
@@ -59,23 +68,43 @@ pub struct Counters {
     pub items: AtomicU64,
 }
 
-/// What every item needs: storage, the pool, the limits.
+/// What every item needs: storage, the pool, the GPU if any, the limits.
 #[derive(Debug)]
 pub struct WorkerContext {
     pub storage: Storage,
+    pub budget: MemoryBudget,
     pub pool: CpuPool,
+    /// Set on a GPU worker: JPEGs whose steps the GPU runs go there, the
+    /// rest (and what the GPU hands back) to `pool`.
+    pub gpu: Option<GpuRunner>,
     pub config: WorkerConfig,
     pub counters: Counters,
 }
 
 impl WorkerContext {
+    /// A CPU worker's context.
     pub fn new(config: WorkerConfig) -> std::io::Result<Self> {
         Ok(Self {
-            storage: Storage::new(),
+            storage: Storage::with_config(config.storage.clone()),
+            budget: MemoryBudget::for_limit(config.memory_limit),
             pool: CpuPool::new(config.threads)?,
+            gpu: None,
             config,
             counters: Counters::default(),
         })
+    }
+
+    /// A GPU worker's context: `gpu` takes the JPEGs it can finish.
+    pub fn with_gpu(config: WorkerConfig, gpu: GpuRunner) -> std::io::Result<Self> {
+        Ok(Self {
+            gpu: Some(gpu),
+            ..Self::new(config)?
+        })
+    }
+
+    /// The GPU, when it runs `spec`.
+    fn gpu_for(&self, spec: &TransformSpec) -> Option<&GpuRunner> {
+        self.gpu.as_ref().filter(|_| GpuCrop::handles(spec))
     }
 }
 
@@ -119,12 +148,16 @@ pub struct Chunk {
     /// Set on the last chunk when the shard's data ended early or was
     /// corrupt: the samples after that point could not be read.
     pub shard_error: Option<String>,
+    /// The memory budget held by `samples`, released when the chunk is
+    /// dropped (once it is encoded for the network).
+    pub reservation: Reservation,
 }
 
 impl Chunk {
-    fn push(&mut self, p: Processed) {
+    fn push(&mut self, p: Processed, held: Reservation) {
         self.pixel_bytes += p.pixels.len();
         self.samples.push(p);
+        self.reservation.absorb(held);
     }
 
     fn is_empty(&self) -> bool {
@@ -146,6 +179,9 @@ pub enum ItemError {
     },
     #[error(transparent)]
     Pool(#[from] PoolError),
+    /// The worker is shutting down and its grace period ran out.
+    #[error("worker shut down before finishing {shard}; its rest goes to another worker")]
+    ShutDown { shard: String },
 }
 
 thread_local! {
@@ -238,8 +274,101 @@ fn decode_for(
     Ok((img, steps))
 }
 
-type Pending = std::pin::Pin<Box<dyn Future<Output = Result<Result<Processed, Skipped>, PoolError>> + Send>>;
+/// A chunk is sent once it holds this many skips, so a shard of nothing
+/// but bad samples streams its reasons instead of piling them up.
+const MAX_SKIPS_PER_CHUNK: usize = 256;
 
+type Outcome = Result<Processed, Skipped>;
+
+/// Samples on their way through the CPU pool or the GPU, in the order they
+/// were read.
+struct InFlight {
+    results: std::pin::Pin<Box<dyn Future<Output = Result<Vec<Outcome>, PoolError>> + Send>>,
+    samples: usize,
+    held: Reservation,
+}
+
+/// A JPEG the GPU can take: its sample, unless it should go to the CPU.
+fn gpu_sample(raw: RawSample) -> Result<GpuSample, RawSample> {
+    match (&raw.image, &raw.label) {
+        (Ok((ImageKind::Jpeg, data)), Ok(label)) if sniff(data) == Some(ImageKind::Jpeg) => Ok(GpuSample {
+            label: *label,
+            data: data.clone(),
+            key: raw.key,
+        }),
+        _ => Err(raw),
+    }
+}
+
+/// Runs `samples` on the GPU; those it hands back go to the CPU pool.
+fn on_gpu(ctx: &Arc<WorkerContext>, item: &Item, samples: Vec<GpuSample>) -> InFlight {
+    let n = samples.len();
+    let ctx = Arc::clone(ctx);
+    let spec = Arc::clone(&item.spec);
+    let (seed, epoch) = (item.seed, item.epoch);
+    let results = async move {
+        let Some(gpu) = ctx.gpu.as_ref() else {
+            return Err(PoolError);
+        };
+        let mut out = Vec::with_capacity(n);
+        let mut back = Vec::new();
+        match gpu.run(samples, Arc::clone(&spec), seed, epoch).await {
+            Ok(results) => {
+                for r in results {
+                    match r {
+                        GpuResult::Done(p) => out.push(Ok(p)),
+                        GpuResult::Cpu { sample, reason } => {
+                            debug!(key = %sample.key, reason, "gpu handed the sample to the cpu");
+                            back.push(sample);
+                        }
+                    }
+                }
+            }
+            // A lane panicked: the item fails and the client reassigns it.
+            Err(_) => return Err(PoolError),
+        }
+        for sample in back {
+            let raw = sample.into_raw();
+            let spec = Arc::clone(&spec);
+            let max_pixels = ctx.config.max_image_pixels;
+            out.push(
+                ctx.pool
+                    .spawn(move || process_sample(raw, &spec, seed, epoch, max_pixels))
+                    .await?,
+            );
+        }
+        Ok(out)
+    };
+    InFlight {
+        results: Box::pin(results),
+        samples: n,
+        held: Reservation::default(),
+    }
+}
+
+/// Bytes a sample may hold while it is processed: its encoded bytes, the
+/// decoded image (twice, for decoder planes and scratch) and the result.
+/// Images whose header cannot be read, or that are over the pixel limit,
+/// count only their bytes: they fail before decoding. On a GPU worker a
+/// JPEG is decoded in device memory, so it holds only its bytes and the
+/// result in host memory; the rare JPEG the GPU hands back to the CPU is
+/// decoded there outside the budget (at most one per pool thread at once).
+fn memory_need(raw: &RawSample, output_bytes: u64, max_pixels: u64, gpu: bool) -> u64 {
+    if gpu && let Ok((ImageKind::Jpeg, data)) = &raw.image {
+        return data.len() as u64 + output_bytes;
+    }
+    let (len, decoded) = match &raw.image {
+        Ok((kind, data)) => (
+            data.len() as u64,
+            match header_dimensions(*kind, data) {
+                Ok((w, h)) if u64::from(w) * u64::from(h) <= max_pixels => u64::from(w) * u64::from(h) * 3 * 2,
+                _ => 0,
+            },
+        ),
+        Err(_) => (0, 0),
+    };
+    len + decoded + output_bytes
+}
 /// Runs one item, sending chunks to `tx`. Returns when the item is done, it
 /// failed (the error is also sent), or the client left.
 pub async fn run_item(ctx: Arc<WorkerContext>, item: Item, tx: mpsc::Sender<Result<Chunk, ItemError>>) {
@@ -266,63 +395,154 @@ async fn run_item_inner(
     let shard_uri = item.dataset.join(&item.shard);
     let reader = ctx.storage.open(&item.dataset, &item.shard).await?;
     let mut samples = SampleReader::new(reader, ctx.config.max_member_bytes);
-    let mut in_flight: VecDeque<Pending> = VecDeque::new();
+    let mut in_flight: VecDeque<InFlight> = VecDeque::new();
+    let mut in_flight_samples = 0;
     let mut chunk = Chunk::default();
     let mut shard_error = None;
     let mut exhausted = false;
-    let ahead = ctx.config.decode_ahead.max(1);
+    // A sample read but not yet started: the budget had no room for it.
+    let mut waiting: Option<(RawSample, u64)> = None;
+    let output_bytes = u64::from(item.spec.size).pow(2) * 3;
+    // JPEGs for the GPU, sent as one batch once there are `gpu_batch` of
+    // them or nothing else is left to wait for.
+    let gpu = ctx.gpu_for(&item.spec);
+    let gpu_batch = gpu.map_or(0, |g| g.config().max_batch);
+    let mut gpu_pending: Vec<GpuSample> = Vec::new();
+    let mut gpu_held = Reservation::default();
+    // Room for one batch on the GPU while the next one is read.
+    let ahead = ctx.config.decode_ahead.max(1).max(2 * gpu_batch);
 
     loop {
-        // Keep the pool fed: read ahead until `ahead` samples are in flight.
-        while !exhausted && in_flight.len() < ahead {
-            match samples.next_sample().await {
-                Ok(Some(raw)) => {
-                    if item.skip.contains(&raw.key) {
-                        continue;
+        // Keep the pool and the GPU fed: read ahead until `ahead` samples
+        // are in flight or the memory budget is spent.
+        while in_flight_samples + gpu_pending.len() < ahead {
+            let (raw, need) = match waiting.take() {
+                Some(w) => w,
+                None if exhausted => break,
+                None => match samples.next_sample().await {
+                    Ok(Some(raw)) => {
+                        if item.skip.contains(&raw.key) {
+                            continue;
+                        }
+                        let need = memory_need(&raw, output_bytes, ctx.config.max_image_pixels, gpu.is_some());
+                        (raw, need)
                     }
-                    let spec = Arc::clone(&item.spec);
-                    let (seed, epoch, max_pixels) = (item.seed, item.epoch, ctx.config.max_image_pixels);
-                    in_flight.push_back(Box::pin(
-                        ctx.pool
-                            .spawn(move || process_sample(raw, &spec, seed, epoch, max_pixels)),
-                    ));
+                    Ok(None) => {
+                        exhausted = true;
+                        break;
+                    }
+                    Err(e) if e.is_io() => {
+                        return Err(ItemError::Read {
+                            shard: shard_uri,
+                            source: e,
+                        });
+                    }
+                    Err(e) => {
+                        // The shard itself is bad from here on: deliver what
+                        // came before, then say where and why it ended.
+                        warn!(shard = %shard_uri, error = %e, "shard unreadable past this point");
+                        shard_error = Some(format!("{shard_uri}: {e}"));
+                        exhausted = true;
+                        break;
+                    }
+                },
+            };
+            if !ctx.budget.fits(need) {
+                let s = Skipped {
+                    reason: format!(
+                        "needs about {} MiB to process, more than the worker's memory budget of {} MiB",
+                        need >> 20,
+                        ctx.budget.capacity() >> 20
+                    ),
+                    key: raw.key,
+                };
+                skipped(ctx, &shard_uri, &mut chunk, s);
+                continue;
+            }
+            let held = match ctx.budget.try_reserve(need) {
+                Some(r) => r,
+                // Our own samples in flight will free room: finish them first.
+                None if !in_flight.is_empty() || !gpu_pending.is_empty() => {
+                    waiting = Some((raw, need));
+                    break;
                 }
-                Ok(None) => exhausted = true,
-                Err(e) if e.is_io() => {
-                    return Err(ItemError::Read {
-                        shard: shard_uri,
-                        source: e,
-                    });
+                None => {
+                    // Hold nothing while waiting for others to finish.
+                    if !chunk.is_empty() && !send(ctx, tx, std::mem::take(&mut chunk)).await {
+                        return Ok(false);
+                    }
+                    debug!(shard = %shard_uri, need, "waiting for memory budget");
+                    ctx.budget.reserve(need).await
                 }
-                Err(e) => {
-                    // The shard itself is bad from here on: deliver what
-                    // came before, then say where and why it ended.
-                    warn!(shard = %shard_uri, error = %e, "shard unreadable past this point");
-                    shard_error = Some(format!("{shard_uri}: {e}"));
-                    exhausted = true;
+            };
+            let raw = match gpu_sample(raw) {
+                Ok(sample) if gpu.is_some() => {
+                    gpu_pending.push(sample);
+                    gpu_held.absorb(held);
+                    if gpu_pending.len() >= gpu_batch {
+                        let mut batch = on_gpu(ctx, item, std::mem::take(&mut gpu_pending));
+                        batch.held = std::mem::take(&mut gpu_held);
+                        in_flight_samples += batch.samples;
+                        in_flight.push_back(batch);
+                    }
+                    continue;
+                }
+                Ok(sample) => sample.into_raw(),
+                Err(raw) => raw,
+            };
+            let spec = Arc::clone(&item.spec);
+            let (seed, epoch, max_pixels) = (item.seed, item.epoch, ctx.config.max_image_pixels);
+            let one = ctx
+                .pool
+                .spawn(move || process_sample(raw, &spec, seed, epoch, max_pixels));
+            in_flight_samples += 1;
+            in_flight.push_back(InFlight {
+                results: Box::pin(async move { one.await.map(|r| vec![r]) }),
+                samples: 1,
+                held,
+            });
+        }
+        // A partial GPU batch goes once nothing else is coming for now.
+        if !gpu_pending.is_empty() && (exhausted || waiting.is_some() || in_flight.is_empty()) {
+            let mut batch = on_gpu(ctx, item, std::mem::take(&mut gpu_pending));
+            batch.held = std::mem::take(&mut gpu_held);
+            in_flight_samples += batch.samples;
+            in_flight.push_back(batch);
+        }
+        let Some(next) = in_flight.pop_front() else {
+            if waiting.is_some() {
+                continue;
+            }
+            break;
+        };
+        in_flight_samples -= next.samples;
+        let mut held = next.held;
+        for outcome in next.results.await? {
+            match outcome {
+                Ok(p) => {
+                    // Only the result stays reserved, until its chunk is sent.
+                    chunk.push(p, held.keep(output_bytes));
+                }
+                Err(s) => skipped(ctx, &shard_uri, &mut chunk, s),
+            }
+            if chunk.pixel_bytes >= item.chunk_bytes || chunk.skipped.len() >= MAX_SKIPS_PER_CHUNK {
+                let full = std::mem::take(&mut chunk);
+                if !send(ctx, tx, full).await {
+                    return Ok(false);
                 }
             }
         }
-        let Some(next) = in_flight.pop_front() else { break };
-        let result = next.await?;
-        match result {
-            Ok(p) => chunk.push(p),
-            Err(s) => {
-                warn!(shard = %shard_uri, key = %s.key, reason = %s.reason, "sample skipped");
-                ctx.counters.skipped.fetch_add(1, Ordering::Relaxed);
-                chunk.skipped.push(s);
-            }
-        }
-        if chunk.pixel_bytes >= item.chunk_bytes {
-            let full = std::mem::take(&mut chunk);
-            if !send(ctx, tx, full).await {
-                return Ok(false);
-            }
-        }
+        drop(held);
     }
     chunk.done = true;
     chunk.shard_error = shard_error;
     Ok(send(ctx, tx, chunk).await)
+}
+
+fn skipped(ctx: &WorkerContext, shard: &str, chunk: &mut Chunk, s: Skipped) {
+    warn!(shard = %shard, key = %s.key, reason = %s.reason, "sample skipped");
+    ctx.counters.skipped.fetch_add(1, Ordering::Relaxed);
+    chunk.skipped.push(s);
 }
 
 async fn send(ctx: &WorkerContext, tx: &mpsc::Sender<Result<Chunk, ItemError>>, chunk: Chunk) -> bool {

@@ -12,9 +12,9 @@ pub struct CpuPool {
     threads: usize,
 }
 
-/// The pool is gone (shutting down) or the job panicked.
+/// The pool or the GPU runner is gone (shutting down) or the job panicked.
 #[derive(Debug, thiserror::Error)]
-#[error("cpu pool job did not complete (worker shutting down or job panicked)")]
+#[error("decode job did not complete (worker shutting down or job panicked)")]
 pub struct PoolError;
 
 impl CpuPool {

@@ -7,6 +7,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,13 +16,14 @@ use stoker_core::{DatasetUri, Secret};
 use stoker_proto::pb::worker_server::{Worker, WorkerServer};
 use stoker_proto::{pb, spec_from_pb};
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tonic::{Request, Response, Status};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::pipeline::{Chunk, Item, ItemError, WorkerContext, run_item};
 use crate::storage::StorageError;
+use crate::tls::ServerTls;
 
 /// Largest request accepted (a work item with a long skip list).
 const MAX_REQUEST_BYTES: usize = 64 << 20;
@@ -32,11 +34,86 @@ const MAX_CHUNK_BYTES: u32 = 64 << 20;
 #[derive(Debug, Clone)]
 pub struct WorkerService {
     ctx: Arc<WorkerContext>,
+    drain: Arc<Drain>,
 }
 
 impl WorkerService {
     pub fn new(ctx: Arc<WorkerContext>) -> Self {
-        Self { ctx }
+        Self {
+            ctx,
+            drain: Arc::new(Drain::new()),
+        }
+    }
+}
+
+/// Work in progress and the shutdown state of a worker.
+///
+/// Shutting down is two steps: [`Drain::begin`] refuses new items while
+/// those in progress go on; [`Drain::abort`] ends the ones still running
+/// with UNAVAILABLE, so the client hands their rest to another worker.
+#[derive(Debug)]
+struct Drain {
+    draining: AtomicBool,
+    active: AtomicUsize,
+    idle: Notify,
+    abort: watch::Sender<bool>,
+}
+
+/// Counts one item in progress until dropped.
+struct ActiveItem(Arc<Drain>);
+
+impl Drop for ActiveItem {
+    fn drop(&mut self) {
+        if self.0.active.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+impl Drain {
+    fn new() -> Self {
+        Self {
+            draining: AtomicBool::new(false),
+            active: AtomicUsize::new(0),
+            idle: Notify::new(),
+            abort: watch::Sender::new(false),
+        }
+    }
+
+    /// Registers a new item, or `None` while shutting down.
+    fn start(self: &Arc<Self>) -> Option<ActiveItem> {
+        self.active.fetch_add(1, Ordering::AcqRel);
+        let guard = ActiveItem(Arc::clone(self));
+        // Checked after counting, so `begin` then `wait_idle` cannot miss an
+        // item that slipped in between.
+        (!self.draining.load(Ordering::Acquire)).then_some(guard)
+    }
+
+    fn active(&self) -> usize {
+        self.active.load(Ordering::Acquire)
+    }
+
+    fn begin(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// Waits until no item is in progress; false if `limit` passed first.
+    async fn wait_idle(&self, limit: Duration) -> bool {
+        tokio::time::timeout(limit, async {
+            loop {
+                let notified = self.idle.notified();
+                if self.active() == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        })
+        .await
+        .is_ok()
+    }
+
+    fn abort(&self) {
+        self.abort.send_replace(true);
     }
 }
 
@@ -53,7 +130,9 @@ fn storage_status(err: &StorageError) -> Status {
 fn item_status(err: &ItemError) -> Status {
     match err {
         ItemError::Storage(e) => storage_status(e),
-        ItemError::Read { .. } | ItemError::Pool(_) => Status::unavailable(err.to_string()),
+        ItemError::Read { .. } | ItemError::Pool(_) | ItemError::ShutDown { .. } => {
+            Status::unavailable(err.to_string())
+        }
     }
 }
 
@@ -117,6 +196,9 @@ impl Worker for WorkerService {
         request: Request<pb::WorkItem>,
     ) -> Result<Response<Self::ProcessShardStream>, Status> {
         let peer = request.remote_addr();
+        let Some(active) = self.drain.start() else {
+            return Err(Status::unavailable("worker is shutting down and takes no new work"));
+        };
         let req = request.into_inner();
         let dataset = parse_dataset(&req.dataset)?;
         let spec = spec_from_pb(req.transform.as_ref()).map_err(|e| Status::invalid_argument(e.to_string()))?;
@@ -150,17 +232,47 @@ impl Worker for WorkerService {
             "work item started"
         );
         let (tx, rx) = mpsc::channel::<Result<Chunk, ItemError>>(2);
-        tokio::spawn(run_item(Arc::clone(&self.ctx), item, tx));
+        let mut abort = self.drain.abort.subscribe();
+        let ctx = Arc::clone(&self.ctx);
+        tokio::spawn(async move {
+            let _active = active;
+            let shard = item.dataset.join(&item.shard);
+            let aborted = tx.clone();
+            tokio::select! {
+                () = run_item(ctx, item, tx) => {}
+                () = async {
+                    // The guard `wait_for` returns is not `Send`: drop it here.
+                    let _ = abort.wait_for(|a| *a).await;
+                } => {
+                    warn!(shard = %shard, "shutting down: item handed back unfinished");
+                    let _ = aborted.send(Err(ItemError::ShutDown { shard })).await;
+                }
+            }
+        });
         let stream = ReceiverStream::new(rx).map(|r| r.map(chunk_to_pb).map_err(|e| item_status(&e)));
         Ok(Response::new(Box::pin(stream)))
     }
 
     async fn info(&self, _request: Request<pb::InfoRequest>) -> Result<Response<pb::InfoResponse>, Status> {
-        Ok(Response::new(pb::InfoResponse {
+        let mut info = pb::InfoResponse {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             device: "cpu".to_owned(),
             threads: self.ctx.pool.threads() as u32,
-        }))
+            samples: self.ctx.counters.samples.load(Ordering::Relaxed),
+            ..Default::default()
+        };
+        if let Some(gpu) = &self.ctx.gpu {
+            info.device = "cuda".to_owned();
+            info.gpu = gpu.info().to_string();
+            info.gpu_samples = gpu.counters.images.load(Ordering::Relaxed);
+            info.gpu_to_cpu = gpu.counters.to_cpu.load(Ordering::Relaxed);
+            let memory = gpu
+                .memory()
+                .map_err(|e| Status::internal(format!("cannot read gpu memory: {e}")))?;
+            info.gpu_memory_bytes = memory.reserved;
+            info.gpu_memory_peak_bytes = memory.reserved_high;
+        }
+        Ok(Response::new(info))
     }
 }
 
@@ -202,30 +314,69 @@ impl tonic::service::Interceptor for TokenCheck {
     }
 }
 
-/// Serves the worker on `listener` until `shutdown` resolves. With a
-/// `token`, every worker request must carry it.
+/// How a worker serves.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Every worker request must carry this bearer token.
+    pub token: Option<Secret>,
+    /// Serve TLS (and require client certificates when it says so).
+    pub tls: Option<ServerTls>,
+    /// After `shutdown`, how long items in progress may run before they are
+    /// ended and handed back to the client.
+    pub grace: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            token: None,
+            tls: None,
+            grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// How long open connections get to close after the last item ended.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Serves the worker on `listener` until `shutdown` resolves, then drains:
+/// grpc.health.v1 turns NOT_SERVING, new items are refused with
+/// UNAVAILABLE, items in progress get `options.grace` to finish, and
+/// whatever is still running then ends with UNAVAILABLE so the client
+/// reassigns its rest. Returns once the connections are closed.
 ///
 /// HTTP/2 is tuned for bulk transfer: 16 MiB frames, tens of MiB of stream
-/// and connection window, TCP_NODELAY. grpc.health.v1 reports SERVING.
+/// and connection window, TCP_NODELAY.
 pub async fn serve(
     listener: TcpListener,
     ctx: Arc<WorkerContext>,
-    token: Option<Secret>,
+    options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let addr: Option<SocketAddr> = listener.local_addr().ok();
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<WorkerServer<WorkerService>>().await;
-    let token_required = token.is_some();
+    let token_required = options.token.is_some();
     let check = TokenCheck {
-        expected: token.map(|t| t.expose().as_bytes().to_vec()),
+        expected: options.token.as_ref().map(|t| t.expose().as_bytes().to_vec()),
     };
+    let worker = WorkerService::new(ctx);
+    let drain = Arc::clone(&worker.drain);
     let service = tonic::service::interceptor::InterceptedService::new(
-        WorkerServer::new(WorkerService::new(ctx)).max_decoding_message_size(MAX_REQUEST_BYTES),
+        WorkerServer::new(worker).max_decoding_message_size(MAX_REQUEST_BYTES),
         check,
     );
-    info!(addr = ?addr, token_required, "worker serving");
-    tonic::transport::Server::builder()
+    let tls = options
+        .tls
+        .as_ref()
+        .map(|t| if t.requires_client_cert() { "mutual" } else { "server" });
+    info!(addr = ?addr, token_required, tls = tls.unwrap_or("off"), "worker serving");
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(t) = &options.tls {
+        builder = builder.tls_config(t.config())?;
+    }
+    let server = builder
         .tcp_nodelay(true)
         .max_frame_size(Some((16 << 20) - 1))
         .initial_stream_window_size(Some(32 << 20))
@@ -234,6 +385,39 @@ pub async fn serve(
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
         .add_service(health_service)
         .add_service(service)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
-        .await
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+            let _ = stop_rx.await;
+        });
+    tokio::pin!(server);
+    tokio::select! {
+        result = &mut server => return result,
+        () = shutdown => {}
+    }
+
+    drain.begin();
+    health.set_not_serving::<WorkerServer<WorkerService>>().await;
+    health
+        .set_service_status("", tonic_health::ServingStatus::NotServing)
+        .await;
+    info!(
+        active = drain.active(),
+        grace_s = options.grace.as_secs_f64(),
+        "draining"
+    );
+    if !drain.wait_idle(options.grace).await {
+        warn!(
+            active = drain.active(),
+            "grace period over, handing back unfinished items"
+        );
+        drain.abort();
+        drain.wait_idle(CLOSE_TIMEOUT).await;
+    }
+    let _ = stop_tx.send(());
+    match tokio::time::timeout(CLOSE_TIMEOUT, &mut server).await {
+        Ok(result) => result,
+        Err(_) => {
+            warn!("connections still open after shutdown, closing them");
+            Ok(())
+        }
+    }
 }

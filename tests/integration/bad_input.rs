@@ -1,7 +1,16 @@
-//! Corrupt, truncated and empty images are skipped, counted and named; the
-//! rest of the epoch arrives intact.
+//! Corrupt, truncated, empty, oversized and hostile input is skipped, counted
+//! and named with its reason; the rest of the epoch arrives exactly once, and
+//! the worker neither crashes nor spends memory on it.
 
-use crate::support::{Worker, image_folder_keys, pack, stream, synth_images};
+use std::io::Read;
+use std::path::Path;
+
+use stoker_server::decode::{ImageKind, header_dimensions};
+use stoker_server::wds::{file_header, padding};
+
+use crate::support::{
+    Worker, assert_exactly_once, image_folder_keys, pack, peak_rss, stoker_bin, stream, synth_images,
+};
 
 #[test]
 fn bad_images_are_skipped_and_named_and_the_rest_arrives() {
@@ -51,5 +60,249 @@ fn bad_images_are_skipped_and_named_and_the_rest_arrives() {
         &[],
     );
     assert!(!run.success());
-    assert!(run.stderr().contains("error budget"), "{}", run.stderr());
+    let stderr = run.stderr();
+    // It says how many were skipped, and for what, grouped by kind.
+    assert!(
+        stderr.contains("error budget exceeded: 2 samples skipped")
+            || stderr.contains("error budget exceeded: 3 samples"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("first: class_000/zz_"), "{stderr}");
+
+    // As a fraction of the epoch (33 samples in the index): 3 skips are
+    // 9%, over 5%, within 10%.
+    let args = |budget| ["--batch-size", "7", "--image-size", "40", "--max-errors", budget];
+    let run = stream(&[&w], shards.to_str().unwrap(), &args("5%"), &[]);
+    assert!(!run.success(), "3 of 33 skipped passed a 5% budget");
+    assert!(run.stderr().contains("more than 5% allows"), "{}", run.stderr());
+    let run = stream(&[&w], shards.to_str().unwrap(), &args("0.1"), &[]);
+    assert!(run.success(), "3 of 33 skipped failed a 10% budget: {}", run.stderr());
+    assert_eq!(run.num("skipped"), 3);
+}
+
+/// A 16x8 PNG, the seed of the formats crate's tests and fuzz corpus.
+const TINY_PNG: &[u8] = include_bytes!("../../server/formats/testdata/tiny.png");
+
+/// A tar member: path and data.
+type Member = (String, Vec<u8>);
+
+/// A tar of `members` as `stoker pack` writes them, with its two end blocks.
+fn tar(members: &[Member]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (name, data) in members {
+        out.extend_from_slice(&file_header(name, data.len() as u64, 0));
+        out.extend_from_slice(data);
+        out.resize(out.len() + padding(data.len() as u64) as usize, 0);
+    }
+    out.resize(out.len() + 1024, 0);
+    out
+}
+
+/// The members of a sample: `<key>.<ext>` with the image and `<key>.cls`.
+fn sample(key: &str, ext: &str, image: &[u8], cls: &[u8]) -> [Member; 2] {
+    [
+        (format!("{key}.{ext}"), image.to_vec()),
+        (format!("{key}.cls"), cls.to_vec()),
+    ]
+}
+
+/// `n` distinct small JPEGs from `stoker synth`.
+fn jpegs(dir: &Path, n: usize) -> Vec<Vec<u8>> {
+    synth_images(dir, n, 1, 64, 48);
+    let mut files: Vec<_> = std::fs::read_dir(dir.join("class_000"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files.iter().map(|p| std::fs::read(p).unwrap()).collect()
+}
+
+/// `jpeg` with the width and height of its frame header replaced, found by
+/// walking the marker segments.
+fn with_frame_size(jpeg: &[u8], width: u16, height: u16) -> Vec<u8> {
+    let mut out = jpeg.to_vec();
+    let mut i = 2;
+    loop {
+        assert_eq!(out[i], 0xff, "marker expected at byte {i}");
+        let marker = out[i + 1];
+        if (0xc0..=0xcf).contains(&marker) && !matches!(marker, 0xc4 | 0xc8 | 0xcc) {
+            out[i + 5..i + 7].copy_from_slice(&height.to_be_bytes());
+            out[i + 7..i + 9].copy_from_slice(&width.to_be_bytes());
+            return out;
+        }
+        i += 2 + usize::from(u16::from_be_bytes([out[i + 2], out[i + 3]]));
+    }
+}
+
+/// Asserts that some line of `stderr` names `key` together with `reason`.
+fn assert_named(stderr: &str, key: &str, reason: &str) {
+    assert!(
+        stderr.lines().any(|l| l.contains(key) && l.contains(reason)),
+        "{key} not named with {reason:?} in:\n{stderr}"
+    );
+}
+
+#[test]
+fn hostile_members_are_skipped_with_their_reason_and_cost_no_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = jpegs(&dir.path().join("images"), 13);
+    let pad_to = |data: &[u8], len: usize| {
+        let mut v = data.to_vec();
+        v.resize(len, 0);
+        v
+    };
+
+    // Headers claiming 60000x60000: 10.8 GB of RGB if anything believed them.
+    let jpeg_bomb = with_frame_size(&good[12], 60000, 60000);
+    assert_eq!(header_dimensions(ImageKind::Jpeg, &jpeg_bomb), Ok((60000, 60000)));
+    let mut png_bomb = TINY_PNG.to_vec();
+    png_bomb[16..24].copy_from_slice(&[60000u32.to_be_bytes(), 60000u32.to_be_bytes()].concat());
+    assert_eq!(header_dimensions(ImageKind::Png, &png_bomb), Ok((60000, 60000)));
+    // An executable and a zip archive named .jpg.
+    let mut elf = vec![0; 4096];
+    std::fs::File::open(stoker_bin()).unwrap().read_exact(&mut elf).unwrap();
+    assert!(elf.starts_with(b"\x7fELF"));
+    let mut zip = b"PK\x03\x04\x14\x00\x00\x00\x08\x00".to_vec();
+    zip.resize(300, 0x5a);
+
+    // (key, members, the reason the worker gives).
+    let bad: Vec<(&str, Vec<Member>, &str)> = vec![
+        (
+            "hostile/empty-jpg",
+            sample("hostile/empty-jpg", "jpg", b"", b"1").into(),
+            "jpg member is empty",
+        ),
+        (
+            "hostile/empty-cls",
+            sample("hostile/empty-cls", "jpg", &good[0], b"").into(),
+            "cls member is empty",
+        ),
+        (
+            // A decodable JPEG, padded past --max-member-bytes 64K.
+            "hostile/oversized",
+            sample("hostile/oversized", "jpg", &pad_to(&good[1], 100_000), b"1").into(),
+            "jpg member of 100000 bytes exceeds the member size limit of 65536 bytes",
+        ),
+        (
+            "hostile/bomb-jpeg",
+            sample("hostile/bomb-jpeg", "jpg", &jpeg_bomb, b"1").into(),
+            "image of 60000x60000 exceeds the limit of 100000000 pixels",
+        ),
+        (
+            "hostile/bomb-png",
+            sample("hostile/bomb-png", "png", &png_bomb, b"1").into(),
+            "image of 60000x60000 exceeds the limit of 100000000 pixels",
+        ),
+        (
+            "hostile/elf",
+            sample("hostile/elf", "jpg", &elf, b"1").into(),
+            "no frame header found",
+        ),
+        (
+            "hostile/zip",
+            sample("hostile/zip", "jpg", &zip, b"1").into(),
+            "no frame header found",
+        ),
+    ];
+
+    // Two shards, good and bad samples interleaved.
+    let shards = dir.path().join("shards");
+    std::fs::create_dir(&shards).unwrap();
+    let mut expected = Vec::new();
+    let mut members: [Vec<Member>; 2] = Default::default();
+    for (i, jpeg) in good[..12].iter().enumerate() {
+        let key = format!("good/{i:02}");
+        members[i % 2].extend(sample(&key, "jpg", jpeg, format!("{}\n", i % 3).as_bytes()));
+        expected.push((key, (i % 3) as i64));
+        if let Some((_, bad_members, _)) = bad.get(i) {
+            members[i % 2].extend(bad_members.iter().cloned());
+        }
+    }
+    expected.sort();
+    for (i, m) in members.iter().enumerate() {
+        std::fs::write(shards.join(format!("shard-{i:06}.tar")), tar(m)).unwrap();
+    }
+
+    let w = Worker::start_with(2, &["--max-member-bytes", "64K"], &[]);
+    let run = stream(
+        &[&w],
+        shards.to_str().unwrap(),
+        &["--batch-size", "5", "--image-size", "32"],
+        &[],
+    );
+    assert_exactly_once(&run, &expected, 0..1);
+    assert_eq!(run.num("skipped"), bad.len() as u64, "{}", run.stderr());
+    let stderr = run.stderr();
+    for (key, _, reason) in &bad {
+        assert_named(&stderr, key, reason);
+    }
+    let peak = peak_rss(w.child.0.id());
+    assert!(peak < 300 << 20, "worker peak RSS {} MiB", peak >> 20);
+}
+
+#[test]
+fn truncated_shards_deliver_what_came_before_and_name_the_shard() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = jpegs(&dir.path().join("images"), 12);
+    let shards = dir.path().join("shards");
+    std::fs::create_dir(&shards).unwrap();
+    let mut expected = Vec::new();
+    let mut shard = |name: &str, keys: std::ops::Range<usize>, delivered: usize| {
+        let members: Vec<_> = keys
+            .clone()
+            .flat_map(|i| sample(&format!("{name}/{i:02}"), "jpg", &good[i], b"4"))
+            .collect();
+        expected.extend(keys.take(delivered).map(|i| (format!("{name}/{i:02}"), 4)));
+        tar(&members)
+    };
+
+    // Whole.
+    let whole = shard("whole", 0..4, 4);
+    std::fs::write(shards.join("shard-000000.tar"), whole).unwrap();
+    // Cut in the middle of the image of the last sample: the four before
+    // it arrive.
+    let mid_member = shard("mid-member", 4..9, 4);
+    let last_jpeg = mid_member.len() - 1024 - 1024 - 512 - good[8].len().div_ceil(512) * 512;
+    std::fs::write(
+        shards.join("shard-000001.tar"),
+        &mid_member[..last_jpeg + 512 + good[8].len() / 2],
+    )
+    .unwrap();
+    // Cut in the middle of the header of the last sample's label: that
+    // sample is not delivered without it (its image was read, but a label
+    // of -1 would be wrong); the ones before it are.
+    let mid_header = shard("mid-header", 9..12, 2);
+    let cut = mid_header.len() - 1024 - 512 - 300;
+    std::fs::write(shards.join("shard-000002.tar"), &mid_header[..cut]).unwrap();
+    expected.sort();
+
+    let w = Worker::start(2);
+    let run = stream(
+        &[&w],
+        shards.to_str().unwrap(),
+        &["--batch-size", "4", "--image-size", "32"],
+        &[],
+    );
+    assert_exactly_once(&run, &expected, 0..1);
+    assert_eq!(run.num("skipped"), 0);
+    let json = run.json.as_ref().unwrap();
+    let mut errors: Vec<&str> = json["shard_errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    errors.sort();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[0].contains("shard-000001.tar") && errors[0].contains("tar truncated at byte"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].contains("shard-000002.tar") && errors[1].contains("truncated"),
+        "{errors:?}"
+    );
+    let stderr = run.stderr();
+    assert!(stderr.contains("shard-000001.tar"), "{stderr}");
+    assert!(stderr.contains("shard-000002.tar"), "{stderr}");
 }

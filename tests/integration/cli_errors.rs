@@ -113,7 +113,7 @@ fn invalid_arguments_are_refused() {
 }
 
 #[test]
-fn a_worker_with_a_token_refuses_clients_without_it() {
+fn a_worker_with_a_token_refuses_clients_without_it_and_never_logs_it() {
     let dir = tempfile::tempdir().unwrap();
     let images = dir.path().join("images");
     let shards = dir.path().join("shards");
@@ -121,7 +121,9 @@ fn a_worker_with_a_token_refuses_clients_without_it() {
     crate::support::pack(&images, shards.to_str().unwrap(), "1M", &[]);
     let dataset = shards.to_str().unwrap();
     let token = "s3cret-token-value";
-    let w = Worker::start_with_env(1, &[("STOKER_TOKEN", token)]);
+    let log = dir.path().join("worker.log");
+    // The most verbose log the worker writes, to a file we can search.
+    let w = Worker::start_logging_to(1, &[], &[("STOKER_TOKEN", token), ("STOKER_LOG", "trace")], &log);
 
     let run = stream(&[&w], dataset, ARGS, &[]);
     assert_one_line_error(&run.stderr(), run.success(), &["unauthenticated", &w.addr]);
@@ -139,7 +141,18 @@ fn a_worker_with_a_token_refuses_clients_without_it() {
         "token leaked: {stderr}"
     );
 
-    let run = stream(&[&w], dataset, ARGS, &[("STOKER_TOKEN", token.to_owned())]);
+    let run = stream(
+        &[&w],
+        dataset,
+        ARGS,
+        &[("STOKER_TOKEN", token.to_owned()), ("STOKER_LOG", "trace".to_owned())],
+    );
     assert!(run.success(), "{}", run.stderr());
     assert_eq!(run.num("samples"), 6);
+    assert!(!run.stderr().contains(token), "the client logged the token");
+    let worker_log = std::fs::read_to_string(&log).unwrap();
+    assert!(worker_log.contains("worker ready"), "no worker log: {worker_log}");
+    for secret in [token, "wrong-token-value"] {
+        assert!(!worker_log.contains(secret), "the worker logged a token");
+    }
 }

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use stoker_client::{Loader, LoaderConfig, TransformSpec};
 
-use crate::support::{Worker, assert_exactly_once, image_folder_keys, pack, stream, synth_images};
+use crate::support::{StreamChild, Worker, assert_exactly_once, image_folder_keys, pack, signal, stream, synth_images};
 
 #[test]
 fn two_workers_two_epochs_deliver_every_sample_exactly_once() {
@@ -119,60 +119,57 @@ async fn a_sample_gets_the_same_pixels_on_any_worker() {
     assert!(changed > 30, "only {changed} of 40 samples changed between epochs");
 }
 
-fn signal(worker: &Worker, sig: &str) {
-    let pid = worker.child.0.id().to_string();
-    let status = std::process::Command::new("kill").args([sig, &pid]).status().unwrap();
-    assert!(status.success(), "kill {sig} {pid}");
-}
-
-/// Streams an epoch through two worker processes, calling `disrupt` on the
-/// first one after the first batch, and checks every sample arrived once.
-async fn epoch_survives(disrupt: impl FnOnce(&Worker), progress_timeout: std::time::Duration) -> u64 {
+/// Streams an epoch through two worker processes with `stoker stream
+/// --keys-out`, calling `disrupt` on the first worker once the training
+/// side has received its first batch, and checks that every sample arrived
+/// exactly once. Returns how many work items were reassigned.
+///
+/// Each worker sends a chunk per sample or two and has two long shards in
+/// flight, so when the first batch arrives both are early in their items:
+/// the disruption always catches the first worker mid-item.
+fn epoch_survives(disrupt: impl FnOnce(&Worker), progress_timeout: &str) -> u64 {
     let dir = tempfile::tempdir().unwrap();
     let images = dir.path().join("images");
     let shards = dir.path().join("shards");
-    synth_images(&images, 240, 4, 160, 120);
-    pack(&images, shards.to_str().unwrap(), "100K", &[]);
+    synth_images(&images, 240, 4, 320, 240);
+    pack(&images, shards.to_str().unwrap(), "1M", &[]);
+    let shard_count = std::fs::read_dir(&shards)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "tar"))
+        .count();
+    assert!((3..=8).contains(&shard_count), "{shard_count} shards");
     let expected = image_folder_keys(&images);
-    let (w1, w2) = (Worker::start(1), Worker::start(1));
-    let mut config = LoaderConfig::new(
-        vec![w1.addr.clone(), w2.addr.clone()],
+    let small_chunks = ["--chunk-bytes", "16K"];
+    let (w1, w2) = (Worker::start_with(1, &small_chunks, &[]), Worker::start_with(1, &small_chunks, &[]));
+    let mut run = StreamChild::spawn(
+        &[&w1, &w2],
         shards.to_str().unwrap(),
-        8,
-        TransformSpec::train(64),
+        &[
+            "--batch-size",
+            "8",
+            "--image-size",
+            "64",
+            "--prefetch",
+            "1",
+            "--progress-timeout",
+            progress_timeout,
+        ],
     );
-    // Small queues, so both workers are mid-stream when the first batch
-    // arrives.
-    config.prefetch = 1;
-    config.progress_timeout = progress_timeout;
-    let loader = Loader::connect(config).await.unwrap();
-    let mut stream = loader.epoch(0).unwrap();
-    let mut got: Vec<(String, i64)> = Vec::new();
-    let first = stream.next_batch().await.unwrap().unwrap();
-    got.extend(first.keys.iter().cloned().zip(first.labels.iter().copied()));
+    run.wait_for_samples(8, std::time::Duration::from_secs(30));
     disrupt(&w1);
-    while let Some(batch) = stream.next_batch().await {
-        let batch = batch.unwrap();
-        got.extend(batch.keys.iter().cloned().zip(batch.labels.iter().copied()));
-    }
-    got.sort();
-    let n = got.len();
-    got.dedup();
-    assert_eq!(n, got.len(), "{} samples delivered twice", n - got.len());
-    assert_eq!(got, expected, "samples lost");
-    let report = stream.report();
-    assert_eq!(report.samples, 240);
-    report.retries
+    let run = run.finish();
+    assert_exactly_once(&run, &expected, 0..1);
+    run.num("retries")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_killed_mid_epoch_loses_nothing() {
-    let retries = epoch_survives(|w| signal(w, "-KILL"), std::time::Duration::from_secs(30)).await;
+#[test]
+fn a_worker_killed_mid_epoch_loses_nothing() {
+    let retries = epoch_survives(|w| signal(w.child.0.id(), "-KILL"), "30");
     assert!(retries >= 1, "the killed worker's items were never reassigned");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stalled_worker_is_given_up_on_after_the_progress_timeout() {
-    let retries = epoch_survives(|w| signal(w, "-STOP"), std::time::Duration::from_secs(2)).await;
+#[test]
+fn a_stalled_worker_is_given_up_on_after_the_progress_timeout() {
+    let retries = epoch_survives(|w| signal(w.child.0.id(), "-STOP"), "2");
     assert!(retries >= 1, "the stalled worker's items were never reassigned");
 }

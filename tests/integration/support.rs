@@ -11,8 +11,11 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+/// The `stoker` binary built with this test binary, or `STOKER_BIN` (for
+/// test binaries carried to another machine, as scripts/gpu-check.sh does).
 pub fn stoker_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_stoker")
+    static BIN: OnceLock<String> = OnceLock::new();
+    BIN.get_or_init(|| std::env::var("STOKER_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_stoker").to_owned()))
 }
 
 pub fn repo_root() -> PathBuf {
@@ -53,29 +56,70 @@ impl Worker {
     }
 
     pub fn start_with_env(threads: usize, env: &[(&str, &str)]) -> Self {
+        Self::start_with(threads, &[], env)
+    }
+
+    /// A worker with extra command-line `args` (`--listen` among them
+    /// replaces the default 127.0.0.1:0) and environment.
+    pub fn start_with(threads: usize, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::try_start_with(threads, args, env).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`Worker::start_with`], but a worker that does not come up is
+    /// an error, not a panic.
+    pub fn try_start_with(threads: usize, args: &[&str], env: &[(&str, &str)]) -> Result<Self, String> {
+        Self::spawn(threads, args, env, Stdio::inherit())
+    }
+
+    /// A worker whose log (stderr) goes to the file `log`.
+    pub fn start_logging_to(threads: usize, args: &[&str], env: &[(&str, &str)], log: &Path) -> Self {
+        let file = std::fs::File::create(log).expect("create worker log");
+        Self::spawn(threads, args, env, Stdio::from(file)).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn spawn(threads: usize, args: &[&str], env: &[(&str, &str)], stderr: Stdio) -> Result<Self, String> {
         let mut cmd = stoker();
-        cmd.args(["worker", "--listen", "127.0.0.1:0", "--threads", &threads.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+        cmd.args(["worker", "--threads", &threads.to_string()]);
+        if !args.contains(&"--listen") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        cmd.args(args).stdout(Stdio::piped()).stderr(stderr);
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().expect("spawn stoker worker");
-        let stdout = child.stdout.take().expect("worker stdout");
+        let mut child = ChildGuard(cmd.spawn().map_err(|e| format!("spawn stoker worker: {e}"))?);
+        let stdout = child.0.stdout.take().ok_or("no worker stdout")?;
         let mut line = String::new();
         BufReader::new(stdout)
             .read_line(&mut line)
-            .expect("read worker address");
+            .map_err(|e| format!("read worker address: {e}"))?;
         let addr = line
             .trim()
             .strip_prefix("stoker worker listening on ")
-            .unwrap_or_else(|| panic!("unexpected worker banner {line:?}"))
+            .ok_or_else(|| format!("unexpected worker banner {line:?}"))?
             .to_owned();
-        Self {
-            addr,
-            child: ChildGuard(child),
-        }
+        Ok(Self { addr, child })
     }
+}
+
+/// Sends `sig` (e.g. "-KILL", "-STOP") to process `pid`.
+pub fn signal(pid: u32, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill {sig} {pid} failed");
+}
+
+/// Peak resident memory of a process, from `VmHWM` in /proc/PID/status.
+pub fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/PID/status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmHWM in /proc/{pid}/status:\n{status}"));
+    kib << 10
 }
 
 pub fn free_port() -> u16 {
@@ -115,7 +159,8 @@ pub struct S3Server {
     pub root: tempfile::TempDir,
     pub access_key: String,
     pub secret_key: String,
-    _child: ChildGuard,
+    /// The server process (tests pause it with SIGSTOP).
+    pub child: ChildGuard,
 }
 
 impl S3Server {
@@ -139,7 +184,7 @@ impl S3Server {
             root,
             access_key,
             secret_key,
-            _child: child,
+            child,
         }
     }
 
@@ -162,9 +207,14 @@ impl S3Server {
     }
 
     pub fn start_worker(&self, threads: usize) -> Worker {
+        self.start_worker_with(threads, &[])
+    }
+
+    /// A worker that reads from this server, with extra arguments.
+    pub fn start_worker_with(&self, threads: usize, args: &[&str]) -> Worker {
         let env = self.env();
         let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        Worker::start_with_env(threads, &pairs)
+        Worker::start_with(threads, args, &pairs)
     }
 }
 
@@ -282,31 +332,115 @@ impl StreamRun {
 
 /// Runs `stoker stream --json --keys-out` with `args`.
 pub fn stream(workers: &[&Worker], dataset: &str, args: &[&str], env: &[(&'static str, String)]) -> StreamRun {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let keys_path = dir.path().join("keys.tsv");
     let addrs: Vec<&str> = workers.iter().map(|w| w.addr.as_str()).collect();
-    let mut cmd = stoker();
-    cmd.args(["stream", "--workers", &addrs.join(","), "--dataset", dataset, "--json"])
-        .args(["--keys-out", keys_path.to_str().expect("utf-8 path")])
-        .args(args);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
+    stream_with(&addrs, dataset, args, env)
+}
+
+/// [`stream`] to worker addresses (workers that may not be up yet).
+pub fn stream_addrs(addrs: &[String], dataset: &str, args: &[&str]) -> StreamRun {
+    let addrs: Vec<&str> = addrs.iter().map(String::as_str).collect();
+    stream_with(&addrs, dataset, args, &[])
+}
+
+fn stream_with(addrs: &[&str], dataset: &str, args: &[&str], env: &[(&'static str, String)]) -> StreamRun {
+    let (mut cmd, keys_path, _dir) = StreamChild::command(addrs, dataset, args, env);
     let output = cmd.output().expect("spawn stoker stream");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let json = stdout.lines().last().and_then(|l| serde_json::from_str(l).ok());
-    let keys = std::fs::read_to_string(&keys_path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| {
-            let mut f = l.split('\t');
-            let epoch = f.next().and_then(|s| s.parse().ok()).expect("epoch column");
-            let key = f.next().expect("key column").to_owned();
-            let label = f.next().and_then(|s| s.parse().ok()).expect("label column");
-            (epoch, key, label)
-        })
-        .collect();
-    StreamRun { output, json, keys }
+    StreamRun::read(output, &keys_path)
+}
+
+/// A `stoker stream --json --keys-out` running in the background, for
+/// tests that disrupt workers while it runs.
+pub struct StreamChild {
+    /// `None` once finished; killed on drop otherwise.
+    child: Option<Child>,
+    keys_path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl StreamChild {
+    pub fn spawn(workers: &[&Worker], dataset: &str, args: &[&str]) -> Self {
+        let addrs: Vec<&str> = workers.iter().map(|w| w.addr.as_str()).collect();
+        let (mut cmd, keys_path, dir) = Self::command(&addrs, dataset, args, &[]);
+        let child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn stoker stream");
+        Self {
+            child: Some(child),
+            keys_path,
+            _dir: dir,
+        }
+    }
+
+    fn command(
+        addrs: &[&str],
+        dataset: &str,
+        args: &[&str],
+        env: &[(&'static str, String)],
+    ) -> (Command, PathBuf, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let keys_path = dir.path().join("keys.tsv");
+        let mut cmd = stoker();
+        cmd.args(["stream", "--workers", &addrs.join(","), "--dataset", dataset, "--json"])
+            .args(["--keys-out", keys_path.to_str().expect("utf-8 path")])
+            .args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        (cmd, keys_path, dir)
+    }
+
+    /// Waits until the stream has handed at least `n` samples to its
+    /// consumer (the keys file is written batch by batch).
+    pub fn wait_for_samples(&mut self, n: usize, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            let lines = std::fs::read_to_string(&self.keys_path).map_or(0, |t| t.lines().count());
+            if lines >= n {
+                return;
+            }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                panic!("stoker stream exited ({status}) after {lines} samples, before {n}");
+            }
+            assert!(Instant::now() < deadline, "stoker stream delivered {lines} samples in {limit:?}, not {n}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    pub fn finish(mut self) -> StreamRun {
+        let child = self.child.take().expect("stream not finished yet");
+        let output = child.wait_with_output().expect("wait for stoker stream");
+        StreamRun::read(output, &self.keys_path)
+    }
+}
+
+impl Drop for StreamChild {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl StreamRun {
+    fn read(output: Output, keys_path: &Path) -> Self {
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let json = stdout.lines().last().and_then(|l| serde_json::from_str(l).ok());
+        let keys = std::fs::read_to_string(keys_path)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                let mut f = l.split('\t');
+                let epoch = f.next().and_then(|s| s.parse().ok()).expect("epoch column");
+                let key = f.next().expect("key column").to_owned();
+                let label = f.next().and_then(|s| s.parse().ok()).expect("label column");
+                (epoch, key, label)
+            })
+            .collect();
+        Self { output, json, keys }
+    }
 }
 
 /// Asserts that every epoch in `epochs` delivered each expected key exactly

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use stoker_proto::pb;
 use stoker_proto::pb::worker_client::WorkerClient;
-use stoker_server::{WorkerConfig, WorkerContext, serve};
+use stoker_server::{ServeOptions, WorkerConfig, WorkerContext, serve};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
@@ -24,7 +24,7 @@ async fn start() -> (
         .unwrap(),
     );
     let (tx, rx) = oneshot::channel::<()>();
-    let handle = tokio::spawn(serve(listener, ctx, None, async {
+    let handle = tokio::spawn(serve(listener, ctx, ServeOptions::default(), async {
         let _ = rx.await;
     }));
     (addr, tx, handle)

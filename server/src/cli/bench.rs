@@ -1,7 +1,11 @@
-//! `stoker bench`: the worker's CPU pipeline (decode + transform) on a
-//! folder of images, without network or storage, in images/s per core.
-//! Used by scripts/bench-cpu.sh next to the PIL baseline, and by operators
-//! to size a worker fleet.
+//! `stoker bench`: the worker's pipeline (decode + transform) on a folder
+//! of images, without network or storage. `--device cpu` runs the CPU path
+//! on `--threads` threads and reports images/s per core (scripts/bench-cpu.sh
+//! sets it beside the PIL baseline); `--device cuda` runs the GPU worker's
+//! runner (nvJPEG batches, the fused crop kernel, copies back to host
+//! memory) fed by `--items` concurrent work items, as a worker serving
+//! that many items would be (scripts/gpu-check.sh sets it beside
+//! torchvision's GPU decode). Operators use it to size a fleet.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -30,10 +34,23 @@ pub struct BenchArgs {
     /// Passes over the images (each pass is a new epoch: new crops).
     #[arg(long, default_value_t = 3)]
     pub passes: u64,
+    /// `cpu`, or `cuda` for the GPU worker's runner.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// cuda: work items feeding the GPU at once.
+    #[arg(long, default_value_t = 4)]
+    pub items: usize,
+    /// cuda: images per batch an item hands the GPU (the worker's --gpu-batch).
+    #[arg(long, default_value_t = 128)]
+    pub gpu_batch: usize,
+    /// cuda: threads driving the GPU (the worker's --gpu-lanes).
+    #[arg(long, default_value_t = 2)]
+    pub gpu_lanes: usize,
 }
 
 #[derive(Debug, Serialize)]
 struct BenchResult {
+    device: &'static str,
     images: u64,
     threads: usize,
     seconds: f64,
@@ -80,11 +97,132 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         "no images (jpg, jpeg, png) under {}",
         args.input.display()
     );
+    match args.device.as_str() {
+        "cpu" => run_cpu(&args, &spec, &images),
+        "cuda" => run_gpu(&args, spec, &images),
+        other => anyhow::bail!("--device must be cpu or cuda, got {other:?}"),
+    }
+}
+
+fn report(args: &BenchArgs, result: &BenchResult) -> anyhow::Result<()> {
+    eprintln!(
+        "{} images ({}x{} {}) on {} in {:.2}s: {:.0} images/s, {:.0} per thread",
+        result.images,
+        args.image_size,
+        args.image_size,
+        args.transform,
+        if result.device == "cuda" { "the gpu".to_owned() } else { format!("{} thread(s)", result.threads) },
+        result.seconds,
+        result.images_per_sec,
+        result.images_per_sec_per_core
+    );
+    println!("{}", serde_json::to_string(result)?);
+    Ok(())
+}
+
+/// The GPU runner, fed by `--items` tasks that each hand it batches of
+/// their share of the images, pass after pass. One warm-up pass first
+/// (NVRTC, nvJPEG buffers, the memory pool).
+fn run_gpu(args: &BenchArgs, spec: TransformSpec, images: &[(String, ImageKind, Bytes)]) -> anyhow::Result<()> {
+    use crate::gpu::{Gpu, GpuResult, GpuRunner, GpuRunnerConfig, GpuSample};
+    use std::sync::Arc;
+    anyhow::ensure!(args.items > 0 && args.gpu_batch > 0, "--items and --gpu-batch must be at least 1");
+    let gpu = Gpu::open(0).map_err(|e| anyhow::anyhow!("--device cuda: no usable gpu: {e}"))?;
+    let config = GpuRunnerConfig {
+        lanes: args.gpu_lanes,
+        max_batch: args.gpu_batch,
+        ..GpuRunnerConfig::default()
+    };
+    let runner = Arc::new(GpuRunner::start(&gpu, config)?);
+    eprintln!("{}", runner.info());
+    let spec = Arc::new(spec);
+    let jpegs: Arc<Vec<(String, Bytes)>> = Arc::new(
+        images
+            .iter()
+            .filter(|(_, kind, _)| *kind == ImageKind::Jpeg)
+            .map(|(k, _, d)| (k.clone(), d.clone()))
+            .collect(),
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let pass = |epochs: std::ops::Range<u64>| {
+        rt.block_on(async {
+            let tasks: Vec<_> = (0..args.items)
+                .map(|t| {
+                    let (runner, spec, jpegs) = (Arc::clone(&runner), Arc::clone(&spec), Arc::clone(&jpegs));
+                    let (items, batch) = (args.items, args.gpu_batch);
+                    let epochs = epochs.clone();
+                    tokio::spawn(async move {
+                        let (mut done, mut to_cpu) = (0u64, 0u64);
+                        for epoch in epochs {
+                            let mine: Vec<&(String, Bytes)> = jpegs.iter().skip(t).step_by(items).collect();
+                            for part in mine.chunks(batch) {
+                                let samples = part
+                                    .iter()
+                                    .map(|(key, data)| GpuSample {
+                                        key: key.clone(),
+                                        label: 0,
+                                        data: data.clone(),
+                                    })
+                                    .collect();
+                                let results = runner.run(samples, Arc::clone(&spec), 0, epoch).await?;
+                                for r in results {
+                                    match r {
+                                        GpuResult::Done(p) => {
+                                            std::hint::black_box(&p.pixels);
+                                            done += 1;
+                                        }
+                                        GpuResult::Cpu { .. } => to_cpu += 1,
+                                    }
+                                }
+                            }
+                        }
+                        Ok::<_, crate::gpu::runner::RunnerGone>((done, to_cpu))
+                    })
+                })
+                .collect();
+            let (mut done, mut to_cpu) = (0, 0);
+            for t in tasks {
+                let (d, c) = t.await??;
+                done += d;
+                to_cpu += c;
+            }
+            anyhow::Ok((done, to_cpu))
+        })
+    };
+    pass(1_000..1_001)?;
+    let started = Instant::now();
+    let (done, to_cpu) = pass(0..args.passes)?;
+    let seconds = started.elapsed().as_secs_f64();
+    let memory = runner.memory()?;
+    eprintln!(
+        "gpu memory pool: {:.0} MiB held, peak {:.0} MiB",
+        memory.reserved as f64 / 1048576.0,
+        memory.reserved_high as f64 / 1048576.0
+    );
+    let rate = done as f64 / seconds;
+    report(
+        args,
+        &BenchResult {
+            device: "cuda",
+            images: done,
+            threads: args.gpu_lanes,
+            seconds,
+            images_per_sec: rate,
+            images_per_sec_per_core: rate / args.gpu_lanes as f64,
+            skipped: to_cpu,
+        },
+    )
+}
+
+fn run_cpu(args: &BenchArgs, spec: &TransformSpec, images: &[(String, ImageKind, Bytes)]) -> anyhow::Result<()> {
     let started = Instant::now();
     let (done, skipped) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..args.threads)
             .map(|t| {
-                let (images, spec) = (&images, &spec);
+                let (images, spec) = (images, spec);
                 s.spawn(move || {
                     let (mut done, mut skipped) = (0u64, 0u64);
                     for epoch in 0..args.passes {
@@ -114,18 +252,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     });
     let seconds = started.elapsed().as_secs_f64();
     let rate = done as f64 / seconds;
-    let result = BenchResult {
-        images: done,
-        threads: args.threads,
-        seconds,
-        images_per_sec: rate,
-        images_per_sec_per_core: rate / args.threads as f64,
-        skipped,
-    };
-    eprintln!(
-        "{done} images ({}x{} {}) on {} thread(s) in {seconds:.2}s: {rate:.0} images/s, {:.0} per thread",
-        args.image_size, args.image_size, args.transform, args.threads, result.images_per_sec_per_core
-    );
-    println!("{}", serde_json::to_string(&result)?);
-    Ok(())
+    report(
+        args,
+        &BenchResult {
+            device: "cpu",
+            images: done,
+            threads: args.threads,
+            seconds,
+            images_per_sec: rate,
+            images_per_sec_per_core: rate / args.threads as f64,
+            skipped,
+        },
+    )
 }

@@ -16,7 +16,7 @@ use crate::cli::human_bytes;
 use crate::cli::stream::{print_summary, stream_epochs};
 use crate::cli::synth::{SynthArgs, pack_with_progress, write_image_folder};
 use crate::storage::Storage;
-use crate::{WorkerConfig, WorkerContext, serve};
+use crate::{ServeOptions, WorkerConfig, WorkerContext, serve};
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
@@ -89,7 +89,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         let ctx = Arc::new(WorkerContext::new(config)?);
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         stops.push(stop_tx);
-        servers.push(tokio::spawn(serve(listener, ctx, None, async {
+        servers.push(tokio::spawn(serve(listener, ctx, ServeOptions::default(), async {
             let _ = stop_rx.await;
         })));
     }

@@ -75,6 +75,8 @@ fn init_logging(default_level: &str) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour only on a terminal: log files and pipes get plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .try_init();
 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
-use stoker_client::{EpochReport, Loader, LoaderConfig, TransformSpec};
+use stoker_client::{EpochReport, Loader, LoaderConfig, TlsOptions, TransformSpec};
 
 use crate::cli::human_bytes;
 use crate::cli::progress::Progress;
@@ -48,9 +48,10 @@ pub struct StreamArgs {
     /// Drop each epoch's last partial batch.
     #[arg(long)]
     pub drop_last: bool,
-    /// Fail once more than N samples were skipped in an epoch.
-    #[arg(long)]
-    pub max_errors: Option<u64>,
+    /// Fail once an epoch skips more samples than this: a count (10), a
+    /// fraction of the epoch (0.01) or a percentage (1%).
+    #[arg(long, value_name = "N|FRACTION")]
+    pub max_errors: Option<stoker_client::ErrorBudget>,
     /// Reassign a work item after this many seconds without progress.
     #[arg(long, default_value_t = 60)]
     pub progress_timeout: u64,
@@ -66,6 +67,20 @@ pub struct StreamArgs {
     /// Bearer token for workers started with --token.
     #[arg(long, env = "STOKER_TOKEN", hide_env_values = true)]
     pub token: Option<stoker_core::Secret>,
+    /// Connect with TLS, verifying workers against this PEM CA (the system
+    /// roots verify `https://` workers when it is not given).
+    #[arg(long, value_name = "PEM")]
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate for workers that require one (mutual TLS).
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Name expected in worker certificates, when not the host of the
+    /// worker address.
+    #[arg(long, value_name = "NAME")]
+    pub tls_domain: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -105,6 +120,16 @@ impl StreamArgs {
         config.drop_last = self.drop_last;
         config.max_errors = self.max_errors;
         config.token = self.token.clone();
+        if self.tls_ca.is_some() || self.tls_cert.is_some() || self.tls_domain.is_some() {
+            let mut tls = TlsOptions::from_files(
+                self.tls_ca.as_deref(),
+                self.tls_cert.as_deref(),
+                self.tls_key.as_deref(),
+            )
+            .map_err(anyhow::Error::msg)?;
+            tls.domain = self.tls_domain.clone();
+            config.tls = Some(tls);
+        }
         config.progress_timeout = std::time::Duration::from_secs(self.progress_timeout.max(1));
         config.worker_patience = std::time::Duration::from_secs(self.worker_patience);
         Ok(config)
@@ -217,24 +242,22 @@ pub async fn run(args: StreamArgs) -> anyhow::Result<()> {
         )),
         None => None,
     };
-    let keys_path = args.keys_out.clone();
+    let cannot_write = || {
+        let path = args.keys_out.as_ref().map(|p| p.display().to_string());
+        format!("cannot write {}", path.unwrap_or_default())
+    };
     let (summary, reports) = stream_epochs(&loader, args.start_epoch, args.epochs, |batch| {
         if let Some(out) = keys_out.as_mut() {
             for (key, label) in batch.keys.iter().zip(&batch.labels) {
-                writeln!(out, "{}\t{key}\t{label}", batch.epoch).with_context(|| {
-                    format!(
-                        "cannot write {}",
-                        keys_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default()
-                    )
-                })?;
+                writeln!(out, "{}\t{key}\t{label}", batch.epoch).with_context(cannot_write)?;
             }
+            // One write per batch: the file is a live record of what the
+            // training loop has been handed, which a watcher can follow.
+            out.flush().with_context(cannot_write)?;
         }
         Ok(())
     })
     .await?;
-    if let Some(mut out) = keys_out {
-        out.flush().context("cannot write --keys-out")?;
-    }
     print_summary(&summary, &reports);
     if args.json {
         println!("{}", serde_json::to_string(&summary)?);

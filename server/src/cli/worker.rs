@@ -1,6 +1,7 @@
 //! `stoker worker`.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -9,7 +10,9 @@ use tokio::net::TcpListener;
 use tracing::info;
 
 use crate::cli::parse_bytes;
-use crate::{WorkerConfig, WorkerContext, serve};
+use crate::gpu::{GpuRunner, GpuRunnerConfig};
+use crate::tls::ServerTls;
+use crate::{ServeOptions, WorkerConfig, WorkerContext, serve};
 
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
@@ -29,9 +32,67 @@ pub struct WorkerArgs {
     /// Images with more pixels than this are skipped before decoding.
     #[arg(long, default_value_t = 100_000_000)]
     pub max_image_pixels: u64,
+    /// Keep the worker process under this much memory: shard data, decoded
+    /// images and results are budgeted to fit, whatever the shard sizes and
+    /// however many clients (at least 80M).
+    #[arg(long, default_value = "4G", value_parser = parse_bytes)]
+    pub memory_limit: u64,
     /// Require this bearer token on every request (health checks excepted).
     #[arg(long, env = "STOKER_TOKEN", hide_env_values = true)]
     pub token: Option<stoker_core::Secret>,
+    /// Serve TLS with this PEM certificate (chain); needs --tls-key.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this PEM CA (mutual TLS).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// On SIGTERM or Ctrl-C, seconds the items in progress get to finish
+    /// (new ones are refused) before the rest is handed back to clients.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    pub grace_period: f64,
+    /// Tries per S3 request, the first included, with exponential backoff
+    /// and jitter between them (default 5). 403 and 404 are never retried.
+    #[arg(long, value_name = "N")]
+    pub s3_max_attempts: Option<u32>,
+    /// Limit on one S3 request attempt, up to the response headers
+    /// (default 30).
+    #[arg(long, value_name = "SECONDS")]
+    pub s3_attempt_timeout: Option<f64>,
+    /// A shard body that sends nothing for this long is resumed with a
+    /// ranged GET (default 30).
+    #[arg(long, value_name = "SECONDS")]
+    pub s3_read_timeout: Option<f64>,
+    /// Ranged re-reads one shard may take before its item fails (default 10).
+    #[arg(long, value_name = "N")]
+    pub s3_max_resumes: Option<u32>,
+    /// Where to decode and augment: `auto` probes for a usable GPU and
+    /// says which path it took; `cuda` fails at once when no GPU can be
+    /// used; `cpu` never looks.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub device: Device,
+    /// GPU worker: threads driving the GPU, each with its own CUDA stream
+    /// and nvJPEG decoder, so one batch's host work overlaps another's
+    /// decode.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub gpu_lanes: usize,
+    /// GPU worker: most JPEGs decoded and transformed in one batch.
+    #[arg(long, default_value_t = 128, value_name = "N")]
+    pub gpu_batch: usize,
+    /// GPU worker: device memory one batch may hold for decoded images and
+    /// outputs; the stream-ordered pool keeps lanes x this for reuse, so
+    /// the footprint stays flat. Larger images go to the CPU path.
+    #[arg(long, default_value = "512M", value_parser = parse_bytes, value_name = "BYTES")]
+    pub gpu_batch_memory: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Device {
+    Auto,
+    Cpu,
+    Cuda,
 }
 
 impl WorkerArgs {
@@ -52,6 +113,33 @@ impl WorkerArgs {
         config.chunk_bytes = self.chunk_bytes as usize;
         config.max_member_bytes = self.max_member_bytes;
         config.max_image_pixels = self.max_image_pixels;
+        anyhow::ensure!(
+            self.memory_limit >= crate::memory::MIN_LIMIT,
+            "--memory-limit must be at least {}M, got {}",
+            crate::memory::MIN_LIMIT >> 20,
+            self.memory_limit
+        );
+        config.memory_limit = self.memory_limit;
+        let seconds = |flag: &str, s: f64| {
+            anyhow::ensure!(
+                s.is_finite() && s > 0.0 && s <= 86_400.0,
+                "{flag} must be a positive number of seconds, got {s}"
+            );
+            Ok(std::time::Duration::from_secs_f64(s))
+        };
+        if let Some(n) = self.s3_max_attempts {
+            anyhow::ensure!(n > 0, "--s3-max-attempts must be at least 1");
+            config.storage.max_attempts = n;
+        }
+        if let Some(s) = self.s3_attempt_timeout {
+            config.storage.attempt_timeout = seconds("--s3-attempt-timeout", s)?;
+        }
+        if let Some(s) = self.s3_read_timeout {
+            config.storage.read_timeout = seconds("--s3-read-timeout", s)?;
+        }
+        if let Some(n) = self.s3_max_resumes {
+            config.storage.max_resumes = n;
+        }
         Ok(config)
     }
 }
@@ -79,14 +167,71 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// The GPU runner `--device` asks for, or `None` for the CPU path; either
+/// way the log says which path was taken and why.
+fn start_gpu(args: &WorkerArgs, config: &WorkerConfig) -> anyhow::Result<Option<GpuRunner>> {
+    if args.device == Device::Cpu {
+        info!("--device cpu: serving on cpu");
+        return Ok(None);
+    }
+    anyhow::ensure!(
+        (1..=16).contains(&args.gpu_lanes),
+        "--gpu-lanes must be between 1 and 16, got {}",
+        args.gpu_lanes
+    );
+    anyhow::ensure!(
+        (1..=1024).contains(&args.gpu_batch),
+        "--gpu-batch must be between 1 and 1024, got {}",
+        args.gpu_batch
+    );
+    anyhow::ensure!(
+        args.gpu_batch_memory >= 16 << 20,
+        "--gpu-batch-memory must be at least 16M, got {}",
+        args.gpu_batch_memory
+    );
+    let started = crate::gpu::Gpu::open(0).map_err(|e| e.to_string()).and_then(|gpu| {
+        let runner_config = GpuRunnerConfig {
+            lanes: args.gpu_lanes,
+            max_batch: args.gpu_batch,
+            batch_memory: args.gpu_batch_memory,
+            max_image_pixels: config.max_image_pixels,
+        };
+        GpuRunner::start(&gpu, runner_config).map_err(|e| e.to_string())
+    });
+    match started {
+        Ok(runner) => {
+            let c = runner.config();
+            info!(
+                gpu = %runner.info(),
+                lanes = c.lanes,
+                batch = c.max_batch,
+                batch_memory_mib = c.batch_memory >> 20,
+                "serving on gpu: nvjpeg decode and the fused crop kernel for train transforms; other transforms and images the gpu cannot take run on the cpu pool"
+            );
+            Ok(Some(runner))
+        }
+        Err(reason) if args.device == Device::Cuda => anyhow::bail!("--device cuda: no usable gpu: {reason}"),
+        Err(reason) => {
+            info!(%reason, "no usable gpu; serving on cpu");
+            Ok(None)
+        }
+    }
+}
+
 pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let config = args.config()?;
+    let gpu = start_gpu(&args, &config)?;
+    let device = if gpu.is_some() { "cuda" } else { "cpu" };
     let listener = TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr().context("listener has no local address")?;
     let threads = config.threads;
-    let ctx = Arc::new(WorkerContext::new(config).context("cannot start the cpu pool")?);
+    let ctx = match gpu {
+        Some(gpu) => WorkerContext::with_gpu(config, gpu),
+        None => WorkerContext::new(config),
+    };
+    let ctx = Arc::new(ctx.context("cannot start the cpu pool")?);
     let jpeg_decoder = if crate::libjpeg::enabled() {
         "libjpeg-turbo region decode, zune-jpeg fallback"
     } else if crate::libjpeg::AVAILABLE {
@@ -94,11 +239,26 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     } else {
         "zune-jpeg (built without libjpeg-turbo)"
     };
-    info!(%addr, threads, device = "cpu", jpeg_decoder, "worker ready");
+    let memory_budget_mib = ctx.budget.capacity() >> 20;
+    info!(%addr, threads, device, jpeg_decoder, memory_budget_mib, "worker ready");
     // Scripts and tests read the bound address (useful with port 0).
     println!("stoker worker listening on {addr}");
     let _ = std::io::stdout().flush();
-    serve(listener, ctx, args.token.clone(), async {
+    anyhow::ensure!(
+        args.grace_period.is_finite() && args.grace_period >= 0.0,
+        "--grace-period must be a non-negative number of seconds, got {}",
+        args.grace_period
+    );
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(ServerTls::from_files(cert, key, args.tls_client_ca.as_deref())?),
+        _ => None,
+    };
+    let options = ServeOptions {
+        token: args.token.clone(),
+        tls,
+        grace: std::time::Duration::from_secs_f64(args.grace_period),
+    };
+    serve(listener, ctx, options, async {
         shutdown_signal().await;
         info!("shutdown signal received");
     })

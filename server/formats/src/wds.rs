@@ -8,10 +8,13 @@
 //! other members are ignored.
 //!
 //! The header parser is a pure function over one 512-byte block so that it
-//! can be fuzzed on its own.
+//! can be fuzzed on its own (`fuzz/fuzz_targets/tar_header.rs`); the reader
+//! and the grouping are fuzzed together over whole streams (`tar_stream`).
 
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt};
+
+pub use crate::image::ImageKind;
 
 const BLOCK: usize = 512;
 
@@ -180,6 +183,13 @@ impl<R: AsyncRead + Unpin> TarReader<R> {
         Ok(())
     }
 
+    /// Skips a member's data and its padding. Two steps: a size from a
+    /// base-256 field plus its padding can overflow u64.
+    async fn skip_member(&mut self, size: u64, what: &'static str) -> Result<(), TarError> {
+        self.skip(size, what).await?;
+        self.skip(padding(size), what).await
+    }
+
     async fn read_data(&mut self, size: u64, what: &'static str) -> Result<Vec<u8>, TarError> {
         let mut data = vec![0u8; size as usize];
         self.fill(&mut data, what, false).await?;
@@ -236,8 +246,7 @@ impl<R: AsyncRead + Unpin> TarReader<R> {
                     let name = long_name.take().unwrap_or(header.name);
                     self.last_name = Some(name.clone());
                     if header.size > self.max_member_bytes {
-                        self.skip(header.size + padding(header.size), "oversized member")
-                            .await?;
+                        self.skip_member(header.size, "oversized member").await?;
                         return Ok(Some(Member {
                             name,
                             data: None,
@@ -254,7 +263,7 @@ impl<R: AsyncRead + Unpin> TarReader<R> {
                 // Directories, links, global pax headers...: skip the data.
                 _ => {
                     long_name = None;
-                    self.skip(header.size + padding(header.size), "member data").await?;
+                    self.skip_member(header.size, "member data").await?;
                 }
             }
         }
@@ -330,13 +339,6 @@ pub fn split_key(path: &str) -> Option<(&str, &str)> {
     Some((&path[..dot], &path[dot + 1..]))
 }
 
-/// The kind of image a sample carries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ImageKind {
-    Jpeg,
-    Png,
-}
-
 /// One sample's members, before decoding.
 #[derive(Debug)]
 pub struct RawSample {
@@ -371,6 +373,9 @@ impl Group {
 
 /// Parses a `cls` member: an integer, surrounding whitespace allowed.
 pub fn parse_label(data: &[u8]) -> Result<i64, String> {
+    if data.is_empty() {
+        return Err("cls member is empty".to_owned());
+    }
     std::str::from_utf8(data)
         .ok()
         .and_then(|s| s.trim().parse().ok())
@@ -441,6 +446,7 @@ impl<R: AsyncRead + Unpin> SampleReader<R> {
                 key: key.to_owned(),
                 ..Group::default()
             });
+            let limit = self.tar.max_member_bytes;
             let kind = match ext.as_str() {
                 "jpg" | "jpeg" => Some(ImageKind::Jpeg),
                 "png" => Some(ImageKind::Png),
@@ -456,13 +462,16 @@ impl<R: AsyncRead + Unpin> SampleReader<R> {
                 }
                 (Some(_), None) if group.image.is_none() => {
                     group.problem = Some(format!(
-                        "{ext} member of {} bytes exceeds the member size limit",
+                        "{ext} member of {} bytes exceeds the member size limit of {limit} bytes",
                         member.size
                     ));
                 }
                 (None, Some(data)) if ext == "cls" => group.label = Some(parse_label(&data)),
                 (None, None) if ext == "cls" => {
-                    group.label = Some(Err(format!("cls member of {} bytes is too large", member.size)));
+                    group.label = Some(Err(format!(
+                        "cls member of {} bytes exceeds the member size limit of {limit} bytes",
+                        member.size
+                    )));
                 }
                 _ => {}
             }
@@ -563,6 +572,37 @@ mod tests {
         tar[10] ^= 0xff;
         let (_, err) = all(&tar, 1 << 20).await;
         assert!(matches!(err, Some(TarError::Corrupt { .. })), "{err:?}");
+    }
+
+    /// A header block with `size` in GNU base-256 and a valid checksum.
+    fn base256_header(name: &str, size: u64, kind: u8) -> Vec<u8> {
+        let mut h = file_header(name, 0, 0);
+        h[124] = 0x80;
+        h[125..128].fill(0);
+        h[128..136].copy_from_slice(&size.to_be_bytes());
+        h[156] = kind;
+        h[148..156].copy_from_slice(b"        ");
+        let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+        h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+        h
+    }
+
+    #[tokio::test]
+    async fn sizes_near_u64_max_are_truncation_not_overflow() {
+        // The size plus its padding overflowed u64: a panic with overflow
+        // checks, a skip of the wrapped sum without. Also a fuzz seed.
+        for kind in [b'0', b'5', b'g'] {
+            for size in [u64::MAX, u64::MAX - 510, 1 << 40] {
+                let tar = base256_header("a.jpg", size, kind);
+                assert_eq!(
+                    parse_header(tar[..].try_into().unwrap(), 0).unwrap().unwrap().size,
+                    size
+                );
+                let (samples, err) = all(&tar, 1 << 20).await;
+                assert!(samples.is_empty());
+                assert!(matches!(err, Some(TarError::Truncated { offset: 512, .. })), "{err:?}");
+            }
+        }
     }
 
     #[test]

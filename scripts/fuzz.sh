@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Fuzzes the parsers that read untrusted shard bytes (the stoker-formats
+# crate, server/formats) for a bounded time, and fails on any crash.
+#
+#   scripts/fuzz.sh [SECONDS_PER_TARGET [TARGET...]]   (default: 20 s, every target)
+#
+# Installs cargo-fuzz under target/tools when missing (nothing system-wide).
+# Stable Rust is enough: RUSTC_BOOTSTRAP=1 lets cargo-fuzz pass the unstable
+# flags of libFuzzer's coverage instrumentation. No sanitizer
+# (--sanitizer none): the crate has no unsafe code, so AddressSanitizer would
+# only re-check what bounds checks already catch, at several times the cost
+# per run. Overflow checks and debug assertions stay on (--debug-assertions).
+#
+# Each target starts from its committed seeds (server/formats/fuzz/corpus/T)
+# and keeps what it discovers in server/formats/fuzz/target/corpus/T (not
+# committed), which later runs on the same machine start from too. A crash,
+# a hang (10 s on one input) or more than 512 MB of memory fails the script
+# and leaves the input in server/formats/fuzz/artifacts/T/; reproduce it with
+#   RUSTC_BOOTSTRAP=1 cargo fuzz run --fuzz-dir server/formats/fuzz -s none -a T FILE
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SECONDS_PER_TARGET=${1:-20}
+[ $# -gt 0 ] && shift
+TARGETS=("$@")
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(tar_stream tar_header image_header)
+
+CARGO_FUZZ_VERSION=0.13.2
+export PATH="$PWD/target/tools/bin:$PATH"
+if ! cargo fuzz --version 2>/dev/null | grep -qF "$CARGO_FUZZ_VERSION"; then
+  echo "==> installing cargo-fuzz $CARGO_FUZZ_VERSION"
+  cargo install --quiet --locked cargo-fuzz --version "$CARGO_FUZZ_VERSION" --root target/tools
+fi
+
+export RUSTC_BOOTSTRAP=1
+FUZZ_DIR=server/formats/fuzz
+FLAGS=(--fuzz-dir "$FUZZ_DIR" --sanitizer none --debug-assertions)
+
+echo "==> building the fuzz targets"
+cargo fuzz build "${FLAGS[@]}"
+
+for target in "${TARGETS[@]}"; do
+  echo "==> fuzzing $target for ${SECONDS_PER_TARGET}s"
+  found="$FUZZ_DIR/target/corpus/$target"
+  log="$FUZZ_DIR/target/$target.log"
+  mkdir -p "$found"
+  if ! cargo fuzz run "${FLAGS[@]}" "$target" "$found" "$FUZZ_DIR/corpus/$target" -- \
+      -max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=512 -print_final_stats=1 >"$log" 2>&1; then
+    tail -n 60 "$log"
+    echo "fuzz target $target failed; its log is $log, the input under $FUZZ_DIR/artifacts/$target/" >&2
+    exit 1
+  fi
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
+  edges=$(grep -o 'cov: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2)
+  echo "    no crash: $runs runs, $rate runs/s, $edges coverage edges"
+done

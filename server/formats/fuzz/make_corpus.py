@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus of the fuzz targets (corpus/<target>/), from the
+images in ../testdata and tars written with Python's tarfile (GNU, pax and
+ustar formats). Standard library only. The seeds are committed; run this
+again only to change them."""
+
+import io
+import pathlib
+import shutil
+import tarfile
+
+HERE = pathlib.Path(__file__).resolve().parent
+JPEG = (HERE.parent / "testdata" / "tiny.jpg").read_bytes()
+PNG = (HERE.parent / "testdata" / "tiny.png").read_bytes()
+
+
+def tar(fmt, members):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as t:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                t.addfile(info)
+            else:
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+    # tarfile pads to a 10 KiB record; keep the two end blocks only.
+    data = buf.getvalue().rstrip(b"\0")
+    return data + bytes(-len(data) % 512 + 1024)
+
+
+def jpeg_bomb():
+    out = bytearray(JPEG)
+    sof = out.index(b"\xff\xc0")
+    out[sof + 5 : sof + 9] = (60000).to_bytes(2, "big") * 2
+    return bytes(out)
+
+
+def png_bomb():
+    out = bytearray(PNG)
+    out[16:24] = (60000).to_bytes(4, "big") * 2
+    return bytes(out)
+
+
+def base256_size_header(name, size, kind):
+    """A header whose size field is GNU base-256 (sizes past 8 GiB)."""
+    block = bytearray(tar(tarfile.GNU_FORMAT, [(name, b"")])[:512])
+    block[124:136] = b"\x80" + size.to_bytes(11, "big")
+    block[156:157] = kind
+    block[148:156] = b" " * 8
+    block[148:156] = b"%06o\0 " % sum(block)
+    return bytes(block)
+
+
+long_dir = "d" * 120
+tars = {
+    "gnu_samples": tar(
+        tarfile.GNU_FORMAT,
+        [("s/a.jpg", JPEG), ("s/a.cls", b"3\n"), ("s/b.png", PNG), ("s/b.cls", b"1"), ("s/c.txt", b"x")],
+    ),
+    "gnu_long_name": tar(tarfile.GNU_FORMAT, [(f"{long_dir}/a.jpg", b"\xff\xd8\xff"), (f"{long_dir}/a.cls", b"")]),
+    "pax_long_name": tar(tarfile.PAX_FORMAT, [(f"{long_dir}/a.png", PNG[:40]), (f"{long_dir}/a.cls", b"-1")]),
+    "ustar_prefix": tar(tarfile.USTAR_FORMAT, [("dir/", None), (f"{'p' * 90}/{'n' * 60}.jpg", b"jpg")]),
+    "oversized": tar(tarfile.GNU_FORMAT, [("o/a.jpg", bytes(800)), ("o/a.cls", b"2"), ("o/b.jpg", b"ok")]),
+}
+tars["truncated"] = tars["gnu_samples"][:1700]
+tars["base256_size"] = base256_size_header("x/a.jpg", 1 << 40, b"5") + tars["gnu_samples"]
+# Regression: this size plus its padding overflowed u64 in the reader.
+tars["base256_u64_max"] = base256_size_header("x/a.jpg", 2**64 - 1, b"0") + bytes(1024)
+
+seeds = {"tar_stream": {}, "tar_header": {}, "image_header": {}}
+for name, data in tars.items():
+    # The first byte picks the member size limit and the read size.
+    seeds["tar_stream"][name] = bytes([0xFF]) + data
+    if name != "truncated":
+        seeds["tar_header"][name] = data[:512]
+seeds["tar_stream"]["oversized_small_reads"] = bytes([0x80 | 0x10 | 3]) + tars["oversized"]
+seeds["image_header"] = {"tiny.jpg": JPEG, "tiny.png": PNG, "bomb.jpg": jpeg_bomb(), "bomb.png": png_bomb()}
+
+for target, files in seeds.items():
+    folder = HERE / "corpus" / target
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for name, data in files.items():
+        (folder / name).write_bytes(data)

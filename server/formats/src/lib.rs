@@ -1,0 +1,14 @@
+//! The parsers that read untrusted bytes before anything else does.
+//!
+//! - [`wds`]: WebDataset tar shards, read as a stream and grouped into
+//!   samples.
+//! - [`image`]: image kinds, and the JPEG / PNG header checks (dimensions,
+//!   pixel limit, truncation) that run before any decoder allocates.
+//!
+//! Every function here takes bytes from a shard as they come and returns an
+//! error, never a panic; the fuzz targets in `fuzz/` hold them to that. The
+//! crate has no I/O of its own beyond `tokio::io::AsyncRead` and no decoder,
+//! so the fuzzers build in seconds.
+
+pub mod image;
+pub mod wds;

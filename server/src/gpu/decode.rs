@@ -1,0 +1,262 @@
+//! Batched JPEG decode on the GPU with nvJPEG, to interleaved RGB in
+//! device memory.
+//!
+//! The batch goes to the hardware JPEG engine when the GPU has one; JPEGs
+//! the engine does not take (progressive...) go to the CUDA backend one by
+//! one. A JPEG the GPU path cannot decode at all (not a JPEG, corrupt,
+//! CMYK or greyscale, over the pixel limit) gets its own error, so the
+//! caller can hand it to the CPU path, which decodes it or skips it with
+//! the CPU worker's reason.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
+
+use super::nvjpeg::sys::{cudaStream_t, nvjpegImage_t};
+use super::nvjpeg::{Backend, Decoder, Handle, JpegStream, NvjpegError};
+use super::{Gpu, GpuError, driver};
+
+/// A decoded image in device memory: `height` rows of `pitch` bytes, RGB
+/// interleaved, `pitch >= 3 * width`.
+#[derive(Debug)]
+pub struct DeviceImage {
+    pub width: u32,
+    pub height: u32,
+    pub pitch: u32,
+    pub buf: CudaSlice<u8>,
+}
+
+/// Why one image of a batch did not decode on the GPU. The CPU path may
+/// still decode it.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuDecodeError {
+    /// The checks every JPEG passes on the CPU path too (header, pixel
+    /// limit, truncation) refused it.
+    #[error("{0}")]
+    Check(crate::decode::DecodeError),
+    #[error("nvjpeg cannot read the jpeg header: {0}")]
+    Header(NvjpegError),
+    #[error("jpeg has {0} colour components; the gpu path decodes 3")]
+    Components(u32),
+    #[error("jpeg of {width}x{height} is over the limit of {limit} pixels")]
+    TooLarge { width: u32, height: u32, limit: u64 },
+    #[error("jpeg header gives an empty image")]
+    Empty,
+    #[error("nvjpeg could not decode the jpeg: {0}")]
+    Decode(NvjpegError),
+    #[error("{0}")]
+    Gpu(#[from] GpuError),
+}
+
+impl GpuDecodeError {
+    /// Whether the CPU path should try the image (always, today: it either
+    /// decodes it or gives the CPU worker's own reason for skipping it).
+    pub fn route_to_cpu(&self) -> bool {
+        true
+    }
+}
+
+/// Decodes batches of JPEGs on one device and stream.
+#[derive(Debug)]
+pub struct GpuDecoder {
+    ctx: Arc<cudarc::driver::CudaContext>,
+    stream: Arc<CudaStream>,
+    /// Batched decode: the hardware engine when there is one.
+    batched: Decoder,
+    /// Single-image decode on the CUDA backend: JPEGs the engine does not
+    /// take, and the retry when a whole batch fails.
+    single: Decoder,
+    /// Asks the hardware engine whether it takes a JPEG.
+    support: Option<JpegStream>,
+    max_pixels: u64,
+}
+
+struct Planned<'a> {
+    index: usize,
+    data: &'a [u8],
+    image: DeviceImage,
+}
+
+impl GpuDecoder {
+    /// A decoder whose batches go to the backend [`super::probe`] chose.
+    pub fn new(gpu: &Gpu, max_pixels: u64) -> Result<Self, GpuError> {
+        Self::with_backend(gpu, gpu.info.jpeg_backend, max_pixels)
+    }
+
+    /// A decoder whose batches go to `backend` (asking for the hardware
+    /// engine on a GPU without one is an error).
+    pub fn with_backend(gpu: &Gpu, backend: Backend, max_pixels: u64) -> Result<Self, GpuError> {
+        let lib = super::nvjpeg::sys::lib().map_err(GpuError::Invalid)?;
+        gpu.ctx.bind_to_thread().map_err(driver("binding the context"))?;
+        let default = Handle::new(lib, Backend::Default)?;
+        let hardware = match backend {
+            Backend::Hardware => Some(Handle::new(lib, Backend::Hardware)?),
+            Backend::Default => None,
+        };
+        let (batched, support) = match &hardware {
+            Some(hw) => (Decoder::new(hw)?, Some(JpegStream::new(hw)?)),
+            None => (Decoder::new(&default)?, None),
+        };
+        Ok(Self {
+            ctx: gpu.ctx.clone(),
+            stream: gpu.stream.clone(),
+            batched,
+            single: Decoder::new(&default)?,
+            support,
+            max_pixels,
+        })
+    }
+
+    /// The backend of batched decodes.
+    pub fn backend(&self) -> Backend {
+        self.batched.handle().backend()
+    }
+
+    /// The stream the decodes are queued on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Decodes `jpegs` to device RGB, one result per input, in order. The
+    /// work is queued on the decoder's stream; later work on that stream
+    /// sees the pixels.
+    pub fn decode_batch(&mut self, jpegs: &[&[u8]]) -> Vec<Result<DeviceImage, GpuDecodeError>> {
+        let mut results: Vec<Option<Result<DeviceImage, GpuDecodeError>>> = (0..jpegs.len()).map(|_| None).collect();
+        if let Err(e) = self.ctx.bind_to_thread() {
+            let e = GpuError::Driver {
+                what: "binding the context",
+                reason: e.to_string(),
+            };
+            return jpegs
+                .iter()
+                .map(|_| Err(GpuDecodeError::Gpu(GpuError::Invalid(e.to_string()))))
+                .collect();
+        }
+        let mut batch = Vec::new();
+        let mut singles = Vec::new();
+        for (index, &data) in jpegs.iter().enumerate() {
+            match self.plan(data) {
+                Ok((image, engine_takes_it)) => {
+                    let planned = Planned { index, data, image };
+                    if engine_takes_it {
+                        batch.push(planned);
+                    } else {
+                        singles.push(planned);
+                    }
+                }
+                Err(e) => results[index] = Some(Err(e)),
+            }
+        }
+        if !batch.is_empty() {
+            match self.decode_batched(&mut batch) {
+                Ok(()) => {
+                    for p in batch {
+                        results[p.index] = Some(Ok(p.image));
+                    }
+                }
+                // One bad JPEG fails the whole batch: retry one by one so
+                // only the bad ones fail.
+                Err(_) => singles.extend(batch),
+            }
+        }
+        for mut p in singles {
+            let stream = cu_stream(&self.stream);
+            let r = decode_one(&mut self.single, &self.stream, stream, p.data, &mut p.image).map(|()| p.image);
+            results[p.index] = Some(r);
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(GpuDecodeError::Gpu(GpuError::Invalid("image was not decoded".into())))))
+            .collect()
+    }
+
+    /// Reads the header, checks it, allocates the output and says whether
+    /// the batched backend takes the JPEG.
+    fn plan(&mut self, data: &[u8]) -> Result<(DeviceImage, bool), GpuDecodeError> {
+        crate::decode::check_jpeg(data, self.max_pixels).map_err(GpuDecodeError::Check)?;
+        let info = self.single.handle().image_info(data).map_err(GpuDecodeError::Header)?;
+        if info.components != 3 {
+            return Err(GpuDecodeError::Components(info.components));
+        }
+        let (width, height) = (info.width, info.height);
+        if width == 0 || height == 0 {
+            return Err(GpuDecodeError::Empty);
+        }
+        if u64::from(width) * u64::from(height) > self.max_pixels {
+            return Err(GpuDecodeError::TooLarge {
+                width,
+                height,
+                limit: self.max_pixels,
+            });
+        }
+        let engine_takes_it = match &mut self.support {
+            Some(stream) => stream.batched_supported(data).map_err(GpuDecodeError::Header)?,
+            None => true,
+        };
+        let pitch = width.checked_mul(3).ok_or(GpuDecodeError::TooLarge {
+            width,
+            height,
+            limit: self.max_pixels,
+        })?;
+        let buf = self
+            .stream
+            .alloc_zeros::<u8>(pitch as usize * height as usize)
+            .map_err(driver("allocation of a decoded image"))?;
+        Ok((
+            DeviceImage {
+                width,
+                height,
+                pitch,
+                buf,
+            },
+            engine_takes_it,
+        ))
+    }
+
+    fn decode_batched(&mut self, batch: &mut [Planned<'_>]) -> Result<(), NvjpegError> {
+        let stream = cu_stream(&self.stream);
+        let data: Vec<&[u8]> = batch.iter().map(|p| p.data).collect();
+        let mut guards = Vec::with_capacity(batch.len());
+        let mut out = Vec::with_capacity(batch.len());
+        for p in batch.iter_mut() {
+            let pitch = p.image.pitch as usize;
+            let (ptr, guard) = p.image.buf.device_ptr_mut(&self.stream);
+            guards.push(guard);
+            let mut img = nvjpegImage_t::default();
+            img.channel[0] = ptr as *mut u8;
+            img.pitch[0] = pitch;
+            out.push(img);
+        }
+        // SAFETY: each output is a live device allocation of this context
+        // (bound in `decode_batch`) of pitch x height bytes for the size its
+        // header gives, pitch = 3 x width; `batch` owns the allocations
+        // and the decode is queued on `self.stream`, which orders every
+        // later use and their release.
+        unsafe { self.batched.decode_batched_rgbi(&data, &mut out, stream) }
+    }
+}
+
+fn cu_stream(stream: &CudaStream) -> cudaStream_t {
+    stream.cu_stream() as cudaStream_t
+}
+
+fn decode_one(
+    decoder: &mut Decoder,
+    stream: &CudaStream,
+    raw_stream: cudaStream_t,
+    data: &[u8],
+    image: &mut DeviceImage,
+) -> Result<(), GpuDecodeError> {
+    let pitch = image.pitch as usize;
+    let (ptr, guard) = image.buf.device_ptr_mut(stream);
+    let mut out = nvjpegImage_t::default();
+    out.channel[0] = ptr as *mut u8;
+    out.pitch[0] = pitch;
+    // SAFETY: `out` is a live device allocation of the bound context of
+    // pitch x height bytes for this JPEG's size (pitch = 3 x width), owned
+    // by `image`, and the decode is queued on `stream`, which orders every
+    // later use of it.
+    let r = unsafe { decoder.decode_rgbi(data, &mut out, raw_stream) };
+    drop(guard);
+    r.map_err(GpuDecodeError::Decode)
+}

@@ -1,0 +1,460 @@
+//! The GPU path, found at run time: the CUDA driver and NVRTC through
+//! cudarc's dynamic loading, nvJPEG through [`nvjpeg`]. Nothing CUDA is
+//! needed to build or run the binary; [`probe`] says whether this host can
+//! use a GPU and, if not, exactly what is missing.
+//!
+//! - [`Gpu`]: a device's context, stream and compiled kernels.
+//! - [`decode`]: batched nvJPEG decode to device RGB, per-image errors for
+//!   JPEGs the GPU path cannot take (the caller routes them to the CPU).
+//! - [`Gpu::resized_crop_flip`]: the fused RandomResizedCrop + flip kernel
+//!   of `stoker-kernels`, driven by the steps `stoker_core::resolve_steps`
+//!   resolved on the host, as on the CPU path.
+
+pub mod decode;
+pub mod nvjpeg;
+pub mod runner;
+
+use std::fmt;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice};
+use stoker_core::{Op, Step, TransformSpec};
+use stoker_kernels::{Kernels, RrcParams};
+
+pub use decode::{DeviceImage, GpuDecodeError, GpuDecoder};
+pub use runner::{GpuMemory, GpuResult, GpuRunner, GpuRunnerConfig, GpuSample};
+use nvjpeg::Backend;
+
+/// Why this host cannot use a GPU.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GpuUnavailable {
+    #[error("no libcuda: the cuda driver library (libcuda.so.1) is not installed or not on the loader path")]
+    NoLibcuda,
+    #[error("no cuda device: {0}")]
+    NoDevice(String),
+    #[error("cuda driver failed on device {ordinal}: {reason}")]
+    Driver { ordinal: usize, reason: String },
+    #[error("no libnvrtc: the cuda run-time compiler (libnvrtc.so) is not installed or not on the loader path")]
+    NoLibnvrtc,
+    #[error("nvrtc failure: {0}")]
+    Nvrtc(String),
+    #[error("no libnvjpeg: {0}")]
+    NoLibnvjpeg(String),
+    #[error("nvjpeg failure: {0}")]
+    Nvjpeg(String),
+    #[error("a cuda library call panicked: {0}")]
+    Panicked(String),
+}
+
+/// What [`probe`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuInfo {
+    pub ordinal: usize,
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    pub memory_bytes: usize,
+    /// The nvJPEG library opened, and its version.
+    pub nvjpeg_soname: &'static str,
+    pub nvjpeg_version: (i32, i32, i32),
+    /// The backend batched decode uses.
+    pub jpeg_backend: Backend,
+    /// Why the hardware JPEG engine is not used, when it is not.
+    pub hardware_unavailable: Option<String>,
+}
+
+impl fmt::Display for GpuInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (major, minor) = self.compute_capability;
+        let (a, b, c) = self.nvjpeg_version;
+        write!(
+            f,
+            "cuda device {} {}, sm_{major}{minor}, {:.1} GiB; {} {a}.{b}.{c}, {} jpeg decoder",
+            self.ordinal,
+            self.name,
+            self.memory_bytes as f64 / f64::from(1u32 << 30),
+            self.nvjpeg_soname,
+            self.jpeg_backend.name(),
+        )?;
+        if let Some(why) = &self.hardware_unavailable {
+            write!(f, " (no hardware engine: {why})")?;
+        }
+        Ok(())
+    }
+}
+
+/// A failure on a GPU that was found usable.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error("cuda {what} failed: {reason}")]
+    Driver { what: &'static str, reason: String },
+    #[error(transparent)]
+    Kernel(#[from] stoker_kernels::KernelError),
+    #[error(transparent)]
+    Nvjpeg(#[from] nvjpeg::NvjpegError),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn driver(what: &'static str) -> impl Fn(cudarc::driver::DriverError) -> GpuError {
+    move |e| GpuError::Driver {
+        what,
+        reason: e.to_string(),
+    }
+}
+
+/// Device memory the stream-ordered allocator keeps for reuse after a
+/// stream synchronises, instead of handing it back to the driver (which
+/// then has to map it again for the next batch). Allocations beyond it
+/// still succeed; they are returned at the next synchronisation.
+pub const POOL_KEEP_BYTES: u64 = 1 << 30;
+
+fn keep_pool_memory(ctx: &CudaContext, bytes: u64) -> Result<(), cudarc::driver::DriverError> {
+    use cudarc::driver::sys;
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: `pool` is a valid out-pointer and the device handle comes
+    // from a live context.
+    unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) }.result()?;
+    let mut value = bytes;
+    // SAFETY: the release threshold attribute takes a pointer to a u64,
+    // which `value` is, on the pool just returned.
+    unsafe {
+        sys::cuMemPoolSetAttribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut value as *mut u64).cast(),
+        )
+    }
+    .result()
+}
+
+/// Whether device 0 and the CUDA, NVRTC and nvJPEG libraries are usable:
+/// opens the device, compiles and loads every kernel, creates an nvJPEG
+/// handle (the hardware engine when it has one), then lets them go.
+pub fn probe() -> Result<GpuInfo, GpuUnavailable> {
+    Gpu::open(0).map(|gpu| gpu.info.clone())
+}
+
+/// One device, ready to decode and transform: its context, a stream, the
+/// compiled kernels and what [`probe`] reports.
+#[derive(Debug)]
+pub struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub kernels: Kernels,
+    pub info: GpuInfo,
+}
+
+impl Gpu {
+    /// Opens device `ordinal`: loads the libraries, compiles the kernels
+    /// for it (NVRTC, cached per process) and checks nvJPEG.
+    pub fn open(ordinal: usize) -> Result<Self, GpuUnavailable> {
+        // cudarc panics when a symbol it expects is missing from a library
+        // it found; report that as a reason like any other.
+        std::panic::catch_unwind(|| Self::open_inner(ordinal)).unwrap_or_else(|panic| {
+            let msg = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(GpuUnavailable::Panicked(msg))
+        })
+    }
+
+    fn open_inner(ordinal: usize) -> Result<Self, GpuUnavailable> {
+        // SAFETY: only tries to dlopen the driver library by its names.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(GpuUnavailable::NoLibcuda);
+        }
+        let count = CudaContext::device_count().map_err(|e| GpuUnavailable::NoDevice(format!("cuInit failed: {e}")))?;
+        if count <= 0 {
+            return Err(GpuUnavailable::NoDevice("the driver sees 0 devices".into()));
+        }
+        if ordinal >= count as usize {
+            return Err(GpuUnavailable::NoDevice(format!(
+                "device {ordinal} asked for, the driver sees {count}"
+            )));
+        }
+        let drv = |e: cudarc::driver::DriverError| GpuUnavailable::Driver {
+            ordinal,
+            reason: e.to_string(),
+        };
+        let ctx = CudaContext::new(ordinal).map_err(drv)?;
+        let name = ctx.name().map_err(drv)?;
+        let compute_capability = ctx.compute_capability().map_err(drv)?;
+        let memory_bytes = ctx.total_mem().map_err(drv)?;
+        let stream = ctx.new_stream().map_err(drv)?;
+        if ctx.has_async_alloc() {
+            keep_pool_memory(&ctx, POOL_KEEP_BYTES).map_err(drv)?;
+        }
+
+        // SAFETY: only tries to dlopen libnvrtc by its names.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return Err(GpuUnavailable::NoLibnvrtc);
+        }
+        let kernels = Kernels::load(&ctx).map_err(|e| GpuUnavailable::Nvrtc(e.to_string()))?;
+
+        let lib = nvjpeg::sys::lib().map_err(GpuUnavailable::NoLibnvjpeg)?;
+        let nvjpeg_version = nvjpeg::result::version(lib).map_err(|e| GpuUnavailable::Nvjpeg(e.to_string()))?;
+        ctx.bind_to_thread().map_err(drv)?;
+        let (jpeg_backend, hardware_unavailable) = match nvjpeg::Handle::new(lib, Backend::Hardware) {
+            Ok(_) => (Backend::Hardware, None),
+            Err(e) => {
+                nvjpeg::Handle::new(lib, Backend::Default).map_err(|e| GpuUnavailable::Nvjpeg(e.to_string()))?;
+                (Backend::Default, Some(e.to_string()))
+            }
+        };
+        let info = GpuInfo {
+            ordinal,
+            name,
+            compute_capability,
+            memory_bytes,
+            nvjpeg_soname: lib.soname,
+            nvjpeg_version,
+            jpeg_backend,
+            hardware_unavailable,
+        };
+        Ok(Self {
+            ctx,
+            stream,
+            kernels,
+            info,
+        })
+    }
+
+    /// The same device and kernels with a stream of its own, for work that
+    /// should overlap with this one's.
+    pub fn with_new_stream(&self) -> Result<Self, GpuError> {
+        Ok(Self {
+            ctx: Arc::clone(&self.ctx),
+            stream: self.ctx.new_stream().map_err(driver("creating a stream"))?,
+            kernels: self.kernels.clone(),
+            info: self.info.clone(),
+        })
+    }
+
+    /// A batched JPEG decoder on this device's stream. Images above
+    /// `max_pixels` are refused from their header.
+    pub fn decoder(&self, max_pixels: u64) -> Result<GpuDecoder, GpuError> {
+        GpuDecoder::new(self, max_pixels)
+    }
+
+    /// Runs the fused crop + resize + flip kernel over `images`, each with
+    /// its crop, in one launch. The result is `crops.len()` images of
+    /// `size`x`size`x3 bytes, back to back, on the device.
+    pub fn resized_crop_flip(
+        &self,
+        images: &[&DeviceImage],
+        crops: &[GpuCrop],
+        size: u32,
+    ) -> Result<CudaSlice<u8>, GpuError> {
+        if images.len() != crops.len() {
+            return Err(GpuError::Invalid(format!(
+                "{} images but {} crops",
+                images.len(),
+                crops.len()
+            )));
+        }
+        let image_bytes = size as usize * size as usize * 3;
+        let mut dst = self
+            .stream
+            .alloc_zeros::<u8>((image_bytes * images.len()).max(1))
+            .map_err(driver("allocation of the batch output"))?;
+        let mut params = Vec::with_capacity(images.len());
+        // The guards keep cudarc's view of each source until after the
+        // launch is queued.
+        let mut guards = Vec::with_capacity(images.len());
+        for (i, (img, crop)) in images.iter().zip(crops).enumerate() {
+            let (src, guard) = img.buf.device_ptr(&self.stream);
+            guards.push(guard);
+            params.push(RrcParams {
+                src,
+                dst_offset: (i * image_bytes) as u64,
+                src_w: img.width,
+                src_h: img.height,
+                src_pitch: img.pitch,
+                flip: u32::from(crop.flip),
+                crop_x: crop.left as f32,
+                crop_y: crop.top as f32,
+                crop_w: crop.width as f32,
+                crop_h: crop.height as f32,
+            });
+            if u64::from(img.pitch) * u64::from(img.height) > img.buf.len() as u64 {
+                return Err(GpuError::Invalid(format!(
+                    "image {i}: buffer of {} bytes is under {} rows of {}",
+                    img.buf.len(),
+                    img.height,
+                    img.pitch
+                )));
+            }
+        }
+        // SAFETY: each `src` is the live allocation of a `DeviceImage` on
+        // this context, at least pitch x height bytes (checked above), with
+        // pitch >= 3 x width (a `DeviceImage` invariant); the images are
+        // borrowed for this call and the kernel runs on `self.stream`, the
+        // stream every later use of the images and the output is ordered
+        // on. `rrc_flip_u8_hwc` checks the crop boxes.
+        unsafe {
+            self.kernels
+                .rrc_flip_u8_hwc(&self.stream, &params, &mut dst, size, size)
+        }?;
+        drop(guards);
+        Ok(dst)
+    }
+
+    /// A page-locked host buffer of `len` bytes (zeroed) for copies back
+    /// from the device: reuse it, allocating one per copy is slow.
+    pub fn pinned(&self, len: usize) -> Result<PinnedHostSlice<u8>, GpuError> {
+        // SAFETY: plain page-locked memory (no write-combining: the host
+        // reads it); it is zeroed below before anything reads it.
+        let mut host = unsafe { self.ctx.alloc_pinned_with_flags::<u8>(len.max(1), 0) }
+            .map_err(driver("page-locked host allocation"))?;
+        host.as_mut_slice()
+            .map_err(driver("page-locked host allocation"))?
+            .fill(0);
+        Ok(host)
+    }
+
+    /// Queues a copy of `buf` into the front of `host` on the stream;
+    /// `host.as_slice()` waits for it.
+    pub fn copy_to_pinned(&self, buf: &CudaSlice<u8>, host: &mut PinnedHostSlice<u8>) -> Result<(), GpuError> {
+        if host.len() < buf.len() {
+            return Err(GpuError::Invalid(format!(
+                "page-locked buffer of {} bytes is too small for {} bytes",
+                host.len(),
+                buf.len()
+            )));
+        }
+        self.stream
+            .memcpy_dtoh(buf, host)
+            .map_err(driver("copy to page-locked memory"))
+    }
+
+    /// Copies a device buffer to a host vector, waiting for the stream.
+    pub fn to_host(&self, buf: &CudaSlice<u8>) -> Result<Vec<u8>, GpuError> {
+        self.stream.clone_dtoh(buf).map_err(driver("copy to host"))
+    }
+}
+
+/// A crop box and flip for [`Gpu::resized_crop_flip`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuCrop {
+    pub left: u32,
+    pub top: u32,
+    pub width: u32,
+    pub height: u32,
+    pub flip: bool,
+}
+
+impl GpuCrop {
+    /// Whether `spec` is what the fused kernel runs: a RandomResizedCrop,
+    /// then at most a horizontal flip (the `train` preset). Each sample's
+    /// own steps are still checked by [`GpuCrop::from_steps`].
+    pub fn handles(spec: &TransformSpec) -> bool {
+        matches!(
+            spec.ops.as_slice(),
+            [Op::RandomResizedCrop { .. }] | [Op::RandomResizedCrop { .. }, Op::HorizontalFlip { .. }]
+        )
+    }
+
+    /// The crop and flip of `steps` when they are what the fused kernel
+    /// does: one `CropResize` to `size`x`size` inside a `width`x`height`
+    /// image, then at most a horizontal flip (the `train` preset). Other
+    /// step lists return `None`: the CPU path runs them.
+    pub fn from_steps(steps: &[Step], width: u32, height: u32, size: u32) -> Option<Self> {
+        let (first, rest) = steps.split_first()?;
+        let Step::CropResize {
+            left,
+            top,
+            width: cw,
+            height: ch,
+            out_w,
+            out_h,
+        } = *first
+        else {
+            return None;
+        };
+        let inside = left >= 0
+            && top >= 0
+            && cw > 0
+            && ch > 0
+            && left + i64::from(cw) <= i64::from(width)
+            && top + i64::from(ch) <= i64::from(height);
+        if !inside || (out_w, out_h) != (size, size) {
+            return None;
+        }
+        let flip = match rest {
+            [] => false,
+            [Step::FlipHorizontal] => true,
+            _ => return None,
+        };
+        Some(Self {
+            left: left as u32,
+            top: top as u32,
+            width: cw,
+            height: ch,
+            flip,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stoker_core::resolve_steps;
+
+    #[test]
+    fn train_steps_map_to_a_gpu_crop() {
+        let spec = TransformSpec::train(224);
+        let mut flips = 0;
+        for i in 0..200 {
+            let key = format!("k{i}");
+            let steps = resolve_steps(&spec, 3, 1, &key, 500, 375);
+            let crop = GpuCrop::from_steps(&steps, 500, 375, 224).expect("train steps fit the kernel");
+            assert!(crop.left + crop.width <= 500 && crop.top + crop.height <= 375);
+            flips += usize::from(crop.flip);
+        }
+        assert!((50..150).contains(&flips), "{flips} flips of 200");
+    }
+
+    #[test]
+    fn only_crop_and_flip_specs_go_to_the_gpu() {
+        assert!(GpuCrop::handles(&TransformSpec::train(224)));
+        assert!(!GpuCrop::handles(&TransformSpec::eval(224)));
+        let mut jitter = TransformSpec::train(224);
+        jitter.ops.push(Op::VerticalFlip { p: 0.5 });
+        assert!(!GpuCrop::handles(&jitter));
+    }
+
+    #[test]
+    fn other_steps_stay_on_the_cpu() {
+        let spec = TransformSpec::eval(224);
+        let steps = resolve_steps(&spec, 3, 1, "k", 500, 375);
+        assert_eq!(GpuCrop::from_steps(&steps, 500, 375, 224), None);
+        assert_eq!(GpuCrop::from_steps(&[], 500, 375, 224), None);
+        let outside = [Step::CropResize {
+            left: -1,
+            top: 0,
+            width: 100,
+            height: 100,
+            out_w: 224,
+            out_h: 224,
+        }];
+        assert_eq!(GpuCrop::from_steps(&outside, 500, 375, 224), None);
+    }
+
+    #[test]
+    fn probe_names_what_is_missing_or_describes_the_gpu() {
+        match probe() {
+            Ok(info) => {
+                let line = info.to_string();
+                assert!(line.contains("sm_") && line.contains("jpeg decoder"), "{line}");
+                println!("gpu found: {line}");
+            }
+            Err(reason) => {
+                let text = reason.to_string();
+                assert!(text.starts_with("no ") || text.contains("fail"), "{text}");
+                println!("skipped: {text}");
+            }
+        }
+    }
+}

@@ -1,0 +1,437 @@
+//! The worker's GPU at work: a few dedicated threads ("lanes") own the
+//! device, each with its own CUDA stream, nvJPEG decoder and page-locked
+//! buffer, and turn batches of JPEG samples into finished `train` crops.
+//!
+//! Items hand [`GpuSample`]s to [`GpuRunner::run`], which queues them on a
+//! bounded channel (backpressure: an item waits when the lanes are busy).
+//! A lane takes a job, merges whatever other jobs of the same output size
+//! are already queued (up to `max_batch` images), and for the batch:
+//!
+//! 1. reads each header, resolves the sample's steps from (seed, epoch,
+//!    key) exactly as the CPU path does, and keeps the samples whose steps
+//!    the fused kernel runs (a crop inside the image, resize, optional
+//!    horizontal flip);
+//! 2. decodes them with nvJPEG in one batch (hardware engine when there is
+//!    one), runs the crop + resize + flip kernel over all of them in one
+//!    launch, and copies the results to its page-locked buffer;
+//! 3. hands every sample it did not finish back as [`GpuResult::Cpu`] with
+//!    the reason, so the caller runs it on the CPU path, which decodes it or
+//!    skips it with the CPU worker's own reason.
+//!
+//! Two lanes overlap one batch's host work (header reads, copies out of
+//! the page-locked buffer) with the other's decode and kernels.
+//!
+//! Device memory is bounded: a batch holds at most `batch_memory` bytes of
+//! decoded images and outputs; an image that alone is over it goes to the
+//! CPU. Decoded images come from the stream-ordered pool, which keeps up to
+//! that much for reuse, so the footprint is flat from batch to batch and
+//! epoch to epoch ([`GpuRunner::memory`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use cudarc::driver::PinnedHostSlice;
+use stoker_core::{TransformSpec, resolve_steps};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, warn};
+
+use super::{Gpu, GpuCrop, GpuDecoder, GpuError, GpuInfo};
+use crate::decode::check_jpeg;
+use crate::pipeline::Processed;
+
+/// A JPEG sample for the GPU.
+#[derive(Debug)]
+pub struct GpuSample {
+    pub key: String,
+    pub label: i64,
+    pub data: Bytes,
+}
+
+impl GpuSample {
+    /// The sample as the CPU path takes it.
+    pub fn into_raw(self) -> crate::wds::RawSample {
+        crate::wds::RawSample {
+            key: self.key,
+            image: Ok((crate::wds::ImageKind::Jpeg, self.data)),
+            label: Ok(self.label),
+        }
+    }
+}
+
+/// What became of a [`GpuSample`].
+#[derive(Debug)]
+pub enum GpuResult {
+    Done(Processed),
+    /// Not finished on the GPU (not a baseline 3-channel JPEG, a crop the
+    /// kernel does not run, over the batch memory, a GPU failure): the CPU
+    /// path should take it.
+    Cpu { sample: GpuSample, reason: String },
+}
+
+/// How the runner is sized.
+#[derive(Clone, Debug)]
+pub struct GpuRunnerConfig {
+    /// Threads, each with its own stream, decoder and page-locked buffer.
+    pub lanes: usize,
+    /// Most images in one nvJPEG batch and kernel launch.
+    pub max_batch: usize,
+    /// Most device bytes of decoded images and outputs in one batch.
+    pub batch_memory: u64,
+    /// Images with more pixels are refused from their header.
+    pub max_image_pixels: u64,
+}
+
+impl Default for GpuRunnerConfig {
+    fn default() -> Self {
+        Self {
+            lanes: 2,
+            max_batch: 128,
+            batch_memory: 512 << 20,
+            max_image_pixels: 100_000_000,
+        }
+    }
+}
+
+/// Device memory the runner's stream-ordered pool holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuMemory {
+    /// Bytes the pool has reserved from the device now.
+    pub reserved: u64,
+    /// The most it has reserved since the runner started.
+    pub reserved_high: u64,
+}
+
+struct Job {
+    samples: Vec<GpuSample>,
+    spec: Arc<TransformSpec>,
+    seed: u64,
+    epoch: u64,
+    reply: oneshot::Sender<Vec<GpuResult>>,
+}
+
+/// The GPU lanes are gone (the worker is shutting down, or a lane
+/// panicked).
+#[derive(Debug, thiserror::Error)]
+#[error("the gpu runner stopped")]
+pub struct RunnerGone;
+
+/// Running totals of the GPU path.
+#[derive(Debug, Default)]
+pub struct GpuCounters {
+    pub batches: AtomicU64,
+    pub images: AtomicU64,
+    /// Samples handed back to the CPU path.
+    pub to_cpu: AtomicU64,
+}
+
+/// The GPU lanes of a worker. Dropping it stops them once their queue is
+/// empty.
+#[derive(Debug)]
+pub struct GpuRunner {
+    tx: mpsc::Sender<Job>,
+    info: GpuInfo,
+    config: GpuRunnerConfig,
+    ctx: Arc<cudarc::driver::CudaContext>,
+    pub counters: Arc<GpuCounters>,
+}
+
+impl GpuRunner {
+    /// Starts `config.lanes` lanes on `gpu`'s device.
+    pub fn start(gpu: &Gpu, config: GpuRunnerConfig) -> Result<Self, GpuError> {
+        if config.lanes == 0 || config.max_batch == 0 || config.batch_memory == 0 {
+            return Err(GpuError::Invalid(format!(
+                "gpu runner needs at least one lane, batch and byte: {config:?}"
+            )));
+        }
+        super::keep_pool_memory(&gpu.ctx, config.batch_memory.saturating_mul(config.lanes as u64))
+            .map_err(super::driver("setting the memory pool's release threshold"))?;
+        let (tx, rx) = mpsc::channel::<Job>(config.lanes * 2);
+        let rx = Arc::new(Mutex::new(rx));
+        let counters = Arc::new(GpuCounters::default());
+        for i in 0..config.lanes {
+            let mut lane = Lane::new(gpu, &config, Arc::clone(&counters))?;
+            let rx = Arc::clone(&rx);
+            std::thread::Builder::new()
+                .name(format!("stoker-gpu-{i}"))
+                .spawn(move || lane.serve(&rx))
+                .map_err(|e| GpuError::Invalid(format!("cannot start gpu lane thread: {e}")))?;
+        }
+        Ok(Self {
+            tx,
+            info: gpu.info.clone(),
+            config,
+            ctx: Arc::clone(&gpu.ctx),
+            counters,
+        })
+    }
+
+    pub fn info(&self) -> &GpuInfo {
+        &self.info
+    }
+
+    pub fn config(&self) -> &GpuRunnerConfig {
+        &self.config
+    }
+
+    /// Decodes and transforms `samples` for `spec`, one result per sample
+    /// (in any order). Waits while the lanes are busy.
+    pub async fn run(
+        &self,
+        samples: Vec<GpuSample>,
+        spec: Arc<TransformSpec>,
+        seed: u64,
+        epoch: u64,
+    ) -> Result<Vec<GpuResult>, RunnerGone> {
+        let (reply, rx) = oneshot::channel();
+        let job = Job {
+            samples,
+            spec,
+            seed,
+            epoch,
+            reply,
+        };
+        self.tx.send(job).await.map_err(|_| RunnerGone)?;
+        rx.await.map_err(|_| RunnerGone)
+    }
+
+    /// The device memory held by the runner's pool.
+    pub fn memory(&self) -> Result<GpuMemory, GpuError> {
+        pool_memory(&self.ctx).map_err(super::driver("reading the memory pool"))
+    }
+}
+
+fn pool_memory(ctx: &cudarc::driver::CudaContext) -> Result<GpuMemory, cudarc::driver::DriverError> {
+    use cudarc::driver::sys;
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: `pool` is a valid out-pointer and the device handle comes
+    // from a live context.
+    unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) }.result()?;
+    let read = |attr| -> Result<u64, cudarc::driver::DriverError> {
+        let mut value = 0u64;
+        // SAFETY: both reserved-memory attributes write one u64 through the
+        // pointer, which `value` is, of the pool just returned.
+        unsafe { sys::cuMemPoolGetAttribute(pool, attr, (&mut value as *mut u64).cast()) }.result()?;
+        Ok(value)
+    };
+    Ok(GpuMemory {
+        reserved: read(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
+        reserved_high: read(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?,
+    })
+}
+
+/// A sample whose crop is known, ready for a batch.
+struct Planned {
+    sample: GpuSample,
+    crop: GpuCrop,
+    size: u32,
+    /// Device bytes it needs: decoded image plus output.
+    bytes: u64,
+}
+
+/// One thread's share of the device.
+struct Lane {
+    gpu: Gpu,
+    decoder: GpuDecoder,
+    pinned: Option<PinnedHostSlice<u8>>,
+    config: GpuRunnerConfig,
+    counters: Arc<GpuCounters>,
+}
+
+impl Lane {
+    fn new(gpu: &Gpu, config: &GpuRunnerConfig, counters: Arc<GpuCounters>) -> Result<Self, GpuError> {
+        let gpu = gpu.with_new_stream()?;
+        let decoder = gpu.decoder(config.max_image_pixels)?;
+        Ok(Self {
+            gpu,
+            decoder,
+            pinned: None,
+            config: config.clone(),
+            counters,
+        })
+    }
+
+    fn serve(&mut self, rx: &Mutex<mpsc::Receiver<Job>>) {
+        if let Err(e) = self.gpu.ctx.bind_to_thread() {
+            warn!(error = %e, "gpu lane cannot bind the cuda context; it stops");
+            return;
+        }
+        loop {
+            let jobs = {
+                let mut rx = rx.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(first) = rx.blocking_recv() else {
+                    return;
+                };
+                // Merge jobs already waiting into one batch, up to the
+                // batch size; the lock is held only while taking them.
+                let mut jobs = vec![first];
+                let mut count = jobs[0].samples.len();
+                while count < self.config.max_batch {
+                    match rx.try_recv() {
+                        Ok(job) => {
+                            count += job.samples.len();
+                            jobs.push(job);
+                        }
+                        Err(_) => break,
+                    }
+                }
+                jobs
+            };
+            self.run_jobs(jobs);
+        }
+    }
+
+    fn run_jobs(&mut self, jobs: Vec<Job>) {
+        let mut replies = Vec::with_capacity(jobs.len());
+        let mut planned = Vec::new();
+        let mut owner = Vec::new();
+        let mut results: Vec<Vec<GpuResult>> = Vec::with_capacity(jobs.len());
+        for (j, job) in jobs.into_iter().enumerate() {
+            replies.push(job.reply);
+            results.push(Vec::with_capacity(job.samples.len()));
+            for sample in job.samples {
+                match self.plan(sample, &job.spec, job.seed, job.epoch) {
+                    Ok(p) => {
+                        planned.push(p);
+                        owner.push(j);
+                    }
+                    Err(back) => results[j].push(back),
+                }
+            }
+        }
+        // Batches of one output size within the byte and count limits.
+        let mut order: Vec<usize> = (0..planned.len()).collect();
+        order.sort_by_key(|&i| planned[i].size);
+        let mut slots: Vec<Option<Planned>> = planned.into_iter().map(Some).collect();
+        let mut start = 0;
+        while start < order.len() {
+            let size = slots[order[start]].as_ref().map_or(0, |p| p.size);
+            let (mut end, mut bytes) = (start, 0u64);
+            while end < order.len() && end - start < self.config.max_batch {
+                let Some(p) = slots[order[end]].as_ref() else { break };
+                if p.size != size || (end > start && bytes + p.bytes > self.config.batch_memory) {
+                    break;
+                }
+                bytes += p.bytes;
+                end += 1;
+            }
+            let batch: Vec<(usize, Planned)> = order[start..end]
+                .iter()
+                .filter_map(|&i| slots[i].take().map(|p| (owner[i], p)))
+                .collect();
+            start = end;
+            let (owners, batch): (Vec<usize>, Vec<Planned>) = batch.into_iter().unzip();
+            for (j, r) in owners.into_iter().zip(self.run_batch(batch, size)) {
+                results[j].push(r);
+            }
+        }
+        for (reply, r) in replies.into_iter().zip(results) {
+            // The item may have gone (client left): nothing to do then.
+            let _ = reply.send(r);
+        }
+    }
+
+    /// Reads the header and resolves the sample's crop, or says why the
+    /// GPU does not take it.
+    fn plan(&self, sample: GpuSample, spec: &TransformSpec, seed: u64, epoch: u64) -> Result<Planned, GpuResult> {
+        let back = |sample: GpuSample, reason: String| GpuResult::Cpu { sample, reason };
+        let (w, h) = match check_jpeg(&sample.data, self.config.max_image_pixels) {
+            Ok(dims) => dims,
+            Err(e) => return Err(back(sample, e.to_string())),
+        };
+        let steps = resolve_steps(spec, seed, epoch, &sample.key, w, h);
+        let Some(crop) = GpuCrop::from_steps(&steps, w, h, spec.size) else {
+            return Err(back(sample, "steps the fused kernel does not run".into()));
+        };
+        let bytes = 3 * (u64::from(w) * u64::from(h) + u64::from(spec.size).pow(2));
+        if bytes > self.config.batch_memory {
+            let reason = format!(
+                "{w}x{h} needs {} MiB of device memory, over the batch limit of {} MiB",
+                bytes >> 20,
+                self.config.batch_memory >> 20
+            );
+            return Err(back(sample, reason));
+        }
+        Ok(Planned {
+            sample,
+            crop,
+            size: spec.size,
+            bytes,
+        })
+    }
+
+    fn run_batch(&mut self, batch: Vec<Planned>, size: u32) -> Vec<GpuResult> {
+        let n = batch.len();
+        self.counters.batches.fetch_add(1, Ordering::Relaxed);
+        let datas: Vec<&[u8]> = batch.iter().map(|p| &p.sample.data[..]).collect();
+        let decoded = self.decoder.decode_batch(&datas);
+        drop(datas);
+        let mut ok = Vec::with_capacity(n);
+        let mut out = Vec::with_capacity(n);
+        for (p, d) in batch.into_iter().zip(decoded) {
+            match d {
+                Ok(img) if img.width >= p.crop.left + p.crop.width && img.height >= p.crop.top + p.crop.height => {
+                    ok.push((p, img));
+                }
+                Ok(img) => out.push(GpuResult::Cpu {
+                    reason: format!("nvjpeg decoded {}x{}, the header said otherwise", img.width, img.height),
+                    sample: p.sample,
+                }),
+                Err(e) => out.push(GpuResult::Cpu {
+                    sample: p.sample,
+                    reason: e.to_string(),
+                }),
+            }
+        }
+        if !ok.is_empty() {
+            match self.crop_and_copy(&ok, size) {
+                Ok(pixels) => {
+                    self.counters.images.fetch_add(ok.len() as u64, Ordering::Relaxed);
+                    for ((p, _), pixels) in ok.into_iter().zip(pixels) {
+                        out.push(GpuResult::Done(Processed {
+                            key: p.sample.key,
+                            label: p.sample.label,
+                            width: size,
+                            height: size,
+                            pixels,
+                        }));
+                    }
+                }
+                Err(e) => {
+                    warn!(error = %e, images = ok.len(), "gpu batch failed; its images go to the cpu");
+                    let reason = format!("gpu batch failed: {e}");
+                    out.extend(ok.into_iter().map(|(p, _)| GpuResult::Cpu {
+                        sample: p.sample,
+                        reason: reason.clone(),
+                    }));
+                }
+            }
+        }
+        let to_cpu = out.iter().filter(|r| matches!(r, GpuResult::Cpu { .. })).count();
+        if to_cpu > 0 {
+            self.counters.to_cpu.fetch_add(to_cpu as u64, Ordering::Relaxed);
+            debug!(to_cpu, batch = n, "gpu batch handed images back to the cpu path");
+        }
+        out
+    }
+
+    /// Crops, resizes and flips the decoded images in one launch, copies
+    /// the result to the page-locked buffer and splits it per image.
+    fn crop_and_copy(&mut self, ok: &[(Planned, super::DeviceImage)], size: u32) -> Result<Vec<Vec<u8>>, GpuError> {
+        let images: Vec<&super::DeviceImage> = ok.iter().map(|(_, img)| img).collect();
+        let crops: Vec<GpuCrop> = ok.iter().map(|(p, _)| p.crop).collect();
+        let dev = self.gpu.resized_crop_flip(&images, &crops, size)?;
+        let need = dev.len();
+        if self.pinned.as_ref().is_none_or(|p| p.len() < need) {
+            // Grown to the largest batch seen, then reused.
+            self.pinned = Some(self.gpu.pinned(need)?);
+        }
+        let Some(pinned) = self.pinned.as_mut() else {
+            return Err(GpuError::Invalid("no page-locked buffer".into()));
+        };
+        self.gpu.copy_to_pinned(&dev, pinned)?;
+        let host = pinned.as_slice().map_err(super::driver("waiting for the copy to the host"))?;
+        let image_bytes = size as usize * size as usize * 3;
+        Ok(host[..need].chunks_exact(image_bytes).map(<[u8]>::to_vec).collect())
+    }
+}
