@@ -46,26 +46,40 @@ STOKER_LOG=info timeout 20 .carry/stoker worker --listen 127.0.0.1:0 --device au
 sleep 5; kill %1 2>/dev/null; wait 2>/dev/null
 grep -m1 -E "gpu|device" "$out/worker-auto.log" | sed 's/^/worker --device auto: /'
 
-# Reference: torchvision's GPU decode alone, on the same JPEGs.
-PYTHONUNBUFFERED=1 timeout 120 python3 - "$work/bench" <<'PY' 2>&1 | tee "$out/torchvision.log"
-import glob, sys, time
-import torch, torchvision
-from torchvision.io import decode_jpeg
-files = sorted(glob.glob(sys.argv[1] + "/*.jpg"))
-datas = [torchvision.io.read_file(f) for f in files]
-for batch in (64, 128, 256):
-    chunks = [datas[i:i + batch] for i in range(0, len(datas), batch)]
-    for c in chunks:
-        decode_jpeg(c, device="cuda")
-    torch.cuda.synchronize()
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < 1.5:
-        for c in chunks:
-            decode_jpeg(c, device="cuda")
-        torch.cuda.synchronize()
-        n += len(datas)
-    print(f"torchvision-bench batch={batch:<4} jpegs={len(datas)} decode_jpeg(cuda)={n / (time.perf_counter() - t0):.0f} img/s (torch {torch.__version__})")
-PY
+# Benchmarks, side by side in one run, alternating rounds; medians below.
+# Images: ImageNet-like 500x375 JPEGs cut from the photos (procedural ones
+# without photos), written once and read by every contender.
+rounds=${GPU_CHECK_ROUNDS:-3}
+imgs=$work/imgs
+.carry/stoker synth --output "$imgs" --images 2048 --classes 8 --photos .carry/photos >"$out/synth.log" 2>&1 ||
+    .carry/stoker synth --output "$imgs" --images 2048 --classes 8 >>"$out/synth.log" 2>&1
+du -sh "$imgs" | sed 's/^/bench images: 2048 jpegs, /'
+bench=$out/bench.jsonl
+: >"$bench"
+cores=$(nproc)
+for r in $(seq "$rounds"); do
+    for b in 128 256; do
+        timeout 120 python3 scripts/bench_torch.py decode "$imgs" "$b" 3 >>"$bench" 2>>"$out/torch.log"
+    done
+    timeout 120 .carry/stoker bench --device cuda --input "$imgs" --passes 24 \
+        >>"$bench" 2>>"$out/stoker-bench.log"
+    timeout 120 .carry/stoker bench --device cpu --input "$imgs" --passes 6 --threads "$cores" \
+        >>"$bench" 2>>"$out/stoker-bench.log"
+    timeout 300 python3 scripts/bench_torch.py dataloader "$imgs" 224 $((cores - 1)) 3 >>"$bench" 2>>"$out/torch.log"
+done
+
+# End to end: `stoker stream` from one worker on this host, GPU then CPU.
+.carry/stoker pack --input "$imgs" --output "$work/shards" --shard-size 8M >"$out/pack.log" 2>&1
+for device in cuda cpu; do
+    STOKER_LOG=info .carry/stoker worker --listen 127.0.0.1:0 --device "$device" >"$work/worker.out" 2>"$out/worker-$device.log" &
+    wpid=$!
+    for _ in $(seq 100); do grep -q listening "$work/worker.out" 2>/dev/null && break; sleep 0.1; done
+    addr=$(sed -n 's/.*listening on //p' "$work/worker.out")
+    timeout 300 .carry/stoker stream --workers "$addr" --dataset "$work/shards" --batch-size 256 --image-size 224 \
+        --inflight 4 --epochs 4 --json 2>"$out/stream-$device.log" | tail -n 1 |
+        python3 -c "import json,sys; r=json.load(sys.stdin); r['what']='stoker stream, one $device worker'; print(json.dumps(r))" >>"$bench"
+    kill -TERM $wpid; wait $wpid 2>/dev/null
+done
 
 # Memory checking of the decode + kernel comparison.
 if command -v compute-sanitizer >/dev/null; then
@@ -76,16 +90,33 @@ fi
 
 echo
 echo "=== gpu-check summary ==="
-grep -E "^test result|^gpu-vs-cpu worst|^decoded " "$out/gpu-tests.log"
+grep -E "^test result|^gpu-vs-cpu worst|^gpu-worker|^decoded " "$out/gpu-tests.log"
 awk '/^gpu-backends/ { if ($NF > m) m = $NF } END { if (m != "") printf "cuda vs hardware backend decode, worst mad %s\n", m }' "$out/gpu-tests.log"
 grep -E "^skipped" "$out/gpu-tests.log"
-printf '%-12s %-6s %-12s %s\n' what batch images/s note
-grep -E "^gpu-bench batch" "$out/gpu-tests.log" | sed -E 's/.*batch=([0-9]+).*backend=([a-z]+) decode-only=([0-9]+).*train-pipeline=([0-9]+).*/nvjpeg      \1 \3 decode only (\2)\nstoker-gpu  \1 \4 decode+rrc224+flip+d2h/' |
-    awk '{printf "%-12s %-6s %-12s %s %s %s\n", $1, $2, $3, $4, $5, $6}'
-grep -E "^gpu-bench-cuda" "$out/gpu-tests.log" | sed -E 's/.*batch=([0-9]+).*decode-only=([0-9]+).*/nvjpeg \1 \2/' |
-    awk '{printf "%-12s %-6s %-12s decode only (cuda backend)\n", $1, $2, $3}'
-grep -E "^torchvision-bench" "$out/torchvision.log" | sed -E 's/.*batch=([0-9]+).*=([0-9]+) img.*/torchvision \1 \2/' |
-    awk '{printf "%-12s %-6s %-12s decode_jpeg(cuda) only\n", $1, $2, $3}'
-grep -E "^gpu-bench device memory" "$out/gpu-tests.log"
+grep -h "gpu memory pool" "$out/stoker-bench.log" | tail -n 1
+python3 - "$bench" "$rounds" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+def name(r):
+    if "what" in r:
+        return r["what"]
+    return f"stoker bench --device {r['device']}" + (f" --threads {r['threads']}" if r["device"] == "cpu" else " (decode+rrc224+flip+copy to host)")
+by = {}
+for r in rows:
+    by.setdefault(name(r), []).append(r["images_per_sec"])
+print(f"{'what':<72} {'n':>2} {'median img/s':>12}  all")
+for k, v in by.items():
+    print(f"{k:<72} {len(v):>2} {statistics.median(v):>12.0f}  {' '.join(f'{x:.0f}' for x in v)}")
+def med(prefix):
+    v = [x for k, xs in by.items() if k.startswith(prefix) for x in xs]
+    return statistics.median(v) if v else None
+g, t128, t256 = med("stoker bench --device cuda"), med("torchvision decode_jpeg cuda batch=128"), med("torchvision decode_jpeg cuda batch=256")
+c, d = med("stoker bench --device cpu"), med("torch DataLoader")
+if g and t128 and t256:
+    best = max(t128, t256)
+    print(f"ratio gpu worker train pipeline / torchvision decode-only (best batch): {g / best:.2f}x")
+if c and d:
+    print(f"ratio cpu worker (all cores) / torch DataLoader: {c / d:.2f}x")
+PY
 rm -rf "$work"
 exit "$tests_rc"

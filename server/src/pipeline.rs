@@ -10,13 +10,14 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use bytes::Bytes;
 use stoker_core::{DatasetUri, Step, TransformSpec, resolve_steps};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::augment::Augmenter;
-use crate::gpu::{GpuCrop, GpuResult, GpuRunner, GpuSample};
 use crate::decode::{DecodeError, RgbImage, check_jpeg, decode, header_dimensions, sniff};
+use crate::gpu::{GpuCrop, GpuResult, GpuRunner, GpuSample};
 use crate::libjpeg;
 use crate::memory::{MemoryBudget, Reservation};
 use crate::pool::{CpuPool, PoolError};
@@ -120,14 +121,15 @@ pub struct Item {
     pub chunk_bytes: usize,
 }
 
-/// One processed sample: uint8 HWC RGB pixels.
+/// One processed sample: uint8 HWC RGB pixels (a GPU batch's samples share
+/// one allocation).
 #[derive(Debug)]
 pub struct Processed {
     pub key: String,
     pub label: i64,
     pub width: u32,
     pub height: u32,
-    pub pixels: Vec<u8>,
+    pub pixels: Bytes,
 }
 
 /// A sample the worker could not use, and why.
@@ -227,7 +229,7 @@ pub fn process_sample(
         label,
         width: out.width,
         height: out.height,
-        pixels: out.pixels,
+        pixels: Bytes::from(out.pixels),
     })
 }
 

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use stoker_core::{DatasetUri, Secret};
 use stoker_proto::pb::worker_server::{Worker, WorkerServer};
@@ -147,7 +146,7 @@ fn chunk_to_pb(chunk: Chunk) -> pb::SampleChunk {
                 height: s.height,
                 width: s.width,
                 channels: 3,
-                pixels: Bytes::from(s.pixels),
+                pixels: s.pixels,
             })
             .collect(),
         skipped: chunk
@@ -271,6 +270,7 @@ impl Worker for WorkerService {
                 .map_err(|e| Status::internal(format!("cannot read gpu memory: {e}")))?;
             info.gpu_memory_bytes = memory.reserved;
             info.gpu_memory_peak_bytes = memory.reserved_high;
+            info.gpu_memory_in_use_bytes = memory.used;
         }
         Ok(Response::new(info))
     }

@@ -140,7 +140,10 @@ fn epoch_survives(disrupt: impl FnOnce(&Worker), progress_timeout: &str) -> u64 
     assert!((3..=8).contains(&shard_count), "{shard_count} shards");
     let expected = image_folder_keys(&images);
     let small_chunks = ["--chunk-bytes", "16K"];
-    let (w1, w2) = (Worker::start_with(1, &small_chunks, &[]), Worker::start_with(1, &small_chunks, &[]));
+    let (w1, w2) = (
+        Worker::start_with(1, &small_chunks, &[]),
+        Worker::start_with(1, &small_chunks, &[]),
+    );
     let mut run = StreamChild::spawn(
         &[&w1, &w2],
         shards.to_str().unwrap(),

@@ -403,7 +403,10 @@ impl StreamChild {
             if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
                 panic!("stoker stream exited ({status}) after {lines} samples, before {n}");
             }
-            assert!(Instant::now() < deadline, "stoker stream delivered {lines} samples in {limit:?}, not {n}");
+            assert!(
+                Instant::now() < deadline,
+                "stoker stream delivered {lines} samples in {limit:?}, not {n}"
+            );
             std::thread::sleep(Duration::from_millis(2));
         }
     }

@@ -38,13 +38,13 @@ pub struct BenchArgs {
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// cuda: work items feeding the GPU at once.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 8)]
     pub items: usize,
     /// cuda: images per batch an item hands the GPU (the worker's --gpu-batch).
     #[arg(long, default_value_t = 128)]
     pub gpu_batch: usize,
     /// cuda: threads driving the GPU (the worker's --gpu-lanes).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 4)]
     pub gpu_lanes: usize,
 }
 
@@ -111,7 +111,11 @@ fn report(args: &BenchArgs, result: &BenchResult) -> anyhow::Result<()> {
         args.image_size,
         args.image_size,
         args.transform,
-        if result.device == "cuda" { "the gpu".to_owned() } else { format!("{} thread(s)", result.threads) },
+        if result.device == "cuda" {
+            "the gpu".to_owned()
+        } else {
+            format!("{} thread(s)", result.threads)
+        },
         result.seconds,
         result.images_per_sec,
         result.images_per_sec_per_core
@@ -126,7 +130,10 @@ fn report(args: &BenchArgs, result: &BenchResult) -> anyhow::Result<()> {
 fn run_gpu(args: &BenchArgs, spec: TransformSpec, images: &[(String, ImageKind, Bytes)]) -> anyhow::Result<()> {
     use crate::gpu::{Gpu, GpuResult, GpuRunner, GpuRunnerConfig, GpuSample};
     use std::sync::Arc;
-    anyhow::ensure!(args.items > 0 && args.gpu_batch > 0, "--items and --gpu-batch must be at least 1");
+    anyhow::ensure!(
+        args.items > 0 && args.gpu_batch > 0,
+        "--items and --gpu-batch must be at least 1"
+    );
     let gpu = Gpu::open(0).map_err(|e| anyhow::anyhow!("--device cuda: no usable gpu: {e}"))?;
     let config = GpuRunnerConfig {
         lanes: args.gpu_lanes,
@@ -196,6 +203,20 @@ fn run_gpu(args: &BenchArgs, spec: TransformSpec, images: &[(String, ImageKind, 
     let started = Instant::now();
     let (done, to_cpu) = pass(0..args.passes)?;
     let seconds = started.elapsed().as_secs_f64();
+    let c = &runner.counters;
+    let per_image = |ns: &std::sync::atomic::AtomicU64| {
+        ns.load(std::sync::atomic::Ordering::Relaxed) as f64
+            / 1e3
+            / c.images.load(std::sync::atomic::Ordering::Relaxed).max(1) as f64
+    };
+    eprintln!(
+        "gpu lanes' time per image (all passes, summed over lanes): plan {:.1} us, decode queueing {:.1} us, kernel + copy + wait {:.1} us, unpack {:.1} us; {} batches",
+        per_image(&c.plan_ns),
+        per_image(&c.decode_ns),
+        per_image(&c.finish_ns),
+        per_image(&c.unpack_ns),
+        c.batches.load(std::sync::atomic::Ordering::Relaxed)
+    );
     let memory = runner.memory()?;
     eprintln!(
         "gpu memory pool: {:.0} MiB held, peak {:.0} MiB",

@@ -76,7 +76,7 @@ pub struct WorkerArgs {
     /// GPU worker: threads driving the GPU, each with its own CUDA stream
     /// and nvJPEG decoder, so one batch's host work overlaps another's
     /// decode.
-    #[arg(long, default_value_t = 2, value_name = "N")]
+    #[arg(long, default_value_t = 4, value_name = "N")]
     pub gpu_lanes: usize,
     /// GPU worker: most JPEGs decoded and transformed in one batch.
     #[arg(long, default_value_t = 128, value_name = "N")]

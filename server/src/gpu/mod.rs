@@ -22,8 +22,8 @@ use stoker_core::{Op, Step, TransformSpec};
 use stoker_kernels::{Kernels, RrcParams};
 
 pub use decode::{DeviceImage, GpuDecodeError, GpuDecoder};
-pub use runner::{GpuMemory, GpuResult, GpuRunner, GpuRunnerConfig, GpuSample};
 use nvjpeg::Backend;
+pub use runner::{GpuMemory, GpuResult, GpuRunner, GpuRunnerConfig, GpuSample};
 
 /// Why this host cannot use a GPU.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -314,8 +314,7 @@ impl Gpu {
         Ok(host)
     }
 
-    /// Queues a copy of `buf` into the front of `host` on the stream;
-    /// `host.as_slice()` waits for it.
+    /// Copies `buf` into the front of `host` and waits for the copy.
     pub fn copy_to_pinned(&self, buf: &CudaSlice<u8>, host: &mut PinnedHostSlice<u8>) -> Result<(), GpuError> {
         if host.len() < buf.len() {
             return Err(GpuError::Invalid(format!(
@@ -324,9 +323,19 @@ impl Gpu {
                 buf.len()
             )));
         }
+        // The driver copies as many bytes as the destination holds, so the
+        // destination is cut to the source's length: a plain slice (of
+        // page-locked memory, so still a DMA copy), which cudarc does not
+        // track; the copy is waited for here.
+        let front = &mut host
+            .as_mut_slice()
+            .map_err(driver("waiting for the page-locked buffer"))?[..buf.len()];
         self.stream
-            .memcpy_dtoh(buf, host)
-            .map_err(driver("copy to page-locked memory"))
+            .memcpy_dtoh(buf, front)
+            .map_err(driver("copy to page-locked memory"))?;
+        self.stream
+            .synchronize()
+            .map_err(driver("waiting for the copy to the host"))
     }
 
     /// Copies a device buffer to a host vector, waiting for the stream.

@@ -29,6 +29,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use bytes::Bytes;
 use cudarc::driver::PinnedHostSlice;
@@ -66,7 +67,10 @@ pub enum GpuResult {
     /// Not finished on the GPU (not a baseline 3-channel JPEG, a crop the
     /// kernel does not run, over the batch memory, a GPU failure): the CPU
     /// path should take it.
-    Cpu { sample: GpuSample, reason: String },
+    Cpu {
+        sample: GpuSample,
+        reason: String,
+    },
 }
 
 /// How the runner is sized.
@@ -85,7 +89,7 @@ pub struct GpuRunnerConfig {
 impl Default for GpuRunnerConfig {
     fn default() -> Self {
         Self {
-            lanes: 2,
+            lanes: 4,
             max_batch: 128,
             batch_memory: 512 << 20,
             max_image_pixels: 100_000_000,
@@ -93,13 +97,16 @@ impl Default for GpuRunnerConfig {
     }
 }
 
-/// Device memory the runner's stream-ordered pool holds.
+/// Device memory of the runner's stream-ordered pool.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GpuMemory {
     /// Bytes the pool has reserved from the device now.
     pub reserved: u64,
     /// The most it has reserved since the runner started.
     pub reserved_high: u64,
+    /// Bytes allocated from the pool now: zero when no batch is running,
+    /// unless something leaks.
+    pub used: u64,
 }
 
 struct Job {
@@ -116,13 +123,26 @@ struct Job {
 #[error("the gpu runner stopped")]
 pub struct RunnerGone;
 
-/// Running totals of the GPU path.
+/// Running totals of the GPU path. The `*_ns` fields add up the lanes'
+/// wall time in each phase of a batch.
 #[derive(Debug, Default)]
 pub struct GpuCounters {
     pub batches: AtomicU64,
     pub images: AtomicU64,
     /// Samples handed back to the CPU path.
     pub to_cpu: AtomicU64,
+    /// Reading headers and resolving crops.
+    pub plan_ns: AtomicU64,
+    /// Queueing the nvJPEG batch (its host-side parsing included).
+    pub decode_ns: AtomicU64,
+    /// Launching the crop kernel, copying back and waiting for the device.
+    pub finish_ns: AtomicU64,
+    /// Copying the results out of the page-locked buffer.
+    pub unpack_ns: AtomicU64,
+}
+
+fn add_elapsed(counter: &AtomicU64, since: Instant) {
+    counter.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
 }
 
 /// The GPU lanes of a worker. Dropping it stops them once their queue is
@@ -209,7 +229,7 @@ fn pool_memory(ctx: &cudarc::driver::CudaContext) -> Result<GpuMemory, cudarc::d
     unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) }.result()?;
     let read = |attr| -> Result<u64, cudarc::driver::DriverError> {
         let mut value = 0u64;
-        // SAFETY: both reserved-memory attributes write one u64 through the
+        // SAFETY: the reserved- and used-memory attributes each write one u64 through the
         // pointer, which `value` is, of the pool just returned.
         unsafe { sys::cuMemPoolGetAttribute(pool, attr, (&mut value as *mut u64).cast()) }.result()?;
         Ok(value)
@@ -217,6 +237,7 @@ fn pool_memory(ctx: &cudarc::driver::CudaContext) -> Result<GpuMemory, cudarc::d
     Ok(GpuMemory {
         reserved: read(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
         reserved_high: read(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?,
+        used: read(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?,
     })
 }
 
@@ -286,6 +307,7 @@ impl Lane {
         let mut planned = Vec::new();
         let mut owner = Vec::new();
         let mut results: Vec<Vec<GpuResult>> = Vec::with_capacity(jobs.len());
+        let started = Instant::now();
         for (j, job) in jobs.into_iter().enumerate() {
             replies.push(job.reply);
             results.push(Vec::with_capacity(job.samples.len()));
@@ -299,6 +321,9 @@ impl Lane {
                 }
             }
         }
+        add_elapsed(&self.counters.plan_ns, started);
+        let refused: usize = results.iter().map(Vec::len).sum();
+        self.counters.to_cpu.fetch_add(refused as u64, Ordering::Relaxed);
         // Batches of one output size within the byte and count limits.
         let mut order: Vec<usize> = (0..planned.len()).collect();
         order.sort_by_key(|&i| planned[i].size);
@@ -363,9 +388,11 @@ impl Lane {
     fn run_batch(&mut self, batch: Vec<Planned>, size: u32) -> Vec<GpuResult> {
         let n = batch.len();
         self.counters.batches.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
         let datas: Vec<&[u8]> = batch.iter().map(|p| &p.sample.data[..]).collect();
         let decoded = self.decoder.decode_batch(&datas);
         drop(datas);
+        add_elapsed(&self.counters.decode_ns, started);
         let mut ok = Vec::with_capacity(n);
         let mut out = Vec::with_capacity(n);
         for (p, d) in batch.into_iter().zip(decoded) {
@@ -417,9 +444,10 @@ impl Lane {
 
     /// Crops, resizes and flips the decoded images in one launch, copies
     /// the result to the page-locked buffer and splits it per image.
-    fn crop_and_copy(&mut self, ok: &[(Planned, super::DeviceImage)], size: u32) -> Result<Vec<Vec<u8>>, GpuError> {
+    fn crop_and_copy(&mut self, ok: &[(Planned, super::DeviceImage)], size: u32) -> Result<Vec<Bytes>, GpuError> {
         let images: Vec<&super::DeviceImage> = ok.iter().map(|(_, img)| img).collect();
         let crops: Vec<GpuCrop> = ok.iter().map(|(p, _)| p.crop).collect();
+        let started = Instant::now();
         let dev = self.gpu.resized_crop_flip(&images, &crops, size)?;
         let need = dev.len();
         if self.pinned.as_ref().is_none_or(|p| p.len() < need) {
@@ -430,8 +458,20 @@ impl Lane {
             return Err(GpuError::Invalid("no page-locked buffer".into()));
         };
         self.gpu.copy_to_pinned(&dev, pinned)?;
-        let host = pinned.as_slice().map_err(super::driver("waiting for the copy to the host"))?;
+        let host = pinned
+            .as_slice()
+            .map_err(super::driver("waiting for the copy to the host"))?;
+        add_elapsed(&self.counters.finish_ns, started);
+        let started = Instant::now();
+        // One allocation for the batch, shared by its samples: a copy per
+        // image (and the page faults of as many fresh allocations) cost
+        // more than the decode.
+        let all = Bytes::copy_from_slice(&host[..need]);
         let image_bytes = size as usize * size as usize * 3;
-        Ok(host[..need].chunks_exact(image_bytes).map(<[u8]>::to_vec).collect())
+        let out = (0..ok.len())
+            .map(|i| all.slice(i * image_bytes..(i + 1) * image_bytes))
+            .collect();
+        add_elapsed(&self.counters.unpack_ns, started);
+        Ok(out)
     }
 }
