@@ -1,4 +1,6 @@
-//! Stoker's CUDA C kernels and their Rust launch wrappers.
+//! Stoker's CUDA C kernels and their Rust launch wrappers: the fused crop +
+//! resize + flip of a batch (`resize.cu`), and flips, rotation, colour
+//! jitter and blur of one image (`steps.cu`), for the whole transform set.
 //!
 //! The sources (`src/*.cu`) are embedded in the binary and compiled at run
 //! time by NVRTC for the GPU found, so nothing CUDA is needed to build.
@@ -23,6 +25,12 @@ use cudarc::nvrtc::{CompileOptions, Ptx};
 pub mod kernel {
     /// [`crate::RrcParams`]-driven crop + resize + flip, uint8 HWC.
     pub const RRC_FLIP_U8_HWC: &str = "stoker_rrc_flip_u8_hwc";
+    pub const FLIP_U8_HWC: &str = "stoker_flip_u8_hwc";
+    pub const ROTATE_U8_HWC: &str = "stoker_rotate_u8_hwc";
+    pub const LUMA_SUM_U8_HWC: &str = "stoker_luma_sum_u8_hwc";
+    pub const JITTER_U8_HWC: &str = "stoker_jitter_u8_hwc";
+    pub const BLUR_ROWS_U8_HWC: &str = "stoker_blur_rows_u8_hwc";
+    pub const BLUR_COLS_U8_HWC: &str = "stoker_blur_cols_u8_hwc";
 }
 
 /// One CUDA C source file and the kernels it defines.
@@ -40,8 +48,22 @@ pub const RESIZE: ModuleSpec = ModuleSpec {
     kernels: &[kernel::RRC_FLIP_U8_HWC],
 };
 
+/// Flips, rotation, colour jitter and blur, one image per launch.
+pub const STEPS: ModuleSpec = ModuleSpec {
+    name: "steps",
+    source: include_str!("steps.cu"),
+    kernels: &[
+        kernel::FLIP_U8_HWC,
+        kernel::ROTATE_U8_HWC,
+        kernel::LUMA_SUM_U8_HWC,
+        kernel::JITTER_U8_HWC,
+        kernel::BLUR_ROWS_U8_HWC,
+        kernel::BLUR_COLS_U8_HWC,
+    ],
+};
+
 /// Every module, compiled together at start.
-pub const MODULES: &[ModuleSpec] = &[RESIZE];
+pub const MODULES: &[ModuleSpec] = &[RESIZE, STEPS];
 
 /// Why a kernel could not be compiled, loaded or launched.
 #[derive(Debug, thiserror::Error)]
@@ -104,8 +126,52 @@ pub fn ptx_for(spec: &ModuleSpec, major: i32, minor: i32) -> Result<Ptx, KernelE
 pub struct Kernels {
     modules: HashMap<&'static str, Arc<CudaModule>>,
     rrc_flip: CudaFunction,
+    flip: CudaFunction,
+    rotate: CudaFunction,
+    luma_sum: CudaFunction,
+    jitter: CudaFunction,
+    blur_rows: CudaFunction,
+    blur_cols: CudaFunction,
     /// The architecture the modules were compiled for.
     pub arch: (i32, i32),
+}
+
+/// Threads per block of every kernel: one thread per output pixel.
+const THREADS: u32 = 256;
+
+/// A launch of one thread per pixel of a `w` x `h` image.
+fn per_pixel(w: u32, h: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((w * h).div_ceil(THREADS), 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Checks a `w` x `h` image's size against a buffer of `len` elements of
+/// `per_pixel` each.
+fn check_image(
+    function: &'static str,
+    what: &str,
+    w: u32,
+    h: u32,
+    len: usize,
+    per_pixel: u64,
+) -> Result<(), KernelError> {
+    let pixels = u64::from(w) * u64::from(h);
+    if pixels == 0 || pixels > u64::from(u32::MAX / 3) {
+        return Err(KernelError::Launch {
+            function,
+            reason: format!("image size {w}x{h} is out of range"),
+        });
+    }
+    if (len as u64) < pixels * per_pixel {
+        return Err(KernelError::Launch {
+            function,
+            reason: format!("{what} of {len} elements is too small for {w}x{h}"),
+        });
+    }
+    Ok(())
 }
 
 impl Kernels {
@@ -125,12 +191,135 @@ impl Kernels {
             })?;
             modules.insert(spec.name, module);
         }
-        let rrc_flip = function(&modules, &RESIZE, kernel::RRC_FLIP_U8_HWC)?;
         Ok(Self {
+            rrc_flip: function(&modules, &RESIZE, kernel::RRC_FLIP_U8_HWC)?,
+            flip: function(&modules, &STEPS, kernel::FLIP_U8_HWC)?,
+            rotate: function(&modules, &STEPS, kernel::ROTATE_U8_HWC)?,
+            luma_sum: function(&modules, &STEPS, kernel::LUMA_SUM_U8_HWC)?,
+            jitter: function(&modules, &STEPS, kernel::JITTER_U8_HWC)?,
+            blur_rows: function(&modules, &STEPS, kernel::BLUR_ROWS_U8_HWC)?,
+            blur_cols: function(&modules, &STEPS, kernel::BLUR_COLS_U8_HWC)?,
             modules,
-            rrc_flip,
             arch: (major, minor),
         })
+    }
+
+    /// Mirrors the `w` x `h` image `src` into `dst`, left-right and/or
+    /// top-bottom.
+    pub fn flip_u8_hwc(
+        &self,
+        stream: &Arc<CudaStream>,
+        src: &CudaSlice<u8>,
+        dst: &mut CudaSlice<u8>,
+        (w, h): (u32, u32),
+        horizontal: bool,
+        vertical: bool,
+    ) -> Result<(), KernelError> {
+        let name = kernel::FLIP_U8_HWC;
+        check_image(name, "source", w, h, src.len(), 3)?;
+        check_image(name, "destination", w, h, dst.len(), 3)?;
+        let (hz, vt) = (u32::from(horizontal), u32::from(vertical));
+        let mut launch = stream.launch_builder(&self.flip);
+        launch.arg(src).arg(dst).arg(&w).arg(&h).arg(&hz).arg(&vt);
+        // SAFETY: the arguments match the kernel's signature; it reads and
+        // writes w x h x 3 bytes, within both buffers (checked above).
+        unsafe { launch.launch(per_pixel(w, h)) }.map_err(|e| launch_err(name, e))?;
+        Ok(())
+    }
+
+    /// Rotates the `w` x `h` image `src` by `degrees` counter-clockwise
+    /// about its centre into `dst` (nearest neighbour, zeros outside).
+    pub fn rotate_u8_hwc(
+        &self,
+        stream: &Arc<CudaStream>,
+        src: &CudaSlice<u8>,
+        dst: &mut CudaSlice<u8>,
+        (w, h): (u32, u32),
+        degrees: f32,
+    ) -> Result<(), KernelError> {
+        let name = kernel::ROTATE_U8_HWC;
+        check_image(name, "source", w, h, src.len(), 3)?;
+        check_image(name, "destination", w, h, dst.len(), 3)?;
+        let (sin, cos) = f64::from(degrees).to_radians().sin_cos();
+        let mut launch = stream.launch_builder(&self.rotate);
+        launch.arg(src).arg(dst).arg(&w).arg(&h).arg(&sin).arg(&cos);
+        // SAFETY: the arguments match the kernel's signature; every read is
+        // bounds-checked against w x h and every write is one of the w x h
+        // pixels of `dst` (sizes checked above).
+        unsafe { launch.launch(per_pixel(w, h)) }.map_err(|e| launch_err(name, e))?;
+        Ok(())
+    }
+
+    /// Applies colour-jitter factors in place, in `order` (0 brightness,
+    /// 1 contrast, 2 saturation); a factor of 1 is skipped.
+    pub fn jitter_u8_hwc(
+        &self,
+        stream: &Arc<CudaStream>,
+        img: &mut CudaSlice<u8>,
+        (w, h): (u32, u32),
+        factors: [f32; 3],
+        order: [u8; 3],
+    ) -> Result<(), KernelError> {
+        let name = kernel::JITTER_U8_HWC;
+        check_image(name, "image", w, h, img.len(), 3)?;
+        let n = w * h;
+        for which in order {
+            let Some(&factor) = factors.get(usize::from(which)) else {
+                return Err(launch_err(name, format!("jitter order names factor {which}")));
+            };
+            if factor == 1.0 {
+                continue;
+            }
+            let mut sum = stream.alloc_zeros::<u64>(1).map_err(|e| launch_err(name, e))?;
+            if which == 1 {
+                let mut launch = stream.launch_builder(&self.luma_sum);
+                launch.arg(&*img).arg(&n).arg(&mut sum);
+                // SAFETY: matches the kernel's signature; it reads n pixels
+                // of `img` (checked above) and adds into the one u64 of `sum`.
+                unsafe { launch.launch(per_pixel(w, h)) }.map_err(|e| launch_err(kernel::LUMA_SUM_U8_HWC, e))?;
+            }
+            let which = u32::from(which);
+            let mut launch = stream.launch_builder(&self.jitter);
+            launch.arg(&mut *img).arg(&n).arg(&which).arg(&factor).arg(&sum);
+            // SAFETY: matches the kernel's signature; it reads and writes the
+            // n pixels of `img` (checked above) and reads the one u64 of `sum`.
+            unsafe { launch.launch(per_pixel(w, h)) }.map_err(|e| launch_err(name, e))?;
+        }
+        Ok(())
+    }
+
+    /// Blurs the `w` x `h` image `src` into `dst` with the normalised
+    /// weights `kernel` (odd length), reflecting at the borders.
+    pub fn blur_u8_hwc(
+        &self,
+        stream: &Arc<CudaStream>,
+        src: &CudaSlice<u8>,
+        dst: &mut CudaSlice<u8>,
+        (w, h): (u32, u32),
+        kernel: &[f32],
+    ) -> Result<(), KernelError> {
+        let name = kernel::BLUR_ROWS_U8_HWC;
+        check_image(name, "source", w, h, src.len(), 3)?;
+        check_image(name, "destination", w, h, dst.len(), 3)?;
+        let k = u32::try_from(kernel.len())
+            .ok()
+            .filter(|k| k % 2 == 1)
+            .ok_or_else(|| launch_err(name, format!("blur kernel of {} weights is not odd", kernel.len())))?;
+        let weights = stream.clone_htod(kernel).map_err(|e| launch_err(name, e))?;
+        let mut tmp = stream
+            .alloc_zeros::<f32>(w as usize * h as usize * 3)
+            .map_err(|e| launch_err(name, e))?;
+        let mut launch = stream.launch_builder(&self.blur_rows);
+        launch.arg(src).arg(&mut tmp).arg(&w).arg(&h).arg(&weights).arg(&k);
+        // SAFETY: matches the kernel's signature; reads are reflected into
+        // the w x h source, writes are the w x h x 3 floats of `tmp`, and the
+        // k weights are those of `weights`.
+        unsafe { launch.launch(per_pixel(w, h)) }.map_err(|e| launch_err(name, e))?;
+        let mut launch = stream.launch_builder(&self.blur_cols);
+        launch.arg(&tmp).arg(dst).arg(&w).arg(&h).arg(&weights).arg(&k);
+        // SAFETY: as the rows pass, from `tmp` into the w x h image `dst`.
+        unsafe { launch.launch(per_pixel(w, h)) }.map_err(|e| launch_err(kernel::BLUR_COLS_U8_HWC, e))?;
+        Ok(())
     }
 
     /// The loaded module called `name`, if any.
@@ -147,8 +336,8 @@ impl Kernels {
     /// Every `params[i].src` must be the device address of an allocation
     /// of at least `src_pitch * src_h` bytes in `stream`'s context, with
     /// `src_pitch >= 3 * src_w`, that stays alive and unwritten until the
-    /// launch has finished on `stream`; the crop box must lie inside the
-    /// image with a positive size.
+    /// launch has finished on `stream`. The boxes are checked
+    /// ([`RrcParams::check`]): inside the image, or padded.
     pub unsafe fn rrc_flip_u8_hwc(
         &self,
         stream: &Arc<CudaStream>,
@@ -185,10 +374,9 @@ impl Kernels {
         let params_dev = stream
             .clone_htod(params)
             .map_err(|e| fail(format!("copying parameters: {e}")))?;
-        let threads = 256u32;
         let config = LaunchConfig {
-            grid_dim: ((out_w * out_h).div_ceil(threads), batch, 1),
-            block_dim: (threads, 1, 1),
+            grid_dim: ((out_w * out_h).div_ceil(THREADS), batch, 1),
+            block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut launch = stream.launch_builder(&self.rrc_flip);
@@ -199,6 +387,13 @@ impl Kernels {
         // images, as the caller promises.
         unsafe { launch.launch(config) }.map_err(|e| fail(e.to_string()))?;
         Ok(())
+    }
+}
+
+fn launch_err(function: &'static str, reason: impl ToString) -> KernelError {
+    KernelError::Launch {
+        function,
+        reason: reason.to_string(),
     }
 }
 
@@ -238,10 +433,15 @@ pub struct RrcParams {
     pub crop_y: f32,
     pub crop_w: f32,
     pub crop_h: f32,
+    /// 1 when the box may reach past the image: the filter window stays
+    /// inside the box and pixels outside the image count as zeros (the
+    /// box's corner is then integral).
+    pub pad: u32,
+    pub reserved: u32,
 }
 
 // SAFETY: `RrcParams` is `repr(C)`, made only of integers and floats with no
-// padding (48 bytes), and matches the kernel's struct field for field.
+// padding (56 bytes), and matches the kernel's struct field for field.
 unsafe impl DeviceRepr for RrcParams {}
 
 impl RrcParams {
@@ -260,7 +460,13 @@ impl RrcParams {
             ));
         }
         let fits = |start: f32, len: f32, size: u32| {
-            start.is_finite() && len.is_finite() && start >= 0.0 && len > 0.0 && start + len <= size as f32
+            let finite = start.is_finite() && len.is_finite() && len > 0.0;
+            if self.pad != 0 {
+                // Any box, integral and not absurdly far out.
+                finite && start.fract() == 0.0 && len.fract() == 0.0 && start.abs() + len <= 4.0 * 65536.0
+            } else {
+                finite && start >= 0.0 && start + len <= size as f32
+            }
         };
         if !fits(self.crop_x, self.crop_w, self.src_w) || !fits(self.crop_y, self.crop_h, self.src_h) {
             return Err(format!(
@@ -289,7 +495,7 @@ mod tests {
 
     #[test]
     fn params_layout_matches_the_cuda_struct() {
-        assert_eq!(std::mem::size_of::<RrcParams>(), 48);
+        assert_eq!(std::mem::size_of::<RrcParams>(), 56);
         assert_eq!(std::mem::align_of::<RrcParams>(), 8);
         let fields = [
             "unsigned long long src;",
@@ -302,6 +508,8 @@ mod tests {
             "float crop_y;",
             "float crop_w;",
             "float crop_h;",
+            "unsigned int pad;",
+            "unsigned int reserved;",
         ];
         let mut at = 0;
         for f in fields {
@@ -325,8 +533,18 @@ mod tests {
             crop_y: 20.0,
             crop_w: 300.0,
             crop_h: 200.0,
+            pad: 0,
+            reserved: 0,
         };
         assert!(good.check().is_ok());
+        let padded = RrcParams {
+            crop_x: -4.0,
+            crop_w: 600.0,
+            pad: 1,
+            ..good
+        };
+        assert!(padded.check().is_ok());
+        assert!(RrcParams { crop_x: -4.5, ..padded }.check().is_err());
         assert!(RrcParams { crop_x: 250.0, ..good }.check().is_err());
         assert!(RrcParams { crop_w: 0.0, ..good }.check().is_err());
         assert!(RrcParams { src_pitch: 10, ..good }.check().is_err());

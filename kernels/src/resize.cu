@@ -1,11 +1,13 @@
-// Fused RandomResizedCrop + optional horizontal flip + antialiased bilinear
-// resize, uint8 HWC (RGB interleaved) in and out, one launch per batch.
+// Fused crop + antialiased bilinear resize + optional horizontal flip, uint8
+// HWC (RGB interleaved) in and out, one launch per batch: RandomResizedCrop,
+// Resize, CenterCrop and RandomCrop (with zero padding) all run here.
 //
 // The arithmetic follows the CPU path (fast_image_resize's convolution with
 // the bilinear filter, itself Pillow's): for an output pixel x the source
 // centre is crop_x + (x + 0.5) * scale, the filter is a triangle widened by
 // max(scale, 1) when shrinking, its window is clamped to the image (not to
-// the crop box) and the weights are normalised per axis. The CPU runs the
+// the crop box; to the box when it is padded) and the weights are normalised
+// per axis. The CPU runs the
 // two axes as separate passes with an 8-bit intermediate; this kernel keeps
 // the intermediate in float, which moves a pixel by at most a grey level.
 //
@@ -22,6 +24,8 @@ struct StokerRrcParams {
     float crop_y;
     float crop_w;
     float crop_h;
+    unsigned int pad;              // 1: the box may reach past the image
+    unsigned int reserved;         // keeps the struct 8-byte aligned
 };
 
 __device__ __forceinline__ float stoker_triangle(float t)
@@ -56,10 +60,17 @@ extern "C" __global__ void stoker_rrc_flip_u8_hwc(
     const float inv_y = 1.0f / fs_y;
     const float centre_x = p.crop_x + ((float)rx + 0.5f) * scale_x;
     const float centre_y = p.crop_y + ((float)oy + 0.5f) * scale_y;
-    const int x0 = max((int)floorf(centre_x - fs_x), 0);
-    const int x1 = min((int)ceilf(centre_x + fs_x), (int)p.src_w);
-    const int y0 = max((int)floorf(centre_y - fs_y), 0);
-    const int y1 = min((int)ceilf(centre_y + fs_y), (int)p.src_h);
+    // The filter window is clamped to the image, or with `pad` to the box
+    // (integral then), whose pixels outside the image count as zeros: the
+    // CPU path pads the box with zeros and resizes the padded image.
+    const int lo_x = p.pad ? (int)p.crop_x : 0;
+    const int lo_y = p.pad ? (int)p.crop_y : 0;
+    const int hi_x = p.pad ? (int)(p.crop_x + p.crop_w) : (int)p.src_w;
+    const int hi_y = p.pad ? (int)(p.crop_y + p.crop_h) : (int)p.src_h;
+    const int x0 = max((int)floorf(centre_x - fs_x), lo_x);
+    const int x1 = min((int)ceilf(centre_x + fs_x), hi_x);
+    const int y0 = max((int)floorf(centre_y - fs_y), lo_y);
+    const int y1 = min((int)ceilf(centre_y + fs_y), hi_y);
     // Weight of pixel i is triangle((i - (centre - 0.5)) / filter_scale).
     const float cx = centre_x - 0.5f;
     const float cy = centre_y - 0.5f;
@@ -77,12 +88,12 @@ extern "C" __global__ void stoker_rrc_flip_u8_hwc(
     float r = 0.0f, g = 0.0f, b = 0.0f;
     for (int y = y0; y < y1; ++y) {
         const float wy = stoker_triangle(((float)y - cy) * inv_y);
-        if (wy == 0.0f) {
+        if (wy == 0.0f || y < 0 || y >= (int)p.src_h) {
             continue;
         }
         const unsigned char* row = src + (size_t)y * p.src_pitch;
         float rr = 0.0f, rg = 0.0f, rb = 0.0f;
-        for (int x = x0; x < x1; ++x) {
+        for (int x = max(x0, 0); x < min(x1, (int)p.src_w); ++x) {
             const float wx = stoker_triangle(((float)x - cx) * inv_x);
             const unsigned char* px = row + 3 * x;
             rr += wx * (float)px[0];

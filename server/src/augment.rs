@@ -203,8 +203,10 @@ fn jitter(mut img: RgbImage, factors: [f32; 3], order: [u8; 3]) -> RgbImage {
 }
 
 /// Separable Gaussian blur with reflect padding (torchvision's kernel).
-fn blur(img: &RgbImage, kernel_size: u32, sigma: f32) -> RgbImage {
-    let k = kernel_size as i64;
+/// The normalised weights of a Gaussian blur of `kernel_size` taps (the GPU
+/// path uploads the same ones).
+pub fn gaussian_kernel(kernel_size: u32, sigma: f32) -> Vec<f32> {
+    let k = i64::from(kernel_size);
     let half = k / 2;
     let mut kernel: Vec<f32> = (0..k)
         .map(|i| {
@@ -214,6 +216,12 @@ fn blur(img: &RgbImage, kernel_size: u32, sigma: f32) -> RgbImage {
         .collect();
     let total: f32 = kernel.iter().sum();
     kernel.iter_mut().for_each(|v| *v /= total);
+    kernel
+}
+
+fn blur(img: &RgbImage, kernel_size: u32, sigma: f32) -> RgbImage {
+    let kernel = gaussian_kernel(kernel_size, sigma);
+    let half = i64::from(kernel_size) / 2;
     let (w, h) = (i64::from(img.width), i64::from(img.height));
     let reflect = |i: i64, n: i64| -> usize {
         if n == 1 {

@@ -17,7 +17,7 @@ use tracing::{debug, info, warn};
 
 use crate::augment::Augmenter;
 use crate::decode::{DecodeError, RgbImage, check_jpeg, decode, header_dimensions, sniff};
-use crate::gpu::{GpuCrop, GpuResult, GpuRunner, GpuSample};
+use crate::gpu::{GpuResult, GpuRunner, GpuSample};
 use crate::libjpeg;
 use crate::memory::{MemoryBudget, Reservation};
 use crate::pool::{CpuPool, PoolError};
@@ -101,11 +101,6 @@ impl WorkerContext {
             gpu: Some(gpu),
             ..Self::new(config)?
         })
-    }
-
-    /// The GPU, when it runs `spec`.
-    fn gpu_for(&self, spec: &TransformSpec) -> Option<&GpuRunner> {
-        self.gpu.as_ref().filter(|_| GpuCrop::handles(spec))
     }
 }
 
@@ -407,7 +402,7 @@ async fn run_item_inner(
     let output_bytes = u64::from(item.spec.size).pow(2) * 3;
     // JPEGs for the GPU, sent as one batch once there are `gpu_batch` of
     // them or nothing else is left to wait for.
-    let gpu = ctx.gpu_for(&item.spec);
+    let gpu = ctx.gpu.as_ref();
     let gpu_batch = gpu.map_or(0, |g| g.config().max_batch);
     let mut gpu_pending: Vec<GpuSample> = Vec::new();
     let mut gpu_held = Reservation::default();

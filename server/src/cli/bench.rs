@@ -210,9 +210,10 @@ fn run_gpu(args: &BenchArgs, spec: TransformSpec, images: &[(String, ImageKind, 
             / c.images.load(std::sync::atomic::Ordering::Relaxed).max(1) as f64
     };
     eprintln!(
-        "gpu lanes' time per image (all passes, summed over lanes): plan {:.1} us, decode queueing {:.1} us, kernel + copy + wait {:.1} us, unpack {:.1} us; {} batches",
+        "gpu lanes' time per image (all passes, summed over lanes): plan {:.1} us, decode queueing {:.1} us, per-image steps {:.1} us, kernel + copy + wait {:.1} us, unpack {:.1} us; {} batches",
         per_image(&c.plan_ns),
         per_image(&c.decode_ns),
+        per_image(&c.steps_ns),
         per_image(&c.finish_ns),
         per_image(&c.unpack_ns),
         c.batches.load(std::sync::atomic::Ordering::Relaxed)

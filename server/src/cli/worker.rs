@@ -206,7 +206,7 @@ fn start_gpu(args: &WorkerArgs, config: &WorkerConfig) -> anyhow::Result<Option<
                 lanes = c.lanes,
                 batch = c.max_batch,
                 batch_memory_mib = c.batch_memory >> 20,
-                "serving on gpu: nvjpeg decode and the fused crop kernel for train transforms; other transforms and images the gpu cannot take run on the cpu pool"
+                "serving on gpu: nvjpeg batch decode and cuda kernels for every transform; images the gpu cannot take (png, grey or cmyk jpeg) run on the cpu pool"
             );
             Ok(Some(runner))
         }

@@ -6,9 +6,11 @@
 //! - [`Gpu`]: a device's context, stream and compiled kernels.
 //! - [`decode`]: batched nvJPEG decode to device RGB, per-image errors for
 //!   JPEGs the GPU path cannot take (the caller routes them to the CPU).
-//! - [`Gpu::resized_crop_flip`]: the fused RandomResizedCrop + flip kernel
-//!   of `stoker-kernels`, driven by the steps `stoker_core::resolve_steps`
-//!   resolved on the host, as on the CPU path.
+//! - [`Gpu::resized_crop_flip`]: the fused crop + resize + flip kernel of
+//!   `stoker-kernels` over a batch, driven by the steps
+//!   `stoker_core::resolve_steps` resolved on the host, as on the CPU path;
+//!   [`Gpu::run_steps`]: any other step list, a kernel per step.
+//! - [`runner`]: the worker's GPU lanes, which use both.
 
 pub mod decode;
 pub mod nvjpeg;
@@ -18,7 +20,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice};
-use stoker_core::{Op, Step, TransformSpec};
+use stoker_core::Step;
 use stoker_kernels::{Kernels, RrcParams};
 
 pub use decode::{DeviceImage, GpuDecodeError, GpuDecoder};
@@ -247,6 +249,24 @@ impl Gpu {
         crops: &[GpuCrop],
         size: u32,
     ) -> Result<CudaSlice<u8>, GpuError> {
+        let image_bytes = size as usize * size as usize * 3;
+        // SAFETY: u8 has no invalid values, and the kernel writes every
+        // byte of each image's slot.
+        let mut dst = unsafe { self.stream.alloc::<u8>((image_bytes * images.len()).max(1)) }
+            .map_err(driver("allocation of the batch output"))?;
+        self.resized_crop_flip_into(images, crops, (size, size), &mut dst)?;
+        Ok(dst)
+    }
+
+    /// As [`Gpu::resized_crop_flip`], into the first `images.len()` slots
+    /// of `out_w`x`out_h`x3 bytes of `dst`.
+    pub fn resized_crop_flip_into(
+        &self,
+        images: &[&DeviceImage],
+        crops: &[GpuCrop],
+        (out_w, out_h): (u32, u32),
+        dst: &mut CudaSlice<u8>,
+    ) -> Result<(), GpuError> {
         if images.len() != crops.len() {
             return Err(GpuError::Invalid(format!(
                 "{} images but {} crops",
@@ -254,16 +274,20 @@ impl Gpu {
                 crops.len()
             )));
         }
-        let image_bytes = size as usize * size as usize * 3;
-        let mut dst = self
-            .stream
-            .alloc_zeros::<u8>((image_bytes * images.len()).max(1))
-            .map_err(driver("allocation of the batch output"))?;
+        let image_bytes = out_w as usize * out_h as usize * 3;
         let mut params = Vec::with_capacity(images.len());
         // The guards keep cudarc's view of each source until after the
         // launch is queued.
         let mut guards = Vec::with_capacity(images.len());
         for (i, (img, crop)) in images.iter().zip(crops).enumerate() {
+            if u64::from(img.pitch) * u64::from(img.height) > img.buf.len() as u64 {
+                return Err(GpuError::Invalid(format!(
+                    "image {i}: buffer of {} bytes is under {} rows of {}",
+                    img.buf.len(),
+                    img.height,
+                    img.pitch
+                )));
+            }
             let (src, guard) = img.buf.device_ptr(&self.stream);
             guards.push(guard);
             params.push(RrcParams {
@@ -277,28 +301,94 @@ impl Gpu {
                 crop_y: crop.top as f32,
                 crop_w: crop.width as f32,
                 crop_h: crop.height as f32,
+                pad: u32::from(crop.pad),
+                reserved: 0,
             });
-            if u64::from(img.pitch) * u64::from(img.height) > img.buf.len() as u64 {
-                return Err(GpuError::Invalid(format!(
-                    "image {i}: buffer of {} bytes is under {} rows of {}",
-                    img.buf.len(),
-                    img.height,
-                    img.pitch
-                )));
-            }
         }
         // SAFETY: each `src` is the live allocation of a `DeviceImage` on
         // this context, at least pitch x height bytes (checked above), with
         // pitch >= 3 x width (a `DeviceImage` invariant); the images are
         // borrowed for this call and the kernel runs on `self.stream`, the
         // stream every later use of the images and the output is ordered
-        // on. `rrc_flip_u8_hwc` checks the crop boxes.
-        unsafe {
-            self.kernels
-                .rrc_flip_u8_hwc(&self.stream, &params, &mut dst, size, size)
-        }?;
+        // on. `rrc_flip_u8_hwc` checks the crop boxes and the output's size.
+        unsafe { self.kernels.rrc_flip_u8_hwc(&self.stream, &params, dst, out_w, out_h) }?;
         drop(guards);
-        Ok(dst)
+        Ok(())
+    }
+
+    /// An uninitialised `w`x`h` RGB image on this stream, for a kernel that
+    /// writes all of it.
+    fn new_image(&self, w: u32, h: u32) -> Result<DeviceImage, GpuError> {
+        let len = w as usize * h as usize * 3;
+        // SAFETY: u8 has no invalid values; every caller hands the image to
+        // a kernel that writes each of its bytes before anything reads it.
+        let buf = unsafe { self.stream.alloc::<u8>(len.max(1)) }.map_err(driver("allocation of an image"))?;
+        Ok(DeviceImage {
+            width: w,
+            height: h,
+            pitch: w * 3,
+            buf,
+        })
+    }
+
+    /// Runs `steps` on one decoded image, a kernel (or two) per step, as
+    /// the CPU path's augmenter runs them: any transform spec, at the cost
+    /// of a launch per step and image. The fused [`Gpu::resized_crop_flip`]
+    /// is the fast path for the common `train` steps.
+    pub fn run_steps(&self, mut img: DeviceImage, steps: &[Step]) -> Result<DeviceImage, GpuError> {
+        for step in steps {
+            let dims = (img.width, img.height);
+            if img.pitch != img.width * 3 {
+                return Err(GpuError::Invalid(format!(
+                    "image rows of {} bytes are not packed for {} pixels",
+                    img.pitch, img.width
+                )));
+            }
+            img = match *step {
+                Step::CropResize {
+                    left,
+                    top,
+                    width,
+                    height,
+                    out_w,
+                    out_h,
+                } => {
+                    let crop =
+                        GpuCrop::new(left, top, width, height, img.width, img.height, false).ok_or_else(|| {
+                            GpuError::Invalid(format!("crop box {left},{top} {width}x{height} is out of range"))
+                        })?;
+                    let mut out = self.new_image(out_w, out_h)?;
+                    self.resized_crop_flip_into(&[&img], &[crop], (out_w, out_h), &mut out.buf)?;
+                    out
+                }
+                Step::FlipHorizontal | Step::FlipVertical => {
+                    let mut out = self.new_image(img.width, img.height)?;
+                    let horizontal = matches!(step, Step::FlipHorizontal);
+                    self.kernels
+                        .flip_u8_hwc(&self.stream, &img.buf, &mut out.buf, dims, horizontal, !horizontal)?;
+                    out
+                }
+                Step::Rotate { degrees } => {
+                    let mut out = self.new_image(img.width, img.height)?;
+                    self.kernels
+                        .rotate_u8_hwc(&self.stream, &img.buf, &mut out.buf, dims, degrees)?;
+                    out
+                }
+                Step::Jitter { factors, order } => {
+                    self.kernels
+                        .jitter_u8_hwc(&self.stream, &mut img.buf, dims, factors, order)?;
+                    img
+                }
+                Step::Blur { kernel_size, sigma } => {
+                    let mut out = self.new_image(img.width, img.height)?;
+                    let weights = crate::augment::gaussian_kernel(kernel_size, sigma);
+                    self.kernels
+                        .blur_u8_hwc(&self.stream, &img.buf, &mut out.buf, dims, &weights)?;
+                    out
+                }
+            };
+        }
+        Ok(img)
     }
 
     /// A page-locked host buffer of `len` bytes (zeroed) for copies back
@@ -347,28 +437,39 @@ impl Gpu {
 /// A crop box and flip for [`Gpu::resized_crop_flip`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GpuCrop {
-    pub left: u32,
-    pub top: u32,
+    pub left: i64,
+    pub top: i64,
     pub width: u32,
     pub height: u32,
     pub flip: bool,
+    /// The box reaches past the image and is resized as if zero-padded
+    /// (the CPU path's semantics for such boxes).
+    pub pad: bool,
 }
 
 impl GpuCrop {
-    /// Whether `spec` is what the fused kernel runs: a RandomResizedCrop,
-    /// then at most a horizontal flip (the `train` preset). Each sample's
-    /// own steps are still checked by [`GpuCrop::from_steps`].
-    pub fn handles(spec: &TransformSpec) -> bool {
-        matches!(
-            spec.ops.as_slice(),
-            [Op::RandomResizedCrop { .. }] | [Op::RandomResizedCrop { .. }, Op::HorizontalFlip { .. }]
-        )
+    /// The box `left`, `top`, `width` x `height` of a `img_w` x `img_h`
+    /// image; `None` for an empty or absurd box.
+    pub fn new(left: i64, top: i64, width: u32, height: u32, img_w: u32, img_h: u32, flip: bool) -> Option<Self> {
+        let inside = left >= 0
+            && top >= 0
+            && left + i64::from(width) <= i64::from(img_w)
+            && top + i64::from(height) <= i64::from(img_h);
+        let sane = |start: i64, len: u32| start.abs() + i64::from(len) <= 4 * 65536;
+        (width > 0 && height > 0 && sane(left, width) && sane(top, height)).then_some(Self {
+            left,
+            top,
+            width,
+            height,
+            flip,
+            pad: !inside,
+        })
     }
 
-    /// The crop and flip of `steps` when they are what the fused kernel
-    /// does: one `CropResize` to `size`x`size` inside a `width`x`height`
-    /// image, then at most a horizontal flip (the `train` preset). Other
-    /// step lists return `None`: the CPU path runs them.
+    /// The crop and flip of `steps` when the fused kernel does all of
+    /// them: one `CropResize` to `size`x`size` of a `width`x`height` image,
+    /// then at most a horizontal flip (`train`, and any crop-only spec).
+    /// Other step lists return `None`: [`Gpu::run_steps`] runs them.
     pub fn from_steps(steps: &[Step], width: u32, height: u32, size: u32) -> Option<Self> {
         let (first, rest) = steps.split_first()?;
         let Step::CropResize {
@@ -382,13 +483,7 @@ impl GpuCrop {
         else {
             return None;
         };
-        let inside = left >= 0
-            && top >= 0
-            && cw > 0
-            && ch > 0
-            && left + i64::from(cw) <= i64::from(width)
-            && top + i64::from(ch) <= i64::from(height);
-        if !inside || (out_w, out_h) != (size, size) {
+        if (out_w, out_h) != (size, size) {
             return None;
         }
         let flip = match rest {
@@ -396,20 +491,14 @@ impl GpuCrop {
             [Step::FlipHorizontal] => true,
             _ => return None,
         };
-        Some(Self {
-            left: left as u32,
-            top: top as u32,
-            width: cw,
-            height: ch,
-            flip,
-        })
+        Self::new(left, top, cw, ch, width, height, flip)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stoker_core::resolve_steps;
+    use stoker_core::{TransformSpec, resolve_steps};
 
     #[test]
     fn train_steps_map_to_a_gpu_crop() {
@@ -419,23 +508,14 @@ mod tests {
             let key = format!("k{i}");
             let steps = resolve_steps(&spec, 3, 1, &key, 500, 375);
             let crop = GpuCrop::from_steps(&steps, 500, 375, 224).expect("train steps fit the kernel");
-            assert!(crop.left + crop.width <= 500 && crop.top + crop.height <= 375);
+            assert!(!crop.pad && crop.left + i64::from(crop.width) <= 500 && crop.top + i64::from(crop.height) <= 375);
             flips += usize::from(crop.flip);
         }
         assert!((50..150).contains(&flips), "{flips} flips of 200");
     }
 
     #[test]
-    fn only_crop_and_flip_specs_go_to_the_gpu() {
-        assert!(GpuCrop::handles(&TransformSpec::train(224)));
-        assert!(!GpuCrop::handles(&TransformSpec::eval(224)));
-        let mut jitter = TransformSpec::train(224);
-        jitter.ops.push(Op::VerticalFlip { p: 0.5 });
-        assert!(!GpuCrop::handles(&jitter));
-    }
-
-    #[test]
-    fn other_steps_stay_on_the_cpu() {
+    fn other_steps_are_not_fused() {
         let spec = TransformSpec::eval(224);
         let steps = resolve_steps(&spec, 3, 1, "k", 500, 375);
         assert_eq!(GpuCrop::from_steps(&steps, 500, 375, 224), None);
@@ -448,7 +528,12 @@ mod tests {
             out_w: 224,
             out_h: 224,
         }];
-        assert_eq!(GpuCrop::from_steps(&outside, 500, 375, 224), None);
+        let padded = GpuCrop::from_steps(&outside, 500, 375, 224).expect("a padded box is fused");
+        assert!(padded.pad && !padded.flip);
+        let inside = GpuCrop::from_steps(&[outside[0].clone(), Step::FlipHorizontal], 50, 375, 224);
+        assert!(inside.is_some_and(|c| c.pad && c.flip));
+        let rotated = [outside[0].clone(), Step::Rotate { degrees: 3.0 }];
+        assert_eq!(GpuCrop::from_steps(&rotated, 500, 375, 224), None);
     }
 
     #[test]

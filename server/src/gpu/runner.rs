@@ -33,11 +33,11 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use cudarc::driver::PinnedHostSlice;
-use stoker_core::{TransformSpec, resolve_steps};
+use stoker_core::{Step, TransformSpec, resolve_steps};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
-use super::{Gpu, GpuCrop, GpuDecoder, GpuError, GpuInfo};
+use super::{DeviceImage, Gpu, GpuCrop, GpuDecoder, GpuError, GpuInfo};
 use crate::decode::check_jpeg;
 use crate::pipeline::Processed;
 
@@ -135,7 +135,9 @@ pub struct GpuCounters {
     pub plan_ns: AtomicU64,
     /// Queueing the nvJPEG batch (its host-side parsing included).
     pub decode_ns: AtomicU64,
-    /// Launching the crop kernel, copying back and waiting for the device.
+    /// Launching the kernels of images that are not fused.
+    pub steps_ns: AtomicU64,
+    /// Launching the fused kernel, copying back and waiting for the device.
     pub finish_ns: AtomicU64,
     /// Copying the results out of the page-locked buffer.
     pub unpack_ns: AtomicU64,
@@ -241,12 +243,22 @@ fn pool_memory(ctx: &cudarc::driver::CudaContext) -> Result<GpuMemory, cudarc::d
     })
 }
 
-/// A sample whose crop is known, ready for a batch.
+/// What the lane does to a decoded image.
+enum Plan {
+    /// The fused kernel, with the batch's other fused images.
+    Fused(GpuCrop),
+    /// A kernel per step ([`Gpu::run_steps`]).
+    Steps(Vec<Step>),
+}
+
+/// A sample whose steps are known, ready for a batch.
 struct Planned {
     sample: GpuSample,
-    crop: GpuCrop,
+    plan: Plan,
+    /// The size the header gives; the decoded image must have it.
+    dims: (u32, u32),
     size: u32,
-    /// Device bytes it needs: decoded image plus output.
+    /// Device bytes it needs: decoded image, intermediates, output.
     bytes: u64,
 }
 
@@ -365,10 +377,25 @@ impl Lane {
             Err(e) => return Err(back(sample, e.to_string())),
         };
         let steps = resolve_steps(spec, seed, epoch, &sample.key, w, h);
-        let Some(crop) = GpuCrop::from_steps(&steps, w, h, spec.size) else {
-            return Err(back(sample, "steps the fused kernel does not run".into()));
+        // The largest image the steps make, held twice while a step runs
+        // (a blur's float intermediate counts four times).
+        let largest = steps
+            .iter()
+            .filter_map(|s| match *s {
+                Step::CropResize { out_w, out_h, .. } => Some(u64::from(out_w) * u64::from(out_h) * 3),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let plan = match GpuCrop::from_steps(&steps, w, h, spec.size) {
+            Some(crop) => Plan::Fused(crop),
+            None => Plan::Steps(steps),
         };
-        let bytes = 3 * (u64::from(w) * u64::from(h) + u64::from(spec.size).pow(2));
+        let working = match plan {
+            Plan::Fused(_) => 0,
+            Plan::Steps(_) => 6 * largest.max(u64::from(w) * u64::from(h) * 3),
+        };
+        let bytes = 3 * (u64::from(w) * u64::from(h) + u64::from(spec.size).pow(2)) + working;
         if bytes > self.config.batch_memory {
             let reason = format!(
                 "{w}x{h} needs {} MiB of device memory, over the batch limit of {} MiB",
@@ -379,7 +406,8 @@ impl Lane {
         }
         Ok(Planned {
             sample,
-            crop,
+            plan,
+            dims: (w, h),
             size: spec.size,
             bytes,
         })
@@ -393,31 +421,49 @@ impl Lane {
         let decoded = self.decoder.decode_batch(&datas);
         drop(datas);
         add_elapsed(&self.counters.decode_ns, started);
-        let mut ok = Vec::with_capacity(n);
+        let mut fused = Vec::with_capacity(n);
+        let mut finished = Vec::new();
         let mut out = Vec::with_capacity(n);
+        let started = Instant::now();
         for (p, d) in batch.into_iter().zip(decoded) {
+            let back = |sample, reason| GpuResult::Cpu { sample, reason };
             match d {
-                Ok(img) if img.width >= p.crop.left + p.crop.width && img.height >= p.crop.top + p.crop.height => {
-                    ok.push((p, img));
+                Ok(img) if (img.width, img.height) != p.dims => {
+                    let reason = format!(
+                        "nvjpeg decoded {}x{}, the header says {}x{}",
+                        img.width, img.height, p.dims.0, p.dims.1
+                    );
+                    out.push(back(p.sample, reason));
                 }
-                Ok(img) => out.push(GpuResult::Cpu {
-                    reason: format!("nvjpeg decoded {}x{}, the header said otherwise", img.width, img.height),
-                    sample: p.sample,
-                }),
-                Err(e) => out.push(GpuResult::Cpu {
-                    sample: p.sample,
-                    reason: e.to_string(),
-                }),
+                Ok(img) => match p.plan {
+                    Plan::Fused(crop) => fused.push((p.sample, img, crop)),
+                    // Each image on its own: one that fails goes to the
+                    // CPU, which runs it or skips it with its own reason.
+                    Plan::Steps(steps) => match self.gpu.run_steps(img, &steps) {
+                        Ok(img) if (img.width, img.height) == (size, size) => finished.push((p.sample, img)),
+                        Ok(img) => {
+                            let reason = format!("gpu steps made {}x{}, not {size}x{size}", img.width, img.height);
+                            out.push(back(p.sample, reason));
+                        }
+                        Err(e) => out.push(back(p.sample, format!("gpu steps failed: {e}"))),
+                    },
+                },
+                Err(e) => out.push(back(p.sample, e.to_string())),
             }
         }
-        if !ok.is_empty() {
-            match self.crop_and_copy(&ok, size) {
+        add_elapsed(&self.counters.steps_ns, started);
+        if !fused.is_empty() || !finished.is_empty() {
+            match self.finish(&fused, &finished, size) {
                 Ok(pixels) => {
-                    self.counters.images.fetch_add(ok.len() as u64, Ordering::Relaxed);
-                    for ((p, _), pixels) in ok.into_iter().zip(pixels) {
+                    self.counters.images.fetch_add(pixels.len() as u64, Ordering::Relaxed);
+                    let samples = fused
+                        .into_iter()
+                        .map(|(s, _, _)| s)
+                        .chain(finished.into_iter().map(|(s, _)| s));
+                    for (sample, pixels) in samples.zip(pixels) {
                         out.push(GpuResult::Done(Processed {
-                            key: p.sample.key,
-                            label: p.sample.label,
+                            key: sample.key,
+                            label: sample.label,
                             width: size,
                             height: size,
                             pixels,
@@ -425,10 +471,15 @@ impl Lane {
                     }
                 }
                 Err(e) => {
-                    warn!(error = %e, images = ok.len(), "gpu batch failed; its images go to the cpu");
+                    let images = fused.len() + finished.len();
+                    warn!(error = %e, images, "gpu batch failed; its images go to the cpu");
                     let reason = format!("gpu batch failed: {e}");
-                    out.extend(ok.into_iter().map(|(p, _)| GpuResult::Cpu {
-                        sample: p.sample,
+                    let samples = fused
+                        .into_iter()
+                        .map(|(s, _, _)| s)
+                        .chain(finished.into_iter().map(|(s, _)| s));
+                    out.extend(samples.map(|sample| GpuResult::Cpu {
+                        sample,
                         reason: reason.clone(),
                     }));
                 }
@@ -442,13 +493,43 @@ impl Lane {
         out
     }
 
-    /// Crops, resizes and flips the decoded images in one launch, copies
-    /// the result to the page-locked buffer and splits it per image.
-    fn crop_and_copy(&mut self, ok: &[(Planned, super::DeviceImage)], size: u32) -> Result<Vec<Bytes>, GpuError> {
-        let images: Vec<&super::DeviceImage> = ok.iter().map(|(_, img)| img).collect();
-        let crops: Vec<GpuCrop> = ok.iter().map(|(p, _)| p.crop).collect();
+    /// Runs the fused kernel over the `fused` images in one launch into the
+    /// batch output, copies the `finished` ones after them, copies the
+    /// output to the page-locked buffer and splits it per image, in that
+    /// order.
+    fn finish(
+        &mut self,
+        fused: &[(GpuSample, DeviceImage, GpuCrop)],
+        finished: &[(GpuSample, DeviceImage)],
+        size: u32,
+    ) -> Result<Vec<Bytes>, GpuError> {
         let started = Instant::now();
-        let dev = self.gpu.resized_crop_flip(&images, &crops, size)?;
+        let image_bytes = size as usize * size as usize * 3;
+        let count = fused.len() + finished.len();
+        let images: Vec<&DeviceImage> = fused.iter().map(|(_, img, _)| img).collect();
+        let crops: Vec<GpuCrop> = fused.iter().map(|(_, _, c)| *c).collect();
+        let mut dev = if finished.is_empty() {
+            self.gpu.resized_crop_flip(&images, &crops, size)?
+        } else {
+            let stream = &self.gpu.stream;
+            // SAFETY: u8 has no invalid values; every slot is written below,
+            // by the kernel or by a copy, before the buffer is read.
+            let mut dev = unsafe { stream.alloc::<u8>(image_bytes * count) }
+                .map_err(super::driver("allocation of the batch output"))?;
+            if !images.is_empty() {
+                self.gpu
+                    .resized_crop_flip_into(&images, &crops, (size, size), &mut dev)?;
+            }
+            for (i, (_, img)) in finished.iter().enumerate() {
+                let slot = (fused.len() + i) * image_bytes;
+                let mut view = dev.slice_mut(slot..slot + image_bytes);
+                stream
+                    .memcpy_dtod(&img.buf, &mut view)
+                    .map_err(super::driver("copying an image into the batch output"))?;
+            }
+            dev
+        };
+        let dev = &mut dev;
         let need = dev.len();
         if self.pinned.as_ref().is_none_or(|p| p.len() < need) {
             // Grown to the largest batch seen, then reused.
@@ -457,7 +538,7 @@ impl Lane {
         let Some(pinned) = self.pinned.as_mut() else {
             return Err(GpuError::Invalid("no page-locked buffer".into()));
         };
-        self.gpu.copy_to_pinned(&dev, pinned)?;
+        self.gpu.copy_to_pinned(dev, pinned)?;
         let host = pinned
             .as_slice()
             .map_err(super::driver("waiting for the copy to the host"))?;
@@ -467,8 +548,7 @@ impl Lane {
         // image (and the page faults of as many fresh allocations) cost
         // more than the decode.
         let all = Bytes::copy_from_slice(&host[..need]);
-        let image_bytes = size as usize * size as usize * 3;
-        let out = (0..ok.len())
+        let out = (0..count)
             .map(|i| all.slice(i * image_bytes..(i + 1) * image_bytes))
             .collect();
         add_elapsed(&self.counters.unpack_ns, started);
