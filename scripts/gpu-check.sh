@@ -51,7 +51,7 @@ grep -m1 -E "gpu|device" "$out/worker-auto.log" | sed 's/^/worker --device auto:
 # without photos), written once and read by every contender.
 rounds=${GPU_CHECK_ROUNDS:-3}
 imgs=$work/imgs
-.carry/stoker synth --output "$imgs" --images 2048 --classes 8 --photos .carry/photos >"$out/synth.log" 2>&1 ||
+.carry/stoker synth --output "$imgs" --images 2048 --classes 8 --quality 95 --photos .carry/photos >"$out/synth.log" 2>&1 ||
     .carry/stoker synth --output "$imgs" --images 2048 --classes 8 >>"$out/synth.log" 2>&1
 du -sh "$imgs" | sed 's/^/bench images: 2048 jpegs, /'
 bench=$out/bench.jsonl
