@@ -3,7 +3,8 @@
 #
 # Installs what the tests need, once, under target/ (nothing system-wide):
 #   - target/tools/bin/s3s-fs : a real S3-compatible server (crates.io)
-#   - target/pyenv            : Python with pillow, numpy and webdataset
+#   - target/pyenv            : Python with pillow, numpy and webdataset, and
+#                               the stoker package built from client/python
 # then runs every unit and integration test with cargo-nextest (cargo test
 # when nextest is not installed). Extra arguments go to the test runner.
 set -euo pipefail
@@ -20,6 +21,11 @@ if [ ! -x target/pyenv/bin/python ] || ! target/pyenv/bin/python -c 'import PIL,
   python3 -m venv target/pyenv
   target/pyenv/bin/pip install --quiet --disable-pip-version-check pillow numpy webdataset
 fi
+
+# The Python package, built from this checkout (maturin, abi3 wheel). The
+# cargo build inside reuses client/python/target, so a rebuild is quick.
+echo "==> installing the stoker Python package (pip install ./client/python)"
+target/pyenv/bin/pip install --quiet --disable-pip-version-check ./client/python
 
 export STOKER_TEST_S3S_FS="$PWD/target/tools/bin/s3s-fs"
 export STOKER_TEST_PYTHON="$PWD/target/pyenv/bin/python"

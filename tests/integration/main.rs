@@ -13,6 +13,7 @@ mod fidelity;
 mod gpu;
 mod lifecycle;
 mod memory;
+mod python;
 mod s3;
 mod s3_faults;
 mod soak;

@@ -1,0 +1,199 @@
+"""Stoker: decode and augment images on remote workers, stream ready
+batches into a PyTorch training job.
+
+    loader = stoker.Loader(workers=["10.0.0.5:50051"], dataset="s3://bucket/train/",
+                           batch_size=256, image_size=224, transform="train", seed=0)
+    for epoch in range(90):
+        for batch in loader:          # each pass over the loader is the next epoch
+            images, labels = batch["image"], batch["label"]
+
+Each batch is a dict: ``image`` ``[B, 3, H, W]`` (uint8; with ``mean`` and
+``std``, float32 scaled to [0, 1] then normalised, as torchvision's
+``ToTensor`` + ``Normalize``; ``dtype`` picks another float type on torch), ``label`` int64 ``[B]``, ``key`` a list of str.
+They are torch tensors when torch is installed (on ``device``), numpy arrays
+otherwise.
+
+Every sample of this rank's share of an epoch arrives exactly once, also
+when workers fail; rank and world size come from torch.distributed or the
+RANK / WORLD_SIZE environment variables when not given.
+"""
+
+import os
+
+import numpy as np
+
+from ._stoker import Client, StokerError
+
+__all__ = ["Loader", "StokerError"]
+
+_LAST_BATCH = ("drop", "partial", "pad")
+
+
+def _distributed():
+    """(rank, world_size) from torch.distributed, the environment, or (0, 1)."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except ImportError:
+        pass
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _torch():
+    try:
+        import torch
+
+        return torch
+    except ImportError:
+        return None
+
+
+class Loader:
+    """An iterable over the batches of one epoch at a time.
+
+    Iterating starts the next epoch (the first is ``start_epoch``);
+    ``set_epoch(e)`` chooses it. ``len(loader)`` is the number of batches per
+    epoch, known when the dataset has a ``stoker-index.json`` (``stoker
+    pack`` writes one).
+
+    ``last_batch``: ``"drop"`` (default) drops an incomplete last batch,
+    ``"partial"`` yields it as it is, ``"pad"`` fills it up to
+    ``batch_size`` by repeating its last sample and sets ``batch["padded"]``
+    to the number of repeats.
+    """
+
+    def __init__(
+        self,
+        workers,
+        dataset,
+        batch_size,
+        image_size=224,
+        transform="train",
+        device="cpu",
+        dtype=None,
+        mean=None,
+        std=None,
+        seed=0,
+        rank=None,
+        world_size=None,
+        last_batch="drop",
+        prefetch=4,
+        max_errors=None,
+        token=None,
+        progress_timeout=60.0,
+        start_epoch=0,
+    ):
+        if isinstance(workers, str):
+            workers = [w for w in workers.split(",") if w]
+        if last_batch not in _LAST_BATCH:
+            raise ValueError(f"last_batch must be one of {_LAST_BATCH}, got {last_batch!r}")
+        if (mean is None) != (std is None):
+            raise ValueError("give both mean and std, or neither")
+        if rank is None or world_size is None:
+            r, w = _distributed()
+            rank = r if rank is None else rank
+            world_size = w if world_size is None else world_size
+        self.batch_size = int(batch_size)
+        self.last_batch = last_batch
+        self.rank, self.world_size = int(rank), int(world_size)
+        self.device = str(device)
+        self._torch = _torch()
+        if self.device != "cpu" and self._torch is None:
+            raise ValueError(f"device={self.device!r} needs torch, which is not installed")
+        self._dtype = dtype
+        self._mean = None if mean is None else np.asarray(mean, dtype=np.float32).reshape(1, 3, 1, 1)
+        self._std = None if std is None else np.asarray(std, dtype=np.float32).reshape(1, 3, 1, 1)
+        self._client = Client(
+            list(workers),
+            str(dataset),
+            self.batch_size,
+            int(image_size),
+            str(transform),
+            int(seed),
+            self.rank,
+            self.world_size,
+            int(prefetch),
+            last_batch == "drop",
+            None if max_errors is None else str(max_errors),
+            token if token is not None else os.environ.get("STOKER_TOKEN"),
+            float(progress_timeout),
+        )
+        self._epoch = int(start_epoch)
+
+    @property
+    def epoch(self):
+        """The epoch the next iteration streams."""
+        return self._epoch
+
+    def set_epoch(self, epoch):
+        self._epoch = int(epoch)
+
+    def __len__(self):
+        samples = self._client.epoch_samples(self._epoch)
+        if samples is None:
+            raise TypeError("the dataset has no stoker-index.json with sample counts: its length is unknown")
+        if self.last_batch == "drop":
+            return samples // self.batch_size
+        return -(-samples // self.batch_size)
+
+    def report(self):
+        """The current or last epoch: samples, skipped, reassigned items, skip reasons."""
+        r = self._client.report()
+        if r is None:
+            return None
+        samples, skipped, retries, reasons = r
+        return {"samples": samples, "skipped": skipped, "reassigned": retries, "skip_reasons": reasons}
+
+    def __iter__(self):
+        epoch = self._epoch
+        self._client.start_epoch(epoch)
+        self._epoch = epoch + 1
+        try:
+            while True:
+                raw = self._client.next_batch()
+                if raw is None:
+                    return
+                yield self._convert(*raw, epoch=epoch)
+        except BaseException:
+            # An abandoned iteration (break, error, Ctrl-C) stops the epoch;
+            # a finished one keeps its report.
+            self._client.stop_epoch()
+            raise
+
+    def _convert(self, pixels, size, labels, keys, index, epoch):
+        n = len(keys)
+        hwc = np.frombuffer(pixels, dtype=np.uint8).reshape(n, size, size, 3)
+        labels = np.asarray(labels, dtype=np.int64)
+        padded = 0
+        if self.last_batch == "pad" and n < self.batch_size:
+            padded = self.batch_size - n
+            rows = np.concatenate([np.arange(n), np.full(padded, n - 1)])
+            hwc, labels = hwc[rows], labels[rows]
+            keys = list(keys) + [keys[-1]] * padded
+        torch = self._torch
+        if torch is None:
+            image = np.ascontiguousarray(hwc.transpose(0, 3, 1, 2))
+            if self._mean is not None:
+                image = (image.astype(np.float32) / 255.0 - self._mean) / self._std
+            label = labels
+        else:
+            # uint8 crosses to the device (4x fewer bytes than float32); the
+            # layout change and normalisation happen there.
+            image = torch.from_numpy(np.array(hwc))
+            if self.device != "cpu":
+                image = image.pin_memory().to(self.device, non_blocking=True)
+            image = image.permute(0, 3, 1, 2)
+            if self._mean is not None or self._dtype is not None:
+                image = image.to(self._dtype or torch.float32)
+                if self._mean is not None:
+                    mean = torch.from_numpy(self._mean).to(image.device, image.dtype)
+                    std = torch.from_numpy(self._std).to(image.device, image.dtype)
+                    image = (image / 255.0 - mean) / std
+            image = image.contiguous()
+            label = torch.from_numpy(labels).to(self.device)
+        out = {"image": image, "label": label, "key": list(keys), "epoch": epoch, "index": index}
+        if self.last_batch == "pad":
+            out["padded"] = padded
+        return out
