@@ -24,6 +24,9 @@ for l in sys.stdin:
     strip -o .carry/stoker target/release/stoker
     strip -o .carry/integration "$bin"
     cp ../shared/photos/*.jpg .carry/photos/ 2>/dev/null || true
+    # The Python package as an abi3 wheel, for the torch check.
+    rm -rf .carry/wheels
+    target/pyenv/bin/pip wheel --quiet --no-deps ./client/python -w .carry/wheels
     du -sh .carry
     exit 0
 fi
@@ -73,13 +76,24 @@ done
 for device in cuda cpu; do
     STOKER_LOG=info .carry/stoker worker --listen 127.0.0.1:0 --device "$device" >"$work/worker.out" 2>"$out/worker-$device.log" &
     wpid=$!
-    for _ in $(seq 100); do grep -q listening "$work/worker.out" 2>/dev/null && break; sleep 0.1; done
+    for _ in $(seq 100); do grep -q listening "$work/worker.out" 2>/dev/null && break; sleep 0.2; done
     addr=$(sed -n 's/.*listening on //p' "$work/worker.out")
     timeout 300 .carry/stoker stream --workers "$addr" --dataset "$work/shards" --batch-size 256 --image-size 224 \
         --inflight 4 --epochs 4 --json 2>"$out/stream-$device.log" | tail -n 1 |
         python3 -c "import json,sys; r=json.load(sys.stdin); r['what']='stoker stream, one $device worker'; print(json.dumps(r))" >>"$bench"
     kill -TERM $wpid; wait $wpid 2>/dev/null
 done
+
+# The Python package's torch path: batches on the device, from a GPU worker.
+if ls .carry/wheels/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --target "$work/site" .carry/wheels/*.whl >"$out/pip.log" 2>&1
+    .carry/stoker worker --listen 127.0.0.1:0 --device cuda >"$work/worker.out" 2>"$out/worker-torch.log" &
+    wpid=$!
+    for _ in $(seq 100); do grep -q listening "$work/worker.out" 2>/dev/null && break; sleep 0.2; done
+    addr=$(sed -n 's/.*listening on //p' "$work/worker.out")
+    PYTHONPATH=$work/site timeout 120 python3 tests/python/torch_check.py "$addr" "$work/shards" 128 2>&1 | tee "$out/torch-check.log"
+    kill -TERM $wpid; wait $wpid 2>/dev/null
+fi
 
 # Memory checking of the decode + kernel comparison.
 if command -v compute-sanitizer >/dev/null; then
@@ -93,6 +107,7 @@ echo "=== gpu-check summary ==="
 grep -E "^test result|^gpu-vs-cpu worst|^gpu-worker|^decoded " "$out/gpu-tests.log"
 awk '/^gpu-backends/ { if ($NF > m) m = $NF } END { if (m != "") printf "cuda vs hardware backend decode, worst mad %s\n", m }' "$out/gpu-tests.log"
 grep -E "^skipped" "$out/gpu-tests.log"
+grep -hE "^torch package check|Error" "$out/torch-check.log" 2>/dev/null | tail -n 3
 grep -h "gpu memory pool" "$out/stoker-bench.log" | tail -n 1
 python3 - "$bench" "$rounds" <<'PY'
 import json, statistics, sys
