@@ -26,5 +26,8 @@ fn the_python_package_streams_every_sample_once_with_numpy() {
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     println!("{stdout}");
-    assert!(stdout.contains("python package: 90 samples x 2 epochs exactly once"), "{stdout}");
+    assert!(
+        stdout.contains("python package: 90 samples x 2 epochs exactly once"),
+        "{stdout}"
+    );
 }
