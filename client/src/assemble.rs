@@ -1,7 +1,66 @@
 //! Batch assembly: samples are copied once, from the network buffer into
 //! the batch's contiguous NHWC buffer.
+//!
+//! When the number of batches of an epoch is known (the dataset has an
+//! index), the assembler yields exactly that many, whatever arrives: every
+//! rank of a data-parallel job then takes the same number of steps, even
+//! when samples were skipped as unreadable. Missing samples are made up by
+//! repeating the last one, and counted in [`Batch::padded`].
+
+use std::str::FromStr;
 
 use crate::wire::Sample;
+
+/// What happens to the end of an epoch that does not fill a batch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LastBatch {
+    /// Every batch is full; the samples of an incomplete last batch are
+    /// left out.
+    Drop,
+    /// The last batch holds what is left.
+    #[default]
+    Partial,
+    /// The last batch is filled up by repeating its last sample; the
+    /// repeats are counted in [`Batch::padded`].
+    Pad,
+}
+
+impl FromStr for LastBatch {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "drop" => Ok(Self::Drop),
+            "partial" => Ok(Self::Partial),
+            "pad" => Ok(Self::Pad),
+            other => Err(format!("last batch policy must be drop, partial or pad, not {other:?}")),
+        }
+    }
+}
+
+impl std::fmt::Display for LastBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Drop => "drop",
+            Self::Partial => "partial",
+            Self::Pad => "pad",
+        })
+    }
+}
+
+/// Batches each of `world` ranks yields in an epoch of `samples` samples
+/// (the dataset's whole epoch), the same on every rank: ranks' shares
+/// differ by at most one sample (see `EpochPlan`), so `drop` counts the
+/// full batches of the smallest share and `partial` / `pad` the batches of
+/// the largest.
+pub fn batches_per_rank(samples: u64, world: u32, batch_size: usize, policy: LastBatch) -> u64 {
+    let world = u64::from(world.max(1));
+    let batch = batch_size.max(1) as u64;
+    match policy {
+        LastBatch::Drop => samples / world / batch,
+        LastBatch::Partial | LastBatch::Pad => samples.div_ceil(world).div_ceil(batch),
+    }
+}
 
 /// One batch: `len()` images of `size` x `size` x 3, uint8, NHWC.
 #[derive(Debug, Clone)]
@@ -15,6 +74,13 @@ pub struct Batch {
     pub pixels: Vec<u8>,
     pub labels: Vec<i64>,
     pub keys: Vec<String>,
+    /// The last `padded` samples repeat an earlier one, to fill the batch
+    /// (see [`LastBatch`]); a training step should mask them out.
+    pub padded: usize,
+    /// The plan item of each sample that is not padding.
+    pub(crate) items: Vec<u32>,
+    /// Plan items whose samples are all in this batch or before it.
+    pub(crate) completes: Vec<u32>,
 }
 
 impl Batch {
@@ -24,6 +90,11 @@ impl Batch {
 
     pub fn is_empty(&self) -> bool {
         self.labels.is_empty()
+    }
+
+    /// Samples that are not padding: the first `real()` of the batch.
+    pub fn real(&self) -> usize {
+        self.len() - self.padded
     }
 
     /// The pixels of image `i` (HWC).
@@ -39,60 +110,152 @@ pub(crate) struct Assembler {
     epoch: u64,
     size: u32,
     batch_size: usize,
+    policy: LastBatch,
+    /// Batches the epoch has, when known.
+    target: Option<u64>,
     next_index: u64,
     current: Option<Batch>,
+    /// The last sample added: what padding repeats.
+    last: Option<(Vec<u8>, i64, String)>,
+    /// Completions waiting for the next batch.
+    completes: Vec<u32>,
+    /// Samples that arrived after the target was reached.
+    pub dropped: u64,
 }
 
 impl Assembler {
-    pub fn new(epoch: u64, size: u32, batch_size: usize) -> Self {
+    /// An assembler whose first batch has index `first_index` (non-zero
+    /// when an epoch resumes).
+    pub fn new(
+        epoch: u64,
+        size: u32,
+        batch_size: usize,
+        policy: LastBatch,
+        target: Option<u64>,
+        first_index: u64,
+    ) -> Self {
         Self {
             epoch,
             size,
             batch_size,
-            next_index: 0,
+            policy,
+            target,
+            next_index: first_index,
             current: None,
+            last: None,
+            completes: Vec::new(),
+            dropped: 0,
         }
     }
 
-    fn fresh(&mut self) -> Batch {
-        let image = self.size as usize * self.size as usize * 3;
+    fn image_bytes(&self) -> usize {
+        self.size as usize * self.size as usize * 3
+    }
+
+    fn fresh(&self) -> Batch {
         Batch {
             epoch: self.epoch,
             index: self.next_index,
             size: self.size,
-            pixels: Vec::with_capacity(self.batch_size * image),
+            pixels: Vec::with_capacity(self.batch_size * self.image_bytes()),
             labels: Vec::with_capacity(self.batch_size),
             keys: Vec::with_capacity(self.batch_size),
+            padded: 0,
+            items: Vec::with_capacity(self.batch_size),
+            completes: Vec::new(),
         }
+    }
+
+    fn reached_target(&self) -> bool {
+        self.target.is_some_and(|t| self.next_index >= t)
+    }
+
+    /// Records that plan item `item` is complete: the next batch carries it.
+    pub fn complete(&mut self, item: u32) {
+        self.completes.push(item);
     }
 
     /// Adds a sample; returns a batch when one is full.
     pub fn push(&mut self, sample: Sample) -> Option<Batch> {
-        let batch = match self.current.take() {
-            Some(b) => b,
-            None => self.fresh(),
-        };
-        let mut batch = batch;
+        if self.reached_target() {
+            self.dropped += 1;
+            return None;
+        }
+        let mut batch = self.current.take().unwrap_or_else(|| self.fresh());
         batch.pixels.extend_from_slice(&sample.pixels);
         batch.labels.push(sample.label);
-        batch.keys.push(sample.key);
+        batch.items.push(sample.item);
+        batch.keys.push(sample.key.clone());
+        if self.policy != LastBatch::Drop || self.target.is_some() {
+            // Kept for padding (one image: cheap next to a batch).
+            self.last = Some((sample.pixels.to_vec(), sample.label, sample.key));
+        }
         if batch.len() == self.batch_size {
-            self.next_index += 1;
-            Some(batch)
+            Some(self.emit(batch))
         } else {
             self.current = Some(batch);
             None
         }
     }
 
-    /// The last, partial batch, unless `drop_last`.
-    pub fn finish(&mut self, drop_last: bool) -> Option<Batch> {
-        let b = self.current.take()?;
-        if drop_last || b.is_empty() {
-            return None;
-        }
+    fn emit(&mut self, mut batch: Batch) -> Batch {
+        batch.completes.append(&mut self.completes);
         self.next_index += 1;
-        Some(b)
+        batch
+    }
+
+    /// Repeats the last sample until `batch` is full.
+    fn pad(&self, batch: &mut Batch) -> Result<(), String> {
+        let Some((pixels, label, key)) = &self.last else {
+            return Err(format!(
+                "epoch {} has no sample to fill batch {} with: every sample of this rank's share was skipped",
+                self.epoch, batch.index
+            ));
+        };
+        while batch.len() < self.batch_size {
+            batch.pixels.extend_from_slice(pixels);
+            batch.labels.push(*label);
+            batch.keys.push(key.clone());
+            batch.padded += 1;
+        }
+        Ok(())
+    }
+
+    /// The batches that end the epoch once every sample has arrived: the
+    /// last, incomplete one as the policy says, and, when the epoch's batch
+    /// count is known and fewer samples came than planned, padded batches
+    /// up to that count.
+    pub fn finish(&mut self) -> Result<Vec<Batch>, String> {
+        let mut out = Vec::new();
+        match self.target {
+            Some(target) => {
+                while self.next_index < target {
+                    let mut batch = self.current.take().unwrap_or_else(|| self.fresh());
+                    let keep_partial =
+                        self.policy == LastBatch::Partial && self.next_index + 1 == target && !batch.is_empty();
+                    if !keep_partial {
+                        self.pad(&mut batch)?;
+                    }
+                    out.push(self.emit(batch));
+                }
+            }
+            None => {
+                if let Some(mut batch) = self.current.take().filter(|b| !b.is_empty()) {
+                    match self.policy {
+                        LastBatch::Drop => {}
+                        LastBatch::Partial => out.push(self.emit(batch)),
+                        LastBatch::Pad => {
+                            self.pad(&mut batch)?;
+                            out.push(self.emit(batch));
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(last) = out.last_mut() {
+            last.completes.append(&mut self.completes);
+        }
+        Ok(out)
     }
 }
 
@@ -106,27 +269,106 @@ mod tests {
             key: format!("k{i}"),
             label: i64::from(i),
             pixels: Bytes::from(vec![i; 2 * 2 * 3]),
+            position: u64::from(i),
+            item: 0,
         }
+    }
+
+    fn lens(batches: &[Batch]) -> Vec<(usize, usize)> {
+        batches.iter().map(|b| (b.len(), b.padded)).collect()
     }
 
     #[test]
     fn fills_batches_in_order_and_keeps_the_tail() {
-        let mut a = Assembler::new(3, 2, 2);
+        let mut a = Assembler::new(3, 2, 2, LastBatch::Partial, None, 0);
         assert!(a.push(sample(0)).is_none());
         let b = a.push(sample(1)).unwrap();
         assert_eq!((b.epoch, b.index, b.len()), (3, 0, 2));
         assert_eq!(b.image(1), &[1u8; 12]);
         assert_eq!(b.keys, ["k0", "k1"]);
         assert!(a.push(sample(2)).is_none());
-        let tail = a.finish(false).unwrap();
-        assert_eq!((tail.index, tail.len()), (1, 1));
-        assert!(a.finish(false).is_none());
+        let tail = a.finish().unwrap();
+        assert_eq!(tail.len(), 1);
+        assert_eq!((tail[0].index, tail[0].len()), (1, 1));
+        assert!(a.finish().unwrap().is_empty());
     }
 
     #[test]
-    fn drop_last_discards_the_tail() {
-        let mut a = Assembler::new(0, 2, 4);
+    fn drop_discards_the_tail_and_pad_repeats_the_last_sample() {
+        let mut a = Assembler::new(0, 2, 4, LastBatch::Drop, None, 0);
         a.push(sample(0));
-        assert!(a.finish(true).is_none());
+        assert!(a.finish().unwrap().is_empty());
+
+        let mut a = Assembler::new(0, 2, 4, LastBatch::Pad, None, 0);
+        a.push(sample(0));
+        a.push(sample(1));
+        let b = a.finish().unwrap().pop().unwrap();
+        assert_eq!((b.len(), b.padded), (4, 2));
+        assert_eq!(b.keys, ["k0", "k1", "k1", "k1"]);
+        assert_eq!(b.image(3), &[1u8; 12]);
+        assert_eq!(b.items.len(), 2, "padding belongs to no item");
+    }
+
+    #[test]
+    fn a_known_batch_count_is_met_exactly() {
+        // Planned 3 batches of 2, but only 3 samples came (skips): the
+        // rank still yields 3 batches.
+        let mut a = Assembler::new(0, 2, 2, LastBatch::Pad, Some(3), 0);
+        let mut out: Vec<Batch> = (0..3).filter_map(|i| a.push(sample(i))).collect();
+        out.extend(a.finish().unwrap());
+        assert_eq!(lens(&out), [(2, 0), (2, 1), (2, 2)]);
+        assert_eq!(out.iter().map(|b| b.index).collect::<Vec<_>>(), [0, 1, 2]);
+
+        // Partial keeps the last batch partial, but fills up batches that
+        // are missing.
+        let mut a = Assembler::new(0, 2, 2, LastBatch::Partial, Some(2), 0);
+        let mut out: Vec<Batch> = (0..1).filter_map(|i| a.push(sample(i))).collect();
+        out.extend(a.finish().unwrap());
+        assert_eq!(lens(&out), [(2, 1), (2, 2)]);
+        let mut a = Assembler::new(0, 2, 2, LastBatch::Partial, Some(3), 0);
+        let mut out: Vec<Batch> = (0..2).filter_map(|i| a.push(sample(i))).collect();
+        out.extend(a.finish().unwrap());
+        assert_eq!(lens(&out), [(2, 0), (2, 2), (2, 2)]);
+        let mut a = Assembler::new(0, 2, 2, LastBatch::Partial, Some(2), 0);
+        let mut out: Vec<Batch> = (0..3).filter_map(|i| a.push(sample(i))).collect();
+        out.extend(a.finish().unwrap());
+        assert_eq!(lens(&out), [(2, 0), (1, 0)]);
+
+        // More samples than planned: the surplus is dropped.
+        let mut a = Assembler::new(0, 2, 2, LastBatch::Drop, Some(1), 0);
+        let out: Vec<Batch> = (0..5).filter_map(|i| a.push(sample(i))).collect();
+        assert_eq!(lens(&out), [(2, 0)]);
+        assert!(a.finish().unwrap().is_empty());
+        assert_eq!(a.dropped, 3);
+    }
+
+    #[test]
+    fn nothing_to_pad_with_is_an_error_naming_the_epoch() {
+        let mut a = Assembler::new(4, 2, 2, LastBatch::Drop, Some(1), 0);
+        let err = a.finish().unwrap_err();
+        assert!(err.contains("epoch 4"), "{err}");
+    }
+
+    #[test]
+    fn completions_ride_on_the_next_batch() {
+        let mut a = Assembler::new(0, 2, 2, LastBatch::Partial, None, 5);
+        a.push(sample(0));
+        a.complete(7);
+        let b = a.push(sample(1)).unwrap();
+        assert_eq!((b.index, b.completes.clone()), (5, vec![7]));
+        a.push(sample(2));
+        a.complete(8);
+        let tail = a.finish().unwrap();
+        assert_eq!(tail[0].completes, [8]);
+    }
+
+    #[test]
+    fn every_rank_gets_the_same_number_of_batches() {
+        // 70 samples, 3 ranks (23, 23, 24), batches of 4.
+        assert_eq!(batches_per_rank(70, 3, 4, LastBatch::Drop), 5);
+        assert_eq!(batches_per_rank(70, 3, 4, LastBatch::Partial), 6);
+        assert_eq!(batches_per_rank(70, 3, 4, LastBatch::Pad), 6);
+        assert_eq!(batches_per_rank(70, 1, 7, LastBatch::Drop), 10);
+        assert_eq!(batches_per_rank(0, 2, 4, LastBatch::Pad), 0);
     }
 }

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use stoker_core::ShardRef;
+use stoker_core::PlanItem;
 use stoker_proto::pb;
 use tokio::sync::{Notify, mpsc};
 use tracing::{debug, warn};
@@ -39,9 +39,11 @@ fn jittered(d: Duration) -> Duration {
 
 #[derive(Debug)]
 struct ItemState {
-    shard: ShardRef,
+    item: PlanItem,
     /// Keys handed to the assembler or reported skipped.
     received: HashSet<String>,
+    /// Samples accepted for delivery, over every attempt of this run.
+    accepted: u64,
     /// The attempt allowed to deliver samples; `None` while queued.
     owner: Option<u64>,
     attempts: u32,
@@ -67,6 +69,11 @@ struct LedgerState {
     next_attempt: u64,
     fatal: Option<ClientError>,
     workers: Vec<WorkerHealth>,
+    /// With `Some(w)`, only items below `frontier + w` are handed out: the
+    /// deterministic order buffers items until those before them are done,
+    /// and this bounds how many it holds.
+    window: Option<usize>,
+    frontier: usize,
 }
 
 /// Shared dispatch state of one epoch.
@@ -81,19 +88,34 @@ struct Lease {
     index: usize,
     attempt: u64,
     shard: String,
+    start: u64,
+    end: Option<u64>,
     skip: Vec<String>,
 }
 
+/// What lanes send the assembler, in the order they received it.
+#[derive(Debug)]
+pub(crate) enum Event {
+    Sample(Sample),
+    /// Plan item `item` is complete: `samples` of its samples were
+    /// accepted in this run (some may still be on their way).
+    ItemDone {
+        item: u32,
+        samples: u64,
+    },
+}
+
 impl Ledger {
-    pub fn new(shards: Vec<ShardRef>, workers: &[String]) -> Self {
-        let n = shards.len();
+    pub fn new(items: Vec<PlanItem>, workers: &[String]) -> Self {
+        let n = items.len();
         Self {
             state: Mutex::new(LedgerState {
-                items: shards
+                items: items
                     .into_iter()
-                    .map(|shard| ItemState {
-                        shard,
+                    .map(|item| ItemState {
+                        item,
                         received: HashSet::new(),
+                        accepted: 0,
                         owner: None,
                         attempts: 0,
                         failed_on: Vec::new(),
@@ -104,6 +126,8 @@ impl Ledger {
                 remaining: n,
                 next_attempt: 1,
                 fatal: None,
+                window: None,
+                frontier: 0,
                 workers: workers
                     .iter()
                     .map(|addr| WorkerHealth {
@@ -114,6 +138,43 @@ impl Ledger {
                     .collect(),
             }),
             changed: Notify::new(),
+        }
+    }
+
+    /// Resumes an epoch: items in `done` were delivered whole, and the
+    /// keys of `partial` items were delivered already.
+    pub fn resume(&self, done: &[u32], partial: &[(u32, Vec<String>)]) {
+        let mut st = self.lock();
+        for &i in done {
+            if let Some(item) = st.items.get_mut(i as usize)
+                && !item.done
+            {
+                item.done = true;
+                st.remaining -= 1;
+            }
+        }
+        for (i, keys) in partial {
+            if let Some(item) = st.items.get_mut(*i as usize) {
+                item.received.extend(keys.iter().cloned());
+            }
+        }
+        let LedgerState { items, pending, .. } = &mut *st;
+        pending.retain(|&i| !items[i].done);
+    }
+
+    /// Hands out items only up to `window` past the first item not yet
+    /// delivered in order (see [`Ledger::advance`]).
+    pub fn set_window(&self, window: usize) {
+        self.lock().window = Some(window.max(1));
+    }
+
+    /// Items before `frontier` have been delivered in order.
+    pub fn advance(&self, frontier: usize) {
+        let mut st = self.lock();
+        if frontier > st.frontier {
+            st.frontier = frontier;
+            drop(st);
+            self.changed.notify_waiters();
         }
     }
 
@@ -150,9 +211,10 @@ impl Ledger {
     fn take(&self, worker: usize) -> Option<Lease> {
         let mut st = self.lock();
         let workers = st.workers.len();
+        let limit = st.window.map_or(usize::MAX, |w| st.frontier.saturating_add(w));
         let pos = st.pending.iter().position(|&i| {
             let failed = &st.items[i].failed_on;
-            !failed.contains(&worker) || (0..workers).all(|w| failed.contains(&w))
+            i < limit && (!failed.contains(&worker) || (0..workers).all(|w| failed.contains(&w)))
         })?;
         let index = st.pending.remove(pos)?;
         let attempt = st.next_attempt;
@@ -163,7 +225,9 @@ impl Ledger {
         Some(Lease {
             index,
             attempt,
-            shard: item.shard.name.clone(),
+            shard: item.item.shard.name.clone(),
+            start: item.item.start,
+            end: item.item.end,
             skip: item.received.iter().cloned().collect(),
         })
     }
@@ -179,26 +243,33 @@ impl Ledger {
         for s in skipped {
             item.received.insert(s.key.clone());
         }
-        Some(
-            samples
-                .into_iter()
-                .filter(|s| item.received.insert(s.key.clone()))
-                .collect(),
-        )
+        let fresh: Vec<Sample> = samples
+            .into_iter()
+            .filter(|s| item.received.insert(s.key.clone()))
+            .map(|mut s| {
+                s.item = lease.index as u32;
+                s
+            })
+            .collect();
+        item.accepted += fresh.len() as u64;
+        Some(fresh)
     }
 
-    fn complete(&self, lease: &Lease) -> bool {
+    /// Marks the lease's item complete; returns the samples accepted for
+    /// it, or `None` if the attempt no longer owns the item.
+    fn complete(&self, lease: &Lease) -> Option<u64> {
         let mut st = self.lock();
         let item = &mut st.items[lease.index];
         if item.owner != Some(lease.attempt) || item.done {
-            return false;
+            return None;
         }
         item.done = true;
         item.owner = None;
+        let accepted = item.accepted;
         st.remaining -= 1;
         drop(st);
         self.changed.notify_waiters();
-        true
+        Some(accepted)
     }
 
     /// Puts a failed attempt's item back in the queue, or ends the epoch
@@ -217,7 +288,7 @@ impl Ledger {
         }
         if item.attempts >= max_attempts {
             let err = ClientError::ItemFailed {
-                shard: item.shard.name.clone(),
+                shard: item.item.shard.name.clone(),
                 attempts: item.attempts,
                 addr: addr.to_owned(),
                 message: message.to_owned(),
@@ -294,7 +365,7 @@ pub(crate) struct Lane {
     pub config: Arc<LoaderConfig>,
     pub transform: pb::TransformSpec,
     pub epoch: u64,
-    pub samples: mpsc::Sender<Sample>,
+    pub events: mpsc::Sender<Event>,
     pub counters: Arc<EpochCounters>,
 }
 
@@ -400,6 +471,8 @@ impl Lane {
             transform: Some(self.transform.clone()),
             skip_keys: lease.skip.clone(),
             chunk_bytes: self.config.chunk_bytes,
+            start: lease.start,
+            end: lease.end.unwrap_or(0),
         };
         debug!(worker = %self.addr, shard = %lease.shard, skip = lease.skip.len(), "item sent");
         let timeout = self.config.progress_timeout;
@@ -451,7 +524,7 @@ impl Lane {
             }
             for s in fresh {
                 self.counters.add_sample(self.worker, s.pixels.len());
-                if self.samples.send(s).await.is_err() {
+                if self.events.send(Event::Sample(s)).await.is_err() {
                     return Outcome::Closed;
                 }
             }
@@ -460,7 +533,15 @@ impl Lane {
                 return Outcome::Closed;
             }
             if done {
-                self.ledger.complete(lease);
+                if let Some(samples) = self.ledger.complete(lease) {
+                    let event = Event::ItemDone {
+                        item: lease.index as u32,
+                        samples,
+                    };
+                    if self.events.send(event).await.is_err() {
+                        return Outcome::Closed;
+                    }
+                }
                 return Outcome::Done;
             }
         }
@@ -487,10 +568,14 @@ mod tests {
 
     fn ledger(items: usize, workers: usize) -> Ledger {
         let shards = (0..items)
-            .map(|i| ShardRef {
-                name: format!("s{i}.tar"),
-                size_bytes: 1,
-                samples: None,
+            .map(|i| PlanItem {
+                shard: stoker_core::ShardRef {
+                    name: format!("s{i}.tar"),
+                    size_bytes: 1,
+                    samples: None,
+                },
+                start: 0,
+                end: None,
             })
             .collect();
         let addrs: Vec<String> = (0..workers).map(|w| format!("w{w}")).collect();
@@ -503,6 +588,8 @@ mod tests {
                 key: (*k).to_owned(),
                 label: 0,
                 pixels: Bytes::new(),
+                position: 0,
+                item: 0,
             })
             .collect()
     }
@@ -528,12 +615,13 @@ mod tests {
 
         // The stalled attempt wakes up: everything it sends is discarded.
         assert!(l.accept(&first, samples(&["c"]), &[]).is_none());
-        assert!(!l.complete(&first));
+        assert!(l.complete(&first).is_none());
 
         // The new attempt delivers only new keys, then completes the epoch.
         let got = l.accept(&second, samples(&["b", "c"]), &[]).unwrap();
         assert_eq!(keys(&got), ["c"]);
-        assert!(l.complete(&second));
+        // a, b and c were accepted for delivery, over both attempts.
+        assert_eq!(l.complete(&second), Some(3));
         assert_eq!(l.remaining(), 0);
         assert!(l.fatal().is_none());
     }

@@ -25,6 +25,10 @@ pub enum ClientError {
     },
     #[error("all workers unavailable for {seconds}s: {detail}")]
     AllWorkersGone { seconds: u64, detail: String },
+    #[error("cannot complete the epoch's batches: {0}")]
+    Batches(String),
+    #[error("cannot resume epoch {epoch}: the saved state was made with other settings ({detail})")]
+    Resume { epoch: u64, detail: String },
     #[error("error budget exceeded: {skipped} samples skipped, more than {budget} allows: {reasons}")]
     ErrorBudget {
         skipped: u64,

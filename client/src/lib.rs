@@ -15,12 +15,15 @@ mod budget;
 mod dispatch;
 mod error;
 mod loader;
+mod order;
+mod state;
 mod tls;
 mod wire;
 
-pub use assemble::Batch;
+pub use assemble::{Batch, LastBatch, batches_per_rank};
 pub use budget::ErrorBudget;
 pub use error::ClientError;
 pub use loader::{EpochReport, EpochStream, Loader, LoaderConfig, WorkerReport};
+pub use state::{EpochState, Fingerprint};
 pub use stoker_core::{Secret, ShardRef, TransformSpec};
 pub use tls::TlsOptions;

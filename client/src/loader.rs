@@ -9,12 +9,14 @@ use stoker_core::{Secret, ShardRef, TransformSpec};
 use stoker_proto::pb;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
-use crate::assemble::{Assembler, Batch};
+use crate::assemble::{Assembler, Batch, LastBatch, batches_per_rank};
 use crate::budget::{ErrorBudget, ReasonTally};
 use crate::dispatch::{Lane, Ledger};
 use crate::error::{ClientError, describe_status, is_permanent};
+use crate::order::{Ordered, Sequencer};
+use crate::state::{EpochState, Fingerprint, Progress};
 use crate::tls::TlsOptions;
 use crate::wire;
 
@@ -35,8 +37,15 @@ pub struct LoaderConfig {
     pub prefetch: usize,
     /// Work items streamed from each worker at once.
     pub inflight_per_worker: usize,
-    /// Drop the last, partial batch of an epoch.
-    pub drop_last: bool,
+    /// What happens to an epoch's last, incomplete batch. When the
+    /// dataset has an index, every rank yields the same number of batches
+    /// (see [`batches_per_rank`](crate::batches_per_rank)).
+    pub last_batch: LastBatch,
+    /// Batch `k` of an epoch is a function of (seed, epoch, rank, `k`)
+    /// alone: samples go into batches in plan order (each item's samples by
+    /// position in the shard), not in arrival order. Costs memory: up to
+    /// twice the items in flight are held until those before them finish.
+    pub deterministic: bool,
     /// Target chunk size asked of workers (0: the worker's default).
     pub chunk_bytes: u32,
     /// An attempt that sends nothing for this long is reassigned.
@@ -67,7 +76,8 @@ impl LoaderConfig {
             world_size: 1,
             prefetch: 4,
             inflight_per_worker: 2,
-            drop_last: false,
+            last_batch: LastBatch::Partial,
+            deterministic: false,
             chunk_bytes: 0,
             progress_timeout: Duration::from_secs(60),
             worker_patience: Duration::from_secs(30),
@@ -214,15 +224,72 @@ impl Loader {
         .map_err(|e| ClientError::Config(e.to_string()))
     }
 
+    /// Batches this rank yields per epoch, the same on every rank, when the
+    /// dataset's index gives every shard's sample count; `None` otherwise.
+    pub fn batches_per_epoch(&self) -> Option<u64> {
+        let samples: u64 = self.shards.iter().map(|s| s.samples).sum::<Option<u64>>()?;
+        Some(batches_per_rank(
+            samples,
+            self.config.world_size,
+            self.config.batch_size,
+            self.config.last_batch,
+        ))
+    }
+
+    fn fingerprint(&self, plan: &EpochPlan) -> Fingerprint {
+        Fingerprint {
+            seed: self.config.seed,
+            rank: self.config.rank,
+            world_size: self.config.world_size,
+            batch_size: self.config.batch_size as u64,
+            items: plan.items.len() as u64,
+            shards: self.shards.len() as u64,
+            deterministic: self.config.deterministic,
+        }
+    }
+
     /// Starts streaming `epoch`. Batches arrive through the returned stream;
     /// dropping it stops the epoch.
     pub fn epoch(&self, epoch: u64) -> Result<EpochStream, ClientError> {
+        self.start(epoch, None)
+    }
+
+    /// Resumes an epoch from a state saved with [`EpochStream::state`]: the
+    /// batches not yet delivered then, numbered from where it stopped.
+    pub fn resume(&self, state: &EpochState) -> Result<EpochStream, ClientError> {
+        self.start(state.epoch, Some(state))
+    }
+
+    fn start(&self, epoch: u64, resumed: Option<&EpochState>) -> Result<EpochStream, ClientError> {
         let plan = self.plan(epoch)?;
+        let fingerprint = self.fingerprint(&plan);
+        if let Some(state) = resumed
+            && let Some(detail) = state.fingerprint.mismatch(&fingerprint)
+        {
+            return Err(ClientError::Resume { epoch, detail });
+        }
+        let target = self.batches_per_epoch();
+        if target.is_none() && self.config.world_size > 1 {
+            warn!(
+                dataset = %self.config.dataset,
+                "the dataset has no index with sample counts: ranks split it by shard and may yield different numbers of batches"
+            );
+        }
         let addrs: Vec<String> = self.workers.iter().map(|w| w.addr.clone()).collect();
-        let ledger = Arc::new(Ledger::new(plan.shards.clone(), &addrs));
-        let planned = plan.shards.iter().map(|s| s.samples).sum::<Option<u64>>();
+        let items = plan.items.len();
+        let ledger = Arc::new(Ledger::new(plan.items.clone(), &addrs));
+        let (done, partial): (&[u32], &[(u32, Vec<String>)]) = match resumed {
+            Some(s) => (&s.done_items, &s.partial),
+            None => (&[], &[]),
+        };
+        ledger.resume(done, partial);
+        let lanes_total = self.workers.len() * self.config.inflight_per_worker;
+        if self.config.deterministic {
+            ledger.set_window(2 * lanes_total);
+        }
+        let planned = plan.samples();
         let counters = Arc::new(EpochCounters::new(addrs.len(), planned));
-        let (sample_tx, mut sample_rx) = mpsc::channel(self.config.batch_size.max(64));
+        let (event_tx, mut event_rx) = mpsc::channel(self.config.batch_size.max(64));
         let (batch_tx, batch_rx) = mpsc::channel(self.config.prefetch.max(1));
         let mut lanes = JoinSet::new();
         for (i, w) in self.workers.iter().enumerate() {
@@ -237,27 +304,49 @@ impl Loader {
                         config: Arc::clone(&self.config),
                         transform: self.transform.clone(),
                         epoch,
-                        samples: sample_tx.clone(),
+                        events: event_tx.clone(),
                         counters: Arc::clone(&counters),
                     }
                     .run(),
                 );
             }
         }
-        drop(sample_tx);
+        drop(event_tx);
         let config = Arc::clone(&self.config);
         let supervisor_ledger = Arc::clone(&ledger);
         let supervisor_counters = Arc::clone(&counters);
+        let mut sequencer = Sequencer::new(items, config.deterministic, done);
+        let mut assembler = Assembler::new(
+            epoch,
+            config.transform.size,
+            config.batch_size,
+            config.last_batch,
+            target,
+            resumed.map_or(0, |s| s.batches),
+        );
         tokio::spawn(async move {
-            let mut assembler = Assembler::new(epoch, config.transform.size, config.batch_size);
-            while let Some(sample) = sample_rx.recv().await {
-                if let Some(batch) = assembler.push(sample)
-                    && batch_tx.send(Ok(batch)).await.is_err()
-                {
-                    // The consumer left: stop the lanes.
-                    supervisor_ledger.fail(ClientError::Config("epoch dropped".into()));
-                    lanes.shutdown().await;
-                    return;
+            let mut ordered = Vec::new();
+            while let Some(event) = event_rx.recv().await {
+                sequencer.push(event, &mut ordered);
+                if config.deterministic {
+                    supervisor_ledger.advance(sequencer.head());
+                }
+                for o in ordered.drain(..) {
+                    let batch = match o {
+                        Ordered::Sample(s) => assembler.push(s),
+                        Ordered::ItemComplete(item) => {
+                            assembler.complete(item);
+                            None
+                        }
+                    };
+                    if let Some(batch) = batch
+                        && batch_tx.send(Ok(batch)).await.is_err()
+                    {
+                        // The consumer left: stop the lanes.
+                        supervisor_ledger.fail(ClientError::Config("epoch dropped".into()));
+                        lanes.shutdown().await;
+                        return;
+                    }
                 }
             }
             while lanes.join_next().await.is_some() {}
@@ -276,8 +365,27 @@ impl Loader {
                     .await;
                 return;
             }
-            if let Some(batch) = assembler.finish(config.drop_last) {
-                let _ = batch_tx.send(Ok(batch)).await;
+            if assembler.dropped > 0 && config.last_batch != LastBatch::Drop {
+                warn!(
+                    epoch,
+                    dropped = assembler.dropped,
+                    "more samples arrived than the dataset's index counts; the surplus was left out"
+                );
+            }
+            match assembler.finish() {
+                Ok(batches) => {
+                    for batch in batches {
+                        if batch.padded > 0 {
+                            debug!(epoch, index = batch.index, padded = batch.padded, "batch padded");
+                        }
+                        if batch_tx.send(Ok(batch)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                Err(message) => {
+                    let _ = batch_tx.send(Err(ClientError::Batches(message))).await;
+                }
             }
         });
         Ok(EpochStream {
@@ -285,7 +393,8 @@ impl Loader {
             counters,
             workers: addrs,
             started: Instant::now(),
-            shards: plan.shards.len(),
+            shards: items,
+            progress: Progress::new(epoch, fingerprint, resumed),
         })
     }
 }
@@ -397,13 +506,24 @@ pub struct EpochStream {
     workers: Vec<String>,
     started: Instant,
     shards: usize,
+    progress: Progress,
 }
 
 impl EpochStream {
     /// The next batch; `None` once the epoch is complete. After an error
     /// the epoch is over.
     pub async fn next_batch(&mut self) -> Option<Result<Batch, ClientError>> {
-        self.rx.recv().await
+        let next = self.rx.recv().await;
+        if let Some(Ok(batch)) = &next {
+            self.progress.delivered(batch);
+        }
+        next
+    }
+
+    /// Where the consumer is in this epoch: what a checkpoint saves, for
+    /// [`Loader::resume`].
+    pub fn state(&self) -> EpochState {
+        self.progress.state()
     }
 
     /// Pixel bytes received so far (cheap, for progress lines).

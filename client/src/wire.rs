@@ -23,6 +23,10 @@ pub(crate) struct Sample {
     pub key: String,
     pub label: i64,
     pub pixels: Bytes,
+    /// Position in its shard.
+    pub position: u64,
+    /// The plan item it belongs to (set by the lane that received it).
+    pub item: u32,
 }
 
 /// An endpoint with the HTTP/2 settings bulk transfer needs. The channel
@@ -119,5 +123,7 @@ pub(crate) fn sample_from_pb(s: pb::Sample, size: u32) -> Result<Sample, String>
         key: s.key,
         label: s.label,
         pixels: s.pixels,
+        position: s.position,
+        item: 0,
     })
 }

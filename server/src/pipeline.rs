@@ -114,6 +114,10 @@ pub struct Item {
     pub spec: Arc<TransformSpec>,
     pub skip: HashSet<String>,
     pub chunk_bytes: usize,
+    /// The samples to process, by position in the shard: from `start`, up
+    /// to (not including) `end`, or to the shard's end.
+    pub start: u64,
+    pub end: Option<u64>,
 }
 
 /// One processed sample: uint8 HWC RGB pixels (a GPU batch's samples share
@@ -121,6 +125,8 @@ pub struct Item {
 #[derive(Debug)]
 pub struct Processed {
     pub key: String,
+    /// Position in its shard (see `RawSample::position`).
+    pub position: u64,
     pub label: i64,
     pub width: u32,
     pub height: u32,
@@ -221,6 +227,7 @@ pub fn process_sample(
     }
     Ok(Processed {
         key: raw.key,
+        position: raw.position,
         label,
         width: out.width,
         height: out.height,
@@ -292,6 +299,7 @@ fn gpu_sample(raw: RawSample) -> Result<GpuSample, RawSample> {
             label: *label,
             data: data.clone(),
             key: raw.key,
+            position: raw.position,
         }),
         _ => Err(raw),
     }
@@ -418,7 +426,13 @@ async fn run_item_inner(
                 None if exhausted => break,
                 None => match samples.next_sample().await {
                     Ok(Some(raw)) => {
-                        if item.skip.contains(&raw.key) {
+                        if item.end.is_some_and(|end| raw.position >= end) {
+                            // Past the item's range: the rest of the shard
+                            // belongs to another item.
+                            exhausted = true;
+                            break;
+                        }
+                        if raw.position < item.start || item.skip.contains(&raw.key) {
                             continue;
                         }
                         let need = memory_need(&raw, output_bytes, ctx.config.max_image_pixels, gpu.is_some());

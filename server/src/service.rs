@@ -147,6 +147,7 @@ fn chunk_to_pb(chunk: Chunk) -> pb::SampleChunk {
                 width: s.width,
                 channels: 3,
                 pixels: s.pixels,
+                position: s.position,
             })
             .collect(),
         skipped: chunk
@@ -210,6 +211,12 @@ impl Worker for WorkerService {
                 req.chunk_bytes
             )));
         }
+        if req.end != 0 && req.end <= req.start {
+            return Err(Status::invalid_argument(format!(
+                "work item for shard {} has an empty sample range: start {} is not below end {}",
+                req.shard, req.start, req.end
+            )));
+        }
         let chunk_bytes = match req.chunk_bytes {
             0 => self.ctx.config.chunk_bytes,
             n => n as usize,
@@ -222,11 +229,15 @@ impl Worker for WorkerService {
             spec: Arc::new(spec),
             skip: req.skip_keys.into_iter().collect::<HashSet<_>>(),
             chunk_bytes,
+            start: req.start,
+            end: (req.end != 0).then_some(req.end),
         };
         info!(
             shard = %item.dataset.join(&item.shard),
             epoch = item.epoch,
             skip = item.skip.len(),
+            start = item.start,
+            end = ?item.end,
             peer = ?peer,
             "work item started"
         );

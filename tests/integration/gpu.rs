@@ -464,6 +464,7 @@ async fn gpu_runner_matches_the_cpu_on_every_transform() {
                 .iter()
                 .map(|(key, data)| gpu::GpuSample {
                     key: key.clone(),
+                    position: 0,
                     label: 0,
                     data: bytes::Bytes::from(data.clone()),
                 })

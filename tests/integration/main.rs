@@ -14,6 +14,7 @@ mod gpu;
 mod lifecycle;
 mod memory;
 mod python;
+mod ranks;
 mod s3;
 mod s3_faults;
 mod soak;

@@ -39,6 +39,8 @@ fn item(size: u32, ops: Vec<pb::Transform>) -> pb::WorkItem {
         transform: Some(pb::TransformSpec { size, ops }),
         skip_keys: vec![],
         chunk_bytes: 0,
+        start: 0,
+        end: 0,
     }
 }
 
@@ -63,6 +65,14 @@ async fn absurd_requests_get_invalid_argument_and_the_worker_shuts_down_cleanly(
             "no shard",
             pb::WorkItem {
                 shard: String::new(),
+                ..item(224, train(224))
+            },
+        ),
+        (
+            "empty sample range",
+            pb::WorkItem {
+                start: 5,
+                end: 5,
                 ..item(224, train(224))
             },
         ),

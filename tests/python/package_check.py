@@ -69,14 +69,45 @@ def main():
     assert padded[-1][1] == (-n) % batch_size, padded[-1]
     assert sum(p for _, p, _ in padded) == (-n) % batch_size
 
-    # Two ranks cover the epoch exactly once between them.
-    shares = []
+    # Two ranks cover the epoch exactly once between them, in the same
+    # number of batches (what keeps data-parallel training in step).
+    shares, steps = [], []
     for rank in range(2):
         r = loader(last_batch="partial", rank=rank, world_size=2)
-        shares.append([k for b in r for k in b["key"]])
+        batches = list(r)
+        steps.append((len(batches), len(r)))
+        shares.append([k for b in batches for k in b["key"][: len(b["key"]) - b["padded"]]])
+    assert steps[0] == steps[1] and steps[0][0] == steps[0][1], steps
     assert not set(shares[0]) & set(shares[1]), "ranks overlap"
     assert sorted(shares[0] + shares[1]) == sorted(expected), "ranks miss samples"
     assert shares[0] and shares[1], "a rank got nothing"
+
+    # Deterministic order, and resuming from state_dict(): a fresh loader
+    # given the state of one stopped after 2 batches yields the rest of the
+    # epoch, batch for batch.
+    def det():
+        return loader(last_batch="partial", deterministic=True)
+
+    whole = [(b["index"], list(b["key"])) for b in det()]
+    stopped = det()
+    it = iter(stopped)
+    first = [next(it) for _ in range(2)]
+    state = stopped.state_dict()
+    assert state["epoch"] == 0 and state["position"]["batches"] == 2, state
+    del it
+    resumed = det()
+    resumed.load_state_dict(state)
+    rest = [(b["index"], list(b["key"])) for b in resumed]
+    assert [(b["index"], list(b["key"])) for b in first] + rest == whole, "resumed epoch differs"
+    assert resumed.state_dict() == {"epoch": 1, "position": None}
+    try:
+        other = loader(last_batch="partial", deterministic=True, seed=4)
+        other.load_state_dict(state)
+        next(iter(other))
+    except stoker.StokerError as e:
+        assert "seed" in str(e), str(e)
+    else:
+        raise AssertionError("a state saved with another seed was accepted")
 
     # Normalisation: float32, scaled to [0, 1] then (x - mean) / std.
     mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
@@ -112,7 +143,8 @@ def main():
     print(
         f"python package: {n} samples x 2 epochs exactly once, replay identical, "
         f"drop {len(sizes)} / pad {len(padded)} / partial {len(partial)} batches, "
-        f"ranks {len(shares[0])}+{len(shares[1])}, normalised range ok, errors name their cause"
+        f"ranks {len(shares[0])}+{len(shares[1])} in {steps[0][0]} batches each, "
+        f"resume after 2 of {len(whole)} batches identical, normalised range ok, errors name their cause"
     )
 
 

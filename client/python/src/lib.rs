@@ -12,8 +12,10 @@ use std::time::Duration;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
-use stoker_client::{EpochStream, ErrorBudget, Loader, LoaderConfig, Secret, TransformSpec};
+use pyo3::types::{PyBytes, PyDict};
+use stoker_client::{
+    EpochState, EpochStream, ErrorBudget, Fingerprint, LastBatch, Loader, LoaderConfig, Secret, TransformSpec,
+};
 
 create_exception!(
     stoker,
@@ -27,8 +29,9 @@ fn err(e: impl std::fmt::Display) -> PyErr {
 }
 
 /// One batch as Python receives it: uint8 NHWC pixels (bytes), the side
-/// length, labels, keys, and the batch's index in its epoch.
-type PyBatch = (Py<PyBytes>, u32, Vec<i64>, Vec<String>, u64);
+/// length, labels, keys, the batch's index in its epoch, and how many of
+/// its last samples are padding.
+type PyBatch = (Py<PyBytes>, u32, Vec<i64>, Vec<String>, u64, usize);
 
 /// An epoch's report: samples, skipped, reassigned items, and (key, reason)
 /// of the first skips.
@@ -40,6 +43,8 @@ struct Client {
     runtime: tokio::runtime::Runtime,
     loader: Loader,
     stream: Option<EpochStream>,
+    /// The state of an epoch stopped part-way, for `state()`.
+    stopped: Option<EpochState>,
 }
 
 #[pymethods]
@@ -47,7 +52,8 @@ impl Client {
     #[new]
     #[pyo3(signature = (
         workers, dataset, batch_size, image_size, transform, seed, rank, world_size,
-        prefetch, drop_last, max_errors=None, token=None, progress_timeout=60.0
+        prefetch, last_batch, max_errors=None, token=None, progress_timeout=60.0,
+        deterministic=false
     ))]
     #[allow(clippy::too_many_arguments, reason = "mirrors the Python constructor's keywords")]
     fn new(
@@ -61,10 +67,11 @@ impl Client {
         rank: u32,
         world_size: u32,
         prefetch: usize,
-        drop_last: bool,
+        last_batch: &str,
         max_errors: Option<&str>,
         token: Option<String>,
         progress_timeout: f64,
+        deterministic: bool,
     ) -> PyResult<Self> {
         let spec = TransformSpec::preset(transform, image_size).map_err(err)?;
         let mut config = LoaderConfig::new(workers, dataset, batch_size, spec);
@@ -72,7 +79,8 @@ impl Client {
         config.rank = rank;
         config.world_size = world_size;
         config.prefetch = prefetch;
-        config.drop_last = drop_last;
+        config.last_batch = last_batch.parse::<LastBatch>().map_err(err)?;
+        config.deterministic = deterministic;
         config.max_errors = max_errors
             .map(|m| m.parse::<ErrorBudget>())
             .transpose()
@@ -95,27 +103,53 @@ impl Client {
             runtime,
             loader,
             stream: None,
+            stopped: None,
         })
     }
 
-    /// Samples in this rank's share of `epoch`, when the dataset's index
+    /// Batches per epoch, the same on every rank, when the dataset's index
     /// gives every shard's count; `None` otherwise.
-    fn epoch_samples(&self, epoch: u64) -> PyResult<Option<u64>> {
-        let plan = self.loader.plan(epoch).map_err(err)?;
-        Ok(plan.shards.iter().map(|s| s.samples).sum())
+    fn batches_per_epoch(&self) -> Option<u64> {
+        self.loader.batches_per_epoch()
     }
 
-    /// Starts streaming `epoch`, dropping an epoch still in progress.
-    fn start_epoch(&mut self, epoch: u64) -> PyResult<()> {
+    /// Starts streaming `epoch`, dropping an epoch still in progress; with
+    /// `state` (from `state()`), resumes that epoch where it stopped.
+    #[pyo3(signature = (epoch, state=None))]
+    fn start_epoch(&mut self, epoch: u64, state: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
         self.stream = None;
+        self.stopped = None;
         let _guard = self.runtime.enter();
-        self.stream = Some(self.loader.epoch(epoch).map_err(err)?);
+        let stream = match state {
+            None => self.loader.epoch(epoch),
+            Some(d) => {
+                let state = state_from_py(d)?;
+                if state.epoch != epoch {
+                    return Err(err(format!("the saved state is of epoch {}, not {epoch}", state.epoch)));
+                }
+                self.loader.resume(&state)
+            }
+        };
+        self.stream = Some(stream.map_err(err)?);
         Ok(())
     }
 
-    /// Stops the epoch in progress, if any.
+    /// Where the consumer is in the current (or stopped) epoch, as a dict
+    /// of plain values; `None` when no epoch was started.
+    fn state<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let state = self
+            .stream
+            .as_ref()
+            .map(EpochStream::state)
+            .or_else(|| self.stopped.clone());
+        state.map(|s| state_to_py(py, &s)).transpose()
+    }
+
+    /// Stops the epoch in progress, if any; `state()` keeps its position.
     fn stop_epoch(&mut self) {
-        self.stream = None;
+        if let Some(stream) = self.stream.take() {
+            self.stopped = Some(stream.state());
+        }
     }
 
     /// The next batch of the epoch, or `None` once it is complete.
@@ -144,6 +178,7 @@ impl Client {
                 batch.labels,
                 batch.keys,
                 batch.index,
+                batch.padded,
             ))),
         }
     }
@@ -156,6 +191,54 @@ impl Client {
             (r.samples, r.skipped, r.retries, r.skip_reasons)
         })
     }
+}
+
+fn state_to_py<'py>(py: Python<'py>, s: &EpochState) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("epoch", s.epoch)?;
+    d.set_item("batches", s.batches)?;
+    d.set_item("done_items", s.done_items.clone())?;
+    d.set_item("partial", s.partial.clone())?;
+    let f = PyDict::new(py);
+    let fp = &s.fingerprint;
+    f.set_item("seed", fp.seed)?;
+    f.set_item("rank", fp.rank)?;
+    f.set_item("world_size", fp.world_size)?;
+    f.set_item("batch_size", fp.batch_size)?;
+    f.set_item("items", fp.items)?;
+    f.set_item("shards", fp.shards)?;
+    f.set_item("deterministic", fp.deterministic)?;
+    d.set_item("fingerprint", f)?;
+    Ok(d)
+}
+
+/// `d[key]`, converted, or a StokerError naming the key.
+fn field<'py, T: FromPyObject<'py>>(d: &Bound<'py, PyDict>, key: &str) -> PyResult<T> {
+    let value = d
+        .get_item(key)?
+        .ok_or_else(|| err(format!("saved loader state has no {key:?}")))?;
+    value
+        .extract()
+        .map_err(|e| err(format!("saved loader state: {key:?} is invalid: {e}")))
+}
+
+fn state_from_py(d: &Bound<'_, PyDict>) -> PyResult<EpochState> {
+    let f: Bound<'_, PyDict> = field(d, "fingerprint")?;
+    Ok(EpochState {
+        epoch: field(d, "epoch")?,
+        batches: field(d, "batches")?,
+        done_items: field(d, "done_items")?,
+        partial: field(d, "partial")?,
+        fingerprint: Fingerprint {
+            seed: field(&f, "seed")?,
+            rank: field(&f, "rank")?,
+            world_size: field(&f, "world_size")?,
+            batch_size: field(&f, "batch_size")?,
+            items: field(&f, "items")?,
+            shards: field(&f, "shards")?,
+            deterministic: field(&f, "deterministic")?,
+        },
+    })
 }
 
 #[pymodule]

@@ -343,6 +343,8 @@ pub fn split_key(path: &str) -> Option<(&str, &str)> {
 #[derive(Debug)]
 pub struct RawSample {
     pub key: String,
+    /// Position of the sample in its shard: the first is 0.
+    pub position: u64,
     pub image: Result<(ImageKind, Bytes), String>,
     pub label: Result<i64, String>,
 }
@@ -356,7 +358,7 @@ struct Group {
 }
 
 impl Group {
-    fn finish(self) -> RawSample {
+    fn finish(self, position: u64) -> RawSample {
         let image = match (self.image, self.problem) {
             (Some(img), _) => Ok(img),
             (None, Some(p)) => Err(p),
@@ -364,6 +366,7 @@ impl Group {
         };
         RawSample {
             key: self.key,
+            position,
             image,
             // Unlabelled samples are allowed; -1 says so.
             label: self.label.unwrap_or(Ok(-1)),
@@ -392,6 +395,8 @@ pub struct SampleReader<R> {
     current: Option<Group>,
     /// An error held back until the sample completed before it is returned.
     deferred: Option<TarError>,
+    /// Samples returned so far: the position of the next one.
+    returned: u64,
 }
 
 impl<R: AsyncRead + Unpin> SampleReader<R> {
@@ -400,11 +405,19 @@ impl<R: AsyncRead + Unpin> SampleReader<R> {
             tar: TarReader::new(inner, max_member_bytes),
             current: None,
             deferred: None,
+            returned: 0,
         }
     }
 
     pub fn offset(&self) -> u64 {
         self.tar.offset()
+    }
+
+    /// Numbers a completed group: samples are counted in shard order.
+    fn finish(&mut self, group: Group) -> RawSample {
+        let position = self.returned;
+        self.returned += 1;
+        group.finish(position)
     }
 
     /// The next sample, or `None` at the end of the shard.
@@ -425,21 +438,21 @@ impl<R: AsyncRead + Unpin> SampleReader<R> {
                     return match self.current.take() {
                         Some(g) if failing_key.is_some_and(|k| k != g.key) => {
                             self.deferred = Some(err);
-                            Ok(Some(g.finish()))
+                            Ok(Some(self.finish(g)))
                         }
                         _ => Err(err),
                     };
                 }
             };
             let Some(member) = member else {
-                return Ok(self.current.take().map(Group::finish));
+                return Ok(self.current.take().map(|g| self.finish(g)));
             };
             let Some((key, ext)) = split_key(&member.name) else {
                 continue;
             };
             let ext = ext.to_ascii_lowercase();
             let finished = match &self.current {
-                Some(g) if g.key != key => self.current.take().map(Group::finish),
+                Some(g) if g.key != key => self.current.take().map(|g| self.finish(g)),
                 _ => None,
             };
             let group = self.current.get_or_insert_with(|| Group {

@@ -170,6 +170,7 @@ fn run_gpu(args: &BenchArgs, spec: TransformSpec, images: &[(String, ImageKind, 
                                     .iter()
                                     .map(|(key, data)| GpuSample {
                                         key: key.clone(),
+                                        position: 0,
                                         label: 0,
                                         data: data.clone(),
                                     })
@@ -251,6 +252,7 @@ fn run_cpu(args: &BenchArgs, spec: &TransformSpec, images: &[(String, ImageKind,
                         for (key, kind, data) in images.iter().skip(t).step_by(args.threads) {
                             let raw = RawSample {
                                 key: key.clone(),
+                                position: 0,
                                 image: Ok((*kind, data.clone())),
                                 label: Ok(0),
                             };

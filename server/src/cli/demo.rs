@@ -111,7 +111,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let mut keys = HashSet::new();
     let mut duplicates = 0u64;
     let (summary, reports) = stream_epochs(&loader, 0, 1, |batch| {
-        for k in &batch.keys {
+        for k in &batch.keys[..batch.real()] {
             if !keys.insert(k.clone()) {
                 duplicates += 1;
             }

@@ -45,9 +45,18 @@ pub struct StreamArgs {
     /// Work items in flight per worker.
     #[arg(long, default_value_t = 2)]
     pub inflight: usize,
-    /// Drop each epoch's last partial batch.
-    #[arg(long)]
+    /// An epoch's last, incomplete batch: drop it, keep it (partial), or
+    /// fill it up by repeating a sample (pad). With a dataset index every
+    /// rank yields the same number of batches.
+    #[arg(long, default_value = "partial", value_name = "drop|partial|pad")]
+    pub last_batch: stoker_client::LastBatch,
+    /// Same as --last-batch drop.
+    #[arg(long, conflicts_with = "last_batch")]
     pub drop_last: bool,
+    /// Fill batches in plan order, not arrival order: batch k of an epoch
+    /// depends only on (seed, epoch, rank, k).
+    #[arg(long)]
+    pub deterministic: bool,
     /// Fail once an epoch skips more samples than this: a count (10), a
     /// fraction of the epoch (0.01) or a percentage (1%).
     #[arg(long, value_name = "N|FRACTION")]
@@ -117,7 +126,12 @@ impl StreamArgs {
         config.world_size = self.world_size;
         config.prefetch = self.prefetch;
         config.inflight_per_worker = self.inflight;
-        config.drop_last = self.drop_last;
+        config.last_batch = if self.drop_last {
+            stoker_client::LastBatch::Drop
+        } else {
+            self.last_batch
+        };
+        config.deterministic = self.deterministic;
         config.max_errors = self.max_errors;
         config.token = self.token.clone();
         if self.tls_ca.is_some() || self.tls_cert.is_some() || self.tls_domain.is_some() {
@@ -154,7 +168,7 @@ pub async fn stream_epochs(
         let mut done = 0u64;
         while let Some(batch) = stream.next_batch().await {
             let batch = batch.with_context(|| format!("epoch {epoch} failed"))?;
-            done += batch.len() as u64;
+            done += batch.real() as u64;
             batches += 1;
             on_batch(&batch)?;
             progress.update(done, || {
@@ -248,7 +262,9 @@ pub async fn run(args: StreamArgs) -> anyhow::Result<()> {
     };
     let (summary, reports) = stream_epochs(&loader, args.start_epoch, args.epochs, |batch| {
         if let Some(out) = keys_out.as_mut() {
-            for (key, label) in batch.keys.iter().zip(&batch.labels) {
+            // Padding repeats a delivered sample: only real samples count.
+            let real = batch.real();
+            for (key, label) in batch.keys[..real].iter().zip(&batch.labels[..real]) {
                 writeln!(out, "{}\t{key}\t{label}", batch.epoch).with_context(cannot_write)?;
             }
             // One write per batch: the file is a live record of what the

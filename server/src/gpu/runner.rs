@@ -45,6 +45,8 @@ use crate::pipeline::Processed;
 #[derive(Debug)]
 pub struct GpuSample {
     pub key: String,
+    /// Position in its shard (see `RawSample::position`).
+    pub position: u64,
     pub label: i64,
     pub data: Bytes,
 }
@@ -54,6 +56,7 @@ impl GpuSample {
     pub fn into_raw(self) -> crate::wds::RawSample {
         crate::wds::RawSample {
             key: self.key,
+            position: self.position,
             image: Ok((crate::wds::ImageKind::Jpeg, self.data)),
             label: Ok(self.label),
         }
@@ -463,6 +466,7 @@ impl Lane {
                     for (sample, pixels) in samples.zip(pixels) {
                         out.push(GpuResult::Done(Processed {
                             key: sample.key,
+                            position: sample.position,
                             label: sample.label,
                             width: size,
                             height: size,

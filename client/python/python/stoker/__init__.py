@@ -60,8 +60,21 @@ class Loader:
 
     ``last_batch``: ``"drop"`` (default) drops an incomplete last batch,
     ``"partial"`` yields it as it is, ``"pad"`` fills it up to
-    ``batch_size`` by repeating its last sample and sets ``batch["padded"]``
-    to the number of repeats.
+    ``batch_size`` by repeating its last sample. ``batch["padded"]`` counts
+    the repeats at the end of a batch (mask them out of the loss). When the
+    dataset has an index, every rank yields ``len(loader)`` batches, the
+    same number on every rank, so data-parallel training never waits on a
+    rank with an extra step; samples skipped as unreadable are made up the
+    same way.
+
+    ``deterministic=True`` fills batches in plan order rather than arrival
+    order: batch k of an epoch depends only on (seed, epoch, rank, k), not
+    on the number or speed of workers.
+
+    ``state_dict()`` / ``load_state_dict()`` save and restore the position
+    in an epoch: after loading, iterating resumes that epoch with exactly
+    the batches not yet delivered (the same batches, with
+    ``deterministic=True``).
     """
 
     def __init__(
@@ -84,6 +97,7 @@ class Loader:
         token=None,
         progress_timeout=60.0,
         start_epoch=0,
+        deterministic=False,
     ):
         if isinstance(workers, str):
             workers = [w for w in workers.split(",") if w]
@@ -115,12 +129,17 @@ class Loader:
             self.rank,
             self.world_size,
             int(prefetch),
-            last_batch == "drop",
+            last_batch,
             None if max_errors is None else str(max_errors),
             token if token is not None else os.environ.get("STOKER_TOKEN"),
             float(progress_timeout),
+            bool(deterministic),
         )
         self._epoch = int(start_epoch)
+        # The epoch being iterated, or stopped part-way; None between epochs.
+        self._active = None
+        # A position to resume, from load_state_dict.
+        self._resume = None
 
     @property
     def epoch(self):
@@ -131,12 +150,28 @@ class Loader:
         self._epoch = int(epoch)
 
     def __len__(self):
-        samples = self._client.epoch_samples(self._epoch)
-        if samples is None:
+        batches = self._client.batches_per_epoch()
+        if batches is None:
             raise TypeError("the dataset has no stoker-index.json with sample counts: its length is unknown")
-        if self.last_batch == "drop":
-            return samples // self.batch_size
-        return -(-samples // self.batch_size)
+        return batches
+
+    def state_dict(self):
+        """The loader's position: the epoch, and within it what was delivered.
+
+        A dict of plain values (ints, strings, lists), fit for a checkpoint.
+        """
+        if self._active is not None:
+            return {"epoch": self._active, "position": self._client.state()}
+        return {"epoch": self._epoch, "position": None}
+
+    def load_state_dict(self, state):
+        """Restores a position from ``state_dict()``: the next iteration
+        resumes its epoch with the batches not yet delivered."""
+        try:
+            epoch, position = int(state["epoch"]), state["position"]
+        except (KeyError, TypeError, ValueError) as e:
+            raise StokerError(f"not a stoker.Loader state: {e!r}") from None
+        self._epoch, self._resume, self._active = epoch, position, None
 
     def report(self):
         """The current or last epoch: samples, skipped, reassigned items, skip reasons."""
@@ -148,12 +183,15 @@ class Loader:
 
     def __iter__(self):
         epoch = self._epoch
-        self._client.start_epoch(epoch)
+        resume, self._resume = self._resume, None
+        self._client.start_epoch(epoch, resume)
         self._epoch = epoch + 1
+        self._active = epoch
         try:
             while True:
                 raw = self._client.next_batch()
                 if raw is None:
+                    self._active = None
                     return
                 yield self._convert(*raw, epoch=epoch)
         except BaseException:
@@ -162,16 +200,10 @@ class Loader:
             self._client.stop_epoch()
             raise
 
-    def _convert(self, pixels, size, labels, keys, index, epoch):
+    def _convert(self, pixels, size, labels, keys, index, padded, epoch):
         n = len(keys)
         hwc = np.frombuffer(pixels, dtype=np.uint8).reshape(n, size, size, 3)
         labels = np.asarray(labels, dtype=np.int64)
-        padded = 0
-        if self.last_batch == "pad" and n < self.batch_size:
-            padded = self.batch_size - n
-            rows = np.concatenate([np.arange(n), np.full(padded, n - 1)])
-            hwc, labels = hwc[rows], labels[rows]
-            keys = list(keys) + [keys[-1]] * padded
         torch = self._torch
         if torch is None:
             image = np.ascontiguousarray(hwc.transpose(0, 3, 1, 2))
@@ -193,7 +225,4 @@ class Loader:
                     image = (image / 255.0 - mean) / std
             image = image.contiguous()
             label = torch.from_numpy(labels).to(self.device)
-        out = {"image": image, "label": label, "key": list(keys), "epoch": epoch, "index": index}
-        if self.last_batch == "pad":
-            out["padded"] = padded
-        return out
+        return {"image": image, "label": label, "key": list(keys), "epoch": epoch, "index": index, "padded": padded}
