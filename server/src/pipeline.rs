@@ -43,6 +43,10 @@ pub struct WorkerConfig {
     /// The worker process stays under this many bytes: sample data is
     /// budgeted to fit with [`crate::memory::RESERVE`] to spare.
     pub memory_limit: u64,
+    /// Benchmarks only: keep each item's results and replay them for every
+    /// later request of the same shard range, whatever the seed and epoch
+    /// (see [`ReplayCache`]).
+    pub replay: bool,
 }
 
 impl Default for WorkerConfig {
@@ -56,6 +60,7 @@ impl Default for WorkerConfig {
             decode_ahead: threads * 2 + 2,
             storage: StorageConfig::default(),
             memory_limit: 4 << 30,
+            replay: false,
         }
     }
 }
@@ -80,6 +85,35 @@ pub struct WorkerContext {
     pub gpu: Option<GpuRunner>,
     pub config: WorkerConfig,
     pub counters: Counters,
+    pub replay: ReplayCache,
+}
+
+/// Results kept by a worker started with `--replay`: an item's samples are
+/// processed once, then sent again from memory, so that a benchmark of the
+/// client measures transport and upload alone. Every epoch then gets the
+/// same crops, and the cache grows with the dataset: never for training.
+#[derive(Debug, Default)]
+pub struct ReplayCache {
+    items: std::sync::Mutex<std::collections::HashMap<ReplayKey, Arc<Vec<Processed>>>>,
+}
+
+/// Shard, sample range and output size.
+type ReplayKey = (String, u64, Option<u64>, u32);
+
+impl ReplayCache {
+    fn key(item: &Item) -> ReplayKey {
+        (item.dataset.join(&item.shard), item.start, item.end, item.spec.size)
+    }
+
+    fn get(&self, item: &Item) -> Option<Arc<Vec<Processed>>> {
+        let items = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        items.get(&Self::key(item)).cloned()
+    }
+
+    fn put(&self, item: &Item, samples: Vec<Processed>) {
+        let mut items = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        items.insert(Self::key(item), Arc::new(samples));
+    }
 }
 
 impl WorkerContext {
@@ -92,6 +126,7 @@ impl WorkerContext {
             gpu: None,
             config,
             counters: Counters::default(),
+            replay: ReplayCache::default(),
         })
     }
 
@@ -122,7 +157,7 @@ pub struct Item {
 
 /// One processed sample: uint8 HWC RGB pixels (a GPU batch's samples share
 /// one allocation).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Processed {
     pub key: String,
     /// Position in its shard (see `RawSample::position`).
@@ -378,6 +413,14 @@ fn memory_need(raw: &RawSample, output_bytes: u64, max_pixels: u64, gpu: bool) -
 /// failed (the error is also sent), or the client left.
 pub async fn run_item(ctx: Arc<WorkerContext>, item: Item, tx: mpsc::Sender<Result<Chunk, ItemError>>) {
     let shard = item.dataset.join(&item.shard);
+    if ctx.config.replay
+        && let Some(cached) = ctx.replay.get(&item)
+    {
+        if replay_item(&ctx, &item, &cached, &tx).await {
+            ctx.counters.items.fetch_add(1, Ordering::Relaxed);
+        }
+        return;
+    }
     match run_item_inner(&ctx, &item, &tx).await {
         Ok(true) => {
             ctx.counters.items.fetch_add(1, Ordering::Relaxed);
@@ -389,6 +432,24 @@ pub async fn run_item(ctx: Arc<WorkerContext>, item: Item, tx: mpsc::Sender<Resu
             let _ = tx.send(Err(err)).await;
         }
     }
+}
+
+/// Sends an item's cached results (`--replay`); false if the receiver left.
+async fn replay_item(
+    ctx: &WorkerContext,
+    item: &Item,
+    cached: &[Processed],
+    tx: &mpsc::Sender<Result<Chunk, ItemError>>,
+) -> bool {
+    let mut chunk = Chunk::default();
+    for p in cached.iter().filter(|p| !item.skip.contains(&p.key)) {
+        chunk.push(p.clone(), Reservation::default());
+        if chunk.pixel_bytes >= item.chunk_bytes && !send(ctx, tx, std::mem::take(&mut chunk)).await {
+            return false;
+        }
+    }
+    chunk.done = true;
+    send(ctx, tx, chunk).await
 }
 
 /// Ok(true): done; Ok(false): the receiver is gone.
@@ -414,6 +475,8 @@ async fn run_item_inner(
     let gpu_batch = gpu.map_or(0, |g| g.config().max_batch);
     let mut gpu_pending: Vec<GpuSample> = Vec::new();
     let mut gpu_held = Reservation::default();
+    // With `--replay`, the results of a whole, clean first pass are kept.
+    let mut record = (ctx.config.replay && item.skip.is_empty()).then(Vec::new);
     // Room for one batch on the GPU while the next one is read.
     let ahead = ctx.config.decode_ahead.max(1).max(2 * gpu_batch);
 
@@ -531,6 +594,9 @@ async fn run_item_inner(
         for outcome in next.results.await? {
             match outcome {
                 Ok(p) => {
+                    if let Some(r) = record.as_mut() {
+                        r.push(p.clone());
+                    }
                     // Only the result stays reserved, until its chunk is sent.
                     chunk.push(p, held.keep(output_bytes));
                 }
@@ -544,6 +610,11 @@ async fn run_item_inner(
             }
         }
         drop(held);
+    }
+    if let Some(r) = record
+        && shard_error.is_none()
+    {
+        ctx.replay.put(item, r);
     }
     chunk.done = true;
     chunk.shard_error = shard_error;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Args;
 use tokio::net::TcpListener;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::cli::parse_bytes;
 use crate::gpu::{GpuRunner, GpuRunnerConfig};
@@ -86,6 +86,11 @@ pub struct WorkerArgs {
     /// the footprint stays flat. Larger images go to the CPU path.
     #[arg(long, default_value = "512M", value_parser = parse_bytes, value_name = "BYTES")]
     pub gpu_batch_memory: u64,
+    /// Benchmarks only: process each shard once, then send the same
+    /// results again for every later request of it (any seed or epoch),
+    /// from memory. Measures the client's transport and upload alone.
+    #[arg(long)]
+    pub replay: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -103,6 +108,7 @@ impl WorkerArgs {
             config.threads = t;
             config.decode_ahead = t * 2 + 2;
         }
+        config.replay = self.replay;
         anyhow::ensure!(
             (1024..=64 << 20).contains(&self.chunk_bytes),
             "--chunk-bytes must be between 1K and 64M, got {}",
@@ -241,6 +247,9 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     };
     let memory_budget_mib = ctx.budget.capacity() >> 20;
     info!(%addr, threads, device, jpeg_decoder, memory_budget_mib, "worker ready");
+    if ctx.config.replay {
+        warn!("--replay: each shard is processed once and its results sent again for every epoch; for benchmarks only");
+    }
     // Scripts and tests read the bound address (useful with port 0).
     println!("stoker worker listening on {addr}");
     let _ = std::io::stdout().flush();
