@@ -100,11 +100,15 @@ if command -v compute-sanitizer >/dev/null; then
     timeout 180 compute-sanitizer --tool memcheck .carry/integration gpu_decode_and_train_crop_match --test-threads 1 \
         >"$out/memcheck.log" 2>&1
     echo "memcheck: $(grep -m1 'ERROR SUMMARY' "$out/memcheck.log" || tail -n 2 "$out/memcheck.log")"
+    # The client's conversion kernels, every dtype and layout.
+    timeout 120 compute-sanitizer --tool memcheck .carry/integration client_device_converts_every_dtype_and_layout \
+        --test-threads 1 >"$out/memcheck-client.log" 2>&1
+    echo "memcheck client convert: $(grep -m1 'ERROR SUMMARY' "$out/memcheck-client.log" || tail -n 2 "$out/memcheck-client.log")"
 fi
 
 echo
 echo "=== gpu-check summary ==="
-grep -E "^test result|^gpu-vs-cpu worst|^gpu-worker|^decoded " "$out/gpu-tests.log"
+grep -E "^test result|^gpu-vs-cpu worst|^gpu-worker|^decoded |^client-upload" "$out/gpu-tests.log"
 awk '/^gpu-backends/ { if ($NF > m) m = $NF } END { if (m != "") printf "cuda vs hardware backend decode, worst mad %s\n", m }' "$out/gpu-tests.log"
 grep -E "^skipped" "$out/gpu-tests.log"
 grep -hE "^torch package check|Error" "$out/torch-check.log" 2>/dev/null | tail -n 3

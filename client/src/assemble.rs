@@ -9,6 +9,9 @@
 
 use std::str::FromStr;
 
+use crate::buffers::{BatchBuffers, Pixels};
+use crate::device::DeviceBatch;
+use crate::error::ClientError;
 use crate::wire::Sample;
 
 /// What happens to the end of an epoch that does not fill a batch.
@@ -62,16 +65,21 @@ pub fn batches_per_rank(samples: u64, world: u32, batch_size: usize, policy: Las
     }
 }
 
-/// One batch: `len()` images of `size` x `size` x 3, uint8, NHWC.
-#[derive(Debug, Clone)]
+/// One batch: `len()` images of `size` x `size` x 3, uint8, NHWC, in
+/// host memory; or, when the loader uploads to a GPU, in `device`.
+#[derive(Debug)]
 pub struct Batch {
     pub epoch: u64,
     /// Position of this batch in the epoch, from 0.
     pub index: u64,
     /// Side of each (square) image.
     pub size: u32,
-    /// `len() * size * size * 3` bytes.
-    pub pixels: Vec<u8>,
+    /// `len() * size * size * 3` bytes, in a reused buffer (page-locked
+    /// when the loader uploads to a GPU); empty once uploaded.
+    pub pixels: Pixels,
+    /// The batch on the training GPU, converted to the configured layout
+    /// and dtype, when the loader uploads (see `LoaderConfig::device`).
+    pub device: Option<DeviceBatch>,
     pub labels: Vec<i64>,
     pub keys: Vec<String>,
     /// The last `padded` samples repeat an earlier one, to fill the batch
@@ -121,6 +129,7 @@ pub(crate) struct Assembler {
     completes: Vec<u32>,
     /// Samples that arrived after the target was reached.
     pub dropped: u64,
+    buffers: BatchBuffers,
 }
 
 impl Assembler {
@@ -133,6 +142,7 @@ impl Assembler {
         policy: LastBatch,
         target: Option<u64>,
         first_index: u64,
+        buffers: BatchBuffers,
     ) -> Self {
         Self {
             epoch,
@@ -145,24 +155,29 @@ impl Assembler {
             last: None,
             completes: Vec::new(),
             dropped: 0,
+            buffers,
         }
     }
 
-    fn image_bytes(&self) -> usize {
-        self.size as usize * self.size as usize * 3
-    }
-
-    fn fresh(&self) -> Batch {
-        Batch {
+    async fn fresh(&self) -> Result<Batch, ClientError> {
+        Ok(Batch {
             epoch: self.epoch,
             index: self.next_index,
             size: self.size,
-            pixels: Vec::with_capacity(self.batch_size * self.image_bytes()),
+            pixels: self.buffers.get().await?,
+            device: None,
             labels: Vec::with_capacity(self.batch_size),
             keys: Vec::with_capacity(self.batch_size),
             padded: 0,
             items: Vec::with_capacity(self.batch_size),
             completes: Vec::new(),
+        })
+    }
+
+    async fn current(&mut self) -> Result<Batch, ClientError> {
+        match self.current.take() {
+            Some(b) => Ok(b),
+            None => self.fresh().await,
         }
     }
 
@@ -176,13 +191,15 @@ impl Assembler {
     }
 
     /// Adds a sample; returns a batch when one is full.
-    pub fn push(&mut self, sample: Sample) -> Option<Batch> {
+    pub async fn push(&mut self, sample: Sample) -> Result<Option<Batch>, ClientError> {
         if self.reached_target() {
             self.dropped += 1;
-            return None;
+            return Ok(None);
         }
-        let mut batch = self.current.take().unwrap_or_else(|| self.fresh());
-        batch.pixels.extend_from_slice(&sample.pixels);
+        let mut batch = self.current().await?;
+        if !batch.pixels.push(&sample.pixels) {
+            return Err(overflow(&batch));
+        }
         batch.labels.push(sample.label);
         batch.items.push(sample.item);
         batch.keys.push(sample.key.clone());
@@ -191,10 +208,10 @@ impl Assembler {
             self.last = Some((sample.pixels.to_vec(), sample.label, sample.key));
         }
         if batch.len() == self.batch_size {
-            Some(self.emit(batch))
+            Ok(Some(self.emit(batch)))
         } else {
             self.current = Some(batch);
-            None
+            Ok(None)
         }
     }
 
@@ -205,15 +222,17 @@ impl Assembler {
     }
 
     /// Repeats the last sample until `batch` is full.
-    fn pad(&self, batch: &mut Batch) -> Result<(), String> {
+    fn pad(&self, batch: &mut Batch) -> Result<(), ClientError> {
         let Some((pixels, label, key)) = &self.last else {
-            return Err(format!(
+            return Err(ClientError::Batches(format!(
                 "epoch {} has no sample to fill batch {} with: every sample of this rank's share was skipped",
                 self.epoch, batch.index
-            ));
+            )));
         };
         while batch.len() < self.batch_size {
-            batch.pixels.extend_from_slice(pixels);
+            if !batch.pixels.push(pixels) {
+                return Err(overflow(batch));
+            }
             batch.labels.push(*label);
             batch.keys.push(key.clone());
             batch.padded += 1;
@@ -225,12 +244,12 @@ impl Assembler {
     /// last, incomplete one as the policy says, and, when the epoch's batch
     /// count is known and fewer samples came than planned, padded batches
     /// up to that count.
-    pub fn finish(&mut self) -> Result<Vec<Batch>, String> {
+    pub async fn finish(&mut self) -> Result<Vec<Batch>, ClientError> {
         let mut out = Vec::new();
         match self.target {
             Some(target) => {
                 while self.next_index < target {
-                    let mut batch = self.current.take().unwrap_or_else(|| self.fresh());
+                    let mut batch = self.current().await?;
                     let keep_partial =
                         self.policy == LastBatch::Partial && self.next_index + 1 == target && !batch.is_empty();
                     if !keep_partial {
@@ -259,10 +278,36 @@ impl Assembler {
     }
 }
 
+/// A sample that does not fit its batch's buffer: the wire check of each
+/// sample's size makes this a bug, reported rather than a panic.
+fn overflow(batch: &Batch) -> ClientError {
+    ClientError::Batches(format!(
+        "batch {} of epoch {}: a sample does not fit the batch buffer after {} samples",
+        batch.index,
+        batch.epoch,
+        batch.len()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::buffers::HostPool;
     use bytes::Bytes;
+
+    fn assembler(epoch: u64, batch_size: usize, policy: LastBatch, target: Option<u64>, first_index: u64) -> Assembler {
+        let buffers = BatchBuffers::Host(HostPool::new(batch_size * 12, 2));
+        Assembler::new(epoch, 2, batch_size, policy, target, first_index, buffers)
+    }
+
+    /// Pushes samples `range`, returning the batches filled.
+    async fn push_all(a: &mut Assembler, range: std::ops::Range<u8>) -> Vec<Batch> {
+        let mut out = Vec::new();
+        for i in range {
+            out.extend(a.push(sample(i)).await.unwrap());
+        }
+        out
+    }
 
     fn sample(i: u8) -> Sample {
         Sample {
@@ -278,87 +323,86 @@ mod tests {
         batches.iter().map(|b| (b.len(), b.padded)).collect()
     }
 
-    #[test]
-    fn fills_batches_in_order_and_keeps_the_tail() {
-        let mut a = Assembler::new(3, 2, 2, LastBatch::Partial, None, 0);
-        assert!(a.push(sample(0)).is_none());
-        let b = a.push(sample(1)).unwrap();
+    #[tokio::test]
+    async fn fills_batches_in_order_and_keeps_the_tail() {
+        let mut a = assembler(3, 2, LastBatch::Partial, None, 0);
+        assert!(a.push(sample(0)).await.unwrap().is_none());
+        let b = a.push(sample(1)).await.unwrap().unwrap();
         assert_eq!((b.epoch, b.index, b.len()), (3, 0, 2));
         assert_eq!(b.image(1), &[1u8; 12]);
         assert_eq!(b.keys, ["k0", "k1"]);
-        assert!(a.push(sample(2)).is_none());
-        let tail = a.finish().unwrap();
+        assert!(a.push(sample(2)).await.unwrap().is_none());
+        let tail = a.finish().await.unwrap();
         assert_eq!(tail.len(), 1);
-        assert_eq!((tail[0].index, tail[0].len()), (1, 1));
-        assert!(a.finish().unwrap().is_empty());
+        assert_eq!((tail[0].index, tail[0].len(), tail[0].pixels.len()), (1, 1, 12));
+        assert!(a.finish().await.unwrap().is_empty());
     }
 
-    #[test]
-    fn drop_discards_the_tail_and_pad_repeats_the_last_sample() {
-        let mut a = Assembler::new(0, 2, 4, LastBatch::Drop, None, 0);
-        a.push(sample(0));
-        assert!(a.finish().unwrap().is_empty());
+    #[tokio::test]
+    async fn drop_discards_the_tail_and_pad_repeats_the_last_sample() {
+        let mut a = assembler(0, 4, LastBatch::Drop, None, 0);
+        push_all(&mut a, 0..1).await;
+        assert!(a.finish().await.unwrap().is_empty());
 
-        let mut a = Assembler::new(0, 2, 4, LastBatch::Pad, None, 0);
-        a.push(sample(0));
-        a.push(sample(1));
-        let b = a.finish().unwrap().pop().unwrap();
-        assert_eq!((b.len(), b.padded), (4, 2));
+        let mut a = assembler(0, 4, LastBatch::Pad, None, 0);
+        push_all(&mut a, 0..2).await;
+        let b = a.finish().await.unwrap().pop().unwrap();
+        assert_eq!((b.len(), b.padded, b.real()), (4, 2, 2));
         assert_eq!(b.keys, ["k0", "k1", "k1", "k1"]);
         assert_eq!(b.image(3), &[1u8; 12]);
         assert_eq!(b.items.len(), 2, "padding belongs to no item");
     }
 
-    #[test]
-    fn a_known_batch_count_is_met_exactly() {
+    #[tokio::test]
+    async fn a_known_batch_count_is_met_exactly() {
         // Planned 3 batches of 2, but only 3 samples came (skips): the
         // rank still yields 3 batches.
-        let mut a = Assembler::new(0, 2, 2, LastBatch::Pad, Some(3), 0);
-        let mut out: Vec<Batch> = (0..3).filter_map(|i| a.push(sample(i))).collect();
-        out.extend(a.finish().unwrap());
+        let mut a = assembler(0, 2, LastBatch::Pad, Some(3), 0);
+        let mut out = push_all(&mut a, 0..3).await;
+        out.extend(a.finish().await.unwrap());
         assert_eq!(lens(&out), [(2, 0), (2, 1), (2, 2)]);
         assert_eq!(out.iter().map(|b| b.index).collect::<Vec<_>>(), [0, 1, 2]);
 
         // Partial keeps the last batch partial, but fills up batches that
         // are missing.
-        let mut a = Assembler::new(0, 2, 2, LastBatch::Partial, Some(2), 0);
-        let mut out: Vec<Batch> = (0..1).filter_map(|i| a.push(sample(i))).collect();
-        out.extend(a.finish().unwrap());
+        let mut a = assembler(0, 2, LastBatch::Partial, Some(2), 0);
+        let mut out = push_all(&mut a, 0..1).await;
+        out.extend(a.finish().await.unwrap());
         assert_eq!(lens(&out), [(2, 1), (2, 2)]);
-        let mut a = Assembler::new(0, 2, 2, LastBatch::Partial, Some(3), 0);
-        let mut out: Vec<Batch> = (0..2).filter_map(|i| a.push(sample(i))).collect();
-        out.extend(a.finish().unwrap());
+        let mut a = assembler(0, 2, LastBatch::Partial, Some(3), 0);
+        let mut out = push_all(&mut a, 0..2).await;
+        out.extend(a.finish().await.unwrap());
         assert_eq!(lens(&out), [(2, 0), (2, 2), (2, 2)]);
-        let mut a = Assembler::new(0, 2, 2, LastBatch::Partial, Some(2), 0);
-        let mut out: Vec<Batch> = (0..3).filter_map(|i| a.push(sample(i))).collect();
-        out.extend(a.finish().unwrap());
+        let mut a = assembler(0, 2, LastBatch::Partial, Some(2), 0);
+        let mut out = push_all(&mut a, 0..3).await;
+        out.extend(a.finish().await.unwrap());
         assert_eq!(lens(&out), [(2, 0), (1, 0)]);
 
         // More samples than planned: the surplus is dropped.
-        let mut a = Assembler::new(0, 2, 2, LastBatch::Drop, Some(1), 0);
-        let out: Vec<Batch> = (0..5).filter_map(|i| a.push(sample(i))).collect();
+        let mut a = assembler(0, 2, LastBatch::Drop, Some(1), 0);
+        let out = push_all(&mut a, 0..5).await;
         assert_eq!(lens(&out), [(2, 0)]);
-        assert!(a.finish().unwrap().is_empty());
+        assert!(a.finish().await.unwrap().is_empty());
         assert_eq!(a.dropped, 3);
     }
 
-    #[test]
-    fn nothing_to_pad_with_is_an_error_naming_the_epoch() {
-        let mut a = Assembler::new(4, 2, 2, LastBatch::Drop, Some(1), 0);
-        let err = a.finish().unwrap_err();
+    #[tokio::test]
+    async fn nothing_to_pad_with_is_an_error_naming_the_epoch() {
+        let mut a = assembler(4, 2, LastBatch::Drop, Some(1), 0);
+        let err = a.finish().await.unwrap_err().to_string();
         assert!(err.contains("epoch 4"), "{err}");
     }
 
-    #[test]
-    fn completions_ride_on_the_next_batch() {
-        let mut a = Assembler::new(0, 2, 2, LastBatch::Partial, None, 5);
-        a.push(sample(0));
+    #[tokio::test]
+    async fn completions_ride_on_the_next_batch() {
+        let mut a = assembler(0, 2, LastBatch::Partial, None, 5);
+        push_all(&mut a, 0..1).await;
         a.complete(7);
-        let b = a.push(sample(1)).unwrap();
+        let b = a.push(sample(1)).await.unwrap().unwrap();
         assert_eq!((b.index, b.completes.clone()), (5, vec![7]));
-        a.push(sample(2));
+        push_all(&mut a, 2..3).await;
         a.complete(8);
-        let tail = a.finish().unwrap();
+        let tail = a.finish().await.unwrap();
         assert_eq!(tail[0].completes, [8]);
     }
 

@@ -25,6 +25,8 @@ pub enum ClientError {
     },
     #[error("all workers unavailable for {seconds}s: {detail}")]
     AllWorkersGone { seconds: u64, detail: String },
+    #[error("gpu upload failed: {0}")]
+    Device(String),
     #[error("cannot complete the epoch's batches: {0}")]
     Batches(String),
     #[error("cannot resume epoch {epoch}: the saved state was made with other settings ({detail})")]

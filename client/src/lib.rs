@@ -12,6 +12,8 @@
 
 mod assemble;
 mod budget;
+mod buffers;
+pub mod device;
 mod dispatch;
 mod error;
 mod loader;
@@ -22,8 +24,9 @@ mod wire;
 
 pub use assemble::{Batch, LastBatch, batches_per_rank};
 pub use budget::ErrorBudget;
+pub use buffers::Pixels;
 pub use error::ClientError;
-pub use loader::{EpochReport, EpochStream, Loader, LoaderConfig, WorkerReport};
+pub use loader::{DeviceTarget, EpochReport, EpochStream, Loader, LoaderConfig, WorkerReport};
 pub use state::{EpochState, Fingerprint};
 pub use stoker_core::{Secret, ShardRef, TransformSpec};
 pub use tls::TlsOptions;

@@ -13,6 +13,8 @@ use tracing::{debug, info, warn};
 
 use crate::assemble::{Assembler, Batch, LastBatch, batches_per_rank};
 use crate::budget::{ErrorBudget, ReasonTally};
+use crate::buffers::{BatchBuffers, HostPool};
+use crate::device::{PinnedPool, UploadSpec, Uploader};
 use crate::dispatch::{Lane, Ledger};
 use crate::error::{ClientError, describe_status, is_permanent};
 use crate::order::{Ordered, Sequencer};
@@ -61,6 +63,19 @@ pub struct LoaderConfig {
     pub token: Option<Secret>,
     /// TLS towards the workers; plain HTTP/2 when `None`.
     pub tls: Option<TlsOptions>,
+    /// Upload each batch to this CUDA device and convert it there; `None`
+    /// keeps batches in host memory. Without a usable GPU the loader logs
+    /// why and yields host batches.
+    pub device: Option<DeviceTarget>,
+}
+
+/// Where and how batches are uploaded.
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceTarget {
+    /// The CUDA device (its primary context, the one PyTorch uses).
+    pub ordinal: usize,
+    /// Layout, dtype, mean and std of the batches on the device.
+    pub spec: UploadSpec,
 }
 
 impl LoaderConfig {
@@ -86,6 +101,7 @@ impl LoaderConfig {
             max_errors: None,
             token: None,
             tls: None,
+            device: None,
         }
     }
 
@@ -127,6 +143,9 @@ pub struct Loader {
     workers: Vec<WorkerConn>,
     shards: Vec<ShardRef>,
     transform: pb::TransformSpec,
+    /// Batch buffers, shared by the epochs: heap, or the pinned ring.
+    buffers: BatchBuffers,
+    uploader: Option<Arc<Uploader>>,
 }
 
 impl std::fmt::Debug for Loader {
@@ -195,16 +214,39 @@ impl Loader {
         }
         info!(dataset = %config.dataset, shards = shards.len(), indexed = described.indexed, "dataset described");
         let transform = stoker_proto::spec_to_pb(&config.transform);
+        let batch_bytes = config.batch_size * (config.transform.size as usize).pow(2) * 3;
+        let mut buffers = BatchBuffers::Host(HostPool::new(batch_bytes, config.prefetch + 2));
+        let mut uploader = None;
+        if let Some(target) = config.device {
+            match open_upload(target, batch_bytes) {
+                Ok((up, pool)) => {
+                    info!(device = target.ordinal, spec = ?target.spec, "batches are uploaded to the gpu through a pinned ring");
+                    buffers = BatchBuffers::Pinned(Arc::new(pool));
+                    uploader = Some(Arc::new(up));
+                }
+                Err(reason) => {
+                    warn!(device = target.ordinal, %reason, "no usable gpu: batches stay in host memory");
+                }
+            }
+        }
         Ok(Self {
             config: Arc::new(config),
             workers,
             shards,
             transform,
+            buffers,
+            uploader,
         })
     }
 
     pub fn config(&self) -> &LoaderConfig {
         &self.config
+    }
+
+    /// Whether batches arrive on a GPU (`Batch::device`), which the
+    /// configuration asked for and a usable GPU allowed.
+    pub fn uploads(&self) -> bool {
+        self.uploader.is_some()
     }
 
     /// The dataset's shards, sorted by name.
@@ -323,7 +365,9 @@ impl Loader {
             config.last_batch,
             target,
             resumed.map_or(0, |s| s.batches),
+            self.buffers.clone(),
         );
+        let uploader = self.uploader.clone();
         tokio::spawn(async move {
             let mut ordered = Vec::new();
             while let Some(event) = event_rx.recv().await {
@@ -333,10 +377,19 @@ impl Loader {
                 }
                 for o in ordered.drain(..) {
                     let batch = match o {
-                        Ordered::Sample(s) => assembler.push(s),
+                        Ordered::Sample(s) => assembler.push(s).await,
                         Ordered::ItemComplete(item) => {
                             assembler.complete(item);
-                            None
+                            Ok(None)
+                        }
+                    };
+                    let batch = match batch.and_then(|b| b.map(|b| upload(uploader.as_deref(), b)).transpose()) {
+                        Ok(b) => b,
+                        Err(err) => {
+                            supervisor_ledger.fail(err.clone());
+                            let _ = batch_tx.send(Err(err)).await;
+                            lanes.shutdown().await;
+                            return;
                         }
                     };
                     if let Some(batch) = batch
@@ -372,9 +425,16 @@ impl Loader {
                     "more samples arrived than the dataset's index counts; the surplus was left out"
                 );
             }
-            match assembler.finish() {
+            match assembler.finish().await {
                 Ok(batches) => {
                     for batch in batches {
+                        let batch = match upload(uploader.as_deref(), batch) {
+                            Ok(b) => b,
+                            Err(err) => {
+                                let _ = batch_tx.send(Err(err)).await;
+                                return;
+                            }
+                        };
                         if batch.padded > 0 {
                             debug!(epoch, index = batch.index, padded = batch.padded, "batch padded");
                         }
@@ -383,8 +443,8 @@ impl Loader {
                         }
                     }
                 }
-                Err(message) => {
-                    let _ = batch_tx.send(Err(ClientError::Batches(message))).await;
+                Err(err) => {
+                    let _ = batch_tx.send(Err(err)).await;
                 }
             }
         });
@@ -397,6 +457,31 @@ impl Loader {
             progress: Progress::new(epoch, fingerprint, resumed),
         })
     }
+}
+
+/// The uploader for `target` and its ring of pinned batch buffers: four
+/// are enough, since a buffer returns as soon as its copy has completed
+/// (one being filled, the others' copies in flight).
+fn open_upload(target: DeviceTarget, batch_bytes: usize) -> Result<(Uploader, PinnedPool), String> {
+    let up = Uploader::new(target.ordinal, target.spec).map_err(|e| e.to_string())?;
+    let pool = up.pinned_pool(4, batch_bytes).map_err(|e| e.to_string())?;
+    Ok((up, pool))
+}
+
+/// Queues a full batch's copy to the GPU and its conversion there, when
+/// the loader uploads.
+fn upload(uploader: Option<&Uploader>, mut batch: Batch) -> Result<Batch, ClientError> {
+    let Some(up) = uploader else {
+        return Ok(batch);
+    };
+    let Some((buf, _len)) = batch.pixels.take_pinned() else {
+        return Ok(batch);
+    };
+    let device = up
+        .upload(buf, batch.len(), batch.size, batch.size)
+        .map_err(|e| ClientError::Device(format!("batch {} of epoch {}: {e}", batch.index, batch.epoch)))?;
+    batch.device = Some(device);
+    Ok(batch)
 }
 
 /// Live counters of one epoch, shared with the lanes.

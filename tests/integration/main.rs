@@ -8,6 +8,7 @@ mod support;
 
 mod bad_input;
 mod cli_errors;
+mod client_device;
 mod delivery;
 mod fidelity;
 mod gpu;

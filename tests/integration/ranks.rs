@@ -115,7 +115,7 @@ async fn deterministic_batches_do_not_depend_on_the_workers() {
     let b = collect(&Loader::connect(three).await.unwrap(), 2).await;
     assert_eq!(batch_keys(&a), batch_keys(&b));
     for (x, y) in a.iter().zip(&b) {
-        assert!(x.pixels == y.pixels, "batch {} has other pixels", x.index);
+        assert!(x.pixels[..] == y.pixels[..], "batch {} has other pixels", x.index);
     }
     let mut all = real_keys(&a);
     all.sort();

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice};
 use stoker_core::Step;
-use stoker_kernels::{Kernels, RrcParams};
+use stoker_kernels::{CudaUnavailable, Kernels, RrcParams};
 
 pub use decode::{DeviceImage, GpuDecodeError, GpuDecoder};
 use nvjpeg::Backend;
@@ -46,6 +46,18 @@ pub enum GpuUnavailable {
     Nvjpeg(String),
     #[error("a cuda library call panicked: {0}")]
     Panicked(String),
+}
+
+impl From<CudaUnavailable> for GpuUnavailable {
+    fn from(e: CudaUnavailable) -> Self {
+        match e {
+            CudaUnavailable::NoLibcuda => Self::NoLibcuda,
+            CudaUnavailable::NoDevice(why) => Self::NoDevice(why),
+            CudaUnavailable::Driver { ordinal, reason } => Self::Driver { ordinal, reason },
+            CudaUnavailable::NoLibnvrtc => Self::NoLibnvrtc,
+            CudaUnavailable::Panicked(why) => Self::Panicked(why),
+        }
+    }
 }
 
 /// What [`probe`] found.
@@ -111,22 +123,7 @@ fn driver(what: &'static str) -> impl Fn(cudarc::driver::DriverError) -> GpuErro
 pub const POOL_KEEP_BYTES: u64 = 1 << 30;
 
 fn keep_pool_memory(ctx: &CudaContext, bytes: u64) -> Result<(), cudarc::driver::DriverError> {
-    use cudarc::driver::sys;
-    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
-    // SAFETY: `pool` is a valid out-pointer and the device handle comes
-    // from a live context.
-    unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) }.result()?;
-    let mut value = bytes;
-    // SAFETY: the release threshold attribute takes a pointer to a u64,
-    // which `value` is, on the pool just returned.
-    unsafe {
-        sys::cuMemPoolSetAttribute(
-            pool,
-            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-            (&mut value as *mut u64).cast(),
-        )
-    }
-    .result()
+    stoker_kernels::set_pool_release_threshold(ctx, bytes)
 }
 
 /// Whether device 0 and the CUDA, NVRTC and nvJPEG libraries are usable:
@@ -152,35 +149,15 @@ impl Gpu {
     pub fn open(ordinal: usize) -> Result<Self, GpuUnavailable> {
         // cudarc panics when a symbol it expects is missing from a library
         // it found; report that as a reason like any other.
-        std::panic::catch_unwind(|| Self::open_inner(ordinal)).unwrap_or_else(|panic| {
-            let msg = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(GpuUnavailable::Panicked(msg))
-        })
+        stoker_kernels::catch_cuda_panic(|| Self::open_inner(ordinal))
     }
 
     fn open_inner(ordinal: usize) -> Result<Self, GpuUnavailable> {
-        // SAFETY: only tries to dlopen the driver library by its names.
-        if !unsafe { cudarc::driver::sys::is_culib_present() } {
-            return Err(GpuUnavailable::NoLibcuda);
-        }
-        let count = CudaContext::device_count().map_err(|e| GpuUnavailable::NoDevice(format!("cuInit failed: {e}")))?;
-        if count <= 0 {
-            return Err(GpuUnavailable::NoDevice("the driver sees 0 devices".into()));
-        }
-        if ordinal >= count as usize {
-            return Err(GpuUnavailable::NoDevice(format!(
-                "device {ordinal} asked for, the driver sees {count}"
-            )));
-        }
+        let ctx = stoker_kernels::open_context(ordinal)?;
         let drv = |e: cudarc::driver::DriverError| GpuUnavailable::Driver {
             ordinal,
             reason: e.to_string(),
         };
-        let ctx = CudaContext::new(ordinal).map_err(drv)?;
         let name = ctx.name().map_err(drv)?;
         let compute_capability = ctx.compute_capability().map_err(drv)?;
         let memory_bytes = ctx.total_mem().map_err(drv)?;
@@ -189,10 +166,7 @@ impl Gpu {
             keep_pool_memory(&ctx, POOL_KEEP_BYTES).map_err(drv)?;
         }
 
-        // SAFETY: only tries to dlopen libnvrtc by its names.
-        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-            return Err(GpuUnavailable::NoLibnvrtc);
-        }
+        stoker_kernels::check_nvrtc()?;
         let kernels = Kernels::load(&ctx).map_err(|e| GpuUnavailable::Nvrtc(e.to_string()))?;
 
         let lib = nvjpeg::sys::lib().map_err(GpuUnavailable::NoLibnvjpeg)?;

@@ -1,0 +1,154 @@
+//! Finding CUDA at run time, shared by the worker's GPU path and the
+//! client's device upload: whether libcuda and libnvrtc can be loaded,
+//! whether the device exists, and its primary context.
+//!
+//! cudarc loads the libraries on first use and panics when one is missing
+//! or lacks a symbol it expects; [`catch_cuda_panic`] turns such a panic
+//! into [`CudaUnavailable::Panicked`], so a host without CUDA gets a reason,
+//! never a crash.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, DriverError, sys};
+
+/// Why the CUDA driver or NVRTC cannot be used on this host.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CudaUnavailable {
+    #[error("no libcuda: the cuda driver library (libcuda.so.1) is not installed or not on the loader path")]
+    NoLibcuda,
+    #[error("no cuda device: {0}")]
+    NoDevice(String),
+    #[error("cuda driver failed on device {ordinal}: {reason}")]
+    Driver { ordinal: usize, reason: String },
+    #[error("no libnvrtc: the cuda run-time compiler (libnvrtc.so) is not installed or not on the loader path")]
+    NoLibnvrtc,
+    #[error("a cuda library call panicked: {0}")]
+    Panicked(String),
+}
+
+/// Runs `f`, turning a panic inside it (cudarc's loader panics when a
+/// library it found lacks a symbol) into [`CudaUnavailable::Panicked`].
+pub fn catch_cuda_panic<T, E: From<CudaUnavailable>>(f: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+    // AssertUnwindSafe: on a panic nothing `f` touched is used again; the
+    // caller only gets the message.
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let msg = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(CudaUnavailable::Panicked(msg).into())
+    })
+}
+
+/// The primary context of device `ordinal` (the context the CUDA runtime,
+/// and so PyTorch, uses), after checking that libcuda loads and that the
+/// driver sees the device. Panics inside cudarc are caught.
+pub fn open_context(ordinal: usize) -> Result<Arc<CudaContext>, CudaUnavailable> {
+    catch_cuda_panic(|| {
+        // SAFETY: only tries to dlopen the driver library by its names.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(CudaUnavailable::NoLibcuda);
+        }
+        let count =
+            CudaContext::device_count().map_err(|e| CudaUnavailable::NoDevice(format!("cuInit failed: {e}")))?;
+        if count <= 0 {
+            return Err(CudaUnavailable::NoDevice("the driver sees 0 devices".into()));
+        }
+        if ordinal >= count as usize {
+            return Err(CudaUnavailable::NoDevice(format!(
+                "device {ordinal} asked for, the driver sees {count}"
+            )));
+        }
+        CudaContext::new(ordinal).map_err(|e| CudaUnavailable::Driver {
+            ordinal,
+            reason: e.to_string(),
+        })
+    })
+}
+
+/// Whether libnvrtc can be loaded (nothing is compiled).
+pub fn check_nvrtc() -> Result<(), CudaUnavailable> {
+    // SAFETY: only tries to dlopen libnvrtc by its names.
+    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(CudaUnavailable::NoLibnvrtc)
+    }
+}
+
+/// The default memory pool of `ctx`'s device: the one stream-ordered
+/// allocations (`cuMemAllocAsync`, cudarc's `CudaStream::alloc`) draw from.
+fn default_pool(ctx: &CudaContext) -> Result<sys::CUmemoryPool, DriverError> {
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: `pool` is a valid out-pointer and the device handle comes
+    // from a live context.
+    unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) }.result()?;
+    Ok(pool)
+}
+
+/// How many bytes the device's default memory pool keeps for reuse when a
+/// stream, event or context synchronises, instead of handing them back to
+/// the driver (which then has to map them again for the next allocation).
+pub fn pool_release_threshold(ctx: &CudaContext) -> Result<u64, DriverError> {
+    let pool = default_pool(ctx)?;
+    let mut value = 0u64;
+    // SAFETY: the release threshold attribute is a u64, which `value` is,
+    // read from the pool just returned.
+    unsafe {
+        sys::cuMemPoolGetAttribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut value as *mut u64).cast(),
+        )
+    }
+    .result()?;
+    Ok(value)
+}
+
+/// Sets [`pool_release_threshold`]. Allocations beyond it still succeed;
+/// the excess is returned at the next synchronisation.
+pub fn set_pool_release_threshold(ctx: &CudaContext, bytes: u64) -> Result<(), DriverError> {
+    let pool = default_pool(ctx)?;
+    let mut value = bytes;
+    // SAFETY: the release threshold attribute takes a pointer to a u64,
+    // which `value` is, on the pool just returned.
+    unsafe {
+        sys::cuMemPoolSetAttribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut value as *mut u64).cast(),
+        )
+    }
+    .result()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_becomes_a_reason() {
+        let r: Result<(), CudaUnavailable> = catch_cuda_panic(|| panic!("symbol cuFoo not found"));
+        assert_eq!(r, Err(CudaUnavailable::Panicked("symbol cuFoo not found".into())));
+        let r: Result<u8, CudaUnavailable> = catch_cuda_panic(|| Ok(3));
+        assert_eq!(r, Ok(3));
+    }
+
+    #[test]
+    fn open_context_names_what_is_missing_or_opens_the_device() {
+        match open_context(0) {
+            Ok(ctx) => println!("cuda device 0 opened: {:?}", ctx.name()),
+            Err(reason) => {
+                let text = reason.to_string();
+                assert!(text.starts_with("no ") || text.contains("fail"), "{text}");
+                println!("skipped: open_context_names_what_is_missing_or_opens_the_device: {text}");
+            }
+        }
+        // A device past any the driver could see is refused with a reason.
+        if let Err(reason) = open_context(4096) {
+            assert!(reason.to_string().starts_with("no "), "{reason}");
+        }
+    }
+}
