@@ -84,6 +84,33 @@ for device in cuda cpu; do
     kill -TERM $wpid; wait $wpid 2>/dev/null
 done
 
+# Client ingest: workers replaying cached samples (--replay: each shard is
+# processed once, then resent from memory), so only transport, batch
+# assembly in the pinned ring, the copy to the GPU and the bfloat16 NCHW
+# normalising conversion are measured. One warm-up epoch fills the caches.
+for n in 1 2 4; do
+    addrs=()
+    pids=()
+    for i in $(seq "$n"); do
+        .carry/stoker worker --listen 127.0.0.1:0 --device cpu --threads 4 --replay >"$work/replay$i.out" 2>>"$out/replay-workers.log" &
+        pids+=($!)
+    done
+    for i in $(seq "$n"); do
+        for _ in $(seq 100); do grep -q listening "$work/replay$i.out" 2>/dev/null && break; sleep 0.2; done
+        addrs+=("$(sed -n 's/.*listening on //p' "$work/replay$i.out")")
+    done
+    list=$(IFS=,; echo "${addrs[*]}")
+    timeout 120 .carry/stoker stream --workers "$list" --dataset "$work/shards" --batch-size 256 --image-size 224 \
+        --inflight 4 --epochs 1 >/dev/null 2>>"$out/ingest.log"
+    for dev in cuda cpu; do
+        timeout 120 .carry/stoker stream --workers "$list" --dataset "$work/shards" --batch-size 256 --image-size 224 \
+            --inflight 4 --epochs 6 --device "$dev" --dtype bfloat16 --normalize --json 2>>"$out/ingest.log" | tail -n 1 |
+            python3 -c "import json,sys; r=json.load(sys.stdin); r['what']='client ingest into $dev ($n replay workers)'; print(json.dumps(r)); print(f\"ingest {r['what']}: {r['images_per_sec']:.0f} images/s, {r['bytes_per_sec']/1e9:.2f} GB/s, landed in {r['device']}\", file=sys.stderr)" >>"$bench" 2>>"$out/ingest-summary.log"
+    done
+    kill -TERM "${pids[@]}"; wait "${pids[@]}" 2>/dev/null
+done
+cat "$out/ingest-summary.log" 2>/dev/null
+
 # The Python package's torch path: batches on the device, from a GPU worker.
 if ls .carry/wheels/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --target "$work/site" .carry/wheels/*.whl >"$out/pip.log" 2>&1

@@ -57,6 +57,22 @@ pub struct StreamArgs {
     /// depends only on (seed, epoch, rank, k).
     #[arg(long)]
     pub deterministic: bool,
+    /// Land batches on this GPU (`cuda` or `cuda:N`) through the client's
+    /// pinned ring, converted there; each batch is waited for before the
+    /// next is taken, as a training step would. `cpu` keeps them in host
+    /// memory. Without a usable GPU the client says so and stays on the host.
+    #[arg(long, default_value = "cpu", value_name = "cpu|cuda[:N]")]
+    pub device: String,
+    /// Element type on the GPU: uint8, float32, float16 or bfloat16.
+    #[arg(long, default_value = "bfloat16")]
+    pub dtype: stoker_client::device::DType,
+    /// Layout on the GPU: nchw or nhwc.
+    #[arg(long, default_value = "nchw")]
+    pub layout: stoker_client::device::Layout,
+    /// Normalise on the GPU with ImageNet's mean and std (after scaling to
+    /// [0, 1]).
+    #[arg(long)]
+    pub normalize: bool,
     /// Fail once an epoch skips more samples than this: a count (10), a
     /// fraction of the epoch (0.01) or a percentage (1%).
     #[arg(long, value_name = "N|FRACTION")]
@@ -111,6 +127,8 @@ pub struct StreamSummary {
     pub retries: u64,
     pub shard_errors: Vec<String>,
     pub workers: Vec<WorkerJson>,
+    /// Where batches landed: `cpu`, or `cuda:N` when uploaded.
+    pub device: String,
 }
 
 impl StreamArgs {
@@ -132,6 +150,7 @@ impl StreamArgs {
             self.last_batch
         };
         config.deterministic = self.deterministic;
+        config.device = self.device_target()?;
         config.max_errors = self.max_errors;
         config.token = self.token.clone();
         if self.tls_ca.is_some() || self.tls_cert.is_some() || self.tls_domain.is_some() {
@@ -147,6 +166,22 @@ impl StreamArgs {
         config.progress_timeout = std::time::Duration::from_secs(self.progress_timeout.max(1));
         config.worker_patience = std::time::Duration::from_secs(self.worker_patience);
         Ok(config)
+    }
+
+    fn device_target(&self) -> anyhow::Result<Option<stoker_client::DeviceTarget>> {
+        let ordinal = match self.device.as_str() {
+            "cpu" => return Ok(None),
+            "cuda" => 0,
+            d => d
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .with_context(|| format!("--device must be cpu, cuda or cuda:N, not {d:?}"))?,
+        };
+        let mut spec = stoker_client::device::UploadSpec::new(self.layout, self.dtype);
+        if self.normalize {
+            spec = spec.with_mean_std([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]);
+        }
+        Ok(Some(stoker_client::DeviceTarget { ordinal, spec }))
     }
 }
 
@@ -170,6 +205,12 @@ pub async fn stream_epochs(
             let batch = batch.with_context(|| format!("epoch {epoch} failed"))?;
             done += batch.real() as u64;
             batches += 1;
+            if let Some(device) = &batch.device {
+                // A training step would wait for its batch: so does the
+                // count, which then measures the rate into device memory.
+                tokio::task::block_in_place(|| device.synchronize())
+                    .with_context(|| format!("batch {} of epoch {epoch} on the gpu", batch.index))?;
+            }
             on_batch(&batch)?;
             progress.update(done, || {
                 format!(
@@ -209,6 +250,10 @@ pub async fn stream_epochs(
         retries: reports.iter().map(|r| r.retries).sum(),
         shard_errors: reports.iter().flat_map(|r| r.shard_errors.clone()).collect(),
         workers,
+        device: match (loader.uploads(), loader.config().device) {
+            (true, Some(t)) => format!("cuda:{}", t.ordinal),
+            _ => "cpu".to_owned(),
+        },
     };
     Ok((summary, reports))
 }
@@ -217,13 +262,18 @@ pub fn print_summary(summary: &StreamSummary, reports: &[EpochReport]) {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(
         err,
-        "streamed {} samples in {} batches over {} epoch(s) in {:.2}s: {:.0} images/s, {}/s",
+        "streamed {} samples in {} batches over {} epoch(s) in {:.2}s: {:.0} images/s, {}/s, into {}",
         summary.samples,
         summary.batches,
         summary.epochs,
         summary.seconds,
         summary.images_per_sec,
-        human_bytes(summary.bytes_per_sec)
+        human_bytes(summary.bytes_per_sec),
+        if summary.device == "cpu" {
+            "host memory"
+        } else {
+            summary.device.as_str()
+        }
     );
     for w in &summary.workers {
         let share = 100.0 * w.samples as f64 / summary.samples.max(1) as f64;
