@@ -7,15 +7,21 @@
 //! batch with the GIL released and check for signals (Ctrl-C) every
 //! 200 ms.
 
+mod dlpack;
+
 use std::time::Duration;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
+use stoker_client::device::{DType, Layout, UploadSpec};
 use stoker_client::{
-    EpochState, EpochStream, ErrorBudget, Fingerprint, LastBatch, Loader, LoaderConfig, Secret, TransformSpec,
+    DeviceTarget, EpochState, EpochStream, ErrorBudget, Fingerprint, LastBatch, Loader, LoaderConfig, Secret,
+    TransformSpec,
 };
+
+use crate::dlpack::DeviceTensor;
 
 create_exception!(
     stoker,
@@ -28,10 +34,11 @@ fn err(e: impl std::fmt::Display) -> PyErr {
     StokerError::new_err(e.to_string())
 }
 
-/// One batch as Python receives it: uint8 NHWC pixels (bytes), the side
+/// One batch as Python receives it: uint8 NHWC pixels (bytes) or, when the
+/// client uploads, a `DeviceTensor` for `torch.from_dlpack`; the side
 /// length, labels, keys, the batch's index in its epoch, and how many of
 /// its last samples are padding.
-type PyBatch = (Py<PyBytes>, u32, Vec<i64>, Vec<String>, u64, usize);
+type PyBatch = (Py<PyAny>, u32, Vec<i64>, Vec<String>, u64, usize);
 
 /// An epoch's report: samples, skipped, reassigned items, and (key, reason)
 /// of the first skips.
@@ -53,7 +60,7 @@ impl Client {
     #[pyo3(signature = (
         workers, dataset, batch_size, image_size, transform, seed, rank, world_size,
         prefetch, last_batch, max_errors=None, token=None, progress_timeout=60.0,
-        deterministic=false
+        deterministic=false, upload=None, mean=None, std=None
     ))]
     #[allow(clippy::too_many_arguments, reason = "mirrors the Python constructor's keywords")]
     fn new(
@@ -72,6 +79,9 @@ impl Client {
         token: Option<String>,
         progress_timeout: f64,
         deterministic: bool,
+        upload: Option<(usize, String)>,
+        mean: Option<[f32; 3]>,
+        std: Option<[f32; 3]>,
     ) -> PyResult<Self> {
         let spec = TransformSpec::preset(transform, image_size).map_err(err)?;
         let mut config = LoaderConfig::new(workers, dataset, batch_size, spec);
@@ -81,6 +91,15 @@ impl Client {
         config.prefetch = prefetch;
         config.last_batch = last_batch.parse::<LastBatch>().map_err(err)?;
         config.deterministic = deterministic;
+        if let Some((ordinal, dtype)) = upload {
+            let dtype = dtype.parse::<DType>().map_err(err)?;
+            let mut spec = UploadSpec::new(Layout::Nchw, dtype);
+            if let (Some(mean), Some(std)) = (mean, std) {
+                spec = spec.with_mean_std(mean, std);
+            }
+            spec.conversion().map_err(err)?;
+            config.device = Some(DeviceTarget { ordinal, spec });
+        }
         config.max_errors = max_errors
             .map(|m| m.parse::<ErrorBudget>())
             .transpose()
@@ -105,6 +124,12 @@ impl Client {
             stream: None,
             stopped: None,
         })
+    }
+
+    /// Whether batches arrive on the GPU (as `DeviceTensor`s): an upload
+    /// was asked for and a usable GPU was found.
+    fn uploads(&self) -> bool {
+        self.loader.uploads()
     }
 
     /// Batches per epoch, the same on every rank, when the dataset's index
@@ -172,8 +197,11 @@ impl Client {
         match next {
             None => Ok(None),
             Some(Err(e)) => Err(err(e)),
-            Some(Ok(batch)) => Ok(Some((
-                PyBytes::new(py, &batch.pixels).unbind(),
+            Some(Ok(mut batch)) => Ok(Some((
+                match batch.device.take() {
+                    Some(device) => Py::new(py, DeviceTensor::new(device))?.into_any(),
+                    None => PyBytes::new(py, &batch.pixels).into_any().unbind(),
+                },
                 batch.size,
                 batch.labels,
                 batch.keys,
@@ -244,6 +272,7 @@ fn state_from_py(d: &Bound<'_, PyDict>) -> PyResult<EpochState> {
 #[pymodule]
 fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
+    m.add_class::<DeviceTensor>()?;
     m.add("StokerError", m.py().get_type::<StokerError>())?;
     Ok(())
 }

@@ -33,6 +33,7 @@ mod upload;
 
 use std::fmt;
 
+pub use cudarc::driver::sys::CUstream;
 pub use pool::{PinnedBuf, PinnedPool};
 pub use stoker_kernels::{CudaUnavailable, DType, Layout};
 pub use upload::{DeviceBatch, POOL_KEEP_BYTES, UploadSpec, Uploader};

@@ -19,6 +19,7 @@ RANK / WORLD_SIZE environment variables when not given.
 """
 
 import os
+import warnings
 
 import numpy as np
 
@@ -119,6 +120,7 @@ class Loader:
         self._dtype = dtype
         self._mean = None if mean is None else np.asarray(mean, dtype=np.float32).reshape(1, 3, 1, 1)
         self._std = None if std is None else np.asarray(std, dtype=np.float32).reshape(1, 3, 1, 1)
+        upload = self._upload_target()
         self._client = Client(
             list(workers),
             str(dataset),
@@ -134,12 +136,38 @@ class Loader:
             token if token is not None else os.environ.get("STOKER_TOKEN"),
             float(progress_timeout),
             bool(deterministic),
+            upload,
+            None if mean is None else [float(x) for x in mean],
+            None if std is None else [float(x) for x in std],
         )
+        if upload is not None and not self._client.uploads():
+            warnings.warn(
+                f"stoker: no usable GPU for the client's upload (see the log); batches are copied to {self.device} by torch",
+                stacklevel=2,
+            )
         self._epoch = int(start_epoch)
         # The epoch being iterated, or stopped part-way; None between epochs.
         self._active = None
         # A position to resume, from load_state_dict.
         self._resume = None
+
+    def _upload_target(self):
+        """(ordinal, dtype name) for the client's own upload to a CUDA
+        device: pinned ring, side-stream copy, conversion kernel; batches
+        reach torch through DLPack without a copy. None on the CPU."""
+        torch = self._torch
+        if torch is None or not self.device.startswith("cuda"):
+            return None
+        dev = torch.device(self.device)
+        ordinal = dev.index if dev.index is not None else torch.cuda.current_device()
+        names = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16", torch.uint8: "uint8"}
+        if self._dtype is None:
+            dtype = "float32" if self._mean is not None else "uint8"
+        elif self._dtype in names:
+            dtype = names[self._dtype]
+        else:
+            raise ValueError(f"dtype must be one of {list(names)}, got {self._dtype!r}")
+        return int(ordinal), dtype
 
     @property
     def epoch(self):
@@ -202,6 +230,12 @@ class Loader:
 
     def _convert(self, pixels, size, labels, keys, index, padded, epoch):
         n = len(keys)
+        if not isinstance(pixels, bytes):
+            # Already on the device, converted: shared through DLPack, and
+            # torch's current stream waits for the upload.
+            image = self._torch.from_dlpack(pixels)
+            label = self._torch.from_numpy(np.asarray(labels, dtype=np.int64)).to(self.device, non_blocking=True)
+            return {"image": image, "label": label, "key": list(keys), "epoch": epoch, "index": index, "padded": padded}
         hwc = np.frombuffer(pixels, dtype=np.uint8).reshape(n, size, size, 3)
         labels = np.asarray(labels, dtype=np.int64)
         torch = self._torch
