@@ -29,7 +29,8 @@ pub(crate) struct Sample {
     pub item: u32,
 }
 
-/// An endpoint with the HTTP/2 settings bulk transfer needs. The channel
+/// An endpoint with the HTTP/2 settings bulk transfer needs: large frames
+/// and flow-control windows, TCP_NODELAY. The channel
 /// connects lazily and reconnects on its own. With `tls`, a bare
 /// `host:port` means `https://host:port`.
 pub(crate) fn channel(addr: &str, connect_timeout: Duration, tls: Option<&TlsOptions>) -> Result<Channel, String> {
@@ -47,6 +48,9 @@ pub(crate) fn channel(addr: &str, connect_timeout: Duration, tls: Option<&TlsOpt
     Ok(endpoint
         .connect_timeout(connect_timeout)
         .tcp_nodelay(true)
+        // Workers may send frames of up to 16 MiB (the default is 16 KiB,
+        // ten frames and their bookkeeping per 224x224 image).
+        .max_frame_size(Some((16 << 20) - 1))
         .initial_stream_window_size(Some(32 << 20))
         .initial_connection_window_size(Some(64 << 20))
         .http2_keep_alive_interval(Duration::from_secs(20))
