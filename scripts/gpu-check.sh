@@ -133,6 +133,23 @@ if command -v compute-sanitizer >/dev/null; then
     echo "memcheck client convert: $(grep -m1 'ERROR SUMMARY' "$out/memcheck-client.log" || tail -n 2 "$out/memcheck-client.log")"
 fi
 
+# --- End-to-end training benchmark (scripts/bench-train.sh) -----------------
+# A ResNet-18 bfloat16 training loop fed by a synthetic batch on the GPU (the
+# upper bound), torch's DataLoader and Stoker workers; a table of "train ..."
+# lines in the summary. Off by default: it takes minutes, and the whole of
+# gpu-check must fit in one 10-minute device call. GPU_CHECK_TRAIN=1 runs it
+# here for one round (about 2-3 minutes; BENCH_TRAIN_ROUNDS asks for more,
+# GPU_CHECK_TRAIN_BUDGET, default 180 s, stops starting them), killed at that
+# budget + 120 s. The full benchmark (3 rounds, medians) is better run as its
+# own device call: `scripts/bench-train.sh`.
+if [[ "${GPU_CHECK_TRAIN:-0}" != 0 ]]; then
+    train_budget=${GPU_CHECK_TRAIN_BUDGET:-180}
+    OUT=$out/train BENCH_TRAIN_BUDGET=$train_budget BENCH_TRAIN_ROUNDS=${BENCH_TRAIN_ROUNDS:-1} \
+        timeout $((train_budget + 120)) bash scripts/bench-train.sh >"$out/bench-train.log" 2>&1
+    echo "bench-train: exit $? (log $out/bench-train.log, details in $out/train/)"
+fi
+# --- end of the training benchmark -------------------------------------------
+
 echo
 echo "=== gpu-check summary ==="
 grep -E "^test result|^gpu-vs-cpu worst|^gpu-worker|^decoded |^client-upload" "$out/gpu-tests.log"
@@ -140,6 +157,7 @@ awk '/^gpu-backends/ { if ($NF > m) m = $NF } END { if (m != "") printf "cuda vs
 grep -E "^skipped" "$out/gpu-tests.log"
 grep -hE "^torch package check|Error" "$out/torch-check.log" 2>/dev/null | tail -n 3
 grep -h "gpu memory pool" "$out/stoker-bench.log" | tail -n 1
+grep -hE "^train |^bench-train: .*(failed|stopping|missing|not importable|did not start)" "$out/bench-train.log" 2>/dev/null
 python3 - "$bench" "$rounds" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
