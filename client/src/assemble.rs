@@ -221,20 +221,25 @@ impl Assembler {
         batch
     }
 
-    /// Repeats the last sample until `batch` is full.
+    /// Repeats the last sample until `batch` is full. With no sample to
+    /// repeat (a rank whose share was empty or all skipped, or an epoch
+    /// resumed where only padding was left), pads with black images,
+    /// label -1 and an empty key: padding is masked out either way.
     fn pad(&self, batch: &mut Batch) -> Result<(), ClientError> {
-        let Some((pixels, label, key)) = &self.last else {
-            return Err(ClientError::Batches(format!(
-                "epoch {} has no sample to fill batch {} with: every sample of this rank's share was skipped",
-                self.epoch, batch.index
-            )));
+        let blank;
+        let (pixels, label, key) = match &self.last {
+            Some((pixels, label, key)) => (pixels.as_slice(), *label, key.as_str()),
+            None => {
+                blank = vec![0u8; self.size as usize * self.size as usize * 3];
+                (blank.as_slice(), -1, "")
+            }
         };
         while batch.len() < self.batch_size {
             if !batch.pixels.push(pixels) {
                 return Err(overflow(batch));
             }
-            batch.labels.push(*label);
-            batch.keys.push(key.clone());
+            batch.labels.push(label);
+            batch.keys.push(key.to_owned());
             batch.padded += 1;
         }
         Ok(())
@@ -387,10 +392,11 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn nothing_to_pad_with_is_an_error_naming_the_epoch() {
+    async fn with_nothing_to_repeat_padding_is_blank() {
         let mut a = assembler(4, 2, LastBatch::Drop, Some(1), 0);
-        let err = a.finish().await.unwrap_err().to_string();
-        assert!(err.contains("epoch 4"), "{err}");
+        let b = a.finish().await.unwrap().pop().unwrap();
+        assert_eq!((b.len(), b.padded, b.real()), (2, 2, 0));
+        assert_eq!((b.labels.clone(), b.image(1)), (vec![-1, -1], &[0u8; 12][..]));
     }
 
     #[tokio::test]

@@ -214,7 +214,13 @@ impl Ledger {
         let limit = st.window.map_or(usize::MAX, |w| st.frontier.saturating_add(w));
         let pos = st.pending.iter().position(|&i| {
             let failed = &st.items[i].failed_on;
-            i < limit && (!failed.contains(&worker) || (0..workers).all(|w| failed.contains(&w)))
+            // Back to a worker it failed on only when every other worker
+            // has failed it too or is down: an item must not wait forever
+            // for a worker that never comes back.
+            let nowhere_else = (0..workers)
+                .filter(|w| !failed.contains(w))
+                .all(|w| st.workers[w].failing_since.is_some());
+            i < limit && (!failed.contains(&worker) || nowhere_else)
         })?;
         let index = st.pending.remove(pos)?;
         let attempt = st.next_attempt;
@@ -498,7 +504,22 @@ impl Lane {
             let done = chunk.done;
             let mut samples = Vec::with_capacity(chunk.samples.len());
             for s in chunk.samples {
-                match sample_from_pb(s, self.config.transform.size) {
+                let checked = sample_from_pb(s, self.config.transform.size).and_then(|s| {
+                    let in_range = s.position >= lease.start && lease.end.is_none_or(|end| s.position < end);
+                    if in_range {
+                        Ok(s)
+                    } else {
+                        Err(format!(
+                            "sample {} at position {} of shard {} is outside the item's range {}..{}",
+                            s.key,
+                            s.position,
+                            lease.shard,
+                            lease.start,
+                            lease.end.map_or_else(|| "end".to_owned(), |e| e.to_string())
+                        ))
+                    }
+                });
+                match checked {
                     Ok(s) => samples.push(s),
                     Err(message) => {
                         self.ledger.fail(ClientError::Protocol {
@@ -636,6 +657,33 @@ mod tests {
         }
         let err = l.fatal().unwrap().to_string();
         assert!(err.contains("s0.tar") && err.contains("3 times"), "{err}");
+    }
+
+    #[test]
+    fn an_item_goes_back_to_a_worker_it_failed_on_when_the_others_are_down() {
+        let l = ledger(1, 2);
+        let first = l.take(0).unwrap();
+        l.requeue(&first, Some(0), "w0", "reset", 5);
+        // Worker 1 has not failed the item, and is healthy: it waits for it.
+        assert!(l.take(0).is_none());
+        // Worker 1 is down: worker 0 gets the item again.
+        l.worker_failed(1, "connection refused", Duration::from_secs(60));
+        assert!(l.take(0).is_some());
+    }
+
+    #[test]
+    fn a_window_holds_lanes_back_until_the_frontier_moves() {
+        let l = ledger(5, 1);
+        l.resume(&[0], &[(1, vec!["a".into()])]);
+        assert_eq!(l.remaining(), 4);
+        l.set_window(2);
+        l.advance(1);
+        let a = l.take(0).unwrap();
+        assert_eq!((a.index, a.skip.clone()), (1, vec!["a".to_owned()]));
+        assert_eq!(l.take(0).unwrap().index, 2);
+        assert!(l.take(0).is_none(), "item 3 is past the window");
+        l.advance(2);
+        assert_eq!(l.take(0).unwrap().index, 3);
     }
 
     #[test]

@@ -284,6 +284,8 @@ impl Loader {
             rank: self.config.rank,
             world_size: self.config.world_size,
             batch_size: self.config.batch_size as u64,
+            image_size: u64::from(self.config.transform.size),
+            last_batch: self.config.last_batch.to_string(),
             items: plan.items.len() as u64,
             shards: self.shards.len() as u64,
             deterministic: self.config.deterministic,
@@ -326,8 +328,11 @@ impl Loader {
         };
         ledger.resume(done, partial);
         let lanes_total = self.workers.len() * self.config.inflight_per_worker;
+        let mut sequencer = Sequencer::new(items, self.config.deterministic, done);
         if self.config.deterministic {
             ledger.set_window(2 * lanes_total);
+            // A resumed epoch starts past the items delivered whole.
+            ledger.advance(sequencer.head());
         }
         let planned = plan.samples();
         let counters = Arc::new(EpochCounters::new(addrs.len(), planned));
@@ -357,7 +362,6 @@ impl Loader {
         let config = Arc::clone(&self.config);
         let supervisor_ledger = Arc::clone(&ledger);
         let supervisor_counters = Arc::clone(&counters);
-        let mut sequencer = Sequencer::new(items, config.deterministic, done);
         let mut assembler = Assembler::new(
             epoch,
             config.transform.size,
@@ -370,7 +374,20 @@ impl Loader {
         let uploader = self.uploader.clone();
         tokio::spawn(async move {
             let mut ordered = Vec::new();
-            while let Some(event) = event_rx.recv().await {
+            loop {
+                let event = tokio::select! {
+                    event = event_rx.recv() => event,
+                    // The consumer dropped the epoch: stop the lanes now,
+                    // not when the next batch finds nobody to take it.
+                    () = batch_tx.closed() => {
+                        supervisor_ledger.fail(ClientError::Config("epoch dropped".into()));
+                        lanes.shutdown().await;
+                        return;
+                    }
+                };
+                let Some(event) = event else {
+                    break;
+                };
                 sequencer.push(event, &mut ordered);
                 if config.deterministic {
                     supervisor_ledger.advance(sequencer.head());

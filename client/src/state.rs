@@ -35,6 +35,11 @@ pub struct Fingerprint {
     pub rank: u32,
     pub world_size: u32,
     pub batch_size: u64,
+    /// Side of the output images.
+    pub image_size: u64,
+    /// The last-batch policy (`drop`, `partial`, `pad`): it decides the
+    /// epoch's batch count.
+    pub last_batch: String,
     /// Items in the epoch's plan, and the dataset's shard count.
     pub items: u64,
     pub shards: u64,
@@ -57,6 +62,14 @@ impl Fingerprint {
             .iter()
             .find(|(_, a, b)| a != b)
             .map(|(what, a, b)| format!("{what}: saved {a}, now {b}"))
+            .or_else(|| {
+                (self.image_size != now.image_size)
+                    .then(|| format!("image size: saved {}, now {}", self.image_size, now.image_size))
+            })
+            .or_else(|| {
+                (self.last_batch != now.last_batch)
+                    .then(|| format!("last batch: saved {}, now {}", self.last_batch, now.last_batch))
+            })
     }
 }
 

@@ -85,7 +85,11 @@ impl EpochPlan {
             let j = rng.int_inclusive(0, i as i64) as usize;
             order.swap(i, j);
         }
-        let epoch_samples: Option<u64> = shards.iter().map(|s| s.samples).sum();
+        // Counts come from the dataset's index: a sum past u64 is treated
+        // as no index rather than trusted.
+        let epoch_samples = shards
+            .iter()
+            .try_fold(0u64, |total, s| s.samples.and_then(|n| total.checked_add(n)));
         let Some(total) = epoch_samples else {
             let items = order
                 .into_iter()
@@ -108,7 +112,7 @@ impl EpochPlan {
             let n = shard.samples.unwrap_or(0);
             let (first, last) = (offset, offset + n);
             offset = last;
-            if n == 0 || last <= lo || first >= hi {
+            if n == 0 || lo == hi || last <= lo || first >= hi {
                 continue;
             }
             let start = lo.saturating_sub(first);
@@ -188,6 +192,9 @@ mod tests {
             assert_eq!(seen, expected, "epoch {epoch}");
             assert_eq!(per_rank, [23, 23, 24]);
         }
+        // More ranks than samples: some ranks get nothing, not empty ranges.
+        let (seen, per_rank) = positions(&shards(1, Some(3)), 5, 0);
+        assert_eq!((seen.len(), per_rank), (3, vec![0, 1, 0, 1, 1]));
         // More ranks than shards: every rank still gets its share.
         let (seen, per_rank) = positions(&shards(2, Some(5)), 4, 0);
         assert_eq!(seen.len(), 10);

@@ -188,3 +188,57 @@ async fn a_resumed_epoch_yields_exactly_the_batches_not_yet_delivered() {
     let err = Loader::connect(other).await.unwrap().resume(&state).unwrap_err();
     assert!(err.to_string().contains("batch size: saved 5, now 6"), "{err}");
 }
+
+/// Takes `n` batches of `epoch`, then returns the saved state.
+async fn stop_after(loader: &Loader, epoch: u64, n: usize) -> (Vec<Batch>, stoker_client::EpochState) {
+    let mut stream = loader.epoch(epoch).unwrap();
+    let mut first = Vec::new();
+    for _ in 0..n {
+        first.push(stream.next_batch().await.unwrap().unwrap());
+    }
+    (first, stream.state())
+}
+
+async fn resume_all(loader: &Loader, state: &stoker_client::EpochState) -> Vec<Batch> {
+    let mut stream = loader.resume(state).unwrap();
+    let mut out = Vec::new();
+    while let Some(b) = stream.next_batch().await {
+        out.push(b.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_past_the_dispatch_window_or_into_pure_padding_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (dataset, _) = dataset(dir.path());
+    let worker = Worker::start(2);
+
+    // One lane: deterministic order lets it run 2 items ahead. Resume
+    // after most of the items were delivered whole.
+    let make = || {
+        let mut c = config(&[&worker], &dataset, 5);
+        (c.deterministic, c.inflight_per_worker) = (true, 1);
+        c
+    };
+    let loader = Loader::connect(make()).await.unwrap();
+    let whole = collect(&loader, 0).await;
+    let (_, state) = stop_after(&loader, 0, whole.len() - 2).await;
+    assert!(state.done_items.len() > 2, "{:?}", state.done_items);
+    let rest = tokio::time::timeout(std::time::Duration::from_secs(30), resume_all(&loader, &state))
+        .await
+        .expect("a resumed epoch past the window stalled");
+    assert_eq!(batch_keys(&rest), batch_keys(&whole[whole.len() - 2..]));
+
+    // Rank 0 of 2 holds 30 of 61 samples: 6 full batches of 5, then one
+    // batch of padding to match rank 1's 7. Resumed after the 6th, only
+    // that padding is left, with nothing of this run to repeat.
+    let mut c = config(&[&worker], &dataset, 5);
+    (c.world_size, c.last_batch) = (2, LastBatch::Partial);
+    let loader = Loader::connect(c).await.unwrap();
+    let (first, state) = stop_after(&loader, 1, 6).await;
+    assert!(first.iter().all(|b| b.real() == 5));
+    let rest = resume_all(&loader, &state).await;
+    assert_eq!(rest.len(), 1);
+    assert_eq!((rest[0].index, rest[0].real(), rest[0].len()), (6, 0, 5));
+}

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
-use stoker_client::device::{CUstream, DType, DeviceBatch, Layout};
+use stoker_client::device::{CUstream, DType, DeviceBatch, Layout, keeping_current_context};
 
 /// `kDLCUDA`.
 const DL_CUDA: i32 = 2;
@@ -83,7 +83,8 @@ unsafe extern "C" fn delete_managed(tensor: *mut DLManagedTensor) {
     let ctx = unsafe { (*tensor).manager_ctx };
     // SAFETY: as above: the pointer came from `Box::into_raw` and is
     // reclaimed exactly once.
-    drop(unsafe { Box::from_raw(ctx.cast::<Managed>()) });
+    let managed = unsafe { Box::from_raw(ctx.cast::<Managed>()) };
+    keeping_current_context(|| drop(managed));
 }
 
 /// The capsule's destructor: deletes the tensor unless a consumer took it
@@ -145,10 +146,12 @@ impl DeviceTensor {
     }
 
     /// The DLPack capsule. `stream` is the consumer's CUDA stream handle
-    /// (1: the legacy default stream, 2: the per-thread default stream);
-    /// the consumer's later work on that stream waits for the batch. With
-    /// no stream the batch is waited for on the host first. The stream must
-    /// outlive the tensor (PyTorch's current stream does).
+    /// (1: the legacy default stream); the consumer's later work on that
+    /// stream waits for the batch. With no stream, -1 (no synchronisation
+    /// asked) or 2 (the per-thread default stream, which would be another
+    /// stream on the thread that frees the batch) the batch is waited for
+    /// on the host first. The stream must outlive the tensor (PyTorch's
+    /// current stream does).
     #[pyo3(signature = (stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__<'py>(
         &self,
@@ -179,7 +182,12 @@ impl DeviceTensor {
             .take()
             .ok_or_else(|| PyBufferError::new_err("this stoker batch was already exported"))?;
         let waited = match stream {
-            None => py.detach(|| batch.synchronize()),
+            None | Some(-1) | Some(2) => py.detach(|| keeping_current_context(|| batch.synchronize())),
+            Some(s) if s == 0 || s < -1 => {
+                return Err(PyBufferError::new_err(format!(
+                    "stream {s} is not a CUDA stream for DLPack (0 is ambiguous; use 1 for the default stream)"
+                )));
+            }
             Some(s) => {
                 // 1 is CUDA's legacy default stream, which the null handle
                 // also names; other values are stream handles.
@@ -187,8 +195,8 @@ impl DeviceTensor {
                 // SAFETY: DLPack's contract: `stream` is a live stream of
                 // the consumer on this device (its primary context, which
                 // the batch shares), and PyTorch keeps its streams alive
-                // for the process; null and 2 are CUDA's default streams.
-                unsafe { batch.wait_on(handle) }
+                // for the process; null is the legacy default stream.
+                keeping_current_context(|| unsafe { batch.wait_on(handle) })
             }
         };
         waited.map_err(|e| crate::err(format!("cannot hand the batch to the consumer's stream: {e}")))?;

@@ -14,7 +14,7 @@ use std::time::Duration;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{PyBytes, PyDict, PyList};
 use stoker_client::device::{DType, Layout, UploadSpec};
 use stoker_client::{
     DeviceTarget, EpochState, EpochStream, ErrorBudget, Fingerprint, LastBatch, Loader, LoaderConfig, Secret,
@@ -52,6 +52,9 @@ struct Client {
     stream: Option<EpochStream>,
     /// The state of an epoch stopped part-way, for `state()`.
     stopped: Option<EpochState>,
+    /// Counts `start_epoch` calls, so that a stale iterator cannot stop a
+    /// newer epoch.
+    generation: u64,
 }
 
 #[pymethods]
@@ -123,6 +126,7 @@ impl Client {
             loader,
             stream: None,
             stopped: None,
+            generation: 0,
         })
     }
 
@@ -140,10 +144,10 @@ impl Client {
 
     /// Starts streaming `epoch`, dropping an epoch still in progress; with
     /// `state` (from `state()`), resumes that epoch where it stopped.
+    /// Returns the epoch's generation, for `stop_epoch`.
     #[pyo3(signature = (epoch, state=None))]
-    fn start_epoch(&mut self, epoch: u64, state: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+    fn start_epoch(&mut self, epoch: u64, state: Option<&Bound<'_, PyDict>>) -> PyResult<u64> {
         self.stream = None;
-        self.stopped = None;
         let _guard = self.runtime.enter();
         let stream = match state {
             None => self.loader.epoch(epoch),
@@ -156,7 +160,9 @@ impl Client {
             }
         };
         self.stream = Some(stream.map_err(err)?);
-        Ok(())
+        self.stopped = None;
+        self.generation += 1;
+        Ok(self.generation)
     }
 
     /// Where the consumer is in the current (or stopped) epoch, as a dict
@@ -170,8 +176,12 @@ impl Client {
         state.map(|s| state_to_py(py, &s)).transpose()
     }
 
-    /// Stops the epoch in progress, if any; `state()` keeps its position.
-    fn stop_epoch(&mut self) {
+    /// Stops the epoch of `generation` if it is still the one in
+    /// progress; `state()` keeps its position.
+    fn stop_epoch(&mut self, generation: u64) {
+        if generation != self.generation {
+            return;
+        }
         if let Some(stream) = self.stream.take() {
             self.stopped = Some(stream.state());
         }
@@ -226,13 +236,24 @@ fn state_to_py<'py>(py: Python<'py>, s: &EpochState) -> PyResult<Bound<'py, PyDi
     d.set_item("epoch", s.epoch)?;
     d.set_item("batches", s.batches)?;
     d.set_item("done_items", s.done_items.clone())?;
-    d.set_item("partial", s.partial.clone())?;
+    // Lists, not tuples: the state survives a JSON round trip.
+    let partial: Vec<(u32, Vec<String>)> = s.partial.clone();
+    let partial = PyList::new(
+        py,
+        partial
+            .into_iter()
+            .map(|(item, keys)| PyList::new(py, [item.into_pyobject(py)?.into_any(), keys.into_pyobject(py)?]))
+            .collect::<PyResult<Vec<_>>>()?,
+    )?;
+    d.set_item("partial", partial)?;
     let f = PyDict::new(py);
     let fp = &s.fingerprint;
     f.set_item("seed", fp.seed)?;
     f.set_item("rank", fp.rank)?;
     f.set_item("world_size", fp.world_size)?;
     f.set_item("batch_size", fp.batch_size)?;
+    f.set_item("image_size", fp.image_size)?;
+    f.set_item("last_batch", &fp.last_batch)?;
     f.set_item("items", fp.items)?;
     f.set_item("shards", fp.shards)?;
     f.set_item("deterministic", fp.deterministic)?;
@@ -250,18 +271,33 @@ fn field<'py, T: FromPyObject<'py>>(d: &Bound<'py, PyDict>, key: &str) -> PyResu
         .map_err(|e| err(format!("saved loader state: {key:?} is invalid: {e}")))
 }
 
+/// `[[item, [key, ...]], ...]`, as lists or tuples.
+fn partial_from_py(v: &Bound<'_, PyAny>) -> PyResult<Vec<(u32, Vec<String>)>> {
+    let bad = |e: PyErr| err(format!("saved loader state: \"partial\" is invalid: {e}"));
+    let mut out = Vec::new();
+    for entry in v.try_iter().map_err(bad)? {
+        let entry = entry.map_err(bad)?;
+        let item: u32 = entry.get_item(0).and_then(|x| x.extract()).map_err(bad)?;
+        let keys: Vec<String> = entry.get_item(1).and_then(|x| x.extract()).map_err(bad)?;
+        out.push((item, keys));
+    }
+    Ok(out)
+}
+
 fn state_from_py(d: &Bound<'_, PyDict>) -> PyResult<EpochState> {
     let f: Bound<'_, PyDict> = field(d, "fingerprint")?;
     Ok(EpochState {
         epoch: field(d, "epoch")?,
         batches: field(d, "batches")?,
         done_items: field(d, "done_items")?,
-        partial: field(d, "partial")?,
+        partial: partial_from_py(&field::<Bound<'_, PyAny>>(d, "partial")?)?,
         fingerprint: Fingerprint {
             seed: field(&f, "seed")?,
             rank: field(&f, "rank")?,
             world_size: field(&f, "world_size")?,
             batch_size: field(&f, "batch_size")?,
+            image_size: field(&f, "image_size")?,
+            last_batch: field(&f, "last_batch")?,
             items: field(&f, "items")?,
             shards: field(&f, "shards")?,
             deterministic: field(&f, "deterministic")?,

@@ -139,6 +139,24 @@ pub fn probe(ordinal: usize) -> Result<DeviceInfo, DeviceUnavailable> {
     })
 }
 
+/// Runs `f`, then makes the thread's current CUDA context what it was
+/// before. cudarc binds a batch's context to the calling thread; a
+/// consumer (PyTorch on another device, say) keeps its own current device.
+/// Only call this on a thread where CUDA is already loaded (a batch exists).
+pub fn keeping_current_context<T>(f: impl FnOnce() -> T) -> T {
+    let before = cudarc::driver::result::ctx::get_current();
+    let out = f();
+    if let Ok(ctx) = before {
+        // SAFETY: `ctx` was current on this thread a moment ago (or null,
+        // which unbinds): a live context, since `f` cannot destroy a
+        // primary context the caller still uses.
+        if let Err(e) = unsafe { cudarc::driver::result::ctx::set_current(ctx.unwrap_or(std::ptr::null_mut())) } {
+            tracing::warn!(error = %e, "restoring the thread's current cuda context failed");
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

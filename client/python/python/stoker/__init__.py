@@ -190,7 +190,8 @@ class Loader:
         """
         if self._active is not None:
             return {"epoch": self._active, "position": self._client.state()}
-        return {"epoch": self._epoch, "position": None}
+        # Loaded but not iterated yet: the loaded position still stands.
+        return {"epoch": self._epoch, "position": self._resume}
 
     def load_state_dict(self, state):
         """Restores a position from ``state_dict()``: the next iteration
@@ -211,8 +212,9 @@ class Loader:
 
     def __iter__(self):
         epoch = self._epoch
-        resume, self._resume = self._resume, None
-        self._client.start_epoch(epoch, resume)
+        # A refused resume (other settings) keeps the loaded position.
+        generation = self._client.start_epoch(epoch, self._resume)
+        self._resume = None
         self._epoch = epoch + 1
         self._active = epoch
         try:
@@ -223,9 +225,10 @@ class Loader:
                     return
                 yield self._convert(*raw, epoch=epoch)
         except BaseException:
-            # An abandoned iteration (break, error, Ctrl-C) stops the epoch;
-            # a finished one keeps its report.
-            self._client.stop_epoch()
+            # An abandoned iteration (break, error, Ctrl-C) stops its epoch,
+            # unless a newer iteration has started; a finished one keeps
+            # its report.
+            self._client.stop_epoch(generation)
             raise
 
     def _convert(self, pixels, size, labels, keys, index, padded, epoch):
