@@ -46,7 +46,8 @@ pub struct LoaderConfig {
     /// Batch `k` of an epoch is a function of (seed, epoch, rank, `k`)
     /// alone: samples go into batches in plan order (each item's samples by
     /// position in the shard), not in arrival order. Costs memory: up to
-    /// twice the items in flight are held until those before them finish.
+    /// twice the items in flight (`workers × inflight_per_worker`) are held,
+    /// decoded, until those before them finish.
     pub deterministic: bool,
     /// Target chunk size asked of workers (0: the worker's default).
     pub chunk_bytes: u32,
