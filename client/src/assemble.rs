@@ -9,6 +9,8 @@
 
 use std::str::FromStr;
 
+use bytes::Bytes;
+
 use crate::buffers::{BatchBuffers, Pixels};
 use crate::device::DeviceBatch;
 use crate::error::ClientError;
@@ -124,7 +126,7 @@ pub(crate) struct Assembler {
     next_index: u64,
     current: Option<Batch>,
     /// The last sample added: what padding repeats.
-    last: Option<(Vec<u8>, i64, String)>,
+    last: Option<(Bytes, i64, String)>,
     /// Completions waiting for the next batch.
     completes: Vec<u32>,
     /// Samples that arrived after the target was reached.
@@ -204,8 +206,8 @@ impl Assembler {
         batch.items.push(sample.item);
         batch.keys.push(sample.key.clone());
         if self.policy != LastBatch::Drop || self.target.is_some() {
-            // Kept for padding (one image: cheap next to a batch).
-            self.last = Some((sample.pixels.to_vec(), sample.label, sample.key));
+            // Kept for padding: a reference to the received bytes, no copy.
+            self.last = Some((sample.pixels.clone(), sample.label, sample.key));
         }
         if batch.len() == self.batch_size {
             Ok(Some(self.emit(batch)))
@@ -228,7 +230,7 @@ impl Assembler {
     fn pad(&self, batch: &mut Batch) -> Result<(), ClientError> {
         let blank;
         let (pixels, label, key) = match &self.last {
-            Some((pixels, label, key)) => (pixels.as_slice(), *label, key.as_str()),
+            Some((pixels, label, key)) => (&pixels[..], *label, key.as_str()),
             None => {
                 blank = vec![0u8; self.size as usize * self.size as usize * 3];
                 (blank.as_slice(), -1, "")
@@ -245,39 +247,42 @@ impl Assembler {
         Ok(())
     }
 
-    /// The batches that end the epoch once every sample has arrived: the
-    /// last, incomplete one as the policy says, and, when the epoch's batch
-    /// count is known and fewer samples came than planned, padded batches
-    /// up to that count.
+    /// The next of the batches that end the epoch once every sample has
+    /// arrived: the last, incomplete one as the policy says, and, when the
+    /// epoch's batch count is known and fewer samples came than planned,
+    /// padded batches up to that count. One at a time, so that each can go
+    /// on (and give its pinned buffer back) before the next takes one.
+    pub async fn finish_next(&mut self) -> Result<Option<Batch>, ClientError> {
+        let batch = match self.target {
+            Some(target) if self.next_index < target => {
+                let mut batch = self.current().await?;
+                let keep_partial =
+                    self.policy == LastBatch::Partial && self.next_index + 1 == target && !batch.is_empty();
+                if !keep_partial {
+                    self.pad(&mut batch)?;
+                }
+                Some(batch)
+            }
+            Some(_) => None,
+            None => match self.current.take().filter(|b| !b.is_empty()) {
+                None => None,
+                Some(_) if self.policy == LastBatch::Drop => None,
+                Some(batch) if self.policy == LastBatch::Partial => Some(batch),
+                Some(mut batch) => {
+                    self.pad(&mut batch)?;
+                    Some(batch)
+                }
+            },
+        };
+        Ok(batch.map(|b| self.emit(b)))
+    }
+
+    /// Every batch [`Assembler::finish_next`] gives.
+    #[cfg(test)]
     pub async fn finish(&mut self) -> Result<Vec<Batch>, ClientError> {
         let mut out = Vec::new();
-        match self.target {
-            Some(target) => {
-                while self.next_index < target {
-                    let mut batch = self.current().await?;
-                    let keep_partial =
-                        self.policy == LastBatch::Partial && self.next_index + 1 == target && !batch.is_empty();
-                    if !keep_partial {
-                        self.pad(&mut batch)?;
-                    }
-                    out.push(self.emit(batch));
-                }
-            }
-            None => {
-                if let Some(mut batch) = self.current.take().filter(|b| !b.is_empty()) {
-                    match self.policy {
-                        LastBatch::Drop => {}
-                        LastBatch::Partial => out.push(self.emit(batch)),
-                        LastBatch::Pad => {
-                            self.pad(&mut batch)?;
-                            out.push(self.emit(batch));
-                        }
-                    }
-                }
-            }
-        }
-        if let Some(last) = out.last_mut() {
-            last.completes.append(&mut self.completes);
+        while let Some(b) = self.finish_next().await? {
+            out.push(b);
         }
         Ok(out)
     }
@@ -298,7 +303,6 @@ fn overflow(batch: &Batch) -> ClientError {
 mod tests {
     use super::*;
     use crate::buffers::HostPool;
-    use bytes::Bytes;
 
     fn assembler(epoch: u64, batch_size: usize, policy: LastBatch, target: Option<u64>, first_index: u64) -> Assembler {
         let buffers = BatchBuffers::Host(HostPool::new(batch_size * 12, 2));

@@ -147,6 +147,8 @@ pub struct Loader {
     /// Batch buffers, shared by the epochs: heap, or the pinned ring.
     buffers: BatchBuffers,
     uploader: Option<Arc<Uploader>>,
+    /// Why an upload that was asked for is not used.
+    upload_error: Option<String>,
 }
 
 impl std::fmt::Debug for Loader {
@@ -218,6 +220,7 @@ impl Loader {
         let batch_bytes = config.batch_size * (config.transform.size as usize).pow(2) * 3;
         let mut buffers = BatchBuffers::Host(HostPool::new(batch_bytes, config.prefetch + 2));
         let mut uploader = None;
+        let mut upload_error = None;
         if let Some(target) = config.device {
             match open_upload(target, batch_bytes) {
                 Ok((up, pool)) => {
@@ -227,6 +230,7 @@ impl Loader {
                 }
                 Err(reason) => {
                     warn!(device = target.ordinal, %reason, "no usable gpu: batches stay in host memory");
+                    upload_error = Some(format!("cuda device {}: {reason}", target.ordinal));
                 }
             }
         }
@@ -237,6 +241,7 @@ impl Loader {
             transform,
             buffers,
             uploader,
+            upload_error,
         })
     }
 
@@ -248,6 +253,11 @@ impl Loader {
     /// configuration asked for and a usable GPU allowed.
     pub fn uploads(&self) -> bool {
         self.uploader.is_some()
+    }
+
+    /// Why batches stay on the host although an upload was asked for.
+    pub fn upload_error(&self) -> Option<&str> {
+        self.upload_error.as_deref()
     }
 
     /// The dataset's shards, sorted by name.
@@ -443,26 +453,27 @@ impl Loader {
                     "more samples arrived than the dataset's index counts; the surplus was left out"
                 );
             }
-            match assembler.finish().await {
-                Ok(batches) => {
-                    for batch in batches {
-                        let batch = match upload(uploader.as_deref(), batch) {
-                            Ok(b) => b,
-                            Err(err) => {
-                                let _ = batch_tx.send(Err(err)).await;
-                                return;
-                            }
-                        };
-                        if batch.padded > 0 {
-                            debug!(epoch, index = batch.index, padded = batch.padded, "batch padded");
-                        }
-                        if batch_tx.send(Ok(batch)).await.is_err() {
-                            return;
-                        }
+            loop {
+                let batch = match assembler.finish_next().await {
+                    Ok(Some(b)) => b,
+                    Ok(None) => break,
+                    Err(err) => {
+                        let _ = batch_tx.send(Err(err)).await;
+                        return;
                     }
+                };
+                if batch.padded > 0 {
+                    debug!(epoch, index = batch.index, padded = batch.padded, "batch padded");
                 }
-                Err(err) => {
-                    let _ = batch_tx.send(Err(err)).await;
+                let batch = match upload(uploader.as_deref(), batch) {
+                    Ok(b) => b,
+                    Err(err) => {
+                        let _ = batch_tx.send(Err(err)).await;
+                        return;
+                    }
+                };
+                if batch_tx.send(Ok(batch)).await.is_err() {
+                    return;
                 }
             }
         });

@@ -19,6 +19,7 @@ def main():
     common = dict(workers=workers, dataset=dataset, batch_size=batch_size, image_size=224, seed=5, last_batch="partial")
     host = stoker.Loader(device="cpu", **common)
     dev = stoker.Loader(device="cuda:0", dtype=torch.bfloat16, mean=mean, std=std, **common)
+    assert dev._client.uploads(), f"the client's own upload is not in use: {dev._client.upload_error()}"
     ref = {}
     for b in host:
         assert b["image"].dtype == torch.uint8 and b["image"].device.type == "cpu"

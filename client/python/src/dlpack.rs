@@ -146,11 +146,11 @@ impl DeviceTensor {
     }
 
     /// The DLPack capsule. `stream` is the consumer's CUDA stream handle
-    /// (1: the legacy default stream); the consumer's later work on that
-    /// stream waits for the batch. With no stream, -1 (no synchronisation
-    /// asked) or 2 (the per-thread default stream, which would be another
-    /// stream on the thread that frees the batch) the batch is waited for
-    /// on the host first. The stream must outlive the tensor (PyTorch's
+    /// (1 or none: the legacy default stream); the consumer's later work on
+    /// that stream waits for the batch. With -1 (no synchronisation asked)
+    /// or 2 (the per-thread default stream, which would be another stream
+    /// on the thread that frees the batch) the batch is waited for on the
+    /// host first. The stream must outlive the tensor (PyTorch's
     /// current stream does).
     #[pyo3(signature = (stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__<'py>(
@@ -182,7 +182,19 @@ impl DeviceTensor {
             .take()
             .ok_or_else(|| PyBufferError::new_err("this stoker batch was already exported"))?;
         let waited = match stream {
-            None | Some(-1) | Some(2) => py.detach(|| keeping_current_context(|| batch.synchronize())),
+            // No stream: DLPack's default, the legacy default stream.
+            // SAFETY: the null handle is the legacy default stream.
+            None => keeping_current_context(|| unsafe { batch.wait_on(std::ptr::null_mut()) }),
+            // No synchronisation asked, or the per-thread default stream
+            // (another stream on the thread that frees the batch): wait on
+            // the host, and order the free after the legacy stream at least.
+            Some(-1) | Some(2) => py.detach(|| {
+                keeping_current_context(|| {
+                    batch.synchronize()?;
+                    // SAFETY: the null handle is the legacy default stream.
+                    unsafe { batch.wait_on(std::ptr::null_mut()) }
+                })
+            }),
             Some(s) if s == 0 || s < -1 => {
                 return Err(PyBufferError::new_err(format!(
                     "stream {s} is not a CUDA stream for DLPack (0 is ambiguous; use 1 for the default stream)"

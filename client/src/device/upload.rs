@@ -225,9 +225,10 @@ impl Uploader {
                 )
                 .map_err(|source| DeviceError::Kernel { ordinal, source })?;
         }
+        // Blocking sync: a host that waits for the batch sleeps, not spins.
         let ready = self
             .stream
-            .record_event(None)
+            .record_event(Some(sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC))
             .map_err(driver("cuEventRecord of a batch's ready event", ordinal))?;
         let ptr = {
             let (ptr, _record) = out.device_ptr(&self.stream);

@@ -142,7 +142,8 @@ class Loader:
         )
         if upload is not None and not self._client.uploads():
             warnings.warn(
-                f"stoker: no usable GPU for the client's upload (see the log); batches are copied to {self.device} by torch",
+                f"stoker: the client cannot upload ({self._client.upload_error()}); "
+                f"batches are copied to {self.device} by torch",
                 stacklevel=2,
             )
         self._epoch = int(start_epoch)
@@ -256,10 +257,12 @@ class Loader:
             image = image.permute(0, 3, 1, 2)
             if self._mean is not None or self._dtype is not None:
                 image = image.to(self._dtype or torch.float32)
+                if image.is_floating_point():
+                    image = image / 255.0
                 if self._mean is not None:
                     mean = torch.from_numpy(self._mean).to(image.device, image.dtype)
                     std = torch.from_numpy(self._std).to(image.device, image.dtype)
-                    image = (image / 255.0 - mean) / std
+                    image = (image - mean) / std
             image = image.contiguous()
             label = torch.from_numpy(labels).to(self.device)
         return {"image": image, "label": label, "key": list(keys), "epoch": epoch, "index": index, "padded": padded}
