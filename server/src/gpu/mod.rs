@@ -30,34 +30,16 @@ pub use runner::{GpuMemory, GpuResult, GpuRunner, GpuRunnerConfig, GpuSample};
 /// Why this host cannot use a GPU.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum GpuUnavailable {
-    #[error("no libcuda: the cuda driver library (libcuda.so.1) is not installed or not on the loader path")]
-    NoLibcuda,
-    #[error("no cuda device: {0}")]
-    NoDevice(String),
-    #[error("cuda driver failed on device {ordinal}: {reason}")]
-    Driver { ordinal: usize, reason: String },
-    #[error("no libnvrtc: the cuda run-time compiler (libnvrtc.so) is not installed or not on the loader path")]
-    NoLibnvrtc,
+    /// libcuda, the device or libnvrtc is missing, or the driver failed
+    /// (found the same way as the client finds them).
+    #[error(transparent)]
+    Cuda(#[from] CudaUnavailable),
     #[error("nvrtc failure: {0}")]
     Nvrtc(String),
     #[error("no libnvjpeg: {0}")]
     NoLibnvjpeg(String),
     #[error("nvjpeg failure: {0}")]
     Nvjpeg(String),
-    #[error("a cuda library call panicked: {0}")]
-    Panicked(String),
-}
-
-impl From<CudaUnavailable> for GpuUnavailable {
-    fn from(e: CudaUnavailable) -> Self {
-        match e {
-            CudaUnavailable::NoLibcuda => Self::NoLibcuda,
-            CudaUnavailable::NoDevice(why) => Self::NoDevice(why),
-            CudaUnavailable::Driver { ordinal, reason } => Self::Driver { ordinal, reason },
-            CudaUnavailable::NoLibnvrtc => Self::NoLibnvrtc,
-            CudaUnavailable::Panicked(why) => Self::Panicked(why),
-        }
-    }
 }
 
 /// What [`probe`] found.
@@ -154,9 +136,11 @@ impl Gpu {
 
     fn open_inner(ordinal: usize) -> Result<Self, GpuUnavailable> {
         let ctx = stoker_kernels::open_context(ordinal)?;
-        let drv = |e: cudarc::driver::DriverError| GpuUnavailable::Driver {
-            ordinal,
-            reason: e.to_string(),
+        let drv = |e: cudarc::driver::DriverError| {
+            GpuUnavailable::Cuda(CudaUnavailable::Driver {
+                ordinal,
+                reason: e.to_string(),
+            })
         };
         let name = ctx.name().map_err(drv)?;
         let compute_capability = ctx.compute_capability().map_err(drv)?;
