@@ -40,7 +40,18 @@ def main():
     dt = time.perf_counter() - t0
     assert len(seen) == len(set(seen)) == len(ref), (len(seen), len(set(seen)), len(ref))
     assert worst < 0.05, worst
-    print(f"torch package check: {len(seen)} samples once on {torch.cuda.get_device_name()} as bfloat16 NCHW, "
+
+    # channels_last: the kernel writes NHWC; torch sees [B,3,H,W] with
+    # channels-last strides, the same values.
+    cl = stoker.Loader(device="cuda:0", dtype=torch.bfloat16, mean=mean, std=std, channels_last=True, **common)
+    b = next(iter(cl))
+    img = b["image"]
+    assert img.shape[1:] == (3, 224, 224) and img.is_contiguous(memory_format=torch.channels_last), img.stride()
+    for i, k in enumerate(b["key"]):
+        want = (ref[k].float() / 255.0 - m) / s
+        worst = max(worst, (img[i].float().cpu() - want).abs().max().item())
+    assert worst < 0.05, worst
+    print(f"torch package check: {len(seen)} samples once on {torch.cuda.get_device_name()} as bfloat16 NCHW and channels_last, "
           f"max |device - host normalised| {worst:.4f} (bfloat16 rounding), {len(seen) / dt:.0f} images/s incl. the check")
 
 

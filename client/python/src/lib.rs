@@ -82,7 +82,7 @@ impl Client {
         token: Option<String>,
         progress_timeout: f64,
         deterministic: bool,
-        upload: Option<(usize, String)>,
+        upload: Option<(usize, String, String)>,
         mean: Option<[f32; 3]>,
         std: Option<[f32; 3]>,
     ) -> PyResult<Self> {
@@ -94,9 +94,10 @@ impl Client {
         config.prefetch = prefetch;
         config.last_batch = last_batch.parse::<LastBatch>().map_err(err)?;
         config.deterministic = deterministic;
-        if let Some((ordinal, dtype)) = upload {
+        if let Some((ordinal, dtype, layout)) = upload {
             let dtype = dtype.parse::<DType>().map_err(err)?;
-            let mut spec = UploadSpec::new(Layout::Nchw, dtype);
+            let layout = layout.parse::<Layout>().map_err(err)?;
+            let mut spec = UploadSpec::new(layout, dtype);
             if let (Some(mean), Some(std)) = (mean, std) {
                 spec = spec.with_mean_std(mean, std);
             }

@@ -68,6 +68,10 @@ class Loader:
     rank with an extra step; samples skipped as unreadable are made up the
     same way.
 
+    ``channels_last=True`` (torch) yields ``image`` as ``[B, 3, H, W]`` with
+    channels-last strides, what a ``channels_last`` model takes: on the GPU
+    the client's kernel writes that layout directly, with no extra copy.
+
     ``deterministic=True`` fills batches in plan order rather than arrival
     order: batch k of an epoch depends only on (seed, epoch, rank, k), not
     on the number or speed of workers.
@@ -99,6 +103,7 @@ class Loader:
         progress_timeout=60.0,
         start_epoch=0,
         deterministic=False,
+        channels_last=False,
     ):
         if isinstance(workers, str):
             workers = [w for w in workers.split(",") if w]
@@ -118,6 +123,7 @@ class Loader:
         if self.device != "cpu" and self._torch is None:
             raise ValueError(f"device={self.device!r} needs torch, which is not installed")
         self._dtype = dtype
+        self._channels_last = bool(channels_last)
         self._mean = None if mean is None else np.asarray(mean, dtype=np.float32).reshape(1, 3, 1, 1)
         self._std = None if std is None else np.asarray(std, dtype=np.float32).reshape(1, 3, 1, 1)
         upload = self._upload_target()
@@ -168,7 +174,9 @@ class Loader:
             dtype = names[self._dtype]
         else:
             raise ValueError(f"dtype must be one of {list(names)}, got {self._dtype!r}")
-        return int(ordinal), dtype
+        # channels_last: the kernel writes NHWC, handed to torch as an
+        # [B, 3, H, W] view with channels_last strides (no copy).
+        return int(ordinal), dtype, "nhwc" if self._channels_last else "nchw"
 
     @property
     def epoch(self):
@@ -238,6 +246,8 @@ class Loader:
             # Already on the device, converted: shared through DLPack, and
             # torch's current stream waits for the upload.
             image = self._torch.from_dlpack(pixels)
+            if self._channels_last:
+                image = image.permute(0, 3, 1, 2)
             label = self._torch.from_numpy(np.asarray(labels, dtype=np.int64)).to(self.device, non_blocking=True)
             return {"image": image, "label": label, "key": list(keys), "epoch": epoch, "index": index, "padded": padded}
         hwc = np.frombuffer(pixels, dtype=np.uint8).reshape(n, size, size, 3)
@@ -263,6 +273,9 @@ class Loader:
                     mean = torch.from_numpy(self._mean).to(image.device, image.dtype)
                     std = torch.from_numpy(self._std).to(image.device, image.dtype)
                     image = (image - mean) / std
-            image = image.contiguous()
+            if self._channels_last:
+                image = image.contiguous(memory_format=torch.channels_last)
+            else:
+                image = image.contiguous()
             label = torch.from_numpy(labels).to(self.device)
         return {"image": image, "label": label, "key": list(keys), "epoch": epoch, "index": index, "padded": padded}
