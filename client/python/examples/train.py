@@ -149,6 +149,8 @@ class StokerSource:
                 std=list(IMAGENET_STD),
                 seed=args.seed,
                 last_batch="drop",
+                # The kernel writes the layout the channels_last model takes.
+                channels_last=True,
                 prefetch=args.prefetch,
                 token=args.token,
             )
