@@ -75,3 +75,57 @@ print("budget 1:", run(1))
         "{stdout}"
     );
 }
+
+#[test]
+fn ctrl_c_interrupts_a_python_loader_waiting_for_a_stalled_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&images, 16, 2, 64, 48);
+    pack(&images, shards.to_str().unwrap(), "1M", &[]);
+    let w = Worker::start(1);
+    // Connected, the script stops the worker (SIGSTOP) before asking for
+    // work: the loader then waits for a first batch that never comes.
+    let script = r#"
+import os, signal, sys, time, stoker
+loader = stoker.Loader(workers=sys.argv[1], dataset=sys.argv[2], batch_size=4, image_size=32,
+                       progress_timeout=600)
+os.kill(int(sys.argv[3]), signal.SIGSTOP)
+print("waiting", flush=True)
+t0 = time.monotonic()
+try:
+    for b in loader:
+        print("unexpected batch", flush=True)
+except KeyboardInterrupt:
+    print(f"interrupted after {time.monotonic() - t0:.1f}s", flush=True)
+    print("state epoch", loader.state_dict()["epoch"], flush=True)
+"#;
+    let mut child = python()
+        .arg("-c")
+        .arg(script)
+        .arg(&w.addr)
+        .arg(&shards)
+        .arg(w.child.0.id().to_string())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert_eq!(line.trim(), "waiting");
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let sent = std::time::Instant::now();
+    crate::support::signal(child.id(), "-INT");
+    let status = child.wait().unwrap();
+    let took = sent.elapsed();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    crate::support::signal(w.child.0.id(), "-CONT");
+    assert!(status.success(), "{status:?}: {rest}");
+    assert!(
+        rest.contains("interrupted after") && rest.contains("state epoch 0"),
+        "{rest}"
+    );
+    // The wait checks for signals every 200 ms.
+    assert!(took < std::time::Duration::from_secs(3), "Ctrl-C took {took:?}");
+}
