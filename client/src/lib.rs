@@ -26,7 +26,7 @@ pub use assemble::{Batch, LastBatch, batches_per_rank};
 pub use budget::ErrorBudget;
 pub use buffers::Pixels;
 pub use error::ClientError;
-pub use loader::{DeviceTarget, EpochReport, EpochStream, Loader, LoaderConfig, WorkerReport};
+pub use loader::{DeviceTarget, EpochReport, EpochStream, EpochWatch, Loader, LoaderConfig, WorkerReport};
 pub use state::{EpochState, Fingerprint};
 pub use stoker_core::{Secret, ShardRef, TransformSpec};
 pub use tls::TlsOptions;

@@ -479,11 +479,13 @@ impl Loader {
         });
         Ok(EpochStream {
             rx: batch_rx,
-            counters,
-            workers: addrs,
-            started: Instant::now(),
-            shards: items,
-            progress: Progress::new(epoch, fingerprint, resumed),
+            watch: EpochWatch {
+                counters,
+                progress: Arc::new(Mutex::new(Progress::new(epoch, fingerprint, resumed))),
+                workers: Arc::new(addrs),
+                started: Instant::now(),
+                shards: items,
+            },
         })
     }
 }
@@ -616,11 +618,18 @@ pub struct EpochReport {
 #[derive(Debug)]
 pub struct EpochStream {
     rx: mpsc::Receiver<Result<Batch, ClientError>>,
+    watch: EpochWatch,
+}
+
+/// A view of an epoch's progress that other threads can hold while the
+/// stream waits for a batch: its state and its report.
+#[derive(Debug, Clone)]
+pub struct EpochWatch {
     counters: Arc<EpochCounters>,
-    workers: Vec<String>,
+    progress: Arc<Mutex<Progress>>,
+    workers: Arc<Vec<String>>,
     started: Instant,
     shards: usize,
-    progress: Progress,
 }
 
 impl EpochStream {
@@ -629,7 +638,7 @@ impl EpochStream {
     pub async fn next_batch(&mut self) -> Option<Result<Batch, ClientError>> {
         let next = self.rx.recv().await;
         if let Some(Ok(batch)) = &next {
-            self.progress.delivered(batch);
+            self.watch.progress().delivered(batch);
         }
         next
     }
@@ -637,12 +646,33 @@ impl EpochStream {
     /// Where the consumer is in this epoch: what a checkpoint saves, for
     /// [`Loader::resume`].
     pub fn state(&self) -> EpochState {
-        self.progress.state()
+        self.watch.state()
     }
 
     /// Pixel bytes received so far (cheap, for progress lines).
     pub fn bytes(&self) -> u64 {
-        self.counters.bytes.load(Ordering::Relaxed)
+        self.watch.counters.bytes.load(Ordering::Relaxed)
+    }
+
+    pub fn report(&self) -> EpochReport {
+        self.watch.report()
+    }
+
+    /// A handle on this epoch's state and report, usable while the stream
+    /// is busy.
+    pub fn watch(&self) -> EpochWatch {
+        self.watch.clone()
+    }
+}
+
+impl EpochWatch {
+    fn progress(&self) -> std::sync::MutexGuard<'_, Progress> {
+        self.progress.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// As [`EpochStream::state`].
+    pub fn state(&self) -> EpochState {
+        self.progress().state()
     }
 
     pub fn report(&self) -> EpochReport {

@@ -8,6 +8,7 @@ Exits non-zero with the failed check; prints one summary line when all pass.
 
 import json
 import sys
+import threading
 
 import numpy as np
 
@@ -89,7 +90,23 @@ def main():
     def det():
         return loader(last_batch="partial", deterministic=True)
 
-    whole = [(b["index"], list(b["key"])) for b in det()]
+    # A checkpoint thread may read the position while the loop waits for a
+    # batch.
+    watched, errors = det(), []
+
+    def poll():
+        try:
+            for _ in range(200):
+                watched.state_dict()
+                watched.report()
+        except Exception as e:  # noqa: BLE001 - any error fails the check
+            errors.append(e)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    whole = [(b["index"], list(b["key"])) for b in watched]
+    poller.join()
+    assert not errors, errors
     stopped = det()
     it = iter(stopped)
     first = [next(it) for _ in range(2)]

@@ -9,6 +9,7 @@
 
 mod dlpack;
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use pyo3::create_exception;
@@ -17,8 +18,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use stoker_client::device::{DType, Layout, UploadSpec};
 use stoker_client::{
-    DeviceTarget, EpochState, EpochStream, ErrorBudget, Fingerprint, LastBatch, Loader, LoaderConfig, Secret,
-    TransformSpec,
+    DeviceTarget, EpochState, EpochStream, EpochWatch, ErrorBudget, Fingerprint, LastBatch, Loader, LoaderConfig,
+    Secret, TransformSpec,
 };
 
 use crate::dlpack::DeviceTensor;
@@ -45,16 +46,34 @@ type PyBatch = (Py<PyAny>, u32, Vec<i64>, Vec<String>, u64, usize);
 type PyReport = (u64, u64, u64, Vec<(String, String)>);
 
 /// A connected client: `start_epoch`, then `next_batch` until `None`.
-#[pyclass(module = "stoker._stoker")]
+/// Every method takes `&self`, so that another thread may ask for `state`
+/// or `report` while one waits in `next_batch` (a checkpoint thread, say).
+#[pyclass(module = "stoker._stoker", frozen)]
 struct Client {
     runtime: tokio::runtime::Runtime,
     loader: Loader,
+    epoch: Mutex<EpochSlot>,
+}
+
+/// The epoch in progress. `next_batch` takes the stream out while it
+/// waits; `watch` stays for `state` and `report`.
+#[derive(Default)]
+struct EpochSlot {
     stream: Option<EpochStream>,
+    watch: Option<EpochWatch>,
+    /// A `next_batch` holds the stream.
+    waiting: bool,
     /// The state of an epoch stopped part-way, for `state()`.
     stopped: Option<EpochState>,
     /// Counts `start_epoch` calls, so that a stale iterator cannot stop a
-    /// newer epoch.
+    /// newer epoch, nor a stopped one come back.
     generation: u64,
+}
+
+impl Client {
+    fn slot(&self) -> std::sync::MutexGuard<'_, EpochSlot> {
+        self.epoch.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 #[pymethods]
@@ -146,9 +165,7 @@ impl Client {
         Ok(Self {
             runtime,
             loader,
-            stream: None,
-            stopped: None,
-            generation: 0,
+            epoch: Mutex::new(EpochSlot::default()),
         })
     }
 
@@ -173,8 +190,14 @@ impl Client {
     /// `state` (from `state()`), resumes that epoch where it stopped.
     /// Returns the epoch's generation, for `stop_epoch`.
     #[pyo3(signature = (epoch, state=None))]
-    fn start_epoch(&mut self, epoch: u64, state: Option<&Bound<'_, PyDict>>) -> PyResult<u64> {
-        self.stream = None;
+    fn start_epoch(&self, epoch: u64, state: Option<&Bound<'_, PyDict>>) -> PyResult<u64> {
+        {
+            let mut slot = self.slot();
+            slot.stream = None;
+            // An old epoch's `next_batch` still waiting drops its stream
+            // when it sees the generation moved on.
+            slot.generation += 1;
+        }
         let _guard = self.runtime.enter();
         let stream = match state {
             None => self.loader.epoch(epoch),
@@ -186,50 +209,82 @@ impl Client {
                 self.loader.resume(&state)
             }
         };
-        self.stream = Some(stream.map_err(err)?);
-        self.stopped = None;
-        self.generation += 1;
-        Ok(self.generation)
+        let stream = stream.map_err(err)?;
+        let mut slot = self.slot();
+        slot.generation += 1;
+        slot.watch = Some(stream.watch());
+        slot.stream = Some(stream);
+        slot.waiting = false;
+        slot.stopped = None;
+        Ok(slot.generation)
     }
 
     /// Where the consumer is in the current (or stopped) epoch, as a dict
     /// of plain values; `None` when no epoch was started.
     fn state<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let state = self
-            .stream
-            .as_ref()
-            .map(EpochStream::state)
-            .or_else(|| self.stopped.clone());
+        let state = {
+            let slot = self.slot();
+            match (&slot.stopped, &slot.watch) {
+                (Some(stopped), _) => Some(stopped.clone()),
+                (None, Some(watch)) => Some(watch.state()),
+                (None, None) => None,
+            }
+        };
         state.map(|s| state_to_py(py, &s)).transpose()
     }
 
     /// Stops the epoch of `generation` if it is still the one in
     /// progress; `state()` keeps its position.
-    fn stop_epoch(&mut self, generation: u64) {
-        if generation != self.generation {
+    fn stop_epoch(&self, generation: u64) {
+        let mut slot = self.slot();
+        if generation != slot.generation || slot.stopped.is_some() {
             return;
         }
-        if let Some(stream) = self.stream.take() {
-            self.stopped = Some(stream.state());
-        }
+        slot.stopped = slot.watch.as_ref().map(EpochWatch::state);
+        // A `next_batch` waiting now drops the stream when it returns.
+        slot.stream = None;
     }
 
     /// The next batch of the epoch, or `None` once it is complete.
-    fn next_batch(&mut self, py: Python<'_>) -> PyResult<Option<PyBatch>> {
-        let runtime = &self.runtime;
-        let Some(stream) = self.stream.as_mut() else {
-            return Err(err("no epoch in progress: call start_epoch first"));
+    fn next_batch(&self, py: Python<'_>) -> PyResult<Option<PyBatch>> {
+        let (mut stream, generation) = {
+            let mut slot = self.slot();
+            if slot.waiting {
+                return Err(err("another thread is already waiting for a batch of this epoch"));
+            }
+            let Some(stream) = slot.stream.take() else {
+                return Err(err("no epoch in progress: call start_epoch first"));
+            };
+            slot.waiting = true;
+            (stream, slot.generation)
         };
+        let runtime = &self.runtime;
         let next = loop {
             let waited = py.detach(|| {
                 runtime.block_on(async { tokio::time::timeout(Duration::from_millis(200), stream.next_batch()).await })
             });
             match waited {
-                Ok(next) => break next,
+                Ok(next) => break Ok(next),
                 // Lets Ctrl-C raise KeyboardInterrupt while waiting.
-                Err(_) => py.check_signals()?,
+                Err(_) => {
+                    if let Err(e) = py.check_signals() {
+                        break Err(e);
+                    }
+                }
             }
         };
+        {
+            // The stream goes back unless the epoch was stopped or replaced
+            // meanwhile. The finished stream stays too, yielding nothing.
+            let mut slot = self.slot();
+            if slot.generation == generation {
+                slot.waiting = false;
+                if slot.stopped.is_none() {
+                    slot.stream = Some(stream);
+                }
+            }
+        }
+        let next = next?;
         // The finished stream stays, for `report`; it yields nothing more.
         match next {
             None => Ok(None),
@@ -251,8 +306,8 @@ impl Client {
     /// The current (or last) epoch so far: (samples, skipped, reassigned
     /// items, [(key, reason)] of the first skips).
     fn report(&self) -> Option<PyReport> {
-        self.stream.as_ref().map(|s| {
-            let r = s.report();
+        self.slot().watch.as_ref().map(|w| {
+            let r = w.report();
             (r.samples, r.skipped, r.retries, r.skip_reasons)
         })
     }
