@@ -205,10 +205,8 @@ impl Assembler {
         batch.labels.push(sample.label);
         batch.items.push(sample.item);
         batch.keys.push(sample.key.clone());
-        if self.policy != LastBatch::Drop || self.target.is_some() {
-            // Kept for padding: a reference to the received bytes, no copy.
-            self.last = Some((sample.pixels.clone(), sample.label, sample.key));
-        }
+        // Kept for padding: a reference to the received bytes, no copy.
+        self.last = Some((sample.pixels, sample.label, sample.key));
         if batch.len() == self.batch_size {
             Ok(Some(self.emit(batch)))
         } else {

@@ -53,11 +53,11 @@ impl Pixels {
     }
 
     /// The pinned buffer, for an upload; the pixels are then empty.
-    pub(crate) fn take_pinned(&mut self) -> Option<(PinnedBuf, usize)> {
+    pub(crate) fn take_pinned(&mut self) -> Option<PinnedBuf> {
         match std::mem::replace(&mut self.storage, Storage::Uploaded) {
             Storage::Pinned(b) => {
-                let len = std::mem::take(&mut self.len);
-                Some((b, len))
+                self.len = 0;
+                Some(b)
             }
             other => {
                 self.storage = other;

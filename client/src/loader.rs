@@ -280,7 +280,7 @@ impl Loader {
     /// Batches this rank yields per epoch, the same on every rank, when the
     /// dataset's index gives every shard's sample count; `None` otherwise.
     pub fn batches_per_epoch(&self) -> Option<u64> {
-        let samples: u64 = self.shards.iter().map(|s| s.samples).sum::<Option<u64>>()?;
+        let samples = stoker_core::indexed_samples(&self.shards)?;
         Some(batches_per_rank(
             samples,
             self.config.world_size,
@@ -505,7 +505,7 @@ fn upload(uploader: Option<&Uploader>, mut batch: Batch) -> Result<Batch, Client
     let Some(up) = uploader else {
         return Ok(batch);
     };
-    let Some((buf, _len)) = batch.pixels.take_pinned() else {
+    let Some(buf) = batch.pixels.take_pinned() else {
         return Ok(batch);
     };
     let device = up

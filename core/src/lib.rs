@@ -20,7 +20,7 @@ pub mod transform;
 pub mod uri;
 
 pub use params::{Step, resolve_steps};
-pub use plan::{EpochPlan, PlanItem, ShardRef};
+pub use plan::{EpochPlan, PlanItem, ShardRef, indexed_samples};
 pub use rng::SampleRng;
 pub use secret::Secret;
 pub use transform::{Op, TransformSpec};

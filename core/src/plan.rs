@@ -47,9 +47,15 @@ impl PlanItem {
 pub struct EpochPlan {
     pub epoch: u64,
     pub items: Vec<PlanItem>,
-    /// Samples in the whole epoch (every rank), when every shard's count
-    /// is known.
-    pub epoch_samples: Option<u64>,
+}
+
+/// Samples in the whole dataset (every rank's share together), when every
+/// shard's count is known. The counts come from the dataset's index: a sum
+/// past u64 is treated as no index rather than trusted.
+pub fn indexed_samples(shards: &[ShardRef]) -> Option<u64> {
+    shards
+        .iter()
+        .try_fold(0u64, |total, s| s.samples.and_then(|n| total.checked_add(n)))
 }
 
 /// Why a plan could not be made.
@@ -85,23 +91,14 @@ impl EpochPlan {
             let j = rng.int_inclusive(0, i as i64) as usize;
             order.swap(i, j);
         }
-        // Counts come from the dataset's index: a sum past u64 is treated
-        // as no index rather than trusted.
-        let epoch_samples = shards
-            .iter()
-            .try_fold(0u64, |total, s| s.samples.and_then(|n| total.checked_add(n)));
-        let Some(total) = epoch_samples else {
+        let Some(total) = indexed_samples(shards) else {
             let items = order
                 .into_iter()
                 .skip(rank as usize)
                 .step_by(world as usize)
                 .map(|i| PlanItem::whole(shards[i].clone()))
                 .collect();
-            return Ok(Self {
-                epoch,
-                items,
-                epoch_samples,
-            });
+            return Ok(Self { epoch, items });
         };
         let share = |r: u64| (u128::from(total) * u128::from(r) / u128::from(world)) as u64;
         let (lo, hi) = (share(u64::from(rank)), share(u64::from(rank) + 1));
@@ -123,11 +120,7 @@ impl EpochPlan {
                 end,
             });
         }
-        Ok(Self {
-            epoch,
-            items,
-            epoch_samples,
-        })
+        Ok(Self { epoch, items })
     }
 
     /// Samples in this rank's share, when every shard's count is known.
@@ -209,7 +202,15 @@ mod tests {
         assert_eq!((plan.items[0].start, plan.items[0].end), (0, Some(5)));
         let plan = EpochPlan::new(&all, 0, 0, 1, 4).unwrap();
         assert_eq!((plan.items[0].start, plan.items[0].end), (5, None));
-        assert_eq!(plan.epoch_samples, Some(20));
+        assert_eq!(indexed_samples(&all), Some(20));
+        let huge = [
+            ShardRef {
+                samples: Some(u64::MAX),
+                ..all[0].clone()
+            },
+            all[1].clone(),
+        ];
+        assert_eq!(indexed_samples(&huge), None, "an overflowing index is no index");
     }
 
     #[test]

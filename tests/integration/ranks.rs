@@ -49,6 +49,31 @@ fn real_keys(batches: &[Batch]) -> Vec<String> {
         .collect()
 }
 
+/// A shard's sample keys in tar order, as `tar -tf` lists its members
+/// (`<key>.jpg`, `<key>.cls`, ...).
+fn tar_keys(shard: &Path) -> Vec<String> {
+    let out = std::process::Command::new("tar")
+        .arg("-tf")
+        .arg(shard)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "tar -tf {}", shard.display());
+    let mut keys: Vec<String> = Vec::new();
+    for member in String::from_utf8(out.stdout).unwrap().lines() {
+        let (dir, file) = member.rsplit_once('/').unwrap_or(("", member));
+        let stem = file.split('.').next().unwrap();
+        let key = if dir.is_empty() {
+            stem.to_owned()
+        } else {
+            format!("{dir}/{stem}")
+        };
+        if keys.last() != Some(&key) {
+            keys.push(key);
+        }
+    }
+    keys
+}
+
 fn batch_keys(batches: &[Batch]) -> Vec<(u64, Vec<String>)> {
     batches.iter().map(|b| (b.index, b.keys.clone())).collect()
 }
@@ -111,9 +136,21 @@ async fn deterministic_batches_do_not_depend_on_the_workers() {
     (one.deterministic, one.inflight_per_worker) = (true, 1);
     let mut three = config(&[&w1, &w2, &w3], &dataset, 8);
     (three.deterministic, three.inflight_per_worker, three.chunk_bytes) = (true, 3, 4096);
-    let a = collect(&Loader::connect(one).await.unwrap(), 2).await;
+    let one = Loader::connect(one).await.unwrap();
+    let a = collect(&one, 2).await;
     let b = collect(&Loader::connect(three).await.unwrap(), 2).await;
     assert_eq!(batch_keys(&a), batch_keys(&b));
+
+    // Both are the plan's order, computed independently: the epoch's items
+    // in plan order, each shard's samples as GNU tar lists them.
+    let mut planned = Vec::new();
+    for item in one.plan(2).unwrap().items {
+        let keys = tar_keys(&Path::new(&dataset).join(&item.shard.name));
+        let end = item.end.map_or(keys.len(), |e| e as usize);
+        planned.extend_from_slice(&keys[item.start as usize..end]);
+    }
+    let chunks: Vec<Vec<String>> = planned.chunks(8).map(<[String]>::to_vec).collect();
+    assert_eq!(a.iter().map(|b| b.keys.clone()).collect::<Vec<_>>(), chunks);
     for (x, y) in a.iter().zip(&b) {
         assert!(x.pixels[..] == y.pixels[..], "batch {} has other pixels", x.index);
     }

@@ -211,7 +211,6 @@ impl Client {
         };
         let stream = stream.map_err(err)?;
         let mut slot = self.slot();
-        slot.generation += 1;
         slot.watch = Some(stream.watch());
         slot.stream = Some(stream);
         slot.waiting = false;
