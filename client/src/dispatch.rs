@@ -1,8 +1,11 @@
 //! Dispatch: work items to workers, exactly once.
 //!
-//! Every worker gets `inflight` lanes; a lane takes the next pending item,
-//! streams it, and takes another. Fast workers therefore take more items
-//! than slow ones. The shared [`Ledger`] records, per item, which samples
+//! Every worker gets lanes; a lane takes the next pending item, streams it,
+//! and takes another. Fast workers therefore take more items than slow
+//! ones. How many items a worker has at once is its credit ([`Credit`]):
+//! by default counted in samples, up to what the worker says it needs in
+//! flight (`Info.inflight_samples`), so that a GPU worker gets enough work
+//! to fill its batches whatever the shard size; or a fixed number of items. The shared [`Ledger`] records, per item, which samples
 //! have been handed to the assembler and which attempt owns the item. When
 //! an attempt fails or makes no progress for `progress_timeout`, the item
 //! goes back to the queue with its received samples as the skip list, and
@@ -51,6 +54,9 @@ struct ItemState {
     /// again only once every worker has failed it.
     failed_on: Vec<usize>,
     done: bool,
+    /// Samples the owning attempt is still expected to send or skip: its
+    /// share of its worker's outstanding credit.
+    expected_left: u64,
 }
 
 #[derive(Debug)]
@@ -59,6 +65,43 @@ struct WorkerHealth {
     /// When the worker started failing; `None` while healthy.
     failing_since: Option<Instant>,
     last_error: String,
+    credit: Credit,
+}
+
+/// How much work a worker may have at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CreditLimit {
+    /// A fixed number of items (`LoaderConfig::inflight_per_worker`).
+    Items(usize),
+    /// Items until the samples they are expected to send reach this many
+    /// (the worker's `Info.inflight_samples`); always at least one item.
+    Samples(u64),
+}
+
+/// Items a worker whose needs are unknown (unreachable at the start, or
+/// too old to say) gets at once.
+pub(crate) const DEFAULT_INFLIGHT_ITEMS: usize = 2;
+
+/// The most lanes, and so items in flight, one worker gets.
+pub(crate) const MAX_LANES_PER_WORKER: usize = 64;
+
+/// A worker's credit: its limit, and what it holds now.
+#[derive(Debug)]
+struct Credit {
+    limit: CreditLimit,
+    /// Items leased to the worker now.
+    items: usize,
+    /// Samples those items are still expected to send.
+    outstanding: u64,
+}
+
+impl Credit {
+    fn allows_another(&self) -> bool {
+        match self.limit {
+            CreditLimit::Items(n) => self.items < n,
+            CreditLimit::Samples(want) => self.items == 0 || self.outstanding < want,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -74,6 +117,10 @@ struct LedgerState {
     /// and this bounds how many it holds.
     window: Option<usize>,
     frontier: usize,
+    /// Samples of the items completed so far, and how many: an item whose
+    /// count the index does not give is expected to be of average size.
+    completed_samples: u64,
+    completed_items: u64,
 }
 
 /// Shared dispatch state of one epoch.
@@ -81,10 +128,13 @@ struct LedgerState {
 pub(crate) struct Ledger {
     state: Mutex<LedgerState>,
     changed: Notify,
+    /// Per worker: its credit went from used up to available.
+    credit_freed: Vec<Notify>,
 }
 
 /// An item handed to a lane.
 struct Lease {
+    worker: usize,
     index: usize,
     attempt: u64,
     shard: String,
@@ -106,7 +156,8 @@ pub(crate) enum Event {
 }
 
 impl Ledger {
-    pub fn new(items: Vec<PlanItem>, workers: &[String]) -> Self {
+    /// A ledger for `items`, handed to `workers` each within its limit.
+    pub fn new(items: Vec<PlanItem>, workers: &[(String, CreditLimit)]) -> Self {
         let n = items.len();
         Self {
             state: Mutex::new(LedgerState {
@@ -120,6 +171,7 @@ impl Ledger {
                         attempts: 0,
                         failed_on: Vec::new(),
                         done: false,
+                        expected_left: 0,
                     })
                     .collect(),
                 pending: (0..n).collect(),
@@ -128,16 +180,55 @@ impl Ledger {
                 fatal: None,
                 window: None,
                 frontier: 0,
+                completed_samples: 0,
+                completed_items: 0,
                 workers: workers
                     .iter()
-                    .map(|addr| WorkerHealth {
+                    .map(|(addr, limit)| WorkerHealth {
                         addr: addr.clone(),
                         failing_since: None,
                         last_error: String::new(),
+                        credit: Credit {
+                            limit: *limit,
+                            items: 0,
+                            outstanding: 0,
+                        },
                     })
                     .collect(),
             }),
             changed: Notify::new(),
+            credit_freed: workers.iter().map(|_| Notify::new()).collect(),
+        }
+    }
+
+    /// Sets worker `w`'s limit (learnt from its `Info` once it answered).
+    pub fn set_limit(&self, w: usize, limit: CreditLimit) {
+        let mut st = self.lock();
+        st.workers[w].credit.limit = limit;
+        drop(st);
+        self.credit_freed[w].notify_waiters();
+    }
+
+    /// Worker `w`'s limit.
+    pub fn limit(&self, w: usize) -> CreditLimit {
+        self.lock().workers[w].credit.limit
+    }
+
+    /// Takes `samples` off the credit the lease's item holds on its worker
+    /// (all that is left with `None`), and wakes the worker's lanes when
+    /// that makes room for another item.
+    fn return_credit(&self, st: &mut LedgerState, lease: &Lease, samples: Option<u64>) {
+        let item = &mut st.items[lease.index];
+        let back = samples.map_or(item.expected_left, |n| n.min(item.expected_left));
+        item.expected_left -= back;
+        let credit = &mut st.workers[lease.worker].credit;
+        let before = credit.allows_another();
+        credit.outstanding = credit.outstanding.saturating_sub(back);
+        if samples.is_none() {
+            credit.items = credit.items.saturating_sub(1);
+        }
+        if !before && credit.allows_another() {
+            self.credit_freed[lease.worker].notify_waiters();
         }
     }
 
@@ -210,6 +301,9 @@ impl Ledger {
     /// failed on it, unless it has failed on every worker.
     fn take(&self, worker: usize) -> Option<Lease> {
         let mut st = self.lock();
+        if !st.workers[worker].credit.allows_another() {
+            return None;
+        }
         let workers = st.workers.len();
         let limit = st.window.map_or(usize::MAX, |w| st.frontier.saturating_add(w));
         let pos = st.pending.iter().position(|&i| {
@@ -225,10 +319,26 @@ impl Ledger {
         let index = st.pending.remove(pos)?;
         let attempt = st.next_attempt;
         st.next_attempt += 1;
+        // Samples the item should bring: the index's count, less what
+        // earlier attempts delivered; else the average of items done so
+        // far, or, before any, a share of the limit.
+        let expected = match st.items[index].item.samples() {
+            Some(n) => n.saturating_sub(st.items[index].received.len() as u64),
+            None if st.completed_items > 0 => st.completed_samples / st.completed_items,
+            None => match st.workers[worker].credit.limit {
+                CreditLimit::Samples(want) => want / DEFAULT_INFLIGHT_ITEMS as u64,
+                CreditLimit::Items(_) => 0,
+            },
+        };
+        let credit = &mut st.workers[worker].credit;
+        credit.items += 1;
+        credit.outstanding += expected;
         let item = &mut st.items[index];
         item.owner = Some(attempt);
         item.attempts += 1;
+        item.expected_left = expected;
         Some(Lease {
+            worker,
             index,
             attempt,
             shard: item.item.shard.name.clone(),
@@ -258,6 +368,8 @@ impl Ledger {
             })
             .collect();
         item.accepted += fresh.len() as u64;
+        let progress = (fresh.len() + skipped.len()) as u64;
+        self.return_credit(&mut st, lease, Some(progress));
         Some(fresh)
     }
 
@@ -273,6 +385,9 @@ impl Ledger {
         item.owner = None;
         let accepted = item.accepted;
         st.remaining -= 1;
+        st.completed_items += 1;
+        st.completed_samples += accepted;
+        self.return_credit(&mut st, lease, None);
         drop(st);
         self.changed.notify_waiters();
         Some(accepted)
@@ -287,6 +402,8 @@ impl Ledger {
             return;
         }
         item.owner = None;
+        self.return_credit(&mut st, lease, None);
+        let item = &mut st.items[lease.index];
         if let Some(w) = worker
             && !item.failed_on.contains(&w)
         {
@@ -319,6 +436,7 @@ impl Ledger {
         }
         item.owner = None;
         item.attempts = item.attempts.saturating_sub(1);
+        self.return_credit(&mut st, lease, None);
         st.pending.push_front(lease.index);
         drop(st);
         self.changed.notify_waiters();
@@ -389,6 +507,17 @@ enum Outcome {
 /// Longest wait between two probes of a failing worker.
 const MAX_PROBE_INTERVAL: Duration = Duration::from_secs(2);
 
+/// The credit a worker asks for in its `Info` (samples in flight), or
+/// `None` when it does not answer in time or is too old to say.
+pub(crate) async fn worker_limit(client: &mut Client, timeout: Duration) -> Option<CreditLimit> {
+    let info = tokio::time::timeout(timeout, client.info(pb::InfoRequest::default()))
+        .await
+        .ok()?
+        .ok()?
+        .into_inner();
+    (info.inflight_samples > 0).then_some(CreditLimit::Samples(info.inflight_samples))
+}
+
 impl Lane {
     /// Takes items until the epoch is complete or has failed.
     ///
@@ -401,6 +530,7 @@ impl Lane {
         let ledger = Arc::clone(&self.ledger);
         loop {
             let notified = ledger.changed.notified();
+            let credit_freed = ledger.credit_freed[self.worker].notified();
             if Ledger::finished(&ledger.lock()) {
                 return;
             }
@@ -411,6 +541,13 @@ impl Lane {
                     Ok(()) => {
                         debug!(worker = %self.addr, "worker serving again");
                         ledger.worker_ok(self.worker);
+                        // A worker first reached now says what it needs.
+                        if self.config.inflight_per_worker.is_none()
+                            && ledger.limit(self.worker) == CreditLimit::Items(DEFAULT_INFLIGHT_ITEMS)
+                            && let Some(limit) = worker_limit(&mut self.client, self.config.connect_timeout).await
+                        {
+                            ledger.set_limit(self.worker, limit);
+                        }
                     }
                     Err(message) => {
                         ledger.worker_failed(self.worker, &message, self.config.worker_patience);
@@ -419,9 +556,15 @@ impl Lane {
                 }
             }
             let Some(lease) = ledger.take(self.worker) else {
-                // Nothing queued, but items are in flight elsewhere and may
-                // come back: wait for a change.
-                let _ = tokio::time::timeout(Duration::from_millis(500), notified).await;
+                // Nothing queued (items in flight elsewhere may come back),
+                // or the worker's credit is used up: wait for a change.
+                let _ = tokio::time::timeout(Duration::from_millis(500), async {
+                    tokio::select! {
+                        () = notified => {}
+                        () = credit_freed => {}
+                    }
+                })
+                .await;
                 continue;
             };
             match self.stream(&lease).await {
@@ -599,8 +742,97 @@ mod tests {
                 end: None,
             })
             .collect();
-        let addrs: Vec<String> = (0..workers).map(|w| format!("w{w}")).collect();
+        let addrs: Vec<(String, CreditLimit)> = (0..workers)
+            .map(|w| (format!("w{w}"), CreditLimit::Items(MAX_LANES_PER_WORKER)))
+            .collect();
         Ledger::new(shards, &addrs)
+    }
+
+    /// `items` items of `samples` samples each (an index), one worker.
+    fn indexed_ledger(items: usize, samples: u64, limit: CreditLimit) -> Ledger {
+        let shards = (0..items)
+            .map(|i| PlanItem {
+                shard: stoker_core::ShardRef {
+                    name: format!("s{i}.tar"),
+                    size_bytes: 1,
+                    samples: Some(samples),
+                },
+                start: 0,
+                end: None,
+            })
+            .collect();
+        Ledger::new(shards, &[("w0".to_owned(), limit)])
+    }
+
+    fn named(keys: std::ops::Range<usize>) -> Vec<Sample> {
+        let names: Vec<String> = keys.map(|k| format!("k{k}")).collect();
+        samples(&names.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn credit_in_samples_takes_items_until_their_samples_reach_the_worker_s_need() {
+        // The worker needs 100 samples in flight; items hold 40 each.
+        let l = indexed_ledger(10, 40, CreditLimit::Samples(100));
+        let a = l.take(0).unwrap();
+        let b = l.take(0).unwrap();
+        let _c = l.take(0).unwrap();
+        assert!(l.take(0).is_none(), "120 samples expected: over the 100 needed");
+        // 30 of a's samples arrive (or are skipped): 90 outstanding, room again.
+        let skipped = [pb::SkippedSample {
+            key: "k29".into(),
+            reason: "corrupt".into(),
+        }];
+        l.accept(&a, named(0..29), &skipped).unwrap();
+        let d = l.take(0).unwrap();
+        assert!(l.take(0).is_none());
+        // A duplicate key brings no credit back; a completed item all it held.
+        l.accept(&d, named(0..1), &[]).unwrap();
+        l.accept(&d, named(0..1), &[]).unwrap();
+        assert!(l.take(0).is_none());
+        l.accept(&a, named(30..40), &[]).unwrap();
+        assert_eq!(l.complete(&a), Some(39));
+        // b, c and d: 40 + 40 + 39 expected.
+        assert!(l.take(0).is_none());
+        l.accept(&b, named(100..120), &[]).unwrap();
+        assert!(l.take(0).is_some(), "99 expected: room for one more");
+    }
+
+    #[test]
+    fn a_failed_or_refused_attempt_gives_its_credit_back_and_a_retry_expects_only_the_rest() {
+        let l = indexed_ledger(3, 40, CreditLimit::Samples(50));
+        let a = l.take(0).unwrap();
+        let b = l.take(0).unwrap();
+        assert!(l.take(0).is_none());
+        l.accept(&a, named(0..35), &[]).unwrap();
+        l.requeue(&a, Some(0), "w0", "reset", 5);
+        l.release(&b);
+        // Nothing is held now. The retry of `a` expects its 5 missing
+        // samples and `b` all 40: 45, under 50, so the third item goes too
+        // (had the retry expected 40 again, 80 would have stopped it).
+        let mut again = [l.take(0).unwrap(), l.take(0).unwrap()];
+        again.sort_by_key(|lease| lease.index);
+        assert_eq!((again[0].skip.len(), again[1].skip.len()), (35, 0));
+        assert_eq!(l.take(0).map(|c| c.index), Some(2));
+    }
+
+    #[test]
+    fn a_fixed_limit_counts_items_and_unknown_sizes_learn_from_completed_items() {
+        let l = ledger(5, 1);
+        l.set_limit(0, CreditLimit::Items(2));
+        let a = l.take(0).unwrap();
+        let _b = l.take(0).unwrap();
+        assert!(l.take(0).is_none(), "two items at most");
+        l.accept(&a, named(0..10), &[]).unwrap();
+        assert!(l.take(0).is_none(), "samples do not matter with an item limit");
+        assert_eq!(l.complete(&a), Some(10));
+        let c = l.take(0).unwrap();
+        // No index: items are expected to be as large as those done (10),
+        // so a need of 15 samples admits a second item, not a third.
+        l.set_limit(0, CreditLimit::Samples(15));
+        l.release(&c);
+        let _c = l.take(0).unwrap();
+        let _d = l.take(0).unwrap();
+        assert!(l.take(0).is_none());
     }
 
     fn samples(keys: &[&str]) -> Vec<Sample> {

@@ -15,7 +15,7 @@ use crate::assemble::{Assembler, Batch, LastBatch, batches_per_rank};
 use crate::budget::{ErrorBudget, ReasonTally};
 use crate::buffers::{BatchBuffers, HostPool};
 use crate::device::{PinnedPool, UploadSpec, Uploader};
-use crate::dispatch::{Lane, Ledger};
+use crate::dispatch::{CreditLimit, DEFAULT_INFLIGHT_ITEMS, Lane, Ledger, MAX_LANES_PER_WORKER, worker_limit};
 use crate::error::{ClientError, describe_status, is_permanent};
 use crate::order::{Ordered, Sequencer};
 use crate::state::{EpochState, Fingerprint, Progress};
@@ -37,8 +37,11 @@ pub struct LoaderConfig {
     pub world_size: u32,
     /// Batches assembled ahead of the consumer.
     pub prefetch: usize,
-    /// Work items streamed from each worker at once.
-    pub inflight_per_worker: usize,
+    /// Work items streamed from each worker at once; `None` (the default)
+    /// sizes each worker's share in samples, from what the worker says it
+    /// needs in flight (`Info.inflight_samples`) and the items' sample
+    /// counts, so a GPU worker's batches fill whatever the shard size.
+    pub inflight_per_worker: Option<usize>,
     /// What happens to an epoch's last, incomplete batch. When the
     /// dataset has an index, every rank yields the same number of batches
     /// (see [`batches_per_rank`](crate::batches_per_rank)).
@@ -91,7 +94,7 @@ impl LoaderConfig {
             rank: 0,
             world_size: 1,
             prefetch: 4,
-            inflight_per_worker: 2,
+            inflight_per_worker: None,
             last_batch: LastBatch::Partial,
             deterministic: false,
             chunk_bytes: 0,
@@ -120,8 +123,12 @@ impl LoaderConfig {
                 self.rank, self.world_size
             ));
         }
-        if self.inflight_per_worker == 0 {
-            return bad("items in flight per worker must be at least 1".into());
+        if let Some(n) = self.inflight_per_worker
+            && !(1..=MAX_LANES_PER_WORKER).contains(&n)
+        {
+            return bad(format!(
+                "items in flight per worker must be between 1 and {MAX_LANES_PER_WORKER}, got {n}"
+            ));
         }
         if self.max_attempts == 0 {
             return bad("max attempts must be at least 1".into());
@@ -136,6 +143,9 @@ struct WorkerConn {
     addr: String,
     client: wire::Client,
     health: wire::HealthClient,
+    /// What the worker may have in flight, from the configuration or its
+    /// `Info` at connection time.
+    limit: CreditLimit,
 }
 
 /// A connection to a set of workers for one dataset.
@@ -180,6 +190,7 @@ impl Loader {
                 addr: addr.clone(),
                 client: wire::client(channel.clone(), config.token.as_ref()).map_err(ClientError::Config)?,
                 health: wire::health_client(channel, config.token.as_ref()).map_err(ClientError::Config)?,
+                limit: CreditLimit::Items(config.inflight_per_worker.unwrap_or(DEFAULT_INFLIGHT_ITEMS)),
             });
         }
         let request = pb::DescribeDatasetRequest {
@@ -210,6 +221,23 @@ impl Loader {
         for u in &unreachable {
             // The epoch keeps trying these; they may come up later.
             warn!(worker = %u, "worker unreachable at start");
+        }
+        if config.inflight_per_worker.is_none() {
+            // Asked at once of every worker; one that does not answer keeps
+            // the default and asks again when it comes up.
+            let asks = workers
+                .iter()
+                .map(|w| {
+                    let mut client = w.client.clone();
+                    async move { worker_limit(&mut client, config.connect_timeout).await }
+                })
+                .collect::<Vec<_>>();
+            for (w, limit) in workers.iter_mut().zip(futures::future::join_all(asks).await) {
+                if let Some(limit) = limit {
+                    debug!(worker = %w.addr, ?limit, "worker credit");
+                    w.limit = limit;
+                }
+            }
         }
         let shards: Vec<ShardRef> = described.shards.into_iter().map(ShardRef::from).collect();
         if shards.is_empty() {
@@ -332,13 +360,33 @@ impl Loader {
         }
         let addrs: Vec<String> = self.workers.iter().map(|w| w.addr.clone()).collect();
         let items = plan.items.len();
-        let ledger = Arc::new(Ledger::new(plan.items.clone(), &addrs));
+        let limits: Vec<(String, CreditLimit)> = self.workers.iter().map(|w| (w.addr.clone(), w.limit)).collect();
+        let ledger = Arc::new(Ledger::new(plan.items.clone(), &limits));
         let (done, partial): (&[u32], &[(u32, Vec<String>)]) = match resumed {
             Some(s) => (&s.done_items, &s.partial),
             None => (&[], &[]),
         };
         ledger.resume(done, partial);
-        let lanes_total = self.workers.len() * self.config.inflight_per_worker;
+        // Lanes per worker: as many as the items its credit may allow at
+        // once (a worker that may ask for more once reached gets the most);
+        // the items expected in flight bound deterministic mode's window.
+        let item_samples = plan.samples().map(|n| n / plan.items.len().max(1) as u64);
+        let expected_items = |limit| match limit {
+            CreditLimit::Items(n) => n,
+            CreditLimit::Samples(want) => item_samples.map_or(DEFAULT_INFLIGHT_ITEMS + 1, |per_item| {
+                (want.div_ceil(per_item.max(1)) as usize + 1).min(MAX_LANES_PER_WORKER)
+            }),
+        };
+        let lanes_per_worker: Vec<usize> = self
+            .workers
+            .iter()
+            .map(|w| match (w.limit, self.config.inflight_per_worker) {
+                (_, Some(n)) => n,
+                (CreditLimit::Samples(_), None) if item_samples.is_some() => expected_items(w.limit),
+                _ => MAX_LANES_PER_WORKER,
+            })
+            .collect();
+        let lanes_total: usize = self.workers.iter().map(|w| expected_items(w.limit)).sum();
         let mut sequencer = Sequencer::new(items, self.config.deterministic, done);
         if self.config.deterministic {
             ledger.set_window(2 * lanes_total);
@@ -351,7 +399,7 @@ impl Loader {
         let (batch_tx, batch_rx) = mpsc::channel(self.config.prefetch.max(1));
         let mut lanes = JoinSet::new();
         for (i, w) in self.workers.iter().enumerate() {
-            for _ in 0..self.config.inflight_per_worker {
+            for _ in 0..lanes_per_worker[i] {
                 lanes.spawn(
                     Lane {
                         worker: i,

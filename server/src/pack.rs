@@ -117,12 +117,25 @@ pub async fn pack(
     input: &Path,
     output: &DatasetUri,
     shard_size: u64,
+    progress: impl FnMut(u64, u64),
+) -> Result<PackSummary, PackError> {
+    let (images, classes) = scan_image_folder(input)?;
+    pack_images(storage, &images, classes, output, shard_size, progress).await
+}
+
+/// Packs `images` (labels are positions in `classes`) into shards of about
+/// `shard_size` bytes under `output`, with the index.
+pub async fn pack_images(
+    storage: &Storage,
+    images: &[SourceImage],
+    classes: Vec<String>,
+    output: &DatasetUri,
+    shard_size: u64,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<PackSummary, PackError> {
     if shard_size < 1024 {
         return Err(PackError::ShardSize(shard_size));
     }
-    let (images, classes) = scan_image_folder(input)?;
     storage.check_writable(output).await?;
     let staging = tempfile_dir()?;
     let mut entries: Vec<IndexEntry> = Vec::new();

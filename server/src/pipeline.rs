@@ -17,6 +17,7 @@ use tracing::{debug, info, warn};
 
 use crate::augment::Augmenter;
 use crate::decode::{DecodeError, RgbImage, check_jpeg, decode, header_dimensions, sniff};
+use crate::gpu::runner::RunnerGone;
 use crate::gpu::{GpuResult, GpuRunner, GpuSample};
 use crate::libjpeg;
 use crate::memory::{MemoryBudget, Reservation};
@@ -47,6 +48,10 @@ pub struct WorkerConfig {
     /// later request of the same shard range, whatever the seed and epoch
     /// (see [`ReplayCache`]).
     pub replay: bool,
+    /// On a GPU worker, let idle CPU threads take JPEGs while the GPU lanes
+    /// have a backlog (see [`WorkerContext::route`]). Off keeps the host's
+    /// cores for other work, such as a trainer on the same host.
+    pub cpu_jpegs: bool,
 }
 
 impl Default for WorkerConfig {
@@ -57,11 +62,27 @@ impl Default for WorkerConfig {
             chunk_bytes: 2 << 20,
             max_member_bytes: 64 << 20,
             max_image_pixels: 100_000_000,
-            decode_ahead: threads * 2 + 2,
+            decode_ahead: decode_ahead(threads),
             storage: StorageConfig::default(),
             memory_limit: 4 << 30,
             replay: false,
+            cpu_jpegs: true,
         }
+    }
+}
+
+/// Samples one item keeps in flight on a pool of `threads` threads: two
+/// per thread and two more, so threads never wait for the reader.
+pub fn decode_ahead(threads: usize) -> usize {
+    threads * 2 + 2
+}
+
+impl WorkerConfig {
+    /// `threads` CPU pool threads, with the read-ahead that suits them.
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = threads;
+        self.decode_ahead = decode_ahead(threads);
+        self
     }
 }
 
@@ -72,6 +93,12 @@ pub struct Counters {
     pub skipped: AtomicU64,
     pub bytes: AtomicU64,
     pub items: AtomicU64,
+    /// Samples decoded and transformed on the CPU pool (the GPU runner
+    /// counts its own).
+    pub cpu_samples: AtomicU64,
+    /// On a GPU worker: JPEGs the CPU pool took because the GPU lanes had a
+    /// backlog and a CPU thread was idle (see [`Route`]).
+    pub cpu_jpegs: AtomicU64,
 }
 
 /// What every item needs: storage, the pool, the GPU if any, the limits.
@@ -137,6 +164,49 @@ impl WorkerContext {
             ..Self::new(config)?
         })
     }
+
+    /// Samples this worker needs in flight, over all the items it serves,
+    /// to keep every executor busy: each item's read-ahead on the CPU
+    /// pool, and on a GPU worker two batches per lane (one running, one
+    /// ready). Clients size their credit from it (`Info`).
+    pub fn inflight_samples(&self) -> u64 {
+        let cpu = self.config.decode_ahead.max(1) as u64;
+        let gpu = self
+            .gpu
+            .as_ref()
+            .map_or(0, |g| 2 * (g.config().lanes * g.config().max_batch) as u64);
+        2 * cpu + gpu
+    }
+
+    /// Where `raw` is decoded. On a GPU worker a JPEG goes to the GPU
+    /// lanes unless they have a backlog and a CPU thread is idle: then the
+    /// CPU pool takes it. Nothing to tune: the pool takes JPEGs only as
+    /// fast as it frees threads, and only while the GPU is the bottleneck,
+    /// so neither side waits on the other (unlike a fixed share, such as
+    /// DALI's `hw_decoder_load`).
+    fn route(&self, raw: &RawSample) -> Route {
+        match &self.gpu {
+            Some(gpu) if gpu_jpeg(raw) => {
+                if self.config.cpu_jpegs && gpu.backlogged() && self.pool.has_idle_thread() {
+                    Route::CpuJpeg
+                } else {
+                    Route::Gpu
+                }
+            }
+            _ => Route::Cpu,
+        }
+    }
+}
+
+/// Where a sample is decoded and transformed (see [`WorkerContext::route`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    /// The GPU lanes, in a batch.
+    Gpu,
+    /// The CPU pool: not a JPEG the GPU takes, or a CPU worker.
+    Cpu,
+    /// The CPU pool, a JPEG the GPU would take but has no room for now.
+    CpuJpeg,
 }
 
 /// A work item in domain terms.
@@ -217,6 +287,9 @@ pub enum ItemError {
     },
     #[error(transparent)]
     Pool(#[from] PoolError),
+    /// The GPU lanes stopped (shutting down, or a lane panicked).
+    #[error(transparent)]
+    Gpu(#[from] RunnerGone),
     /// The worker is shutting down and its grace period ran out.
     #[error("worker shut down before finishing {shard}; its rest goes to another worker")]
     ShutDown { shard: String },
@@ -322,15 +395,22 @@ type Outcome = Result<Processed, Skipped>;
 /// Samples on their way through the CPU pool or the GPU, in the order they
 /// were read.
 struct InFlight {
-    results: std::pin::Pin<Box<dyn Future<Output = Result<Vec<Outcome>, PoolError>> + Send>>,
+    results: std::pin::Pin<Box<dyn Future<Output = Result<Vec<Outcome>, ItemError>> + Send>>,
     samples: usize,
     held: Reservation,
 }
 
-/// A JPEG the GPU can take: its sample, unless it should go to the CPU.
+/// Whether `raw` is a JPEG the GPU lanes take: named and sniffed as one,
+/// with a label. Anything else goes to the CPU path, which decodes it or
+/// skips it with its reason.
+fn gpu_jpeg(raw: &RawSample) -> bool {
+    matches!((&raw.image, &raw.label), (Ok((ImageKind::Jpeg, data)), Ok(_)) if sniff(data) == Some(ImageKind::Jpeg))
+}
+
+/// `raw` as the GPU lanes take it; `None` unless [`gpu_jpeg`].
 fn gpu_sample(raw: RawSample) -> Result<GpuSample, RawSample> {
     match (&raw.image, &raw.label) {
-        (Ok((ImageKind::Jpeg, data)), Ok(label)) if sniff(data) == Some(ImageKind::Jpeg) => Ok(GpuSample {
+        (Ok((ImageKind::Jpeg, data)), Ok(label)) if gpu_jpeg(&raw) => Ok(GpuSample {
             label: *label,
             data: data.clone(),
             key: raw.key,
@@ -340,47 +420,60 @@ fn gpu_sample(raw: RawSample) -> Result<GpuSample, RawSample> {
     }
 }
 
+/// Queues one sample on the CPU pool now; the future yields its outcome.
+fn on_pool(
+    ctx: &Arc<WorkerContext>,
+    raw: RawSample,
+    spec: &Arc<TransformSpec>,
+    seed: u64,
+    epoch: u64,
+) -> impl Future<Output = Result<Outcome, PoolError>> + Send + 'static {
+    let (spec, counters) = (Arc::clone(spec), Arc::clone(ctx));
+    let max_pixels = ctx.config.max_image_pixels;
+    ctx.pool.spawn(move || {
+        let outcome = process_sample(raw, &spec, seed, epoch, max_pixels);
+        if outcome.is_ok() {
+            counters.counters.cpu_samples.fetch_add(1, Ordering::Relaxed);
+        }
+        outcome
+    })
+}
+
 /// Runs `samples` on the GPU; those it hands back go to the CPU pool.
+///
+/// The batch is queued for the lanes at once, by a task of its own, not
+/// when the item gets round to awaiting it: an item keeps several batches
+/// in flight. Each sample comes back exactly once, finished by the GPU or
+/// by the CPU pool after a hand-back (in any order: the client sorts by
+/// position where it needs the order).
 fn on_gpu(ctx: &Arc<WorkerContext>, item: &Item, samples: Vec<GpuSample>) -> InFlight {
     let n = samples.len();
     let ctx = Arc::clone(ctx);
     let spec = Arc::clone(&item.spec);
     let (seed, epoch) = (item.seed, item.epoch);
-    let results = async move {
-        let Some(gpu) = ctx.gpu.as_ref() else {
-            return Err(PoolError);
-        };
+    let task = tokio::spawn(async move {
+        let gpu = ctx.gpu.as_ref().ok_or(RunnerGone)?;
+        // A lane panicked or the runner stopped: the item fails and the
+        // client reassigns it.
+        let results = gpu.run(samples, Arc::clone(&spec), seed, epoch).await?;
         let mut out = Vec::with_capacity(n);
         let mut back = Vec::new();
-        match gpu.run(samples, Arc::clone(&spec), seed, epoch).await {
-            Ok(results) => {
-                for r in results {
-                    match r {
-                        GpuResult::Done(p) => out.push(Ok(p)),
-                        GpuResult::Cpu { sample, reason } => {
-                            debug!(key = %sample.key, reason, "gpu handed the sample to the cpu");
-                            back.push(sample);
-                        }
-                    }
+        for r in results {
+            match r {
+                GpuResult::Done(p) => out.push(Ok(p)),
+                GpuResult::Cpu { sample, reason } => {
+                    debug!(key = %sample.key, reason, "gpu handed the sample to the cpu");
+                    back.push(on_pool(&ctx, sample.into_raw(), &spec, seed, epoch));
                 }
             }
-            // A lane panicked: the item fails and the client reassigns it.
-            Err(_) => return Err(PoolError),
         }
-        for sample in back {
-            let raw = sample.into_raw();
-            let spec = Arc::clone(&spec);
-            let max_pixels = ctx.config.max_image_pixels;
-            out.push(
-                ctx.pool
-                    .spawn(move || process_sample(raw, &spec, seed, epoch, max_pixels))
-                    .await?,
-            );
+        for outcome in back {
+            out.push(outcome.await?);
         }
-        Ok(out)
-    };
+        Ok::<_, ItemError>(out)
+    });
     InFlight {
-        results: Box::pin(results),
+        results: Box::pin(async move { task.await.map_err(|_| ItemError::Gpu(RunnerGone))? }),
         samples: n,
         held: Reservation::default(),
     }
@@ -467,7 +560,7 @@ async fn run_item_inner(
     let mut shard_error = None;
     let mut exhausted = false;
     // A sample read but not yet started: the budget had no room for it.
-    let mut waiting: Option<(RawSample, u64)> = None;
+    let mut waiting: Option<(RawSample, u64, Route)> = None;
     let output_bytes = u64::from(item.spec.size).pow(2) * 3;
     // JPEGs for the GPU, sent as one batch once there are `gpu_batch` of
     // them or nothing else is left to wait for.
@@ -484,7 +577,7 @@ async fn run_item_inner(
         // Keep the pool and the GPU fed: read ahead until `ahead` samples
         // are in flight or the memory budget is spent.
         while in_flight_samples + gpu_pending.len() < ahead {
-            let (raw, need) = match waiting.take() {
+            let (raw, need, route) = match waiting.take() {
                 Some(w) => w,
                 None if exhausted => break,
                 None => match samples.next_sample().await {
@@ -498,8 +591,9 @@ async fn run_item_inner(
                         if raw.position < item.start || item.skip.contains(&raw.key) {
                             continue;
                         }
-                        let need = memory_need(&raw, output_bytes, ctx.config.max_image_pixels, gpu.is_some());
-                        (raw, need)
+                        let route = ctx.route(&raw);
+                        let need = memory_need(&raw, output_bytes, ctx.config.max_image_pixels, route == Route::Gpu);
+                        (raw, need, route)
                     }
                     Ok(None) => {
                         exhausted = true;
@@ -537,7 +631,7 @@ async fn run_item_inner(
                 Some(r) => r,
                 // Our own samples in flight will free room: finish them first.
                 None if !in_flight.is_empty() || !gpu_pending.is_empty() => {
-                    waiting = Some((raw, need));
+                    waiting = Some((raw, need, route));
                     break;
                 }
                 None => {
@@ -549,29 +643,31 @@ async fn run_item_inner(
                     ctx.budget.reserve(need).await
                 }
             };
-            let raw = match gpu_sample(raw) {
-                Ok(sample) if gpu.is_some() => {
-                    gpu_pending.push(sample);
-                    gpu_held.absorb(held);
-                    if gpu_pending.len() >= gpu_batch {
-                        let mut batch = on_gpu(ctx, item, std::mem::take(&mut gpu_pending));
-                        batch.held = std::mem::take(&mut gpu_held);
-                        in_flight_samples += batch.samples;
-                        in_flight.push_back(batch);
+            let raw = match route {
+                Route::Gpu => match gpu_sample(raw) {
+                    Ok(sample) => {
+                        gpu_pending.push(sample);
+                        gpu_held.absorb(held);
+                        if gpu_pending.len() >= gpu_batch {
+                            let mut batch = on_gpu(ctx, item, std::mem::take(&mut gpu_pending));
+                            batch.held = std::mem::take(&mut gpu_held);
+                            in_flight_samples += batch.samples;
+                            in_flight.push_back(batch);
+                        }
+                        continue;
                     }
-                    continue;
+                    Err(raw) => raw,
+                },
+                Route::CpuJpeg => {
+                    ctx.counters.cpu_jpegs.fetch_add(1, Ordering::Relaxed);
+                    raw
                 }
-                Ok(sample) => sample.into_raw(),
-                Err(raw) => raw,
+                Route::Cpu => raw,
             };
-            let spec = Arc::clone(&item.spec);
-            let (seed, epoch, max_pixels) = (item.seed, item.epoch, ctx.config.max_image_pixels);
-            let one = ctx
-                .pool
-                .spawn(move || process_sample(raw, &spec, seed, epoch, max_pixels));
+            let one = on_pool(ctx, raw, &item.spec, item.seed, item.epoch);
             in_flight_samples += 1;
             in_flight.push_back(InFlight {
-                results: Box::pin(async move { one.await.map(|r| vec![r]) }),
+                results: Box::pin(async move { Ok(vec![one.await?]) }),
                 samples: 1,
                 held,
             });
@@ -638,4 +734,214 @@ async fn send(ctx: &WorkerContext, tx: &mpsc::Sender<Result<Chunk, ItemError>>, 
         .bytes
         .fetch_add(chunk.pixel_bytes as u64, Ordering::Relaxed);
     tx.send(Ok(chunk)).await.is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    //! The GPU worker's routing without a GPU: emulated lanes (see
+    //! `GpuRunner::emulated`) finish some samples and hand others back, and
+    //! the CPU pool takes JPEGs while they have a backlog. Whatever mix of
+    //! paths an item's samples take, each comes back exactly once, with
+    //! the CPU worker's pixels and skip reasons.
+
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::gpu::{GpuRunnerConfig, GpuSample};
+    use crate::synth;
+
+    /// An ImageFolder of 60 JPEGs plus a PNG named .jpg, a grey JPEG and a
+    /// truncated JPEG, packed into one shard.
+    async fn dataset(dir: &std::path::Path) -> DatasetUri {
+        let class = dir.join("images/a");
+        std::fs::create_dir_all(&class).unwrap();
+        for i in 0..60u64 {
+            let img = synth::procedural(96 + (i as u32 % 5) * 16, 80, i);
+            std::fs::write(class.join(format!("{i:03}.jpg")), synth::encode_jpeg(&img, 90).unwrap()).unwrap();
+        }
+        std::fs::write(class.join("050png.jpg"), include_bytes!("../formats/testdata/tiny.png")).unwrap();
+        let img = synth::procedural(64, 48, 99);
+        let grey: Vec<u8> = img.pixels.chunks(3).map(|p| p[1]).collect();
+        let mut out = Vec::new();
+        jpeg_encoder::Encoder::new(&mut out, 90)
+            .encode(&grey, 64, 48, jpeg_encoder::ColorType::Luma)
+            .unwrap();
+        std::fs::write(class.join("020grey.jpg"), out).unwrap();
+        let good = synth::encode_jpeg(&img, 90).unwrap();
+        std::fs::write(class.join("040truncated.jpg"), &good[..good.len() / 2]).unwrap();
+        let uri = DatasetUri::Local(dir.join("shards"));
+        crate::pack::pack(&Storage::new(), &dir.join("images"), &uri, 64 << 20, |_, _| {})
+            .await
+            .unwrap();
+        uri
+    }
+
+    /// Every delivered sample by key (failing on a second delivery), and
+    /// the skip reasons by key, of one item.
+    async fn run(ctx: Arc<WorkerContext>, uri: DatasetUri, start: u64, end: Option<u64>) -> Delivered {
+        let item = Item {
+            dataset: uri,
+            shard: "shard-000000.tar".to_owned(),
+            seed: 3,
+            epoch: 1,
+            spec: Arc::new(TransformSpec::train(32)),
+            skip: HashSet::new(),
+            chunk_bytes: 4096,
+            start,
+            end,
+        };
+        let (tx, mut rx) = mpsc::channel(2);
+        let task = tokio::spawn(run_item(ctx, item, tx));
+        let mut out = Delivered::default();
+        let mut done = false;
+        while let Some(chunk) = rx.recv().await {
+            let chunk = chunk.unwrap();
+            assert!(!done, "a chunk after the last one");
+            done = chunk.done;
+            for p in chunk.samples {
+                assert!(
+                    (start..end.unwrap_or(u64::MAX)).contains(&p.position),
+                    "{} at {}",
+                    p.key,
+                    p.position
+                );
+                let again = out.samples.insert(p.key.clone(), (p.position, p.pixels.to_vec()));
+                assert!(again.is_none(), "{} delivered twice", p.key);
+            }
+            for s in chunk.skipped {
+                assert!(
+                    out.skipped.insert(s.key.clone(), s.reason).is_none(),
+                    "{} skipped twice",
+                    s.key
+                );
+            }
+        }
+        task.await.unwrap();
+        assert!(done, "the item ended without its last chunk");
+        for key in out.skipped.keys() {
+            assert!(!out.samples.contains_key(key), "{key} both delivered and skipped");
+        }
+        out
+    }
+
+    #[derive(Default)]
+    struct Delivered {
+        samples: HashMap<String, (u64, Vec<u8>)>,
+        skipped: HashMap<String, String>,
+    }
+
+    fn config(threads: usize) -> WorkerConfig {
+        WorkerConfig::default().with_threads(threads)
+    }
+
+    /// Emulated lanes: every third sample is finished as the GPU would
+    /// finish it (the CPU path's result), the others are handed back; each
+    /// answer takes `delay`, so that a backlog builds up.
+    fn handing_back(delay: Duration) -> GpuRunner {
+        let lanes = GpuRunnerConfig {
+            lanes: 1,
+            max_batch: 4,
+            ..GpuRunnerConfig::default()
+        };
+        GpuRunner::emulated(lanes, move |sample: GpuSample, spec, seed, epoch| {
+            std::thread::sleep(delay);
+            let n: u64 = sample.key.bytes().map(u64::from).sum();
+            if n.is_multiple_of(3)
+                && let Ok(p) = process_sample(sample.to_raw(), spec, seed, epoch, 100_000_000)
+            {
+                return GpuResult::Done(p);
+            }
+            GpuResult::Cpu {
+                sample,
+                reason: "emulated hand-back".to_owned(),
+            }
+        })
+    }
+
+    impl GpuSample {
+        fn to_raw(&self) -> RawSample {
+            RawSample {
+                key: self.key.clone(),
+                position: self.position,
+                image: Ok((ImageKind::Jpeg, self.data.clone())),
+                label: Ok(self.label),
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_mix_of_gpu_hand_back_and_cpu_paths_delivers_each_sample_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = dataset(dir.path()).await;
+        let cpu = Arc::new(WorkerContext::new(config(2)).unwrap());
+        let reference = run(Arc::clone(&cpu), uri.clone(), 0, None).await;
+        assert_eq!(reference.samples.len(), 62, "60 jpegs, the png and the grey one");
+        assert_eq!(reference.skipped.len(), 1, "{:?}", reference.skipped.keys());
+
+        // Three items at once (three clients asking for the shard), as a
+        // worker serves them: the lanes' backlog comes from several items.
+        let gpu = Arc::new(WorkerContext::with_gpu(config(2), handing_back(Duration::from_millis(2))).unwrap());
+        let runs = (0..3).map(|_| tokio::spawn(run(Arc::clone(&gpu), uri.clone(), 0, None)));
+        for got in futures::future::join_all(runs).await {
+            let got = got.unwrap();
+            assert_eq!(
+                got.skipped, reference.skipped,
+                "the cpu worker's skips, with its reasons"
+            );
+            assert_eq!(got.samples.len(), reference.samples.len());
+            for (key, (position, pixels)) in &reference.samples {
+                assert_eq!(got.samples.get(key), Some(&(*position, pixels.clone())), "{key}");
+            }
+        }
+        let lanes = &gpu.gpu.as_ref().unwrap().counters;
+        let (on_gpu, handed_back) = (
+            lanes.images.load(Ordering::Relaxed),
+            lanes.to_cpu.load(Ordering::Relaxed),
+        );
+        let cpu_jpegs = gpu.counters.cpu_jpegs.load(Ordering::Relaxed);
+        println!(
+            "emulated lanes: {on_gpu} finished, {handed_back} handed back; {cpu_jpegs} jpegs taken by the cpu pool"
+        );
+        assert!(on_gpu > 0 && handed_back > 0, "both lane answers were exercised");
+        assert!(cpu_jpegs > 0, "the pool took jpegs while the lanes had a backlog");
+        assert_eq!(
+            on_gpu + gpu.counters.cpu_samples.load(Ordering::Relaxed),
+            3 * 62,
+            "every delivered sample was finished on exactly one path"
+        );
+
+        // A sample range of the shard, on the same mix: exactly its samples.
+        let part = run(gpu, uri, 10, Some(45)).await;
+        let mut expected: Vec<&String> = reference
+            .samples
+            .iter()
+            .filter(|(_, (p, _))| (10..45).contains(p))
+            .map(|(k, _)| k)
+            .chain(reference.skipped.keys())
+            .collect();
+        expected.sort();
+        let mut keys: Vec<&String> = part.samples.keys().chain(part.skipped.keys()).collect();
+        keys.sort();
+        assert_eq!(keys, expected);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn without_cpu_jpegs_only_what_the_gpu_hands_back_runs_on_the_cpu() {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = dataset(dir.path()).await;
+        let mut gpu_only = config(2);
+        gpu_only.cpu_jpegs = false;
+        let ctx = Arc::new(WorkerContext::with_gpu(gpu_only, handing_back(Duration::from_millis(3))).unwrap());
+        let got = run(Arc::clone(&ctx), uri, 0, None).await;
+        assert_eq!(got.samples.len(), 62);
+        assert_eq!(ctx.counters.cpu_jpegs.load(Ordering::Relaxed), 0);
+        let lanes = &ctx.gpu.as_ref().unwrap().counters;
+        // The 62 JPEGs by name and content (the grey and the truncated one
+        // too) went to the lanes; the PNG never did.
+        assert_eq!(
+            lanes.images.load(Ordering::Relaxed) + lanes.to_cpu.load(Ordering::Relaxed),
+            62
+        );
+    }
 }

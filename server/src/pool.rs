@@ -2,6 +2,7 @@
 //! runtime's threads.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::oneshot;
 
@@ -10,12 +11,23 @@ use tokio::sync::oneshot;
 pub struct CpuPool {
     pool: Arc<rayon::ThreadPool>,
     threads: usize,
+    /// Jobs queued or running.
+    load: Arc<AtomicUsize>,
 }
 
 /// The pool or the GPU runner is gone (shutting down) or the job panicked.
 #[derive(Debug, thiserror::Error)]
 #[error("decode job did not complete (worker shutting down or job panicked)")]
 pub struct PoolError;
+
+/// Takes a job off the pool's load when dropped, also when the job panics.
+struct LoadGuard(Arc<AtomicUsize>);
+
+impl Drop for LoadGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 impl CpuPool {
     /// A pool of `threads` threads (at least one).
@@ -29,6 +41,7 @@ impl CpuPool {
         Ok(Self {
             pool: Arc::new(pool),
             threads,
+            load: Arc::new(AtomicUsize::new(0)),
         })
     }
 
@@ -36,19 +49,59 @@ impl CpuPool {
         self.threads
     }
 
+    /// Whether a thread is free: fewer jobs queued or running than threads.
+    /// A GPU worker gives the pool JPEGs only then (see
+    /// `pipeline::Route`), so they never queue behind each other here.
+    pub fn has_idle_thread(&self) -> bool {
+        self.load.load(Ordering::Acquire) < self.threads
+    }
+
     /// Queues `f` on the pool at once; the returned future yields its
     /// result without blocking the runtime. Dropping the future does not
-    /// cancel the job, it only discards the result.
+    /// cancel a job already running, but a job whose future was dropped
+    /// before it started is not run (the requester has gone).
     pub fn spawn<T, F>(&self, f: F) -> impl Future<Output = Result<T, PoolError>> + Send + 'static
     where
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
+        self.load.fetch_add(1, Ordering::AcqRel);
+        let guard = LoadGuard(Arc::clone(&self.load));
         self.pool.spawn(move || {
-            // The receiver may be gone (client left): nothing to do then.
+            let _guard = guard;
+            if tx.is_closed() {
+                return;
+            }
+            // The receiver may be gone meanwhile (client left): nothing to do then.
             let _ = tx.send(f());
         });
         async move { rx.await.map_err(|_| PoolError) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn load_counts_jobs_until_they_finish() {
+        let pool = CpuPool::new(1).unwrap();
+        assert!(pool.has_idle_thread());
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let running = pool.spawn(move || wait.recv().is_ok());
+        assert!(!pool.has_idle_thread(), "one job on one thread");
+        // Dropped before it runs: the job is not run, and its load goes.
+        let dropped = pool.spawn(|| panic!("a job whose requester left must not run"));
+        drop(dropped);
+        release.send(()).unwrap();
+        assert!(running.await.unwrap());
+        for _ in 0..100 {
+            if pool.has_idle_thread() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("the pool's load did not drop back after its jobs ended");
     }
 }

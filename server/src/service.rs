@@ -129,7 +129,7 @@ fn storage_status(err: &StorageError) -> Status {
 fn item_status(err: &ItemError) -> Status {
     match err {
         ItemError::Storage(e) => storage_status(e),
-        ItemError::Read { .. } | ItemError::Pool(_) | ItemError::ShutDown { .. } => {
+        ItemError::Read { .. } | ItemError::Pool(_) | ItemError::Gpu(_) | ItemError::ShutDown { .. } => {
             Status::unavailable(err.to_string())
         }
     }
@@ -269,6 +269,9 @@ impl Worker for WorkerService {
             device: "cpu".to_owned(),
             threads: self.ctx.pool.threads() as u32,
             samples: self.ctx.counters.samples.load(Ordering::Relaxed),
+            inflight_samples: self.ctx.inflight_samples(),
+            cpu_samples: self.ctx.counters.cpu_samples.load(Ordering::Relaxed),
+            cpu_jpeg_samples: self.ctx.counters.cpu_jpegs.load(Ordering::Relaxed),
             ..Default::default()
         };
         if let Some(gpu) = &self.ctx.gpu {

@@ -133,9 +133,9 @@ async fn deterministic_batches_do_not_depend_on_the_workers() {
     let (w1, w2, w3) = (Worker::start(1), Worker::start(2), Worker::start(3));
 
     let mut one = config(&[&w1], &dataset, 8);
-    (one.deterministic, one.inflight_per_worker) = (true, 1);
+    (one.deterministic, one.inflight_per_worker) = (true, Some(1));
     let mut three = config(&[&w1, &w2, &w3], &dataset, 8);
-    (three.deterministic, three.inflight_per_worker, three.chunk_bytes) = (true, 3, 4096);
+    (three.deterministic, three.inflight_per_worker, three.chunk_bytes) = (true, Some(3), 4096);
     let one = Loader::connect(one).await.unwrap();
     let a = collect(&one, 2).await;
     let b = collect(&Loader::connect(three).await.unwrap(), 2).await;
@@ -255,7 +255,7 @@ async fn resuming_past_the_dispatch_window_or_into_pure_padding_completes() {
     // after most of the items were delivered whole.
     let make = || {
         let mut c = config(&[&worker], &dataset, 5);
-        (c.deterministic, c.inflight_per_worker) = (true, 1);
+        (c.deterministic, c.inflight_per_worker) = (true, Some(1));
         c
     };
     let loader = Loader::connect(make()).await.unwrap();

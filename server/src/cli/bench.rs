@@ -16,6 +16,7 @@ use clap::Args;
 use serde::Serialize;
 use stoker_core::TransformSpec;
 
+use crate::pack::{SourceImage, pack_images};
 use crate::pipeline::process_sample;
 use crate::wds::{ImageKind, RawSample};
 
@@ -24,9 +25,10 @@ pub struct BenchArgs {
     /// Folder of JPEG/PNG images (searched recursively).
     #[arg(long)]
     pub input: PathBuf,
-    /// Threads, each with its own share of the images.
-    #[arg(long, default_value_t = 1)]
-    pub threads: usize,
+    /// cpu: threads, each with its own share of the images (default 1).
+    /// cuda: the CPU pool's threads (default: all cores, as a worker).
+    #[arg(long)]
+    pub threads: Option<usize>,
     #[arg(long, default_value = "train")]
     pub transform: String,
     #[arg(long, default_value_t = 224)]
@@ -37,9 +39,13 @@ pub struct BenchArgs {
     /// `cpu`, or `cuda` for the GPU worker's runner.
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// cuda: work items feeding the GPU at once.
-    #[arg(long, default_value_t = 8)]
-    pub items: usize,
+    /// cuda: work items in flight at once (default: as many as a client
+    /// keeps in flight on such a worker).
+    #[arg(long)]
+    pub items: Option<usize>,
+    /// cuda: JPEGs go to the GPU lanes only (the worker's --gpu-only).
+    #[arg(long)]
+    pub gpu_only: bool,
     /// cuda: images per batch an item hands the GPU (the worker's --gpu-batch).
     #[arg(long, default_value_t = 128)]
     pub gpu_batch: usize,
@@ -57,6 +63,18 @@ struct BenchResult {
     images_per_sec: f64,
     images_per_sec_per_core: f64,
     skipped: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpu_only: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    items: Option<usize>,
+    /// cuda: samples finished on the GPU and on the CPU pool in the
+    /// measured passes, and the JPEGs among the latter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpu_samples: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu_samples: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu_jpeg_samples: Option<u64>,
 }
 
 fn collect(dir: &Path, out: &mut Vec<(String, ImageKind, Bytes)>) -> anyhow::Result<()> {
@@ -87,7 +105,7 @@ fn collect(dir: &Path, out: &mut Vec<(String, ImageKind, Bytes)>) -> anyhow::Res
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.threads > 0, "--threads must be at least 1");
+    anyhow::ensure!(args.threads != Some(0), "--threads must be at least 1");
     anyhow::ensure!(args.passes > 0, "--passes must be at least 1");
     let spec = TransformSpec::preset(&args.transform, args.image_size)?;
     let mut images = Vec::new();
@@ -124,106 +142,113 @@ fn report(args: &BenchArgs, result: &BenchResult) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The GPU runner, fed by `--items` tasks that each hand it batches of
-/// their share of the images, pass after pass. One warm-up pass first
-/// (NVRTC, nvJPEG buffers, the memory pool).
+/// A GPU worker's pipeline as `stoker worker --device cuda` runs it, minus
+/// the network: the images packed into shards in a temporary folder, read
+/// by `--items` concurrent work items (by default as many as a client
+/// keeps in flight from the worker's `Info`), JPEGs batched to the GPU
+/// lanes, the CPU pool taking what the GPU cannot and, unless
+/// `--gpu-only`, JPEGs while the lanes have a backlog. One warm-up pass
+/// first (NVRTC, nvJPEG buffers, the memory pool).
 fn run_gpu(args: &BenchArgs, spec: TransformSpec, images: &[(String, ImageKind, Bytes)]) -> anyhow::Result<()> {
-    use crate::gpu::{Gpu, GpuResult, GpuRunner, GpuRunnerConfig, GpuSample};
+    use crate::gpu::{Gpu, GpuRunner, GpuRunnerConfig};
+    use crate::pipeline::{WorkerConfig, WorkerContext};
     use std::sync::Arc;
-    anyhow::ensure!(
-        args.items > 0 && args.gpu_batch > 0,
-        "--items and --gpu-batch must be at least 1"
-    );
+    use std::sync::atomic::Ordering;
+    anyhow::ensure!(args.gpu_batch > 0, "--gpu-batch must be at least 1");
     let gpu = Gpu::open(0).map_err(|e| anyhow::anyhow!("--device cuda: no usable gpu: {e}"))?;
-    let config = GpuRunnerConfig {
-        lanes: args.gpu_lanes,
-        max_batch: args.gpu_batch,
-        ..GpuRunnerConfig::default()
-    };
-    let runner = Arc::new(GpuRunner::start(&gpu, config)?);
+    let runner = GpuRunner::start(
+        &gpu,
+        GpuRunnerConfig {
+            lanes: args.gpu_lanes,
+            max_batch: args.gpu_batch,
+            ..GpuRunnerConfig::default()
+        },
+    )?;
     eprintln!("{}", runner.info());
-    let spec = Arc::new(spec);
-    let jpegs: Arc<Vec<(String, Bytes)>> = Arc::new(
-        images
-            .iter()
-            .filter(|(_, kind, _)| *kind == ImageKind::Jpeg)
-            .map(|(k, _, d)| (k.clone(), d.clone()))
-            .collect(),
-    );
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let pass = |epochs: std::ops::Range<u64>| {
-        rt.block_on(async {
-            let tasks: Vec<_> = (0..args.items)
-                .map(|t| {
-                    let (runner, spec, jpegs) = (Arc::clone(&runner), Arc::clone(&spec), Arc::clone(&jpegs));
-                    let (items, batch) = (args.items, args.gpu_batch);
-                    let epochs = epochs.clone();
-                    tokio::spawn(async move {
-                        let (mut done, mut to_cpu) = (0u64, 0u64);
-                        for epoch in epochs {
-                            let mine: Vec<&(String, Bytes)> = jpegs.iter().skip(t).step_by(items).collect();
-                            for part in mine.chunks(batch) {
-                                let samples = part
-                                    .iter()
-                                    .map(|(key, data)| GpuSample {
-                                        key: key.clone(),
-                                        position: 0,
-                                        label: 0,
-                                        data: data.clone(),
-                                    })
-                                    .collect();
-                                let results = runner.run(samples, Arc::clone(&spec), 0, epoch).await?;
-                                for r in results {
-                                    match r {
-                                        GpuResult::Done(p) => {
-                                            std::hint::black_box(&p.pixels);
-                                            done += 1;
-                                        }
-                                        GpuResult::Cpu { .. } => to_cpu += 1,
-                                    }
-                                }
-                            }
-                        }
-                        Ok::<_, crate::gpu::runner::RunnerGone>((done, to_cpu))
-                    })
-                })
-                .collect();
-            let (mut done, mut to_cpu) = (0, 0);
-            for t in tasks {
-                let (d, c) = t.await??;
-                done += d;
-                to_cpu += c;
-            }
-            anyhow::Ok((done, to_cpu))
+    let mut config = WorkerConfig::default();
+    if let Some(t) = args.threads {
+        config = config.with_threads(t);
+    }
+    config.cpu_jpegs = !args.gpu_only;
+    let threads = config.threads;
+    let ctx = Arc::new(WorkerContext::with_gpu(config, runner)?);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let dir = tempfile::tempdir().context("cannot make a temporary folder for the shards")?;
+    let dataset = stoker_core::DatasetUri::Local(dir.path().to_owned());
+    let sources: Vec<SourceImage> = images
+        .iter()
+        .enumerate()
+        .map(|(i, (path, kind, data))| SourceImage {
+            path: PathBuf::from(path),
+            key: format!("bench/{i:06}"),
+            ext: if *kind == ImageKind::Jpeg { "jpg" } else { "png" }.to_owned(),
+            label: 0,
+            size: data.len() as u64,
         })
-    };
+        .collect();
+    let (shards, items) = rt.block_on(async {
+        pack_images(
+            &ctx.storage,
+            &sources,
+            vec!["bench".to_owned()],
+            &dataset,
+            8 << 20,
+            |_, _| {},
+        )
+        .await?;
+        let (shards, _) = ctx.storage.list_shards(&dataset).await?;
+        let per_shard = (sources.len() as u64).div_ceil(shards.len().max(1) as u64).max(1);
+        let items = args
+            .items
+            .unwrap_or_else(|| ctx.inflight_samples().div_ceil(per_shard).max(2) as usize);
+        anyhow::Ok((shards, items))
+    })?;
+    anyhow::ensure!(items > 0, "--items must be at least 1");
+    let names: Vec<String> = shards.into_iter().map(|s| s.name).collect();
+    let spec = Arc::new(spec);
+    let pass = |epochs: std::ops::Range<u64>| rt.block_on(run_items(&ctx, &dataset, &names, &spec, epochs, items));
     pass(1_000..1_001)?;
-    let started = Instant::now();
-    let (done, to_cpu) = pass(0..args.passes)?;
-    let seconds = started.elapsed().as_secs_f64();
-    let c = &runner.counters;
-    let per_image = |ns: &std::sync::atomic::AtomicU64| {
-        ns.load(std::sync::atomic::Ordering::Relaxed) as f64
-            / 1e3
-            / c.images.load(std::sync::atomic::Ordering::Relaxed).max(1) as f64
+    let c = &ctx.counters;
+    let gpu_done = |ctx: &WorkerContext| {
+        ctx.gpu
+            .as_ref()
+            .map_or(0, |g| g.counters.images.load(Ordering::Relaxed))
     };
-    eprintln!(
-        "gpu lanes' time per image (all passes, summed over lanes): plan {:.1} us, decode queueing {:.1} us, per-image steps {:.1} us, kernel + copy + wait {:.1} us, unpack {:.1} us; {} batches",
-        per_image(&c.plan_ns),
-        per_image(&c.decode_ns),
-        per_image(&c.steps_ns),
-        per_image(&c.finish_ns),
-        per_image(&c.unpack_ns),
-        c.batches.load(std::sync::atomic::Ordering::Relaxed)
+    let before = (
+        gpu_done(&ctx),
+        c.cpu_samples.load(Ordering::Relaxed),
+        c.cpu_jpegs.load(Ordering::Relaxed),
     );
-    let memory = runner.memory()?;
+    let started = Instant::now();
+    let (done, skipped) = pass(0..args.passes)?;
+    let seconds = started.elapsed().as_secs_f64();
+    let gpu_samples = gpu_done(&ctx) - before.0;
+    let cpu_samples = c.cpu_samples.load(Ordering::Relaxed) - before.1;
+    let cpu_jpeg_samples = c.cpu_jpegs.load(Ordering::Relaxed) - before.2;
+    if let Some(g) = &ctx.gpu {
+        let gc = &g.counters;
+        let per_image = |ns: &std::sync::atomic::AtomicU64| {
+            ns.load(Ordering::Relaxed) as f64 / 1e3 / gc.images.load(Ordering::Relaxed).max(1) as f64
+        };
+        eprintln!(
+            "gpu lanes' time per image (all passes, summed over lanes): plan {:.1} us, decode queueing {:.1} us, per-image steps {:.1} us, kernel + copy + wait {:.1} us, unpack {:.1} us; {} batches",
+            per_image(&gc.plan_ns),
+            per_image(&gc.decode_ns),
+            per_image(&gc.steps_ns),
+            per_image(&gc.finish_ns),
+            per_image(&gc.unpack_ns),
+            gc.batches.load(Ordering::Relaxed)
+        );
+        let memory = g.memory()?;
+        eprintln!(
+            "gpu memory pool: {:.0} MiB held, peak {:.0} MiB",
+            memory.reserved as f64 / 1048576.0,
+            memory.reserved_high as f64 / 1048576.0
+        );
+    }
     eprintln!(
-        "gpu memory pool: {:.0} MiB held, peak {:.0} MiB",
-        memory.reserved as f64 / 1048576.0,
-        memory.reserved_high as f64 / 1048576.0
+        "decoded on the gpu: {gpu_samples}, on the cpu: {cpu_samples} ({cpu_jpeg_samples} of them jpegs taken while the gpu lanes had a backlog); {items} items in flight, {threads} cpu threads{}",
+        if args.gpu_only { ", --gpu-only" } else { "" }
     );
     let rate = done as f64 / seconds;
     report(
@@ -231,25 +256,88 @@ fn run_gpu(args: &BenchArgs, spec: TransformSpec, images: &[(String, ImageKind, 
         &BenchResult {
             device: "cuda",
             images: done,
-            threads: args.gpu_lanes,
+            threads,
             seconds,
             images_per_sec: rate,
-            images_per_sec_per_core: rate / args.gpu_lanes as f64,
-            skipped: to_cpu,
+            images_per_sec_per_core: rate / threads as f64,
+            skipped,
+            gpu_only: Some(args.gpu_only),
+            items: Some(items),
+            gpu_samples: Some(gpu_samples),
+            cpu_samples: Some(cpu_samples),
+            cpu_jpeg_samples: Some(cpu_jpeg_samples),
         },
     )
 }
 
+/// Every shard of `names` once per epoch of `epochs`, `concurrency` work
+/// items at a time, through the worker's own `run_item`; returns samples
+/// delivered and skipped.
+async fn run_items(
+    ctx: &std::sync::Arc<crate::pipeline::WorkerContext>,
+    dataset: &stoker_core::DatasetUri,
+    names: &[String],
+    spec: &std::sync::Arc<TransformSpec>,
+    epochs: std::ops::Range<u64>,
+    concurrency: usize,
+) -> anyhow::Result<(u64, u64)> {
+    use crate::pipeline::{Item, run_item};
+    use std::sync::{Arc, Mutex};
+    let queue: Vec<(u64, String)> = epochs.flat_map(|e| names.iter().map(move |n| (e, n.clone()))).collect();
+    let queue = Arc::new(Mutex::new(queue.into_iter()));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..concurrency {
+        let (ctx, queue, dataset, spec) = (Arc::clone(ctx), Arc::clone(&queue), dataset.clone(), Arc::clone(spec));
+        tasks.spawn(async move {
+            let (mut done, mut skipped) = (0u64, 0u64);
+            loop {
+                let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
+                let Some((epoch, shard)) = next else {
+                    return anyhow::Ok((done, skipped));
+                };
+                let item = Item {
+                    dataset: dataset.clone(),
+                    shard,
+                    seed: 0,
+                    epoch,
+                    spec: Arc::clone(&spec),
+                    skip: Default::default(),
+                    chunk_bytes: ctx.config.chunk_bytes,
+                    start: 0,
+                    end: None,
+                };
+                let (tx, mut rx) = tokio::sync::mpsc::channel(2);
+                let running = tokio::spawn(run_item(Arc::clone(&ctx), item, tx));
+                while let Some(chunk) = rx.recv().await {
+                    let chunk = chunk?;
+                    done += chunk.samples.len() as u64;
+                    skipped += chunk.skipped.len() as u64;
+                    std::hint::black_box(&chunk.samples);
+                }
+                running.await?;
+            }
+        });
+    }
+    let (mut done, mut skipped) = (0, 0);
+    while let Some(t) = tasks.join_next().await {
+        let (d, s) = t??;
+        done += d;
+        skipped += s;
+    }
+    Ok((done, skipped))
+}
+
 fn run_cpu(args: &BenchArgs, spec: &TransformSpec, images: &[(String, ImageKind, Bytes)]) -> anyhow::Result<()> {
+    let threads = args.threads.unwrap_or(1);
     let started = Instant::now();
     let (done, skipped) = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..args.threads)
+        let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let (images, spec) = (images, spec);
                 s.spawn(move || {
                     let (mut done, mut skipped) = (0u64, 0u64);
                     for epoch in 0..args.passes {
-                        for (key, kind, data) in images.iter().skip(t).step_by(args.threads) {
+                        for (key, kind, data) in images.iter().skip(t).step_by(threads) {
                             let raw = RawSample {
                                 key: key.clone(),
                                 position: 0,
@@ -281,11 +369,16 @@ fn run_cpu(args: &BenchArgs, spec: &TransformSpec, images: &[(String, ImageKind,
         &BenchResult {
             device: "cpu",
             images: done,
-            threads: args.threads,
+            threads,
             seconds,
             images_per_sec: rate,
-            images_per_sec_per_core: rate / args.threads as f64,
+            images_per_sec_per_core: rate / threads as f64,
             skipped,
+            gpu_only: None,
+            items: None,
+            gpu_samples: None,
+            cpu_samples: None,
+            cpu_jpeg_samples: None,
         },
     )
 }

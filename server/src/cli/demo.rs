@@ -81,11 +81,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             .await
             .context("cannot bind a loopback port")?;
         addrs.push(listener.local_addr()?.to_string());
-        let config = WorkerConfig {
-            threads,
-            decode_ahead: threads * 2 + 2,
-            ..WorkerConfig::default()
-        };
+        let config = WorkerConfig::default().with_threads(threads);
         let ctx = Arc::new(WorkerContext::new(config)?);
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         stops.push(stop_tx);

@@ -42,9 +42,11 @@ pub struct StreamArgs {
     /// Batches assembled ahead of the consumer.
     #[arg(long, default_value_t = 4)]
     pub prefetch: usize,
-    /// Work items in flight per worker.
-    #[arg(long, default_value_t = 2)]
-    pub inflight: usize,
+    /// Work items in flight per worker. By default each worker gets as many
+    /// as it says it needs in flight (in samples: a GPU worker's lanes ×
+    /// batch, a CPU worker's read-ahead), whatever the shard size.
+    #[arg(long, value_name = "N")]
+    pub inflight: Option<usize>,
     /// An epoch's last, incomplete batch: drop it, keep it (partial), or
     /// fill it up by repeating a sample (pad). With a dataset index every
     /// rank yields the same number of batches.

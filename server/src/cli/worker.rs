@@ -86,6 +86,11 @@ pub struct WorkerArgs {
     /// the footprint stays flat. Larger images go to the CPU path.
     #[arg(long, default_value = "512M", value_parser = parse_bytes, value_name = "BYTES")]
     pub gpu_batch_memory: u64,
+    /// GPU worker: JPEGs go to the GPU lanes only. By default idle CPU
+    /// threads also take JPEGs while the lanes have a backlog; this keeps
+    /// the host's cores for other work (a trainer on the same host).
+    #[arg(long)]
+    pub gpu_only: bool,
     /// Benchmarks only: process each shard once, then send the same
     /// results again for every later request of it (any seed or epoch),
     /// from memory. Measures the client's transport and upload alone.
@@ -105,10 +110,10 @@ impl WorkerArgs {
         let mut config = WorkerConfig::default();
         if let Some(t) = self.threads {
             anyhow::ensure!(t > 0, "--threads must be at least 1");
-            config.threads = t;
-            config.decode_ahead = t * 2 + 2;
+            config = config.with_threads(t);
         }
         config.replay = self.replay;
+        config.cpu_jpegs = !self.gpu_only;
         anyhow::ensure!(
             (1024..=64 << 20).contains(&self.chunk_bytes),
             "--chunk-bytes must be between 1K and 64M, got {}",
@@ -212,7 +217,7 @@ fn start_gpu(args: &WorkerArgs, config: &WorkerConfig) -> anyhow::Result<Option<
                 lanes = c.lanes,
                 batch = c.max_batch,
                 batch_memory_mib = c.batch_memory >> 20,
-                "serving on gpu: nvjpeg batch decode and cuda kernels for every transform; images the gpu cannot take (png, grey or cmyk jpeg) run on the cpu pool"
+                "serving on gpu: nvjpeg batch decode and cuda kernels for every transform; images the gpu cannot take (png, grey or cmyk jpeg) run on the cpu pool, which also takes jpegs while the gpu lanes have a backlog"
             );
             Ok(Some(runner))
         }
@@ -267,12 +272,21 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         tls,
         grace: std::time::Duration::from_secs_f64(args.grace_period),
     };
-    serve(listener, ctx, options, async {
+    serve(listener, Arc::clone(&ctx), options, async {
         shutdown_signal().await;
         info!("shutdown signal received");
     })
     .await
     .with_context(|| format!("worker on {addr} failed"))?;
-    info!("worker stopped");
+    let c = &ctx.counters;
+    let load = |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed);
+    info!(
+        samples = load(&c.samples),
+        skipped = load(&c.skipped),
+        gpu_samples = ctx.gpu.as_ref().map_or(0, |g| load(&g.counters.images)),
+        cpu_samples = load(&c.cpu_samples),
+        cpu_jpeg_samples = load(&c.cpu_jpegs),
+        "worker stopped"
+    );
     Ok(())
 }

@@ -27,7 +27,7 @@
 //! that much for reuse, so the footprint is flat from batch to batch and
 //! epoch to epoch ([`GpuRunner::memory`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -157,8 +157,11 @@ pub struct GpuRunner {
     tx: mpsc::Sender<Job>,
     info: GpuInfo,
     config: GpuRunnerConfig,
-    ctx: Arc<cudarc::driver::CudaContext>,
+    /// `None` for the lanes of [`GpuRunner::emulated`].
+    ctx: Option<Arc<cudarc::driver::CudaContext>>,
     pub counters: Arc<GpuCounters>,
+    /// Samples handed to [`GpuRunner::run`] that no lane has taken yet.
+    queued: Arc<AtomicUsize>,
 }
 
 impl GpuRunner {
@@ -172,23 +175,92 @@ impl GpuRunner {
         super::keep_pool_memory(&gpu.ctx, config.batch_memory.saturating_mul(config.lanes as u64))
             .map_err(super::driver("setting the memory pool's release threshold"))?;
         let (tx, rx) = mpsc::channel::<Job>(config.lanes * 2);
-        let rx = Arc::new(Mutex::new(rx));
+        let queue = Arc::new(JobQueue {
+            rx: Mutex::new(rx),
+            queued: Arc::new(AtomicUsize::new(0)),
+            max_batch: config.max_batch,
+        });
         let counters = Arc::new(GpuCounters::default());
         for i in 0..config.lanes {
             let mut lane = Lane::new(gpu, &config, Arc::clone(&counters))?;
-            let rx = Arc::clone(&rx);
+            let queue = Arc::clone(&queue);
             std::thread::Builder::new()
                 .name(format!("stoker-gpu-{i}"))
-                .spawn(move || lane.serve(&rx))
+                .spawn(move || lane.serve(&queue))
                 .map_err(|e| GpuError::Invalid(format!("cannot start gpu lane thread: {e}")))?;
         }
         Ok(Self {
             tx,
             info: gpu.info.clone(),
             config,
-            ctx: Arc::clone(&gpu.ctx),
+            ctx: Some(Arc::clone(&gpu.ctx)),
             counters,
+            queued: Arc::clone(&queue.queued),
         })
+    }
+
+    /// Lanes without a GPU, for tests of what the pipeline does with the
+    /// runner's answers: each lane takes jobs exactly as a GPU lane does
+    /// and answers each sample with `answer` (finish it, or hand it back).
+    #[cfg(test)]
+    pub(crate) fn emulated(
+        config: GpuRunnerConfig,
+        answer: impl Fn(GpuSample, &TransformSpec, u64, u64) -> GpuResult + Send + Sync + 'static,
+    ) -> Self {
+        let (tx, rx) = mpsc::channel::<Job>(config.lanes * 2);
+        let queue = Arc::new(JobQueue {
+            rx: Mutex::new(rx),
+            queued: Arc::new(AtomicUsize::new(0)),
+            max_batch: config.max_batch,
+        });
+        let counters = Arc::new(GpuCounters::default());
+        let answer = Arc::new(answer);
+        for _ in 0..config.lanes {
+            let (queue, answer, counters) = (Arc::clone(&queue), Arc::clone(&answer), Arc::clone(&counters));
+            std::thread::spawn(move || {
+                while let Some(jobs) = queue.take() {
+                    for job in jobs {
+                        let results: Vec<GpuResult> = job
+                            .samples
+                            .into_iter()
+                            .map(|s| answer(s, &job.spec, job.seed, job.epoch))
+                            .collect();
+                        for r in &results {
+                            let counter = match r {
+                                GpuResult::Done(_) => &counters.images,
+                                GpuResult::Cpu { .. } => &counters.to_cpu,
+                            };
+                            counter.fetch_add(1, Ordering::Relaxed);
+                        }
+                        let _ = job.reply.send(results);
+                    }
+                }
+            });
+        }
+        Self {
+            tx,
+            info: GpuInfo {
+                ordinal: 0,
+                name: "emulated lanes (tests)".to_owned(),
+                compute_capability: (0, 0),
+                memory_bytes: 0,
+                nvjpeg_soname: "none",
+                nvjpeg_version: (0, 0, 0),
+                jpeg_backend: super::nvjpeg::Backend::Default,
+                hardware_unavailable: None,
+            },
+            config,
+            ctx: None,
+            counters,
+            queued: Arc::clone(&queue.queued),
+        }
+    }
+
+    /// Whether the lanes have a backlog: at least a full batch of samples
+    /// waits for a lane, so every lane is busy and has its next batch
+    /// ready. A GPU worker then lets idle CPU threads take JPEGs too.
+    pub fn backlogged(&self) -> bool {
+        self.queued.load(Ordering::Acquire) >= self.config.max_batch
     }
 
     pub fn info(&self) -> &GpuInfo {
@@ -209,6 +281,7 @@ impl GpuRunner {
         epoch: u64,
     ) -> Result<Vec<GpuResult>, RunnerGone> {
         let (reply, rx) = oneshot::channel();
+        let n = samples.len();
         let job = Job {
             samples,
             spec,
@@ -216,13 +289,53 @@ impl GpuRunner {
             epoch,
             reply,
         };
-        self.tx.send(job).await.map_err(|_| RunnerGone)?;
+        // Counted before it is queued, so that a lane taking it never
+        // takes the count below zero.
+        self.queued.fetch_add(n, Ordering::AcqRel);
+        if self.tx.send(job).await.is_err() {
+            self.queued.fetch_sub(n, Ordering::AcqRel);
+            return Err(RunnerGone);
+        }
         rx.await.map_err(|_| RunnerGone)
     }
 
     /// The device memory held by the runner's pool.
     pub fn memory(&self) -> Result<GpuMemory, GpuError> {
-        pool_memory(&self.ctx).map_err(super::driver("reading the memory pool"))
+        match &self.ctx {
+            Some(ctx) => pool_memory(ctx).map_err(super::driver("reading the memory pool")),
+            None => Ok(GpuMemory::default()),
+        }
+    }
+}
+
+/// The runner's queue of jobs, shared by its lanes.
+struct JobQueue {
+    rx: Mutex<mpsc::Receiver<Job>>,
+    queued: Arc<AtomicUsize>,
+    max_batch: usize,
+}
+
+impl JobQueue {
+    /// Waits for a job, then merges the jobs already waiting behind it into
+    /// one batch, up to `max_batch` samples; `None` once the runner is gone.
+    /// The lock is held only while taking them.
+    fn take(&self) -> Option<Vec<Job>> {
+        let mut rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
+        let first = rx.blocking_recv()?;
+        let mut count = first.samples.len();
+        let mut jobs = vec![first];
+        while count < self.max_batch {
+            match rx.try_recv() {
+                Ok(job) => {
+                    count += job.samples.len();
+                    jobs.push(job);
+                }
+                Err(_) => break,
+            }
+        }
+        drop(rx);
+        self.queued.fetch_sub(count, Ordering::AcqRel);
+        Some(jobs)
     }
 }
 
@@ -287,32 +400,12 @@ impl Lane {
         })
     }
 
-    fn serve(&mut self, rx: &Mutex<mpsc::Receiver<Job>>) {
+    fn serve(&mut self, queue: &JobQueue) {
         if let Err(e) = self.gpu.ctx.bind_to_thread() {
             warn!(error = %e, "gpu lane cannot bind the cuda context; it stops");
             return;
         }
-        loop {
-            let jobs = {
-                let mut rx = rx.lock().unwrap_or_else(|p| p.into_inner());
-                let Some(first) = rx.blocking_recv() else {
-                    return;
-                };
-                // Merge jobs already waiting into one batch, up to the
-                // batch size; the lock is held only while taking them.
-                let mut jobs = vec![first];
-                let mut count = jobs[0].samples.len();
-                while count < self.config.max_batch {
-                    match rx.try_recv() {
-                        Ok(job) => {
-                            count += job.samples.len();
-                            jobs.push(job);
-                        }
-                        Err(_) => break,
-                    }
-                }
-                jobs
-            };
+        while let Some(jobs) = queue.take() {
             self.run_jobs(jobs);
         }
     }
