@@ -13,6 +13,10 @@
 #                 decode cost, so this is the client's ingest into training
 #                 when the workers have the capacity
 #   stoker-gpu    Stoker, one GPU worker on GPU 1 (only with 2+ GPUs)
+#   stoker-gpu0   Stoker, one GPU worker on GPU 0, the training GPU itself:
+#                 its JPEG engines are hardware of their own, beside the SMs
+#                 that train (--gpu-only, so the host's cores stay the
+#                 trainer's)
 #
 # alternating the cases round by round, and prints a table of medians with
 # each case's ratio to the upper bound, the fraction of wall time the loop
@@ -25,22 +29,25 @@
 #
 #   scripts/bench-train.sh                    # logs and results.jsonl in $OUT
 #
-# Settings (environment): BENCH_TRAIN_ROUNDS (3), BENCH_TRAIN_STEPS (150
-# measured steps per case), BENCH_TRAIN_WARMUP (30), BENCH_TRAIN_ARCH
+# Settings (environment): BENCH_TRAIN_ROUNDS (2), BENCH_TRAIN_SECONDS (20:
+# each case measures at least this long, so that an epoch boundary or a
+# hiccup does not decide its figure), BENCH_TRAIN_STEPS (50 measured steps
+# at least), BENCH_TRAIN_WARMUP (30), BENCH_TRAIN_ARCH
 # (resnet18), BENCH_TRAIN_BATCH (256), BENCH_TRAIN_PREFETCH (8, Stoker's),
 # BENCH_TRAIN_IMAGES (4096 distinct JPEGs), BENCH_TRAIN_COPIES (4),
 # BENCH_TRAIN_TRAINER_CORES (2), BENCH_TRAIN_CASE_TIMEOUT (100 seconds per
 # training run), BENCH_TRAIN_BUDGET (450 seconds since the start: no round
 # starts that would, at the last round's pace, end after it; the first always
-# runs). The defaults fit one 10-minute device call: about 25 s of set-up and
-# 1.5 minutes a round are expected on the 16-core H100 host.
+# runs). The defaults fit one 10-minute device call: about a minute of set-up
+# and 3 minutes a round (6 cases of about 30 s) on the two-H200 host.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 out=${OUT:-bench-train-out}
 mkdir -p "$out"
-rounds=${BENCH_TRAIN_ROUNDS:-3}
-steps=${BENCH_TRAIN_STEPS:-150}
+rounds=${BENCH_TRAIN_ROUNDS:-2}
+seconds=${BENCH_TRAIN_SECONDS:-20}
+steps=${BENCH_TRAIN_STEPS:-50}
 warmup=${BENCH_TRAIN_WARMUP:-30}
 arch=${BENCH_TRAIN_ARCH:-resnet18}
 batch=${BENCH_TRAIN_BATCH:-256}
@@ -154,7 +161,7 @@ replay_workers=""
 for i in 0 1; do
     start_worker "replay$i" "$stoker" worker --device cpu --threads "$wthreads" --replay
     timeout 120 "$stoker" stream --workers "$addr" --dataset "$work/shards" --batch-size "$batch" --image-size 224 \
-        --inflight 4 --epochs 1 --drop-last >/dev/null 2>>"$out/replay-warmup.log"
+        --epochs 1 --drop-last >/dev/null 2>>"$out/replay-warmup.log"
     replay_workers=${replay_workers:+$replay_workers,}$addr
 done
 gpu_worker=""
@@ -163,7 +170,10 @@ if ((gpus >= 2)); then
     CUDA_VISIBLE_DEVICES=1 start_worker gpu "$stoker" worker --device cuda
     gpu_worker=$addr
 fi
-echo "bench-train: workers cpu $cpu_workers ($wthreads threads each), replay $replay_workers, gpu ${gpu_worker:-none ($gpus GPU)}; setup $((SECONDS - t_setup)) s" |
+# On the training GPU: --gpu-only leaves the host's cores to the trainer.
+CUDA_VISIBLE_DEVICES=0 start_worker gpu0 "$stoker" worker --device cuda --gpu-only
+gpu0_worker=$addr
+echo "bench-train: workers cpu $cpu_workers ($wthreads threads each), replay $replay_workers, gpu on GPU 1 ${gpu_worker:-none ($gpus GPU)}, gpu on GPU 0 ${gpu0_worker:-none}; setup $((SECONDS - t_setup)) s" |
     tee -a "$out/setup.log"
 
 # One case: train.py with the common flags plus the case's own; appends its
@@ -174,7 +184,7 @@ run_case() {
     local log="$out/train-$case.log"
     echo "--- round $round: $case" >>"$log"
     timeout "$case_timeout" python3 "$train" --arch "$arch" --batch-size "$batch" --image-size 224 --steps "$steps" \
-        --warmup "$warmup" --dtype bfloat16 --json "$@" 2>>"$log" | tee -a "$log" | grep '^{' | tail -n 1 |
+        --seconds "$seconds" --warmup "$warmup" --dtype bfloat16 --json "$@" 2>>"$log" | tee -a "$log" | grep '^{' | tail -n 1 |
         python3 -c "import json,sys
 for l in sys.stdin:
     r = json.loads(l); r['case'] = '$case'; r['round'] = $round; print(json.dumps(r))" >>"$results"
@@ -183,6 +193,7 @@ for l in sys.stdin:
 
 cases=(synthetic dataloader stoker-cpu stoker-replay)
 [[ -n $gpu_worker ]] && cases+=(stoker-gpu)
+[[ -n $gpu0_worker ]] && cases+=(stoker-gpu0)
 t_bench=$SECONDS
 last=0
 done_rounds=0
@@ -199,6 +210,7 @@ for r in $(seq "$rounds"); do
         stoker-cpu) run_case "$c" "$r" --loader stoker --workers "$cpu_workers" --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-replay) run_case "$c" "$r" --loader stoker --workers "$replay_workers" --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-gpu) run_case "$c" "$r" --loader stoker --workers "$gpu_worker" --dataset "$work/shards" --prefetch "$prefetch" ;;
+        stoker-gpu0) run_case "$c" "$r" --loader stoker --workers "$gpu0_worker" --dataset "$work/shards" --prefetch "$prefetch" ;;
         esac
     done
     last=$((SECONDS - t_round))
@@ -218,6 +230,7 @@ names = {
     "stoker-cpu": "stoker, 2 CPU workers on this host",
     "stoker-replay": "stoker, 2 replay workers (no decode)",
     "stoker-gpu": "stoker, 1 GPU worker on GPU 1",
+    "stoker-gpu0": "stoker, 1 GPU worker on GPU 0 (the trainer's)",
 }
 by = {}
 for r in rows:
@@ -227,7 +240,7 @@ if not rows:
     sys.exit(0)
 first = rows[0]
 print(f"train {first['arch']} {first['dtype']}, batch {first['batch_size']}, {first['image_size']}px, "
-      f"{first['steps']} steps after {first['warmup']}, on {first['gpu']}")
+      f"at least {min(r['seconds'] for r in rows):.0f} s of measured steps per case after {first['warmup']}, on {first['gpu']}")
 print(f"train {'case':<44} {'n':>2} {'images/s':>9} {'x upper':>8} {'host wait':>10} {'gpu idle':>9}  per round")
 upper = statistics.median(r["images_per_sec"] for r in by["synthetic"]) if "synthetic" in by else None
 for case in cases:

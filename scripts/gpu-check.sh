@@ -51,45 +51,71 @@ grep -m1 -E "gpu|device" "$out/worker-auto.log" | sed 's/^/worker --device auto:
 
 # Benchmarks, side by side in one run, alternating rounds; medians below.
 # Images: ImageNet-like 500x375 JPEGs cut from the photos (procedural ones
-# without photos), written once and read by every contender.
+# without photos), written once and read by every contender; 8,192 of them,
+# so that an epoch of `stoker stream` (32 shards of 8 MB... a hundred) is
+# long enough for its start and tail not to decide the rate.
 rounds=${GPU_CHECK_ROUNDS:-3}
+nimages=${GPU_CHECK_IMAGES:-8192}
 imgs=$work/imgs
-.carry/stoker synth --output "$imgs" --images 2048 --classes 8 --quality 95 --photos .carry/photos >"$out/synth.log" 2>&1 ||
-    .carry/stoker synth --output "$imgs" --images 2048 --classes 8 >>"$out/synth.log" 2>&1
-du -sh "$imgs" | sed 's/^/bench images: 2048 jpegs, /'
+.carry/stoker synth --output "$imgs" --images "$nimages" --classes 8 --quality 95 --photos .carry/photos >"$out/synth.log" 2>&1 ||
+    .carry/stoker synth --output "$imgs" --images "$nimages" --classes 8 >>"$out/synth.log" 2>&1
+du -sh "$imgs" | sed "s/^/bench images: $nimages jpegs, /"
 bench=$out/bench.jsonl
 : >"$bench"
 cores=$(nproc)
+# Passes of about 50,000 images for the GPU, 8,000 per core for the CPU.
+gpu_passes=$(((50000 + nimages - 1) / nimages))
 for r in $(seq "$rounds"); do
     for b in 128 256; do
         timeout 120 python3 scripts/bench_torch.py decode "$imgs" "$b" 3 >>"$bench" 2>>"$out/torch.log"
     done
-    timeout 120 .carry/stoker bench --device cuda --input "$imgs" --passes 24 \
+    # The GPU worker's pipeline: the whole host (GPU lanes, and CPU threads
+    # taking JPEGs while the lanes have a backlog), then the GPU alone.
+    timeout 120 .carry/stoker bench --device cuda --input "$imgs" --passes "$gpu_passes" \
         >>"$bench" 2>>"$out/stoker-bench.log"
-    timeout 120 .carry/stoker bench --device cpu --input "$imgs" --passes 6 --threads "$cores" \
+    timeout 120 .carry/stoker bench --device cuda --gpu-only --input "$imgs" --passes "$gpu_passes" \
         >>"$bench" 2>>"$out/stoker-bench.log"
-    timeout 300 python3 scripts/bench_torch.py dataloader "$imgs" 224 $((cores - 1)) 3 >>"$bench" 2>>"$out/torch.log"
+    timeout 120 .carry/stoker bench --device cpu --input "$imgs" --passes 1 --threads "$cores" \
+        >>"$bench" 2>>"$out/stoker-bench.log"
+    timeout 300 python3 scripts/bench_torch.py dataloader "$imgs" 224 $((cores - 1)) 1 >>"$bench" 2>>"$out/torch.log"
 done
+grep -h "^decoded on" "$out/stoker-bench.log" | tail -n 2 | sed 's/^/stoker bench --device cuda: /'
 
-# End to end: `stoker stream` from one worker on this host, GPU then CPU.
+# End to end: `stoker stream`, default flags, from one worker on this host
+# (GPU, then CPU): a warm-up epoch, then 4 measured; then two clients at
+# once on the GPU worker.
 .carry/stoker pack --input "$imgs" --output "$work/shards" --shard-size 8M >"$out/pack.log" 2>&1
+stream_json() { # label, stream arguments...
+    local label=$1
+    shift
+    timeout 300 .carry/stoker stream --dataset "$work/shards" --batch-size 256 --image-size 224 --json "$@" 2>>"$out/stream.log" |
+        tail -n 1 | python3 -c "import json,sys; r=json.load(sys.stdin); r['what']='$label'; print(json.dumps(r))"
+}
 for device in cuda cpu; do
     STOKER_LOG=info .carry/stoker worker --listen 127.0.0.1:0 --device "$device" >"$work/worker.out" 2>"$out/worker-$device.log" &
     wpid=$!
     for _ in $(seq 100); do grep -q listening "$work/worker.out" 2>/dev/null && break; sleep 0.2; done
     addr=$(sed -n 's/.*listening on //p' "$work/worker.out")
-    timeout 300 .carry/stoker stream --workers "$addr" --dataset "$work/shards" --batch-size 256 --image-size 224 \
-        --inflight 4 --epochs 4 --json 2>"$out/stream-$device.log" | tail -n 1 |
-        python3 -c "import json,sys; r=json.load(sys.stdin); r['what']='stoker stream, one $device worker'; print(json.dumps(r))" >>"$bench"
-    kill -TERM $wpid; wait $wpid 2>/dev/null
+    timeout 120 .carry/stoker stream --workers "$addr" --dataset "$work/shards" --batch-size 256 --image-size 224 \
+        --epochs 1 >/dev/null 2>>"$out/stream.log"
+    stream_json "stoker stream, one $device worker" --workers "$addr" --epochs 4 >>"$bench"
+    if [[ $device == cuda ]]; then
+        stream_json "stoker stream, two clients on one cuda worker: client A" --workers "$addr" --epochs 4 >"$work/a.json" &
+        apid=$!
+        stream_json "stoker stream, two clients on one cuda worker: client B" --workers "$addr" --epochs 4 >"$work/b.json"
+        wait $apid
+        cat "$work/a.json" "$work/b.json" >>"$bench"
+    fi
+    kill -INT $wpid; wait $wpid 2>/dev/null
+    grep -h "worker stopped" "$out/worker-$device.log" | sed "s/^.*worker stopped/$device worker stopped:/"
 done
 
 # Client ingest: workers replaying cached samples (--replay: each shard is
 # processed once, then resent from memory), so only transport, batch
 # assembly in the pinned ring, the copy to the GPU and the bfloat16 NCHW
 # normalising conversion are measured. A warm-up epoch per worker fills
-# its cache; 24 epochs of 2,048 images (7.4 GB) per measured run.
-for n in 1 2 4; do
+# its cache; 6 epochs of 8,192 images (7.4 GB) per measured run.
+for n in 1 2; do
     addrs=()
     pids=()
     for i in $(seq "$n"); do
@@ -105,11 +131,11 @@ for n in 1 2 4; do
     # whole dataset, so that later items find their results wherever they go.
     for a in "${addrs[@]}"; do
         timeout 120 .carry/stoker stream --workers "$a" --dataset "$work/shards" --batch-size 256 --image-size 224 \
-            --inflight 4 --epochs 1 >/dev/null 2>>"$out/ingest.log"
+            --epochs 1 >/dev/null 2>>"$out/ingest.log"
     done
     for dev in cuda cpu; do
         timeout 120 .carry/stoker stream --workers "$list" --dataset "$work/shards" --batch-size 256 --image-size 224 \
-            --inflight 4 --epochs 24 --device "$dev" --dtype bfloat16 --normalize --json 2>>"$out/ingest.log" | tail -n 1 |
+            --epochs 6 --device "$dev" --dtype bfloat16 --normalize --json 2>>"$out/ingest.log" | tail -n 1 |
             python3 -c "import json,sys; r=json.load(sys.stdin); r['what']='client ingest into $dev ($n replay workers)'; print(json.dumps(r)); print(f\"ingest {r['what']}: {r['images_per_sec']:.0f} images/s, {r['bytes_per_sec']/1e9:.2f} GB/s, landed in {r['device']}\", file=sys.stderr)" >>"$bench" 2>>"$out/ingest-summary.log"
     done
     kill -TERM "${pids[@]}"; wait "${pids[@]}" 2>/dev/null
@@ -169,7 +195,9 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
 def name(r):
     if "what" in r:
         return r["what"]
-    return f"stoker bench --device {r['device']}" + (f" --threads {r['threads']}" if r["device"] == "cpu" else " (decode+rrc224+flip+copy to host)")
+    if r["device"] == "cpu":
+        return f"stoker bench --device cpu --threads {r['threads']}"
+    return "stoker bench --device cuda" + (" --gpu-only" if r.get("gpu_only") else "") + " (worker pipeline, rrc224+flip)"
 by = {}
 for r in rows:
     by.setdefault(name(r), []).append(r["images_per_sec"])
@@ -179,11 +207,19 @@ for k, v in by.items():
 def med(prefix):
     v = [x for k, xs in by.items() if k.startswith(prefix) for x in xs]
     return statistics.median(v) if v else None
-g, t128, t256 = med("stoker bench --device cuda"), med("torchvision decode_jpeg cuda batch=128"), med("torchvision decode_jpeg cuda batch=256")
+g, t128, t256 = med("stoker bench --device cuda ("), med("torchvision decode_jpeg cuda batch=128"), med("torchvision decode_jpeg cuda batch=256")
+gonly = med("stoker bench --device cuda --gpu-only")
 c, d = med("stoker bench --device cpu"), med("torch DataLoader")
+s1, a, b = med("stoker stream, one cuda worker"), med("stoker stream, two clients on one cuda worker: client A"), med("stoker stream, two clients on one cuda worker: client B")
 if g and t128 and t256:
     best = max(t128, t256)
-    print(f"ratio gpu worker train pipeline / torchvision decode-only (best batch): {g / best:.2f}x")
+    print(f"ratio gpu worker, whole host / torchvision decode-only (best batch): {g / best:.2f}x")
+if g and gonly and c:
+    print(f"ratio gpu worker, whole host / (gpu only + cpu only): {g / (gonly + c):.2f}x")
+if g and s1:
+    print(f"ratio stoker stream, one client, default flags / stoker bench --device cuda: {s1 / g:.2f}x")
+if g and a and b:
+    print(f"ratio stoker stream, two clients together / stoker bench --device cuda: {(a + b) / g:.2f}x")
 if c and d:
     print(f"ratio cpu worker (all cores) / torch DataLoader: {c / d:.2f}x")
 PY

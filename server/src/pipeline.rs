@@ -49,8 +49,8 @@ pub struct WorkerConfig {
     /// (see [`ReplayCache`]).
     pub replay: bool,
     /// On a GPU worker, let idle CPU threads take JPEGs while the GPU lanes
-    /// have a backlog (see [`WorkerContext::route`]). Off keeps the host's
-    /// cores for other work, such as a trainer on the same host.
+    /// have a backlog (see [`share_backlog`]). Off keeps the host's cores
+    /// for other work, such as a trainer on the same host.
     pub cpu_jpegs: bool,
 }
 
@@ -96,8 +96,8 @@ pub struct Counters {
     /// Samples decoded and transformed on the CPU pool (the GPU runner
     /// counts its own).
     pub cpu_samples: AtomicU64,
-    /// On a GPU worker: JPEGs the CPU pool took because the GPU lanes had a
-    /// backlog and a CPU thread was idle (see [`Route`]).
+    /// On a GPU worker: JPEGs the CPU pool took from the GPU lanes' backlog
+    /// (see [`share_backlog`]).
     pub cpu_jpegs: AtomicU64,
 }
 
@@ -146,23 +146,28 @@ impl ReplayCache {
 impl WorkerContext {
     /// A CPU worker's context.
     pub fn new(config: WorkerConfig) -> std::io::Result<Self> {
-        Ok(Self {
+        let pool = CpuPool::new(config.threads)?;
+        Ok(Self::assemble(config, pool, None))
+    }
+
+    /// A GPU worker's context: `gpu` takes the JPEGs it can finish. Its
+    /// CPU pool runs in the background ([`CpuPool::background`]): what it
+    /// decodes is extra, never at the GPU's expense.
+    pub fn with_gpu(config: WorkerConfig, gpu: GpuRunner) -> std::io::Result<Self> {
+        let pool = CpuPool::background(config.threads)?;
+        Ok(Self::assemble(config, pool, Some(gpu)))
+    }
+
+    fn assemble(config: WorkerConfig, pool: CpuPool, gpu: Option<GpuRunner>) -> Self {
+        Self {
             storage: Storage::with_config(config.storage.clone()),
             budget: MemoryBudget::for_limit(config.memory_limit),
-            pool: CpuPool::new(config.threads)?,
-            gpu: None,
+            pool,
+            gpu,
             config,
             counters: Counters::default(),
             replay: ReplayCache::default(),
-        })
-    }
-
-    /// A GPU worker's context: `gpu` takes the JPEGs it can finish.
-    pub fn with_gpu(config: WorkerConfig, gpu: GpuRunner) -> std::io::Result<Self> {
-        Ok(Self {
-            gpu: Some(gpu),
-            ..Self::new(config)?
-        })
+        }
     }
 
     /// Samples this worker needs in flight, over all the items it serves,
@@ -178,21 +183,12 @@ impl WorkerContext {
         2 * cpu + gpu
     }
 
-    /// Where `raw` is decoded. On a GPU worker a JPEG goes to the GPU
-    /// lanes unless they have a backlog and a CPU thread is idle: then the
-    /// CPU pool takes it. Nothing to tune: the pool takes JPEGs only as
-    /// fast as it frees threads, and only while the GPU is the bottleneck,
-    /// so neither side waits on the other (unlike a fixed share, such as
-    /// DALI's `hw_decoder_load`).
+    /// Where `raw` is decoded: on a GPU worker a JPEG goes to the GPU
+    /// lanes (whose backlog idle CPU threads share: [`share_backlog`]),
+    /// anything else to the CPU pool.
     fn route(&self, raw: &RawSample) -> Route {
         match &self.gpu {
-            Some(gpu) if gpu_jpeg(raw) => {
-                if self.config.cpu_jpegs && gpu.backlogged() && self.pool.has_idle_thread() {
-                    Route::CpuJpeg
-                } else {
-                    Route::Gpu
-                }
-            }
+            Some(_) if gpu_jpeg(raw) => Route::Gpu,
             _ => Route::Cpu,
         }
     }
@@ -205,8 +201,54 @@ enum Route {
     Gpu,
     /// The CPU pool: not a JPEG the GPU takes, or a CPU worker.
     Cpu,
-    /// The CPU pool, a JPEG the GPU would take but has no room for now.
-    CpuJpeg,
+}
+
+/// Lets idle CPU threads share the GPU lanes' backlog: while more than a
+/// full batch waits for a lane and a pool thread is idle, a thread takes
+/// the newest waiting JPEG ([`GpuRunner::steal`]), decodes it on the CPU,
+/// hands the result back to its batch, and goes for the next. The split
+/// follows the load, with nothing to tune: the CPU takes JPEGs only while
+/// the GPU is the bottleneck and only as fast as it frees threads, so
+/// neither side waits on the other (unlike a fixed share, such as DALI's
+/// `hw_decoder_load`). Runs at the pool's background priority on a GPU
+/// worker; `--gpu-only` turns it off.
+fn share_backlog(ctx: &Arc<WorkerContext>) {
+    let Some(gpu) = ctx.gpu.as_ref() else { return };
+    if !ctx.config.cpu_jpegs {
+        return;
+    }
+    while ctx.pool.has_idle_thread() && gpu.backlogged() {
+        let worker = Arc::clone(ctx);
+        ctx.pool.execute(move || steal_one(&worker));
+    }
+}
+
+/// One stolen JPEG on this pool thread, then the next one queued behind
+/// whatever else the pool has to do.
+fn steal_one(ctx: &Arc<WorkerContext>) {
+    let Some(stolen) = ctx.gpu.as_ref().and_then(GpuRunner::steal) else {
+        return;
+    };
+    let raw = stolen.sample.clone_raw();
+    let result = match process_sample(
+        raw,
+        &stolen.spec,
+        stolen.seed,
+        stolen.epoch,
+        ctx.config.max_image_pixels,
+    ) {
+        Ok(p) => {
+            ctx.counters.cpu_samples.fetch_add(1, Ordering::Relaxed);
+            GpuResult::Done(p)
+        }
+        Err(s) => GpuResult::Skipped(s),
+    };
+    ctx.counters.cpu_jpegs.fetch_add(1, Ordering::Relaxed);
+    stolen.finish(result);
+    let worker = Arc::clone(ctx);
+    if ctx.gpu.as_ref().is_some_and(GpuRunner::backlogged) {
+        ctx.pool.execute(move || steal_one(&worker));
+    }
 }
 
 /// A work item in domain terms.
@@ -455,12 +497,15 @@ fn on_gpu(ctx: &Arc<WorkerContext>, item: &Item, samples: Vec<GpuSample>) -> InF
         let gpu = ctx.gpu.as_ref().ok_or(RunnerGone)?;
         // A lane panicked or the runner stopped: the item fails and the
         // client reassigns it.
-        let results = gpu.run(samples, Arc::clone(&spec), seed, epoch).await?;
+        let results = gpu.run(samples, Arc::clone(&spec), seed, epoch);
+        share_backlog(&ctx);
+        let results = results.await?;
         let mut out = Vec::with_capacity(n);
         let mut back = Vec::new();
         for r in results {
             match r {
                 GpuResult::Done(p) => out.push(Ok(p)),
+                GpuResult::Skipped(s) => out.push(Err(s)),
                 GpuResult::Cpu { sample, reason } => {
                     debug!(key = %sample.key, reason, "gpu handed the sample to the cpu");
                     back.push(on_pool(&ctx, sample.into_raw(), &spec, seed, epoch));
@@ -484,8 +529,9 @@ fn on_gpu(ctx: &Arc<WorkerContext>, item: &Item, samples: Vec<GpuSample>) -> InF
 /// Images whose header cannot be read, or that are over the pixel limit,
 /// count only their bytes: they fail before decoding. On a GPU worker a
 /// JPEG is decoded in device memory, so it holds only its bytes and the
-/// result in host memory; the rare JPEG the GPU hands back to the CPU is
-/// decoded there outside the budget (at most one per pool thread at once).
+/// result in host memory; a JPEG the GPU hands back to the CPU, or that a
+/// CPU thread takes from the lanes' backlog, is decoded there outside the
+/// budget (at most one per pool thread at once).
 fn memory_need(raw: &RawSample, output_bytes: u64, max_pixels: u64, gpu: bool) -> u64 {
     if gpu && let Ok((ImageKind::Jpeg, data)) = &raw.image {
         return data.len() as u64 + output_bytes;
@@ -658,10 +704,6 @@ async fn run_item_inner(
                     }
                     Err(raw) => raw,
                 },
-                Route::CpuJpeg => {
-                    ctx.counters.cpu_jpegs.fetch_add(1, Ordering::Relaxed);
-                    raw
-                }
                 Route::Cpu => raw,
             };
             let one = on_pool(ctx, raw, &item.spec, item.seed, item.epoch);
@@ -848,7 +890,7 @@ mod tests {
             std::thread::sleep(delay);
             let n: u64 = sample.key.bytes().map(u64::from).sum();
             if n.is_multiple_of(3)
-                && let Ok(p) = process_sample(sample.to_raw(), spec, seed, epoch, 100_000_000)
+                && let Ok(p) = process_sample(sample.clone_raw(), spec, seed, epoch, 100_000_000)
             {
                 return GpuResult::Done(p);
             }
@@ -857,17 +899,6 @@ mod tests {
                 reason: "emulated hand-back".to_owned(),
             }
         })
-    }
-
-    impl GpuSample {
-        fn to_raw(&self) -> RawSample {
-            RawSample {
-                key: self.key.clone(),
-                position: self.position,
-                image: Ok((ImageKind::Jpeg, self.data.clone())),
-                label: Ok(self.label),
-            }
-        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,15 +29,35 @@ impl Drop for LoadGuard {
     }
 }
 
+/// The niceness of a background pool's threads: under contention Linux
+/// gives a thread of niceness 10 about a tenth of the CPU time of one of
+/// niceness 0.
+const BACKGROUND_NICENESS: i32 = 10;
+
 impl CpuPool {
     /// A pool of `threads` threads (at least one).
     pub fn new(threads: usize) -> std::io::Result<Self> {
+        Self::build(threads, false)
+    }
+
+    /// A pool whose threads run at a lower priority than the rest of the
+    /// process: on a GPU worker they decode with the cycles the GPU lanes
+    /// and the network leave, instead of slowing the GPU down by taking
+    /// cores its lanes need (and a trainer on the same host keeps its
+    /// share too).
+    pub fn background(threads: usize) -> std::io::Result<Self> {
+        Self::build(threads, true)
+    }
+
+    fn build(threads: usize, background: bool) -> std::io::Result<Self> {
         let threads = threads.max(1);
-        let pool = rayon::ThreadPoolBuilder::new()
+        let mut builder = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
-            .thread_name(|i| format!("stoker-cpu-{i}"))
-            .build()
-            .map_err(std::io::Error::other)?;
+            .thread_name(|i| format!("stoker-cpu-{i}"));
+        if background {
+            builder = builder.start_handler(|_| lower_this_thread_priority());
+        }
+        let pool = builder.build().map_err(std::io::Error::other)?;
         Ok(Self {
             pool: Arc::new(pool),
             threads,
@@ -54,6 +74,16 @@ impl CpuPool {
     /// `pipeline::Route`), so they never queue behind each other here.
     pub fn has_idle_thread(&self) -> bool {
         self.load.load(Ordering::Acquire) < self.threads
+    }
+
+    /// Queues `f` on the pool, to run whoever waits for it (nobody does).
+    pub fn execute(&self, f: impl FnOnce() + Send + 'static) {
+        self.load.fetch_add(1, Ordering::AcqRel);
+        let guard = LoadGuard(Arc::clone(&self.load));
+        self.pool.spawn(move || {
+            let _guard = guard;
+            f();
+        });
     }
 
     /// Queues `f` on the pool at once; the returned future yields its
@@ -80,9 +110,38 @@ impl CpuPool {
     }
 }
 
+/// Lowers the calling thread's priority to [`BACKGROUND_NICENESS`] (on
+/// Linux a niceness is per thread); elsewhere, or if refused, it keeps its
+/// priority.
+fn lower_this_thread_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid has no preconditions; setpriority only reads its
+        // integer arguments, and a thread id names the calling thread.
+        let rc = unsafe {
+            let tid = libc::gettid();
+            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, BACKGROUND_NICENESS)
+        };
+        if rc != 0 {
+            tracing::debug!(error = %std::io::Error::last_os_error(), "cpu pool thread keeps its priority");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_background_pool_runs_at_a_lower_priority() {
+        let pool = CpuPool::background(1).unwrap();
+        // SAFETY: getpriority only reads its integer arguments.
+        let nice = pool.spawn(|| unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) });
+        // SAFETY: as above, for this thread.
+        let ours = unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) };
+        assert_eq!(nice.await.unwrap(), (ours + BACKGROUND_NICENESS).min(19));
+    }
 
     #[tokio::test]
     async fn load_counts_jobs_until_they_finish() {

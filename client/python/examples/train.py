@@ -21,7 +21,8 @@ Stoker's workers do RandomResizedCrop(S) + horizontal flip, the DataLoader
 path does the same with torchvision's transforms; both send uint8 pixels and
 normalise on the device.
 
-What is measured, over --steps steps after --warmup steps:
+What is measured, over --steps steps (more, until --seconds have passed)
+after --warmup steps:
 
 - images/s: steps x batch size / wall time, the GPU synchronised before the
   clock stops.
@@ -83,7 +84,9 @@ def parse_args(argv=None):
                    help="model outputs (default: 1000); labels are taken modulo this")
     g.add_argument("--batch-size", type=int, default=256, help="images per step (default: 256)")
     g.add_argument("--image-size", type=int, default=224, help="crop size S of the S x S input (default: 224)")
-    g.add_argument("--steps", type=int, default=200, help="measured steps (default: 200)")
+    g.add_argument("--steps", type=int, default=200, help="measured steps, at least (default: 200)")
+    g.add_argument("--seconds", type=float, default=0.0,
+                   help="measure for at least this long too, taking more steps if needed (default: 0)")
     g.add_argument("--warmup", type=int, default=30,
                    help="steps before the measurement: cuDNN autotuning, worker start-up (default: 30)")
     g.add_argument("--dtype", choices=DTYPES, default="bfloat16",
@@ -101,7 +104,7 @@ def parse_args(argv=None):
     for name in ("batch_size", "image_size", "steps", "num_classes", "prefetch", "prefetch_factor"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
-    for name in ("warmup", "dataloader_workers"):
+    for name in ("warmup", "dataloader_workers", "seconds"):
         if getattr(args, name) < 0:
             p.error(f"--{name.replace('_', '-')} must not be negative")
     if not args.device.startswith("cuda"):
@@ -312,37 +315,41 @@ def main(argv=None):
         # ready[0] for the first).
         Event = torch.cuda.Event
         start = Event(enable_timing=True)
-        ready = [Event(enable_timing=True) for _ in range(args.steps)]
-        done = [Event(enable_timing=True) for _ in range(args.steps)]
-        fetch = []
+        ready, done, fetch = [], [], []
         t0 = time.perf_counter()
         start.record()
-        for k in range(args.steps):
+        # --steps steps, and more until --seconds have passed; the host may
+        # run a few steps ahead of the GPU, and the wall time below waits
+        # for the last.
+        while len(done) < args.steps or time.perf_counter() - t0 < args.seconds:
             f0 = time.perf_counter()
             images, labels = source.next()
-            ready[k].record()
+            ready.append(Event(enable_timing=True))
+            ready[-1].record()
             fetch.append(time.perf_counter() - f0)
             loss = train_step(images, labels)
-            done[k].record()
+            done.append(Event(enable_timing=True))
+            done[-1].record()
         torch.cuda.synchronize()
         wall = time.perf_counter() - t0
         final_loss = loss.item()
     finally:
         source.close()
 
+    steps = len(done)
     gpu_total = start.elapsed_time(done[-1])  # milliseconds
-    gaps = [start.elapsed_time(ready[0])] + [done[k - 1].elapsed_time(ready[k]) for k in range(1, args.steps)]
-    compute = [ready[k].elapsed_time(done[k]) for k in range(args.steps)]
+    gaps = [start.elapsed_time(ready[0])] + [done[k - 1].elapsed_time(ready[k]) for k in range(1, steps)]
+    compute = [ready[k].elapsed_time(done[k]) for k in range(steps)]
     result = {
         "loader": args.loader,
         "arch": args.arch,
         "dtype": args.dtype,
         "batch_size": args.batch_size,
         "image_size": args.image_size,
-        "steps": args.steps,
+        "steps": steps,
         "warmup": args.warmup,
         "seconds": wall,
-        "images_per_sec": args.steps * args.batch_size / wall,
+        "images_per_sec": steps * args.batch_size / wall,
         "wait_fraction": sum(fetch) / wall,
         "gpu_idle_fraction": sum(gaps) / gpu_total if gpu_total > 0 else 0.0,
         "fetch_ms_median": 1e3 * statistics.median(fetch),
@@ -356,7 +363,7 @@ def main(argv=None):
     }
     cfg = " ".join(f"{k}={v}" for k, v in result["config"].items())
     print(f"{args.loader} {args.arch} {args.dtype} batch {args.batch_size} on {result['gpu']}: "
-          f"{result['images_per_sec']:.0f} images/s over {args.steps} steps ({wall:.2f} s); "
+          f"{result['images_per_sec']:.0f} images/s over {steps} steps ({wall:.2f} s); "
           f"waiting for data {100 * result['wait_fraction']:.1f}% of the wall time, "
           f"GPU idle between steps {100 * result['gpu_idle_fraction']:.1f}%; "
           f"compute {result['step_compute_ms_median']:.1f} ms/step (median), "

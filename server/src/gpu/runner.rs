@@ -27,19 +27,20 @@
 //! that much for reuse, so the footprint is flat from batch to batch and
 //! epoch to epoch ([`GpuRunner::memory`]).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use bytes::Bytes;
 use cudarc::driver::PinnedHostSlice;
 use stoker_core::{Step, TransformSpec, resolve_steps};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
 use super::{DeviceImage, Gpu, GpuCrop, GpuDecoder, GpuError, GpuInfo};
 use crate::decode::check_jpeg;
-use crate::pipeline::Processed;
+use crate::pipeline::{Processed, Skipped};
 
 /// A JPEG sample for the GPU.
 #[derive(Debug)]
@@ -52,6 +53,16 @@ pub struct GpuSample {
 }
 
 impl GpuSample {
+    /// The sample as the CPU path takes it (the data is shared, not copied).
+    pub fn clone_raw(&self) -> crate::wds::RawSample {
+        crate::wds::RawSample {
+            key: self.key.clone(),
+            position: self.position,
+            image: Ok((crate::wds::ImageKind::Jpeg, self.data.clone())),
+            label: Ok(self.label),
+        }
+    }
+
     /// The sample as the CPU path takes it.
     pub fn into_raw(self) -> crate::wds::RawSample {
         crate::wds::RawSample {
@@ -67,6 +78,9 @@ impl GpuSample {
 #[derive(Debug)]
 pub enum GpuResult {
     Done(Processed),
+    /// Taken from the backlog by the CPU path ([`GpuRunner::steal`]),
+    /// which could not use it, for this reason.
+    Skipped(Skipped),
     /// Not finished on the GPU (not a baseline 3-channel JPEG, a crop the
     /// kernel does not run, over the batch memory, a GPU failure): the CPU
     /// path should take it.
@@ -117,7 +131,69 @@ struct Job {
     spec: Arc<TransformSpec>,
     seed: u64,
     epoch: u64,
-    reply: oneshot::Sender<Vec<GpuResult>>,
+    reply: Arc<Reply>,
+}
+
+/// Where a job's results gather: from the lane that runs it and from the
+/// CPU threads that stole some of its samples. Sent once all are in.
+struct Reply {
+    state: Mutex<ReplyState>,
+}
+
+struct ReplyState {
+    results: Vec<GpuResult>,
+    remaining: usize,
+    tx: Option<oneshot::Sender<Vec<GpuResult>>>,
+}
+
+impl Reply {
+    fn new(samples: usize, tx: oneshot::Sender<Vec<GpuResult>>) -> Self {
+        Self {
+            state: Mutex::new(ReplyState {
+                results: Vec::with_capacity(samples),
+                remaining: samples,
+                tx: Some(tx),
+            }),
+        }
+    }
+
+    fn deliver(&self, results: impl IntoIterator<Item = GpuResult>) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        for r in results {
+            st.results.push(r);
+            st.remaining = st.remaining.saturating_sub(1);
+        }
+        if st.remaining == 0
+            && let Some(tx) = st.tx.take()
+        {
+            let results = std::mem::take(&mut st.results);
+            // The item may have gone (client left): nothing to do then.
+            let _ = tx.send(results);
+        }
+    }
+}
+
+/// A sample taken from the lanes' backlog for the CPU path; its result
+/// goes back with [`Stolen::finish`], with the rest of its batch.
+pub struct Stolen {
+    pub sample: GpuSample,
+    pub spec: Arc<TransformSpec>,
+    pub seed: u64,
+    pub epoch: u64,
+    reply: Arc<Reply>,
+}
+
+impl std::fmt::Debug for Stolen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stolen").field("key", &self.sample.key).finish()
+    }
+}
+
+impl Stolen {
+    /// Hands the sample's result back to the item that sent it.
+    pub fn finish(self, result: GpuResult) {
+        self.reply.deliver([result]);
+    }
 }
 
 /// The GPU lanes are gone (the worker is shutting down, or a lane
@@ -152,16 +228,29 @@ fn add_elapsed(counter: &AtomicU64, since: Instant) {
 
 /// The GPU lanes of a worker. Dropping it stops them once their queue is
 /// empty.
-#[derive(Debug)]
 pub struct GpuRunner {
-    tx: mpsc::Sender<Job>,
     info: GpuInfo,
     config: GpuRunnerConfig,
     /// `None` for the lanes of [`GpuRunner::emulated`].
     ctx: Option<Arc<cudarc::driver::CudaContext>>,
     pub counters: Arc<GpuCounters>,
-    /// Samples handed to [`GpuRunner::run`] that no lane has taken yet.
-    queued: Arc<AtomicUsize>,
+    queue: Arc<JobQueue>,
+}
+
+impl std::fmt::Debug for GpuRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuRunner")
+            .field("info", &self.info)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for GpuRunner {
+    fn drop(&mut self) {
+        // The lanes finish the jobs queued, then stop.
+        self.queue.close();
+    }
 }
 
 impl GpuRunner {
@@ -174,12 +263,7 @@ impl GpuRunner {
         }
         super::keep_pool_memory(&gpu.ctx, config.batch_memory.saturating_mul(config.lanes as u64))
             .map_err(super::driver("setting the memory pool's release threshold"))?;
-        let (tx, rx) = mpsc::channel::<Job>(config.lanes * 2);
-        let queue = Arc::new(JobQueue {
-            rx: Mutex::new(rx),
-            queued: Arc::new(AtomicUsize::new(0)),
-            max_batch: config.max_batch,
-        });
+        let queue = Arc::new(JobQueue::new(config.max_batch));
         let counters = Arc::new(GpuCounters::default());
         for i in 0..config.lanes {
             let mut lane = Lane::new(gpu, &config, Arc::clone(&counters))?;
@@ -190,12 +274,11 @@ impl GpuRunner {
                 .map_err(|e| GpuError::Invalid(format!("cannot start gpu lane thread: {e}")))?;
         }
         Ok(Self {
-            tx,
             info: gpu.info.clone(),
             config,
             ctx: Some(Arc::clone(&gpu.ctx)),
             counters,
-            queued: Arc::clone(&queue.queued),
+            queue,
         })
     }
 
@@ -207,12 +290,7 @@ impl GpuRunner {
         config: GpuRunnerConfig,
         answer: impl Fn(GpuSample, &TransformSpec, u64, u64) -> GpuResult + Send + Sync + 'static,
     ) -> Self {
-        let (tx, rx) = mpsc::channel::<Job>(config.lanes * 2);
-        let queue = Arc::new(JobQueue {
-            rx: Mutex::new(rx),
-            queued: Arc::new(AtomicUsize::new(0)),
-            max_batch: config.max_batch,
-        });
+        let queue = Arc::new(JobQueue::new(config.max_batch));
         let counters = Arc::new(GpuCounters::default());
         let answer = Arc::new(answer);
         for _ in 0..config.lanes {
@@ -228,17 +306,16 @@ impl GpuRunner {
                         for r in &results {
                             let counter = match r {
                                 GpuResult::Done(_) => &counters.images,
-                                GpuResult::Cpu { .. } => &counters.to_cpu,
+                                GpuResult::Cpu { .. } | GpuResult::Skipped(_) => &counters.to_cpu,
                             };
                             counter.fetch_add(1, Ordering::Relaxed);
                         }
-                        let _ = job.reply.send(results);
+                        job.reply.deliver(results);
                     }
                 }
             });
         }
         Self {
-            tx,
             info: GpuInfo {
                 ordinal: 0,
                 name: "emulated lanes (tests)".to_owned(),
@@ -252,15 +329,41 @@ impl GpuRunner {
             config,
             ctx: None,
             counters,
-            queued: Arc::clone(&queue.queued),
+            queue,
         }
     }
 
-    /// Whether the lanes have a backlog: at least a full batch of samples
-    /// waits for a lane, so every lane is busy and has its next batch
-    /// ready. A GPU worker then lets idle CPU threads take JPEGs too.
+    /// Whether the lanes have a backlog: more than a full batch of samples
+    /// waits for a lane, so every lane is busy and the next one to be free
+    /// has its batch ready.
     pub fn backlogged(&self) -> bool {
-        self.queued.load(Ordering::Acquire) >= self.config.max_batch
+        self.queue.lock().queued > self.config.max_batch
+    }
+
+    /// Takes one sample off the end of the backlog for the CPU path, if
+    /// the lanes have one ([`GpuRunner::backlogged`]): the newest sample,
+    /// so that the lanes keep the full batches at the front. Its result
+    /// goes back through [`Stolen::finish`] and reaches its item with the
+    /// rest of its batch.
+    pub fn steal(&self) -> Option<Stolen> {
+        let mut q = self.queue.lock();
+        if q.queued <= self.config.max_batch {
+            return None;
+        }
+        let job = q.jobs.back_mut()?;
+        let sample = job.samples.pop()?;
+        let stolen = Stolen {
+            sample,
+            spec: Arc::clone(&job.spec),
+            seed: job.seed,
+            epoch: job.epoch,
+            reply: Arc::clone(&job.reply),
+        };
+        if job.samples.is_empty() {
+            q.jobs.pop_back();
+        }
+        q.queued -= 1;
+        Some(stolen)
     }
 
     pub fn info(&self) -> &GpuInfo {
@@ -280,22 +383,18 @@ impl GpuRunner {
         seed: u64,
         epoch: u64,
     ) -> Result<Vec<GpuResult>, RunnerGone> {
-        let (reply, rx) = oneshot::channel();
-        let n = samples.len();
+        if samples.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (tx, rx) = oneshot::channel();
         let job = Job {
+            reply: Arc::new(Reply::new(samples.len(), tx)),
             samples,
             spec,
             seed,
             epoch,
-            reply,
         };
-        // Counted before it is queued, so that a lane taking it never
-        // takes the count below zero.
-        self.queued.fetch_add(n, Ordering::AcqRel);
-        if self.tx.send(job).await.is_err() {
-            self.queued.fetch_sub(n, Ordering::AcqRel);
-            return Err(RunnerGone);
-        }
+        self.queue.push(job)?;
         rx.await.map_err(|_| RunnerGone)
     }
 
@@ -308,33 +407,75 @@ impl GpuRunner {
     }
 }
 
-/// The runner's queue of jobs, shared by its lanes.
+/// The runner's queue of jobs: lanes take batches from its front, the CPU
+/// path steals single samples from its back.
 struct JobQueue {
-    rx: Mutex<mpsc::Receiver<Job>>,
-    queued: Arc<AtomicUsize>,
+    state: Mutex<QueueState>,
+    ready: Condvar,
     max_batch: usize,
 }
 
+struct QueueState {
+    jobs: VecDeque<Job>,
+    /// Samples in `jobs`.
+    queued: usize,
+    closed: bool,
+}
+
 impl JobQueue {
-    /// Waits for a job, then merges the jobs already waiting behind it into
-    /// one batch, up to `max_batch` samples; `None` once the runner is gone.
-    /// The lock is held only while taking them.
-    fn take(&self) -> Option<Vec<Job>> {
-        let mut rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
-        let first = rx.blocking_recv()?;
-        let mut count = first.samples.len();
-        let mut jobs = vec![first];
-        while count < self.max_batch {
-            match rx.try_recv() {
-                Ok(job) => {
-                    count += job.samples.len();
-                    jobs.push(job);
-                }
-                Err(_) => break,
-            }
+    fn new(max_batch: usize) -> Self {
+        Self {
+            state: Mutex::new(QueueState {
+                jobs: VecDeque::new(),
+                queued: 0,
+                closed: false,
+            }),
+            ready: Condvar::new(),
+            max_batch,
         }
-        drop(rx);
-        self.queued.fetch_sub(count, Ordering::AcqRel);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn push(&self, job: Job) -> Result<(), RunnerGone> {
+        let mut q = self.lock();
+        if q.closed {
+            return Err(RunnerGone);
+        }
+        q.queued += job.samples.len();
+        q.jobs.push_back(job);
+        drop(q);
+        self.ready.notify_one();
+        Ok(())
+    }
+
+    fn close(&self) {
+        self.lock().closed = true;
+        self.ready.notify_all();
+    }
+
+    /// Waits for a job, then merges the jobs already waiting behind it into
+    /// one batch, up to `max_batch` samples; `None` once the runner is gone
+    /// and the queue empty.
+    fn take(&self) -> Option<Vec<Job>> {
+        let mut q = self.lock();
+        while q.jobs.is_empty() {
+            if q.closed {
+                return None;
+            }
+            q = self.ready.wait(q).unwrap_or_else(|p| p.into_inner());
+        }
+        let mut jobs = Vec::new();
+        let mut count = 0;
+        while count < self.max_batch
+            && let Some(job) = q.jobs.pop_front()
+        {
+            count += job.samples.len();
+            jobs.push(job);
+        }
+        q.queued -= count;
         Some(jobs)
     }
 }
@@ -459,8 +600,7 @@ impl Lane {
             }
         }
         for (reply, r) in replies.into_iter().zip(results) {
-            // The item may have gone (client left): nothing to do then.
-            let _ = reply.send(r);
+            reply.deliver(r);
         }
     }
 
