@@ -74,13 +74,16 @@ pub(crate) enum CreditLimit {
     /// A fixed number of items (`LoaderConfig::inflight_per_worker`).
     Items(usize),
     /// Items until the samples they are expected to send reach this many
-    /// (the worker's `Info.inflight_samples`); always at least one item.
+    /// (the worker's `Info.inflight_samples`); always at least two items.
     Samples(u64),
 }
 
 /// Items a worker whose needs are unknown (unreachable at the start, or
 /// too old to say) gets at once.
 pub(crate) const DEFAULT_INFLIGHT_ITEMS: usize = 2;
+
+/// The fewest items a worker limited in samples gets at once.
+const MIN_ITEMS: usize = 2;
 
 /// The most lanes, and so items in flight, one worker gets.
 pub(crate) const MAX_LANES_PER_WORKER: usize = 64;
@@ -99,7 +102,9 @@ impl Credit {
     fn allows_another(&self) -> bool {
         match self.limit {
             CreditLimit::Items(n) => self.items < n,
-            CreditLimit::Samples(want) => self.items == 0 || self.outstanding < want,
+            // Two items at least, so that the next one starts while the
+            // last one's tail streams in.
+            CreditLimit::Samples(want) => self.items < MIN_ITEMS || self.outstanding < want,
         }
     }
 }

@@ -71,6 +71,9 @@ impl Default for WorkerConfig {
     }
 }
 
+/// What a `--replay` worker asks clients to keep in flight.
+const REPLAY_INFLIGHT_SAMPLES: u64 = 1024;
+
 /// Samples one item keeps in flight on a pool of `threads` threads: two
 /// per thread and two more, so threads never wait for the reader.
 pub fn decode_ahead(threads: usize) -> usize {
@@ -175,6 +178,11 @@ impl WorkerContext {
     /// pool, and on a GPU worker two batches per lane (one running, one
     /// ready). Clients size their credit from it (`Info`).
     pub fn inflight_samples(&self) -> u64 {
+        if self.config.replay {
+            // Results come from memory: only the transport needs feeding,
+            // as much as a GPU worker's default lanes ask.
+            return REPLAY_INFLIGHT_SAMPLES;
+        }
         let cpu = self.config.decode_ahead.max(1) as u64;
         let gpu = self
             .gpu
