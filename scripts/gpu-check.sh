@@ -145,7 +145,11 @@ cat "$out/ingest-summary.log" 2>/dev/null
 # The Python package's torch path: batches on the device, from a GPU worker.
 if ls .carry/wheels/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --target "$work/site" .carry/wheels/*.whl >"$out/pip.log" 2>&1
-    .carry/stoker worker --listen 127.0.0.1:0 --device cuda >"$work/worker.out" 2>"$out/worker-torch.log" &
+    # --gpu-only: the check compares two loads of the same samples, which
+    # must decode on the same path both times (the CPU path differs from
+    # nvJPEG by a grey level or so, and a whole-host worker may take a
+    # sample on either).
+    .carry/stoker worker --listen 127.0.0.1:0 --device cuda --gpu-only >"$work/worker.out" 2>"$out/worker-torch.log" &
     wpid=$!
     for _ in $(seq 100); do grep -q listening "$work/worker.out" 2>/dev/null && break; sleep 0.2; done
     addr=$(sed -n 's/.*listening on //p' "$work/worker.out")

@@ -142,6 +142,10 @@ impl LoaderConfig {
 struct WorkerConn {
     addr: String,
     client: wire::Client,
+    /// More connections to the same worker, for the lanes: one HTTP/2
+    /// connection is served by one task at each end, which caps it below
+    /// what a GPU worker sends (about 2.6 GB/s on loopback, measured).
+    lane_clients: Vec<wire::Client>,
     health: wire::HealthClient,
     /// What the worker may have in flight, from the configuration or its
     /// `Info` at connection time.
@@ -186,8 +190,15 @@ impl Loader {
                 .as_ref()
                 .or_else(|| addr.starts_with("https://").then_some(&default_tls));
             let channel = wire::channel(addr, config.connect_timeout, tls).map_err(ClientError::Config)?;
+            let mut lane_clients =
+                vec![wire::client(channel.clone(), config.token.as_ref()).map_err(ClientError::Config)?];
+            for _ in 1..wire::CONNECTIONS_PER_WORKER {
+                let more = wire::channel(addr, config.connect_timeout, tls).map_err(ClientError::Config)?;
+                lane_clients.push(wire::client(more, config.token.as_ref()).map_err(ClientError::Config)?);
+            }
             workers.push(WorkerConn {
                 addr: addr.clone(),
+                lane_clients,
                 client: wire::client(channel.clone(), config.token.as_ref()).map_err(ClientError::Config)?,
                 health: wire::health_client(channel, config.token.as_ref()).map_err(ClientError::Config)?,
                 limit: CreditLimit::Items(config.inflight_per_worker.unwrap_or(DEFAULT_INFLIGHT_ITEMS)),
@@ -399,12 +410,12 @@ impl Loader {
         let (batch_tx, batch_rx) = mpsc::channel(self.config.prefetch.max(1));
         let mut lanes = JoinSet::new();
         for (i, w) in self.workers.iter().enumerate() {
-            for _ in 0..lanes_per_worker[i] {
+            for lane in 0..lanes_per_worker[i] {
                 lanes.spawn(
                     Lane {
                         worker: i,
                         addr: w.addr.clone(),
-                        client: w.client.clone(),
+                        client: w.lane_clients[lane % w.lane_clients.len()].clone(),
                         health: w.health.clone(),
                         ledger: Arc::clone(&ledger),
                         config: Arc::clone(&self.config),

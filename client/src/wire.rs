@@ -14,6 +14,10 @@ use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
+/// HTTP/2 connections a client opens to each worker; its lanes share
+/// them round-robin.
+pub(crate) const CONNECTIONS_PER_WORKER: usize = 4;
+
 /// Largest message accepted from a worker (one chunk).
 pub(crate) const MAX_MESSAGE_BYTES: usize = 256 << 20;
 

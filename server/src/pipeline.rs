@@ -175,8 +175,9 @@ impl WorkerContext {
 
     /// Samples this worker needs in flight, over all the items it serves,
     /// to keep every executor busy: each item's read-ahead on the CPU
-    /// pool, and on a GPU worker two batches per lane (one running, one
-    /// ready). Clients size their credit from it (`Info`).
+    /// pool, and on a GPU worker three batches per lane (one running, one
+    /// waiting, one on its way to the client). Clients size their credit
+    /// from it (`Info`).
     pub fn inflight_samples(&self) -> u64 {
         if self.config.replay {
             // Results come from memory: only the transport needs feeding,
@@ -187,7 +188,7 @@ impl WorkerContext {
         let gpu = self
             .gpu
             .as_ref()
-            .map_or(0, |g| 2 * (g.config().lanes * g.config().max_batch) as u64);
+            .map_or(0, |g| 3 * (g.config().lanes * g.config().max_batch) as u64);
         2 * cpu + gpu
     }
 
@@ -212,7 +213,7 @@ enum Route {
 }
 
 /// Lets idle CPU threads share the GPU lanes' backlog: while more than a
-/// full batch waits for a lane and a pool thread is idle, a thread takes
+/// full batch per lane waits and a pool thread is idle, a thread takes
 /// the newest waiting JPEG ([`GpuRunner::steal`]), decodes it on the CPU,
 /// hands the result back to its batch, and goes for the next. The split
 /// follows the load, with nothing to tune: the CPU takes JPEGs only while

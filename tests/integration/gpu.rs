@@ -728,15 +728,17 @@ async fn a_gpu_worker_serves_what_a_cpu_worker_serves() {
         worst.1
     );
     // Progressive goes to nvJPEG's CUDA backend; grey, CMYK and the
-    // truncated JPEG go back to the CPU path; the PNG never goes to the GPU;
-    // idle CPU threads may take some JPEGs from the lanes' backlog. Each
-    // delivered sample was finished on exactly one of the two.
+    // truncated JPEG go back to the CPU path, unless a CPU thread took them
+    // from the lanes' backlog first, as it may take any JPEG; the PNG never
+    // goes to the GPU. Each of the 304 JPEGs (the truncated one included,
+    // as the PNG is not) went through exactly one of those, and each
+    // delivered sample was finished on the GPU or on the CPU, once.
     assert_eq!(
-        (info.gpu_samples + info.cpu_jpeg_samples) as usize,
-        keys.len() - 3,
+        (info.gpu_samples + info.cpu_jpeg_samples + info.gpu_to_cpu) as usize,
+        keys.len(),
         "{info:?}"
     );
-    assert_eq!(info.gpu_to_cpu, 3, "{info:?}");
+    assert!(info.gpu_to_cpu <= 3, "{info:?}");
     assert_eq!((info.gpu_samples + info.cpu_samples) as usize, keys.len(), "{info:?}");
 
     // Exactly once over `stoker stream`, and a flat device footprint.

@@ -333,11 +333,15 @@ impl GpuRunner {
         }
     }
 
-    /// Whether the lanes have a backlog: more than a full batch of samples
-    /// waits for a lane, so every lane is busy and the next one to be free
-    /// has its batch ready.
+    /// Whether the lanes have a backlog: more than a full batch per lane
+    /// waits, so every lane has its next batch ready whenever it is free.
     pub fn backlogged(&self) -> bool {
-        self.queue.lock().queued > self.config.max_batch
+        self.queue.lock().queued > self.backlog()
+    }
+
+    /// Samples kept waiting for the lanes before the CPU path may steal.
+    fn backlog(&self) -> usize {
+        self.config.lanes * self.config.max_batch
     }
 
     /// Takes one sample off the end of the backlog for the CPU path, if
@@ -347,7 +351,7 @@ impl GpuRunner {
     /// rest of its batch.
     pub fn steal(&self) -> Option<Stolen> {
         let mut q = self.queue.lock();
-        if q.queued <= self.config.max_batch {
+        if q.queued <= self.backlog() {
             return None;
         }
         let job = q.jobs.back_mut()?;
