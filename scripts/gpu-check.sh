@@ -85,6 +85,13 @@ grep -h "^decoded on" "$out/stoker-bench.log" | tail -n 2 | sed 's/^/stoker benc
 # (GPU, then CPU): a warm-up epoch, then 4 measured; then two clients at
 # once on the GPU worker.
 .carry/stoker pack --input "$imgs" --output "$work/shards" --shard-size 8M >"$out/pack.log" 2>&1
+# A worker stopped by a signal must exit 0 (a GPU worker once segfaulted at
+# exit: lanes freeing CUDA resources while the libraries tore down).
+exits_rc=0
+worker_exit() { # what, exit status
+    echo "worker-exit: $1 exited $2 on its stop signal" | tee -a "$out/worker-exits.log"
+    [[ $2 == 0 ]] || exits_rc=1
+}
 stream_json() { # label, stream arguments...
     local label=$1
     shift
@@ -107,6 +114,7 @@ for device in cuda cpu; do
         cat "$work/a.json" "$work/b.json" >>"$bench"
     fi
     kill -INT $wpid; wait $wpid 2>/dev/null
+    worker_exit "$device worker" $?
     grep -h "worker stopped" "$out/worker-$device.log" | sed "s/^.*worker stopped/$device worker stopped:/"
 done
 
@@ -155,6 +163,7 @@ if ls .carry/wheels/*.whl >/dev/null 2>&1; then
     addr=$(sed -n 's/.*listening on //p' "$work/worker.out")
     PYTHONPATH=$work/site timeout 120 python3 tests/python/torch_check.py "$addr" "$work/shards" 128 2>&1 | tee "$out/torch-check.log"
     kill -TERM $wpid; wait $wpid 2>/dev/null
+    worker_exit "torch-check worker" $?
 fi
 
 # Memory checking of the decode + kernel comparison.
@@ -188,6 +197,7 @@ fi
 echo
 echo "=== gpu-check summary ==="
 grep -E "^test result|^gpu-vs-cpu worst|^gpu-worker|^decoded |^client-upload" "$out/gpu-tests.log"
+cat "$out/worker-exits.log" 2>/dev/null
 awk '/^gpu-backends/ { if ($NF > m) m = $NF } END { if (m != "") printf "cuda vs hardware backend decode, worst mad %s\n", m }' "$out/gpu-tests.log"
 grep -E "^skipped" "$out/gpu-tests.log"
 grep -hE "^torch package check|Error" "$out/torch-check.log" 2>/dev/null | tail -n 3
@@ -228,4 +238,5 @@ if c and d:
     print(f"ratio cpu worker (all cores) / torch DataLoader: {c / d:.2f}x")
 PY
 rm -rf "$work"
-exit "$tests_rc"
+(( tests_rc != 0 )) && exit "$tests_rc"
+exit "$exits_rc"

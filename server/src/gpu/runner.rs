@@ -91,7 +91,7 @@ pub enum GpuResult {
 }
 
 /// How the runner is sized.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct GpuRunnerConfig {
     /// Threads, each with its own stream, decoder and page-locked buffer.
     pub lanes: usize,
@@ -235,6 +235,10 @@ pub struct GpuRunner {
     ctx: Option<Arc<cudarc::driver::CudaContext>>,
     pub counters: Arc<GpuCounters>,
     queue: Arc<JobQueue>,
+    /// Joined on drop, so that no lane is still freeing its stream, decoder
+    /// or pinned buffer while the process exits (the CUDA libraries tear
+    /// themselves down at exit; a lane freeing into them then segfaults).
+    lanes: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for GpuRunner {
@@ -248,8 +252,13 @@ impl std::fmt::Debug for GpuRunner {
 
 impl Drop for GpuRunner {
     fn drop(&mut self) {
-        // The lanes finish the jobs queued, then stop.
+        // The lanes finish the jobs queued, free what they hold, and stop.
         self.queue.close();
+        for lane in self.lanes.drain(..) {
+            if lane.join().is_err() {
+                tracing::error!("a gpu lane panicked");
+            }
+        }
     }
 }
 
@@ -265,21 +274,25 @@ impl GpuRunner {
             .map_err(super::driver("setting the memory pool's release threshold"))?;
         let queue = Arc::new(JobQueue::new(config.max_batch));
         let counters = Arc::new(GpuCounters::default());
-        for i in 0..config.lanes {
-            let mut lane = Lane::new(gpu, &config, Arc::clone(&counters))?;
-            let queue = Arc::clone(&queue);
-            std::thread::Builder::new()
-                .name(format!("stoker-gpu-{i}"))
-                .spawn(move || lane.serve(&queue))
-                .map_err(|e| GpuError::Invalid(format!("cannot start gpu lane thread: {e}")))?;
-        }
-        Ok(Self {
+        let mut runner = Self {
             info: gpu.info.clone(),
             config,
             ctx: Some(Arc::clone(&gpu.ctx)),
             counters,
             queue,
-        })
+            lanes: Vec::with_capacity(config.lanes),
+        };
+        for i in 0..config.lanes {
+            // On an error, dropping `runner` stops the lanes already started.
+            let mut lane = Lane::new(gpu, &runner.config, Arc::clone(&runner.counters))?;
+            let queue = Arc::clone(&runner.queue);
+            let handle = std::thread::Builder::new()
+                .name(format!("stoker-gpu-{i}"))
+                .spawn(move || lane.serve(&queue))
+                .map_err(|e| GpuError::Invalid(format!("cannot start gpu lane thread: {e}")))?;
+            runner.lanes.push(handle);
+        }
+        Ok(runner)
     }
 
     /// Lanes without a GPU, for tests of what the pipeline does with the
@@ -293,9 +306,10 @@ impl GpuRunner {
         let queue = Arc::new(JobQueue::new(config.max_batch));
         let counters = Arc::new(GpuCounters::default());
         let answer = Arc::new(answer);
+        let mut lanes = Vec::with_capacity(config.lanes);
         for _ in 0..config.lanes {
             let (queue, answer, counters) = (Arc::clone(&queue), Arc::clone(&answer), Arc::clone(&counters));
-            std::thread::spawn(move || {
+            lanes.push(std::thread::spawn(move || {
                 while let Some(jobs) = queue.take() {
                     for job in jobs {
                         let results: Vec<GpuResult> = job
@@ -313,7 +327,7 @@ impl GpuRunner {
                         job.reply.deliver(results);
                     }
                 }
-            });
+            }));
         }
         Self {
             info: GpuInfo {
@@ -330,6 +344,7 @@ impl GpuRunner {
             ctx: None,
             counters,
             queue,
+            lanes,
         }
     }
 
