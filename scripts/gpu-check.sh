@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--stage" ]]; then
     set -e
     cargo build --release --bin stoker
-    bin=$(cargo test --release --no-run -p stoker-server --test integration --message-format=json 2>/dev/null |
+    bin=$(cargo test --release --no-run -p stoker --test integration --message-format=json 2>/dev/null |
         python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)

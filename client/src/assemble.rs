@@ -6,15 +6,20 @@
 //! rank of a data-parallel job then takes the same number of steps, even
 //! when samples were skipped as unreadable. Missing samples are made up by
 //! repeating the last one, and counted in [`Batch::padded`].
+//!
+//! This is the host side: it knows nothing of the GPU. A [`Batch`] is
+//! generic over its device part, which the assembler leaves empty; the
+//! crate's `Batch` fixes it to the device module's batch, and the upload
+//! (`batch.rs`) fills it. So the device module may build on host types (the
+//! pinned ring is host memory), never the other way round.
 
 use std::str::FromStr;
 
 use bytes::Bytes;
 
 use crate::buffers::{BatchBuffers, Pixels};
-use crate::device::DeviceBatch;
 use crate::error::ClientError;
-use crate::wire::Sample;
+use crate::sample::Sample;
 
 /// What happens to the end of an epoch that does not fill a batch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -69,8 +74,11 @@ pub fn batches_per_rank(samples: u64, world: u32, batch_size: usize, policy: Las
 
 /// One batch: `len()` images of `size` x `size` x 3, uint8, NHWC, in
 /// host memory; or, when the loader uploads to a GPU, in `device`.
+///
+/// `D` is the batch's form on the GPU (the crate's `Batch` is
+/// `Batch<DeviceBatch>`); the assembler leaves `device` empty.
 #[derive(Debug)]
-pub struct Batch {
+pub struct Batch<D> {
     pub epoch: u64,
     /// Position of this batch in the epoch, from 0.
     pub index: u64,
@@ -81,7 +89,7 @@ pub struct Batch {
     pub pixels: Pixels,
     /// The batch on the training GPU, converted to the configured layout
     /// and dtype, when the loader uploads (see `LoaderConfig::device`).
-    pub device: Option<DeviceBatch>,
+    pub device: Option<D>,
     pub labels: Vec<i64>,
     pub keys: Vec<String>,
     /// The last `padded` samples repeat an earlier one, to fill the batch
@@ -93,7 +101,7 @@ pub struct Batch {
     pub(crate) completes: Vec<u32>,
 }
 
-impl Batch {
+impl<D> Batch<D> {
     pub fn len(&self) -> usize {
         self.labels.len()
     }
@@ -114,9 +122,9 @@ impl Batch {
     }
 }
 
-/// Fills batches of `batch_size` samples.
+/// Fills batches of `batch_size` samples (whose device part is a `D`).
 #[derive(Debug)]
-pub(crate) struct Assembler {
+pub(crate) struct Assembler<D> {
     epoch: u64,
     size: u32,
     batch_size: usize,
@@ -124,7 +132,7 @@ pub(crate) struct Assembler {
     /// Batches the epoch has, when known.
     target: Option<u64>,
     next_index: u64,
-    current: Option<Batch>,
+    current: Option<Batch<D>>,
     /// The last sample added: what padding repeats.
     last: Option<(Bytes, i64, String)>,
     /// Completions waiting for the next batch.
@@ -134,7 +142,7 @@ pub(crate) struct Assembler {
     buffers: BatchBuffers,
 }
 
-impl Assembler {
+impl<D> Assembler<D> {
     /// An assembler whose first batch has index `first_index` (non-zero
     /// when an epoch resumes).
     pub fn new(
@@ -161,7 +169,7 @@ impl Assembler {
         }
     }
 
-    async fn fresh(&self) -> Result<Batch, ClientError> {
+    async fn fresh(&self) -> Result<Batch<D>, ClientError> {
         Ok(Batch {
             epoch: self.epoch,
             index: self.next_index,
@@ -176,7 +184,7 @@ impl Assembler {
         })
     }
 
-    async fn current(&mut self) -> Result<Batch, ClientError> {
+    async fn current(&mut self) -> Result<Batch<D>, ClientError> {
         match self.current.take() {
             Some(b) => Ok(b),
             None => self.fresh().await,
@@ -193,7 +201,7 @@ impl Assembler {
     }
 
     /// Adds a sample; returns a batch when one is full.
-    pub async fn push(&mut self, sample: Sample) -> Result<Option<Batch>, ClientError> {
+    pub async fn push(&mut self, sample: Sample) -> Result<Option<Batch<D>>, ClientError> {
         if self.reached_target() {
             self.dropped += 1;
             return Ok(None);
@@ -215,7 +223,7 @@ impl Assembler {
         }
     }
 
-    fn emit(&mut self, mut batch: Batch) -> Batch {
+    fn emit(&mut self, mut batch: Batch<D>) -> Batch<D> {
         batch.completes.append(&mut self.completes);
         self.next_index += 1;
         batch
@@ -225,7 +233,7 @@ impl Assembler {
     /// repeat (a rank whose share was empty or all skipped, or an epoch
     /// resumed where only padding was left), pads with black images,
     /// label -1 and an empty key: padding is masked out either way.
-    fn pad(&self, batch: &mut Batch) -> Result<(), ClientError> {
+    fn pad(&self, batch: &mut Batch<D>) -> Result<(), ClientError> {
         let blank;
         let (pixels, label, key) = match &self.last {
             Some((pixels, label, key)) => (&pixels[..], *label, key.as_str()),
@@ -250,7 +258,7 @@ impl Assembler {
     /// epoch's batch count is known and fewer samples came than planned,
     /// padded batches up to that count. One at a time, so that each can go
     /// on (and give its pinned buffer back) before the next takes one.
-    pub async fn finish_next(&mut self) -> Result<Option<Batch>, ClientError> {
+    pub async fn finish_next(&mut self) -> Result<Option<Batch<D>>, ClientError> {
         let batch = match self.target {
             Some(target) if self.next_index < target => {
                 let mut batch = self.current().await?;
@@ -277,7 +285,7 @@ impl Assembler {
 
     /// Every batch [`Assembler::finish_next`] gives.
     #[cfg(test)]
-    pub async fn finish(&mut self) -> Result<Vec<Batch>, ClientError> {
+    pub async fn finish(&mut self) -> Result<Vec<Batch<D>>, ClientError> {
         let mut out = Vec::new();
         while let Some(b) = self.finish_next().await? {
             out.push(b);
@@ -288,7 +296,7 @@ impl Assembler {
 
 /// A sample that does not fit its batch's buffer: the wire check of each
 /// sample's size makes this a bug, reported rather than a panic.
-fn overflow(batch: &Batch) -> ClientError {
+fn overflow<D>(batch: &Batch<D>) -> ClientError {
     ClientError::Batches(format!(
         "batch {} of epoch {}: a sample does not fit the batch buffer after {} samples",
         batch.index,
@@ -301,6 +309,10 @@ fn overflow(batch: &Batch) -> ClientError {
 mod tests {
     use super::*;
     use crate::buffers::HostPool;
+
+    // The host side needs no device: batches whose device part is `()`.
+    type Assembler = super::Assembler<()>;
+    type Batch = super::Batch<()>;
 
     fn assembler(epoch: u64, batch_size: usize, policy: LastBatch, target: Option<u64>, first_index: u64) -> Assembler {
         let buffers = BatchBuffers::Host(HostPool::new(batch_size * 12, 2));

@@ -4,13 +4,15 @@
 //!
 //! - [`HostPool`]: recycled heap buffers, for host batches.
 //! - [`PinnedPool`]: the device path's ring of page-locked buffers, which
-//!   go back to the ring once their copy to the GPU has completed.
+//!   go back to the ring once their copy to the GPU has completed. They are
+//!   host memory and live on the host side (`pinned`), so these buffers
+//!   need nothing from the device module.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
 
-use crate::device::{PinnedBuf, PinnedPool};
 use crate::error::ClientError;
+use crate::pinned::{PinnedBuf, PinnedPool};
 
 /// A batch's pixel bytes: the first `len` bytes of a reused buffer.
 #[derive(Debug)]

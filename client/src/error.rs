@@ -25,6 +25,13 @@ pub enum ClientError {
     },
     #[error("all workers unavailable for {seconds}s: {detail}")]
     AllWorkersGone { seconds: u64, detail: String },
+    /// The consumer dropped the epoch's stream: the lanes stop.
+    #[error("epoch {epoch} was dropped by its consumer")]
+    EpochDropped { epoch: u64 },
+    /// Every lane ended, yet some of the epoch's work items never
+    /// completed.
+    #[error("epoch {epoch}: {items} work items never completed")]
+    ItemsIncomplete { epoch: u64, items: usize },
     #[error("gpu upload failed: {0}")]
     Device(String),
     #[error("cannot complete the epoch's batches: {0}")]
@@ -49,14 +56,7 @@ pub(crate) fn describe_status(status: &tonic::Status) -> String {
         let _ = write!(out, "{}: ", code_name(code));
     }
     out.push_str(status.message());
-    let mut source = std::error::Error::source(status);
-    while let Some(err) = source {
-        let s = err.to_string();
-        if !out.contains(&s) {
-            let _ = write!(out, ": {s}");
-        }
-        source = err.source();
-    }
+    stoker_core::error::push_sources(&mut out, std::error::Error::source(status));
     out
 }
 

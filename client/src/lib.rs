@@ -11,22 +11,34 @@
 //! to skip. Samples from an attempt that was given up on are discarded.
 
 mod assemble;
+mod batch;
 mod budget;
 mod buffers;
+mod config;
+mod cuda;
 pub mod device;
 mod dispatch;
 mod error;
+mod event;
+mod ledger;
 mod loader;
 mod order;
+mod pinned;
+mod report;
+mod sample;
 mod state;
+mod supervisor;
 mod tls;
 mod wire;
 
-pub use assemble::{Batch, LastBatch, batches_per_rank};
+pub use assemble::{LastBatch, batches_per_rank};
+pub use batch::Batch;
 pub use budget::ErrorBudget;
 pub use buffers::Pixels;
+pub use config::{DEFAULT_PREFETCH, DEFAULT_PROGRESS_TIMEOUT, DEFAULT_WORKER_PATIENCE, DeviceTarget, LoaderConfig};
 pub use error::ClientError;
-pub use loader::{DeviceTarget, EpochReport, EpochStream, EpochWatch, Loader, LoaderConfig, WorkerReport};
+pub use loader::{EpochStream, EpochWatch, Loader};
+pub use report::{EpochReport, WorkerReport};
 pub use state::{EpochState, Fingerprint};
 pub use stoker_core::{Secret, ShardRef, TransformSpec};
 pub use tls::TlsOptions;

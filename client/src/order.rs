@@ -11,8 +11,8 @@
 //! batch that carries an item's completion holds, or follows, every sample
 //! of it; the client's resumable state is built on that.
 
-use crate::dispatch::Event;
-use crate::wire::Sample;
+use crate::event::Event;
+use crate::sample::Sample;
 
 /// What the assembler receives.
 #[derive(Debug)]

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::assemble::Batch;
+use crate::assemble::{Batch, LastBatch};
 
 /// A resumable position in an epoch.
 ///
@@ -37,9 +37,8 @@ pub struct Fingerprint {
     pub batch_size: u64,
     /// Side of the output images.
     pub image_size: u64,
-    /// The last-batch policy (`drop`, `partial`, `pad`): it decides the
-    /// epoch's batch count.
-    pub last_batch: String,
+    /// The last-batch policy: it decides the epoch's batch count.
+    pub last_batch: LastBatch,
     /// Items in the epoch's plan, and the dataset's shard count.
     pub items: u64,
     pub shards: u64,
@@ -101,7 +100,7 @@ impl Progress {
     }
 
     /// Records a batch handed to the consumer.
-    pub fn delivered(&mut self, batch: &Batch) {
+    pub fn delivered<D>(&mut self, batch: &Batch<D>) {
         self.batches = batch.index + 1;
         for (item, key) in batch.items.iter().zip(&batch.keys) {
             self.partial.entry(*item).or_default().push(key.clone());

@@ -1,14 +1,20 @@
-//! The client's gRPC edge: connections, and checked conversions of what
-//! workers send into domain samples.
+//! The client's gRPC edge: connections, the calls the client makes, and
+//! checked conversions between protobuf messages and the client's own
+//! types. Only this module names `stoker_proto::pb` (or the health
+//! service's messages); the rest of the crate speaks in [`Sample`],
+//! [`Skipped`], [`ShardRef`] and the requests built here.
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use stoker_core::Secret;
+use stoker_core::{Secret, ShardRef, TransformSpec};
+use tonic_health::ServingStatus;
+use tonic_health::pb::HealthCheckRequest;
 
+use crate::sample::{Sample, Skipped};
 use crate::tls::TlsOptions;
 use stoker_proto::pb;
 use stoker_proto::pb::worker_client::WorkerClient;
+use stoker_proto::transport;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
@@ -18,23 +24,8 @@ use tonic::transport::{Channel, Endpoint};
 /// them round-robin.
 pub(crate) const CONNECTIONS_PER_WORKER: usize = 4;
 
-/// Largest message accepted from a worker (one chunk).
-pub(crate) const MAX_MESSAGE_BYTES: usize = 256 << 20;
-
-/// A sample as received, checked against the expected shape.
-#[derive(Debug)]
-pub(crate) struct Sample {
-    pub key: String,
-    pub label: i64,
-    pub pixels: Bytes,
-    /// Position in its shard.
-    pub position: u64,
-    /// The plan item it belongs to (set by the lane that received it).
-    pub item: u32,
-}
-
-/// An endpoint with the HTTP/2 settings bulk transfer needs: large frames
-/// and flow-control windows, TCP_NODELAY. The channel
+/// An endpoint with the HTTP/2 settings bulk transfer needs
+/// ([`stoker_proto::transport`]), TCP_NODELAY. The channel
 /// connects lazily and reconnects on its own. With `tls`, a bare
 /// `host:port` means `https://host:port`.
 pub(crate) fn channel(addr: &str, connect_timeout: Duration, tls: Option<&TlsOptions>) -> Result<Channel, String> {
@@ -52,13 +43,11 @@ pub(crate) fn channel(addr: &str, connect_timeout: Duration, tls: Option<&TlsOpt
     Ok(endpoint
         .connect_timeout(connect_timeout)
         .tcp_nodelay(true)
-        // Workers may send frames of up to 16 MiB (the default is 16 KiB,
-        // ten frames and their bookkeeping per 224x224 image).
-        .max_frame_size(Some((16 << 20) - 1))
-        .initial_stream_window_size(Some(32 << 20))
-        .initial_connection_window_size(Some(64 << 20))
-        .http2_keep_alive_interval(Duration::from_secs(20))
-        .keep_alive_timeout(Duration::from_secs(20))
+        .max_frame_size(Some(transport::HTTP2_MAX_FRAME_BYTES))
+        .initial_stream_window_size(Some(transport::HTTP2_STREAM_WINDOW_BYTES))
+        .initial_connection_window_size(Some(transport::HTTP2_CONNECTION_WINDOW_BYTES))
+        .http2_keep_alive_interval(transport::HTTP2_KEEPALIVE)
+        .keep_alive_timeout(transport::HTTP2_KEEPALIVE)
         .keep_alive_while_idle(true)
         .connect_lazy())
 }
@@ -72,33 +61,34 @@ pub(crate) struct Auth {
 impl Interceptor for Auth {
     fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         if let Some(h) = &self.header {
-            request.metadata_mut().insert("authorization", h.clone());
+            request.metadata_mut().insert(transport::AUTHORIZATION, h.clone());
         }
         Ok(request)
     }
 }
 
 /// A worker client with the configured token.
-pub(crate) type Client = WorkerClient<InterceptedService<Channel, Auth>>;
+#[derive(Clone)]
+pub(crate) struct Client(WorkerClient<InterceptedService<Channel, Auth>>);
 
 /// The worker's grpc.health.v1 client (health checks need no token, but
 /// carry it anyway: a proxy in front of the worker may want it).
-pub(crate) type HealthClient = tonic_health::pb::health_client::HealthClient<InterceptedService<Channel, Auth>>;
+#[derive(Clone)]
+pub(crate) struct HealthClient(tonic_health::pb::health_client::HealthClient<InterceptedService<Channel, Auth>>);
 
 /// The service name workers report health for.
-pub(crate) const WORKER_SERVICE: &str = "stoker.v1.Worker";
+pub(crate) use transport::WORKER_SERVICE;
 
 pub(crate) fn health_client(channel: Channel, token: Option<&Secret>) -> Result<HealthClient, String> {
-    Ok(tonic_health::pb::health_client::HealthClient::with_interceptor(
-        channel,
-        auth(token)?,
+    Ok(HealthClient(
+        tonic_health::pb::health_client::HealthClient::with_interceptor(channel, auth(token)?),
     ))
 }
 
 fn auth(token: Option<&Secret>) -> Result<Auth, String> {
     let header = token
         .map(|t| {
-            let mut v = MetadataValue::try_from(format!("Bearer {}", t.expose()))
+            let mut v = MetadataValue::try_from(transport::bearer(t.expose()))
                 .map_err(|_| "token is not a valid header value".to_owned())?;
             v.set_sensitive(true);
             Ok::<_, String>(v)
@@ -108,11 +98,142 @@ fn auth(token: Option<&Secret>) -> Result<Auth, String> {
 }
 
 pub(crate) fn client(channel: Channel, token: Option<&Secret>) -> Result<Client, String> {
-    Ok(WorkerClient::with_interceptor(channel, auth(token)?).max_decoding_message_size(MAX_MESSAGE_BYTES))
+    Ok(Client(
+        WorkerClient::with_interceptor(channel, auth(token)?).max_decoding_message_size(transport::MAX_RESPONSE_BYTES),
+    ))
+}
+
+/// A dataset as a worker describes it.
+#[derive(Debug)]
+pub(crate) struct Dataset {
+    /// Sorted by name.
+    pub shards: Vec<ShardRef>,
+    /// Whether sample counts came from the dataset's index file.
+    pub indexed: bool,
+}
+
+impl Client {
+    /// Lists `dataset` through this worker.
+    pub async fn describe_dataset(&mut self, dataset: &str) -> Result<Dataset, tonic::Status> {
+        let request = pb::DescribeDatasetRequest {
+            dataset: dataset.to_owned(),
+        };
+        let described = self.0.describe_dataset(request).await?.into_inner();
+        Ok(Dataset {
+            shards: described.shards.into_iter().map(ShardRef::from).collect(),
+            indexed: described.indexed,
+        })
+    }
+
+    /// The samples the worker asks to have in flight (its
+    /// `Info.inflight_samples`); 0 from a worker too old to say.
+    pub async fn inflight_samples(&mut self) -> Result<u64, tonic::Status> {
+        let info = self.0.info(pb::InfoRequest::default()).await?.into_inner();
+        Ok(info.inflight_samples)
+    }
+
+    /// Starts one work item; its results stream back as [`Chunks`].
+    pub async fn process_shard(&mut self, request: WorkRequest) -> Result<Chunks, tonic::Status> {
+        Ok(Chunks(self.0.process_shard(request.0).await?.into_inner()))
+    }
+}
+
+impl HealthClient {
+    /// Whether the worker's grpc.health.v1 service says it serves work.
+    pub async fn serving(&mut self) -> Result<bool, tonic::Status> {
+        let request = HealthCheckRequest {
+            service: WORKER_SERVICE.to_owned(),
+        };
+        let answer = self.0.check(request).await?;
+        Ok(answer.get_ref().status == ServingStatus::Serving as i32)
+    }
+}
+
+/// What every work item of an epoch asks alike (dataset, seed, epoch,
+/// transform, chunk size), converted to the wire once per epoch.
+#[derive(Debug)]
+pub(crate) struct ItemTemplate {
+    base: pb::WorkItem,
+}
+
+impl ItemTemplate {
+    pub fn new(dataset: &str, seed: u64, epoch: u64, transform: &TransformSpec, chunk_bytes: u32) -> Self {
+        Self {
+            base: pb::WorkItem {
+                dataset: dataset.to_owned(),
+                seed,
+                epoch,
+                transform: Some(stoker_proto::spec_to_pb(transform)),
+                chunk_bytes,
+                ..pb::WorkItem::default()
+            },
+        }
+    }
+
+    /// The request for the samples of `shard` from position `start` up to
+    /// `end` (the shard's end with `None`), less those in `skip`.
+    pub fn request(&self, shard: &str, skip: Vec<String>, start: u64, end: Option<u64>) -> WorkRequest {
+        WorkRequest(pb::WorkItem {
+            shard: shard.to_owned(),
+            skip_keys: skip,
+            start,
+            end: end.unwrap_or(0),
+            ..self.base.clone()
+        })
+    }
+}
+
+/// One work item, ready to send ([`ItemTemplate::request`]).
+#[derive(Debug)]
+pub(crate) struct WorkRequest(pb::WorkItem);
+
+/// The chunks a worker streams back for one work item.
+pub(crate) struct Chunks(tonic::Streaming<pb::SampleChunk>);
+
+impl Chunks {
+    /// The next chunk; `None` when the worker ended the stream.
+    pub async fn next(&mut self) -> Result<Option<Chunk>, tonic::Status> {
+        Ok(self.0.message().await?.map(|c| Chunk {
+            samples: c.samples,
+            skipped: c
+                .skipped
+                .into_iter()
+                .map(|s| Skipped {
+                    key: s.key,
+                    reason: s.reason,
+                })
+                .collect(),
+            done: c.done,
+            shard_error: c.shard_error,
+        }))
+    }
+}
+
+/// One chunk of a work item's results.
+#[derive(Debug)]
+pub(crate) struct Chunk {
+    /// Checked when taken ([`Chunk::take_samples`]).
+    samples: Vec<pb::Sample>,
+    pub skipped: Vec<Skipped>,
+    /// The item's last chunk.
+    pub done: bool,
+    /// Set on the last chunk when the shard's data ended early or was
+    /// corrupt (names the shard and the offset); empty otherwise.
+    pub shard_error: String,
+}
+
+impl Chunk {
+    /// Takes the chunk's samples, each checked against the transform's
+    /// output `size`, in the order they came.
+    pub fn take_samples(&mut self, size: u32) -> impl ExactSizeIterator<Item = Result<Sample, String>> + use<> {
+        std::mem::take(&mut self.samples)
+            .into_iter()
+            .map(move |s| sample_from_pb(s, size))
+    }
 }
 
 /// Checks one wire sample: shape and byte count must match the transform.
-pub(crate) fn sample_from_pb(s: pb::Sample, size: u32) -> Result<Sample, String> {
+fn sample_from_pb(s: pb::Sample, size: u32) -> Result<Sample, String> {
     if (s.height, s.width, s.channels) != (size, size, 3) {
         return Err(format!(
             "sample {} has shape {}x{}x{}, expected {size}x{size}x3",

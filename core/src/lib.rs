@@ -10,7 +10,11 @@
 //! - [`plan`]: which shards a rank reads in an epoch, and in what order.
 //! - [`secret`]: bearer tokens that never reach a log.
 //! - [`pem`]: a sanity check on certificate and key files.
+//! - [`error`]: an error and its causes as one line ([`error_chain`]).
+//! - [`jitter`]: randomness for spreading retries (never for augmentation).
 
+pub mod error;
+pub mod jitter;
 pub mod params;
 pub mod pem;
 pub mod plan;
@@ -19,6 +23,7 @@ pub mod secret;
 pub mod transform;
 pub mod uri;
 
+pub use error::error_chain;
 pub use params::{Step, resolve_steps};
 pub use plan::{EpochPlan, PlanItem, ShardRef, indexed_samples};
 pub use rng::SampleRng;

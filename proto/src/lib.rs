@@ -13,6 +13,8 @@ pub mod pb {
     include!(concat!(env!("OUT_DIR"), "/stoker.v1.rs"));
 }
 
+pub mod transport;
+
 use stoker_core::plan::ShardRef;
 use stoker_core::transform::{Op, SpecError, TransformSpec};
 

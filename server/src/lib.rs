@@ -1,4 +1,4 @@
-//! The Stoker worker, and the `stoker` command line.
+//! The Stoker worker: a library. The `stoker` binary (crate `cli/`) runs it.
 //!
 //! - [`storage`]: S3 and local folders.
 //! - [`wds`]: WebDataset tar shards, read as a stream and grouped into samples
@@ -13,10 +13,8 @@
 //!   the worker's certificate and the CA for client certificates.
 //! - [`pack`]: ImageFolder trees to WebDataset shards.
 //! - [`synth`]: procedural images for the demo and benchmarks.
-//! - [`cli`]: the subcommands of the `stoker` binary.
 
 pub mod augment;
-pub mod cli;
 pub mod decode;
 pub mod gpu;
 pub mod libjpeg;

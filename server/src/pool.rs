@@ -71,7 +71,7 @@ impl CpuPool {
 
     /// Whether a thread is free: fewer jobs queued or running than threads.
     /// A GPU worker gives the pool JPEGs only then (see
-    /// `pipeline::Route`), so they never queue behind each other here.
+    /// `pipeline::route`), so they never queue behind each other here.
     pub fn has_idle_thread(&self) -> bool {
         self.load.load(Ordering::Acquire) < self.threads
     }
@@ -155,12 +155,37 @@ mod tests {
         drop(dropped);
         release.send(()).unwrap();
         assert!(running.await.unwrap());
+        assert!(
+            becomes_idle(&pool).await,
+            "the pool's load did not drop back after its jobs ended"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_job_whose_requester_left_before_it_started_is_not_run() {
+        let pool = CpuPool::new(1).unwrap();
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        // Keeps the only thread busy while the next job's requester leaves.
+        let busy = pool.spawn(move || wait.recv().is_ok());
+        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = Arc::clone(&ran);
+        let left = pool.spawn(move || flag.store(true, Ordering::SeqCst));
+        drop(left);
+        release.send(()).unwrap();
+        assert!(busy.await.unwrap());
+        // Idle again: every job queued has been taken off the pool.
+        assert!(becomes_idle(&pool).await, "the pool's load did not drop back");
+        assert!(!ran.load(Ordering::SeqCst), "the job ran with nobody waiting for it");
+    }
+
+    /// Whether the pool's load drops below its threads within a second.
+    async fn becomes_idle(pool: &CpuPool) -> bool {
         for _ in 0..100 {
             if pool.has_idle_thread() {
-                return;
+                return true;
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        panic!("the pool's load did not drop back after its jobs ended");
+        false
     }
 }

@@ -23,11 +23,7 @@ use tracing::{info, warn};
 use crate::pipeline::{Chunk, Item, ItemError, WorkerContext, run_item};
 use crate::storage::StorageError;
 use crate::tls::ServerTls;
-
-/// Largest request accepted (a work item with a long skip list).
-const MAX_REQUEST_BYTES: usize = 64 << 20;
-/// Largest chunk the worker will accept as a target size.
-const MAX_CHUNK_BYTES: u32 = 64 << 20;
+use stoker_proto::transport::{self, MAX_CHUNK_BYTES, MAX_REQUEST_BYTES};
 
 /// The `stoker.v1.Worker` service.
 #[derive(Debug, Clone)]
@@ -313,9 +309,9 @@ impl tonic::service::Interceptor for TokenCheck {
         };
         let presented = request
             .metadata()
-            .get("authorization")
+            .get(transport::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(transport::bearer_token)
             .unwrap_or("");
         // Constant time in the content: a wrong byte anywhere costs the same.
         // (`ct_eq` returns early only on a length mismatch.)
@@ -340,12 +336,15 @@ pub struct ServeOptions {
     pub grace: Duration,
 }
 
+/// Default grace period of a drain (`--grace-period`).
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
+
 impl Default for ServeOptions {
     fn default() -> Self {
         Self {
             token: None,
             tls: None,
-            grace: Duration::from_secs(30),
+            grace: DEFAULT_GRACE,
         }
     }
 }
@@ -359,8 +358,8 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// whatever is still running then ends with UNAVAILABLE so the client
 /// reassigns its rest. Returns once the connections are closed.
 ///
-/// HTTP/2 is tuned for bulk transfer: 16 MiB frames, tens of MiB of stream
-/// and connection window, TCP_NODELAY.
+/// HTTP/2 is tuned for bulk transfer ([`stoker_proto::transport`]), with
+/// TCP_NODELAY.
 pub async fn serve(
     listener: TcpListener,
     ctx: Arc<WorkerContext>,
@@ -392,11 +391,11 @@ pub async fn serve(
     }
     let server = builder
         .tcp_nodelay(true)
-        .max_frame_size(Some((16 << 20) - 1))
-        .initial_stream_window_size(Some(32 << 20))
-        .initial_connection_window_size(Some(64 << 20))
-        .http2_keepalive_interval(Some(Duration::from_secs(20)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .max_frame_size(Some(transport::HTTP2_MAX_FRAME_BYTES))
+        .initial_stream_window_size(Some(transport::HTTP2_STREAM_WINDOW_BYTES))
+        .initial_connection_window_size(Some(transport::HTTP2_CONNECTION_WINDOW_BYTES))
+        .http2_keepalive_interval(Some(transport::HTTP2_KEEPALIVE))
+        .http2_keepalive_timeout(Some(transport::HTTP2_KEEPALIVE))
         .add_service(health_service)
         .add_service(service)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {

@@ -6,6 +6,7 @@
 
 mod support;
 
+mod architecture;
 mod bad_input;
 mod cli_errors;
 mod client_device;

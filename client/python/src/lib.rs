@@ -334,7 +334,7 @@ fn state_to_py<'py>(py: Python<'py>, s: &EpochState) -> PyResult<Bound<'py, PyDi
     f.set_item("world_size", fp.world_size)?;
     f.set_item("batch_size", fp.batch_size)?;
     f.set_item("image_size", fp.image_size)?;
-    f.set_item("last_batch", &fp.last_batch)?;
+    f.set_item("last_batch", fp.last_batch.to_string())?;
     f.set_item("items", fp.items)?;
     f.set_item("shards", fp.shards)?;
     f.set_item("deterministic", fp.deterministic)?;
@@ -378,7 +378,9 @@ fn state_from_py(d: &Bound<'_, PyDict>) -> PyResult<EpochState> {
             world_size: field(&f, "world_size")?,
             batch_size: field(&f, "batch_size")?,
             image_size: field(&f, "image_size")?,
-            last_batch: field(&f, "last_batch")?,
+            last_batch: field::<String>(&f, "last_batch")?
+                .parse::<LastBatch>()
+                .map_err(|e| err(format!("saved loader state: \"last_batch\" is invalid: {e}")))?,
             items: field(&f, "items")?,
             shards: field(&f, "shards")?,
             deterministic: field(&f, "deterministic")?,

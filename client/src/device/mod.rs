@@ -16,7 +16,8 @@
 //!   libnvrtc, the conversion kernels compile) and, if not, why.
 //! - [`PinnedPool`] / [`PinnedBuf`]: a ring of page-locked buffers. A buffer
 //!   handed to an upload is handed out again only after its copy to the
-//!   device has completed.
+//!   device has completed. It is host memory and lives on the host side
+//!   (`pinned`), which this module builds on, never the other way round.
 //! - [`Uploader`]: a side stream on the device's primary context (the one
 //!   PyTorch uses, so device pointers are valid there), a staging buffer and
 //!   the conversion kernels of `stoker-kernels` ([`UploadSpec`]: layout,
@@ -26,88 +27,20 @@
 //!
 //! CUDA is loaded at run time, as in the worker: nothing CUDA is needed to
 //! build or run the client, and without a GPU [`probe`] says why, so the
-//! loader can yield host batches instead.
+//! loader can yield host batches instead. How CUDA calls fail
+//! ([`DeviceError`], [`DeviceUnavailable`]) is shared with the pinned ring
+//! (`cuda`).
 
-mod pool;
 mod upload;
 
-use std::fmt;
-
+pub use crate::cuda::{DeviceError, DeviceUnavailable};
+pub use crate::pinned::{PinnedBuf, PinnedPool};
 pub use cudarc::driver::sys::CUstream;
-pub use pool::{PinnedBuf, PinnedPool};
-pub use stoker_kernels::{CudaUnavailable, DType, Layout};
-pub use upload::{DeviceBatch, POOL_KEEP_BYTES, UploadSpec, Uploader};
+pub use stoker_kernels::{CudaUnavailable, DType, DeviceInfo, Layout, POOL_KEEP_BYTES};
+pub use upload::{DeviceBatch, UploadSpec, Uploader};
 
-use stoker_kernels::{CONVERT, KernelError, catch_cuda_panic, check_nvrtc, open_context, ptx_for};
-
-/// Why the client cannot use a CUDA device.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum DeviceUnavailable {
-    /// libcuda, the device or libnvrtc is missing, or the driver failed.
-    #[error(transparent)]
-    Cuda(#[from] CudaUnavailable),
-    /// NVRTC is there but did not compile the conversion kernels.
-    #[error("nvrtc could not build the conversion kernels for cuda device {ordinal}: {reason}")]
-    Kernels { ordinal: usize, reason: String },
-}
-
-/// What [`probe`] found.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeviceInfo {
-    pub ordinal: usize,
-    pub name: String,
-    pub compute_capability: (i32, i32),
-    pub memory_bytes: usize,
-}
-
-impl fmt::Display for DeviceInfo {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (major, minor) = self.compute_capability;
-        write!(
-            f,
-            "cuda device {} {}, sm_{major}{minor}, {:.1} GiB",
-            self.ordinal,
-            self.name,
-            self.memory_bytes as f64 / f64::from(1u32 << 30),
-        )
-    }
-}
-
-/// A failure on a device that was found usable, or a request it refuses.
-#[derive(Debug, thiserror::Error)]
-pub enum DeviceError {
-    #[error(transparent)]
-    Unavailable(#[from] DeviceUnavailable),
-    /// A CUDA driver call failed.
-    #[error("{call} failed on cuda device {ordinal}: {reason}")]
-    Driver {
-        call: &'static str,
-        ordinal: usize,
-        reason: String,
-    },
-    /// The conversion kernel refused its arguments or did not launch.
-    #[error("cuda device {ordinal}: {source}")]
-    Kernel { ordinal: usize, source: KernelError },
-    /// A request that does not fit: sizes, buffers of another device, a
-    /// bad normalisation.
-    #[error("cuda device {ordinal}: {reason}")]
-    Invalid { ordinal: usize, reason: String },
-}
-
-impl From<CudaUnavailable> for DeviceError {
-    fn from(e: CudaUnavailable) -> Self {
-        Self::Unavailable(DeviceUnavailable::Cuda(e))
-    }
-}
-
-/// A mapper of a driver error to [`DeviceError::Driver`] naming `call`.
-pub(crate) fn driver(call: &'static str, ordinal: usize) -> impl Fn(cudarc::driver::DriverError) -> DeviceError {
-    move |e| DeviceError::Driver {
-        call,
-        ordinal,
-        reason: e.to_string(),
-    }
-}
+use crate::cuda::driver;
+use stoker_kernels::{CONVERT, catch_cuda_panic, check_nvrtc, open_context, ptx_for};
 
 /// Whether CUDA device `ordinal` can take uploads: loads libcuda and
 /// libnvrtc, opens the device's primary context and compiles the
@@ -117,25 +50,14 @@ pub(crate) fn driver(call: &'static str, ordinal: usize) -> impl Fn(cudarc::driv
 pub fn probe(ordinal: usize) -> Result<DeviceInfo, DeviceUnavailable> {
     catch_cuda_panic(|| {
         let ctx = open_context(ordinal)?;
-        let drv = |e: cudarc::driver::DriverError| CudaUnavailable::Driver {
-            ordinal,
-            reason: e.to_string(),
-        };
-        let name = ctx.name().map_err(drv)?;
-        let compute_capability = ctx.compute_capability().map_err(drv)?;
-        let memory_bytes = ctx.total_mem().map_err(drv)?;
+        let info = DeviceInfo::of(&ctx)?;
         check_nvrtc()?;
-        let (major, minor) = compute_capability;
+        let (major, minor) = info.compute_capability;
         ptx_for(&CONVERT, major, minor).map_err(|e| DeviceUnavailable::Kernels {
             ordinal,
             reason: e.to_string(),
         })?;
-        Ok(DeviceInfo {
-            ordinal,
-            name,
-            compute_capability,
-            memory_bytes,
-        })
+        Ok(info)
     })
 }
 
@@ -175,22 +97,5 @@ mod tests {
                 println!("skipped: probe_names_what_is_missing_or_describes_the_device: {text}");
             }
         }
-    }
-
-    #[test]
-    fn errors_name_the_call_and_the_device() {
-        // (A DriverError's text comes from libcuda, so none is formatted here.)
-        let e = DeviceError::Driver {
-            call: "cuMemcpyHtoDAsync of a batch",
-            ordinal: 3,
-            reason: "CUDA_ERROR_INVALID_VALUE".into(),
-        };
-        let text = e.to_string();
-        assert_eq!(
-            text,
-            "cuMemcpyHtoDAsync of a batch failed on cuda device 3: CUDA_ERROR_INVALID_VALUE"
-        );
-        let e = DeviceError::from(CudaUnavailable::NoLibcuda);
-        assert!(e.to_string().starts_with("no libcuda"), "{e}");
     }
 }

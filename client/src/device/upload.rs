@@ -6,16 +6,11 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, sys};
 use stoker_kernels::{
-    Conversion, ConvertKernels, DType, Layout, Normalize, catch_cuda_panic, check_nvrtc, open_context,
+    Conversion, ConvertKernels, DType, Layout, Normalize, POOL_KEEP_BYTES, catch_cuda_panic, check_nvrtc, open_context,
     pool_release_threshold, set_pool_release_threshold,
 };
 
 use super::{DeviceError, DeviceUnavailable, PinnedBuf, PinnedPool, driver};
-
-/// Device memory the stream-ordered allocator keeps for reuse (at least;
-/// a higher threshold set by someone else is left alone), so that each
-/// batch's output does not have to be mapped anew after a synchronisation.
-pub const POOL_KEEP_BYTES: u64 = 1 << 30;
 
 /// What a batch becomes on the device: layout, element type and
 /// normalisation `(x / 255 - mean[c]) / std[c]` (mean 0, std 1: plain

@@ -32,6 +32,10 @@ impl DecodeError {
     }
 }
 
+/// The default pixel limit of worker and GPU lanes: 100 megapixels, well
+/// above any training image, far below what a forged header can claim.
+pub const DEFAULT_MAX_PIXELS: u64 = 100_000_000;
+
 /// Refuses empty images and images of more than `limit` pixels.
 pub fn check_size(width: u64, height: u64, limit: u64) -> Result<(), DecodeError> {
     if width == 0 || height == 0 {

@@ -71,7 +71,9 @@ pub struct GpuDecoder {
     max_pixels: u64,
 }
 
-struct Planned<'a> {
+/// A JPEG whose header was read and whose output is allocated, waiting
+/// for its decode.
+struct PendingDecode<'a> {
     index: usize,
     data: &'a [u8],
     image: DeviceImage,
@@ -137,7 +139,7 @@ impl GpuDecoder {
         for (index, &data) in jpegs.iter().enumerate() {
             match self.plan(data) {
                 Ok((image, engine_takes_it)) => {
-                    let planned = Planned { index, data, image };
+                    let planned = PendingDecode { index, data, image };
                     if engine_takes_it {
                         batch.push(planned);
                     } else {
@@ -214,7 +216,7 @@ impl GpuDecoder {
         ))
     }
 
-    fn decode_batched(&mut self, batch: &mut [Planned<'_>]) -> Result<(), NvjpegError> {
+    fn decode_batched(&mut self, batch: &mut [PendingDecode<'_>]) -> Result<(), NvjpegError> {
         let stream = cu_stream(&self.stream);
         let data: Vec<&[u8]> = batch.iter().map(|p| p.data).collect();
         let mut guards = Vec::with_capacity(batch.len());

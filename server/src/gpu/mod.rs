@@ -14,6 +14,7 @@
 
 pub mod decode;
 pub mod nvjpeg;
+mod queue;
 pub mod runner;
 
 use std::fmt;
@@ -21,7 +22,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice};
 use stoker_core::Step;
-use stoker_kernels::{CudaUnavailable, Kernels, RrcParams};
+use stoker_kernels::{CudaUnavailable, DeviceInfo, Kernels, RrcParams};
 
 pub use decode::{DeviceImage, GpuDecodeError, GpuDecoder};
 use nvjpeg::Backend;
@@ -60,14 +61,16 @@ pub struct GpuInfo {
 
 impl fmt::Display for GpuInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (major, minor) = self.compute_capability;
+        let device = DeviceInfo {
+            ordinal: self.ordinal,
+            name: self.name.clone(),
+            compute_capability: self.compute_capability,
+            memory_bytes: self.memory_bytes,
+        };
         let (a, b, c) = self.nvjpeg_version;
         write!(
             f,
-            "cuda device {} {}, sm_{major}{minor}, {:.1} GiB; {} {a}.{b}.{c}, {} jpeg decoder",
-            self.ordinal,
-            self.name,
-            self.memory_bytes as f64 / f64::from(1u32 << 30),
+            "{device}; {} {a}.{b}.{c}, {} jpeg decoder",
             self.nvjpeg_soname,
             self.jpeg_backend.name(),
         )?;
@@ -98,11 +101,7 @@ fn driver(what: &'static str) -> impl Fn(cudarc::driver::DriverError) -> GpuErro
     }
 }
 
-/// Device memory the stream-ordered allocator keeps for reuse after a
-/// stream synchronises, instead of handing it back to the driver (which
-/// then has to map it again for the next batch). Allocations beyond it
-/// still succeed; they are returned at the next synchronisation.
-pub const POOL_KEEP_BYTES: u64 = 1 << 30;
+pub use stoker_kernels::POOL_KEEP_BYTES;
 
 fn keep_pool_memory(ctx: &CudaContext, bytes: u64) -> Result<(), cudarc::driver::DriverError> {
     stoker_kernels::set_pool_release_threshold(ctx, bytes)
@@ -142,9 +141,12 @@ impl Gpu {
                 reason: e.to_string(),
             })
         };
-        let name = ctx.name().map_err(drv)?;
-        let compute_capability = ctx.compute_capability().map_err(drv)?;
-        let memory_bytes = ctx.total_mem().map_err(drv)?;
+        let DeviceInfo {
+            name,
+            compute_capability,
+            memory_bytes,
+            ..
+        } = DeviceInfo::of(&ctx)?;
         let stream = ctx.new_stream().map_err(drv)?;
         if ctx.has_async_alloc() {
             keep_pool_memory(&ctx, POOL_KEEP_BYTES).map_err(drv)?;

@@ -27,9 +27,8 @@
 //! that much for reuse, so the footprint is flat from batch to batch and
 //! epoch to epoch ([`GpuRunner::memory`]).
 
-use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -38,6 +37,8 @@ use stoker_core::{Step, TransformSpec, resolve_steps};
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
+use super::queue::{Job, JobQueue, Reply};
+pub use super::queue::{RunnerGone, Stolen};
 use super::{DeviceImage, Gpu, GpuCrop, GpuDecoder, GpuError, GpuInfo};
 use crate::decode::check_jpeg;
 use crate::pipeline::{Processed, Skipped};
@@ -103,13 +104,20 @@ pub struct GpuRunnerConfig {
     pub max_image_pixels: u64,
 }
 
+/// Default lanes (`--gpu-lanes`): more measured no faster on an H100.
+pub const DEFAULT_LANES: usize = 4;
+/// Default images per batch (`--gpu-batch`).
+pub const DEFAULT_MAX_BATCH: usize = 128;
+/// Default device memory of one batch (`--gpu-batch-memory`).
+pub const DEFAULT_BATCH_MEMORY: u64 = 512 << 20;
+
 impl Default for GpuRunnerConfig {
     fn default() -> Self {
         Self {
-            lanes: 4,
-            max_batch: 128,
-            batch_memory: 512 << 20,
-            max_image_pixels: 100_000_000,
+            lanes: DEFAULT_LANES,
+            max_batch: DEFAULT_MAX_BATCH,
+            batch_memory: DEFAULT_BATCH_MEMORY,
+            max_image_pixels: stoker_formats::image::DEFAULT_MAX_PIXELS,
         }
     }
 }
@@ -125,82 +133,6 @@ pub struct GpuMemory {
     /// unless something leaks.
     pub used: u64,
 }
-
-struct Job {
-    samples: Vec<GpuSample>,
-    spec: Arc<TransformSpec>,
-    seed: u64,
-    epoch: u64,
-    reply: Arc<Reply>,
-}
-
-/// Where a job's results gather: from the lane that runs it and from the
-/// CPU threads that stole some of its samples. Sent once all are in.
-struct Reply {
-    state: Mutex<ReplyState>,
-}
-
-struct ReplyState {
-    results: Vec<GpuResult>,
-    remaining: usize,
-    tx: Option<oneshot::Sender<Vec<GpuResult>>>,
-}
-
-impl Reply {
-    fn new(samples: usize, tx: oneshot::Sender<Vec<GpuResult>>) -> Self {
-        Self {
-            state: Mutex::new(ReplyState {
-                results: Vec::with_capacity(samples),
-                remaining: samples,
-                tx: Some(tx),
-            }),
-        }
-    }
-
-    fn deliver(&self, results: impl IntoIterator<Item = GpuResult>) {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        for r in results {
-            st.results.push(r);
-            st.remaining = st.remaining.saturating_sub(1);
-        }
-        if st.remaining == 0
-            && let Some(tx) = st.tx.take()
-        {
-            let results = std::mem::take(&mut st.results);
-            // The item may have gone (client left): nothing to do then.
-            let _ = tx.send(results);
-        }
-    }
-}
-
-/// A sample taken from the lanes' backlog for the CPU path; its result
-/// goes back with [`Stolen::finish`], with the rest of its batch.
-pub struct Stolen {
-    pub sample: GpuSample,
-    pub spec: Arc<TransformSpec>,
-    pub seed: u64,
-    pub epoch: u64,
-    reply: Arc<Reply>,
-}
-
-impl std::fmt::Debug for Stolen {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Stolen").field("key", &self.sample.key).finish()
-    }
-}
-
-impl Stolen {
-    /// Hands the sample's result back to the item that sent it.
-    pub fn finish(self, result: GpuResult) {
-        self.reply.deliver([result]);
-    }
-}
-
-/// The GPU lanes are gone (the worker is shutting down, or a lane
-/// panicked).
-#[derive(Debug, thiserror::Error)]
-#[error("the gpu runner stopped")]
-pub struct RunnerGone;
 
 /// Running totals of the GPU path. The `*_ns` fields add up the lanes'
 /// wall time in each phase of a batch.
@@ -351,7 +283,7 @@ impl GpuRunner {
     /// Whether the lanes have a backlog: more than a full batch per lane
     /// waits, so every lane has its next batch ready whenever it is free.
     pub fn backlogged(&self) -> bool {
-        self.queue.lock().queued > self.backlog()
+        self.queue.queued() > self.backlog()
     }
 
     /// Samples kept waiting for the lanes before the CPU path may steal.
@@ -365,24 +297,7 @@ impl GpuRunner {
     /// goes back through [`Stolen::finish`] and reaches its item with the
     /// rest of its batch.
     pub fn steal(&self) -> Option<Stolen> {
-        let mut q = self.queue.lock();
-        if q.queued <= self.backlog() {
-            return None;
-        }
-        let job = q.jobs.back_mut()?;
-        let sample = job.samples.pop()?;
-        let stolen = Stolen {
-            sample,
-            spec: Arc::clone(&job.spec),
-            seed: job.seed,
-            epoch: job.epoch,
-            reply: Arc::clone(&job.reply),
-        };
-        if job.samples.is_empty() {
-            q.jobs.pop_back();
-        }
-        q.queued -= 1;
-        Some(stolen)
+        self.queue.steal(self.backlog())
     }
 
     pub fn info(&self) -> &GpuInfo {
@@ -426,79 +341,6 @@ impl GpuRunner {
     }
 }
 
-/// The runner's queue of jobs: lanes take batches from its front, the CPU
-/// path steals single samples from its back.
-struct JobQueue {
-    state: Mutex<QueueState>,
-    ready: Condvar,
-    max_batch: usize,
-}
-
-struct QueueState {
-    jobs: VecDeque<Job>,
-    /// Samples in `jobs`.
-    queued: usize,
-    closed: bool,
-}
-
-impl JobQueue {
-    fn new(max_batch: usize) -> Self {
-        Self {
-            state: Mutex::new(QueueState {
-                jobs: VecDeque::new(),
-                queued: 0,
-                closed: false,
-            }),
-            ready: Condvar::new(),
-            max_batch,
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, QueueState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn push(&self, job: Job) -> Result<(), RunnerGone> {
-        let mut q = self.lock();
-        if q.closed {
-            return Err(RunnerGone);
-        }
-        q.queued += job.samples.len();
-        q.jobs.push_back(job);
-        drop(q);
-        self.ready.notify_one();
-        Ok(())
-    }
-
-    fn close(&self) {
-        self.lock().closed = true;
-        self.ready.notify_all();
-    }
-
-    /// Waits for a job, then merges the jobs already waiting behind it into
-    /// one batch, up to `max_batch` samples; `None` once the runner is gone
-    /// and the queue empty.
-    fn take(&self) -> Option<Vec<Job>> {
-        let mut q = self.lock();
-        while q.jobs.is_empty() {
-            if q.closed {
-                return None;
-            }
-            q = self.ready.wait(q).unwrap_or_else(|p| p.into_inner());
-        }
-        let mut jobs = Vec::new();
-        let mut count = 0;
-        while count < self.max_batch
-            && let Some(job) = q.jobs.pop_front()
-        {
-            count += job.samples.len();
-            jobs.push(job);
-        }
-        q.queued -= count;
-        Some(jobs)
-    }
-}
-
 fn pool_memory(ctx: &cudarc::driver::CudaContext) -> Result<GpuMemory, cudarc::driver::DriverError> {
     use cudarc::driver::sys;
     let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
@@ -528,7 +370,7 @@ enum Plan {
 }
 
 /// A sample whose steps are known, ready for a batch.
-struct Planned {
+struct PlannedSample {
     sample: GpuSample,
     plan: Plan,
     /// The size the header gives; the decoded image must have it.
@@ -555,7 +397,7 @@ impl Lane {
             gpu,
             decoder,
             pinned: None,
-            config: config.clone(),
+            config: *config,
             counters,
         })
     }
@@ -595,7 +437,7 @@ impl Lane {
         // Batches of one output size within the byte and count limits.
         let mut order: Vec<usize> = (0..planned.len()).collect();
         order.sort_by_key(|&i| planned[i].size);
-        let mut slots: Vec<Option<Planned>> = planned.into_iter().map(Some).collect();
+        let mut slots: Vec<Option<PlannedSample>> = planned.into_iter().map(Some).collect();
         let mut start = 0;
         while start < order.len() {
             let size = slots[order[start]].as_ref().map_or(0, |p| p.size);
@@ -608,12 +450,12 @@ impl Lane {
                 bytes += p.bytes;
                 end += 1;
             }
-            let batch: Vec<(usize, Planned)> = order[start..end]
+            let batch: Vec<(usize, PlannedSample)> = order[start..end]
                 .iter()
                 .filter_map(|&i| slots[i].take().map(|p| (owner[i], p)))
                 .collect();
             start = end;
-            let (owners, batch): (Vec<usize>, Vec<Planned>) = batch.into_iter().unzip();
+            let (owners, batch): (Vec<usize>, Vec<PlannedSample>) = batch.into_iter().unzip();
             for (j, r) in owners.into_iter().zip(self.run_batch(batch, size)) {
                 results[j].push(r);
             }
@@ -625,7 +467,7 @@ impl Lane {
 
     /// Reads the header and resolves the sample's crop, or says why the
     /// GPU does not take it.
-    fn plan(&self, sample: GpuSample, spec: &TransformSpec, seed: u64, epoch: u64) -> Result<Planned, GpuResult> {
+    fn plan(&self, sample: GpuSample, spec: &TransformSpec, seed: u64, epoch: u64) -> Result<PlannedSample, GpuResult> {
         let back = |sample: GpuSample, reason: String| GpuResult::Cpu { sample, reason };
         let (w, h) = match check_jpeg(&sample.data, self.config.max_image_pixels) {
             Ok(dims) => dims,
@@ -659,7 +501,7 @@ impl Lane {
             );
             return Err(back(sample, reason));
         }
-        Ok(Planned {
+        Ok(PlannedSample {
             sample,
             plan,
             dims: (w, h),
@@ -668,7 +510,7 @@ impl Lane {
         })
     }
 
-    fn run_batch(&mut self, batch: Vec<Planned>, size: u32) -> Vec<GpuResult> {
+    fn run_batch(&mut self, batch: Vec<PlannedSample>, size: u32) -> Vec<GpuResult> {
         let n = batch.len();
         self.counters.batches.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();

@@ -9,10 +9,13 @@ use clap::Args;
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
-use crate::cli::parse_bytes;
-use crate::gpu::{GpuRunner, GpuRunnerConfig};
-use crate::tls::ServerTls;
-use crate::{ServeOptions, WorkerConfig, WorkerContext, serve};
+use crate::ByteSize;
+use stoker_proto::transport::MAX_CHUNK_BYTES;
+use stoker_server::gpu::runner;
+use stoker_server::gpu::{GpuRunner, GpuRunnerConfig};
+use stoker_server::tls::ServerTls;
+use stoker_server::{ServeOptions, WorkerConfig, WorkerContext, serve};
+use stoker_server::{pipeline, service};
 
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
@@ -24,19 +27,19 @@ pub struct WorkerArgs {
     #[arg(long)]
     pub threads: Option<usize>,
     /// Target size of streamed chunks.
-    #[arg(long, default_value = "2M", value_parser = parse_bytes)]
-    pub chunk_bytes: u64,
+    #[arg(long, default_value_t = ByteSize(pipeline::DEFAULT_CHUNK_BYTES))]
+    pub chunk_bytes: ByteSize,
     /// Tar members larger than this are skipped without being loaded.
-    #[arg(long, default_value = "64M", value_parser = parse_bytes)]
-    pub max_member_bytes: u64,
+    #[arg(long, default_value_t = ByteSize(pipeline::DEFAULT_MAX_MEMBER_BYTES))]
+    pub max_member_bytes: ByteSize,
     /// Images with more pixels than this are skipped before decoding.
-    #[arg(long, default_value_t = 100_000_000)]
+    #[arg(long, default_value_t = pipeline::DEFAULT_MAX_IMAGE_PIXELS)]
     pub max_image_pixels: u64,
     /// Keep the worker process under this much memory: shard data, decoded
     /// images and results are budgeted to fit, whatever the shard sizes and
     /// however many clients (at least 80M).
-    #[arg(long, default_value = "4G", value_parser = parse_bytes)]
-    pub memory_limit: u64,
+    #[arg(long, default_value_t = ByteSize(pipeline::DEFAULT_MEMORY_LIMIT))]
+    pub memory_limit: ByteSize,
     /// Require this bearer token on every request (health checks excepted).
     #[arg(long, env = "STOKER_TOKEN", hide_env_values = true)]
     pub token: Option<stoker_core::Secret>,
@@ -51,7 +54,7 @@ pub struct WorkerArgs {
     pub tls_client_ca: Option<PathBuf>,
     /// On SIGTERM or Ctrl-C, seconds the items in progress get to finish
     /// (new ones are refused) before the rest is handed back to clients.
-    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    #[arg(long, default_value_t = service::DEFAULT_GRACE.as_secs_f64(), value_name = "SECONDS")]
     pub grace_period: f64,
     /// Tries per S3 request, the first included, with exponential backoff
     /// and jitter between them (default 5). 403 and 404 are never retried.
@@ -76,16 +79,16 @@ pub struct WorkerArgs {
     /// GPU worker: threads driving the GPU, each with its own CUDA stream
     /// and nvJPEG decoder, so one batch's host work overlaps another's
     /// decode.
-    #[arg(long, default_value_t = 4, value_name = "N")]
+    #[arg(long, default_value_t = runner::DEFAULT_LANES, value_name = "N")]
     pub gpu_lanes: usize,
     /// GPU worker: most JPEGs decoded and transformed in one batch.
-    #[arg(long, default_value_t = 128, value_name = "N")]
+    #[arg(long, default_value_t = runner::DEFAULT_MAX_BATCH, value_name = "N")]
     pub gpu_batch: usize,
     /// GPU worker: device memory one batch may hold for decoded images and
     /// outputs; the stream-ordered pool keeps lanes x this for reuse, so
     /// the footprint stays flat. Larger images go to the CPU path.
-    #[arg(long, default_value = "512M", value_parser = parse_bytes, value_name = "BYTES")]
-    pub gpu_batch_memory: u64,
+    #[arg(long, default_value_t = ByteSize(runner::DEFAULT_BATCH_MEMORY), value_name = "BYTES")]
+    pub gpu_batch_memory: ByteSize,
     /// GPU worker: JPEGs go to the GPU lanes only. By default idle CPU
     /// threads also take JPEGs while the lanes have a backlog; this keeps
     /// the host's cores for other work (a trainer on the same host).
@@ -115,22 +118,23 @@ impl WorkerArgs {
         config.replay = self.replay;
         config.cpu_jpegs = !self.gpu_only;
         anyhow::ensure!(
-            (1024..=64 << 20).contains(&self.chunk_bytes),
-            "--chunk-bytes must be between 1K and 64M, got {}",
+            (1024..=u64::from(MAX_CHUNK_BYTES)).contains(&self.chunk_bytes.0),
+            "--chunk-bytes must be between 1k and {}, got {}",
+            ByteSize(MAX_CHUNK_BYTES.into()),
             self.chunk_bytes
         );
-        anyhow::ensure!(self.max_member_bytes > 0, "--max-member-bytes must be positive");
+        anyhow::ensure!(self.max_member_bytes.0 > 0, "--max-member-bytes must be positive");
         anyhow::ensure!(self.max_image_pixels > 0, "--max-image-pixels must be positive");
-        config.chunk_bytes = self.chunk_bytes as usize;
-        config.max_member_bytes = self.max_member_bytes;
+        config.chunk_bytes = self.chunk_bytes.0 as usize;
+        config.max_member_bytes = self.max_member_bytes.0;
         config.max_image_pixels = self.max_image_pixels;
         anyhow::ensure!(
-            self.memory_limit >= crate::memory::MIN_LIMIT,
-            "--memory-limit must be at least {}M, got {}",
-            crate::memory::MIN_LIMIT >> 20,
+            self.memory_limit.0 >= stoker_server::memory::MIN_LIMIT,
+            "--memory-limit must be at least {}, got {}",
+            ByteSize(stoker_server::memory::MIN_LIMIT),
             self.memory_limit
         );
-        config.memory_limit = self.memory_limit;
+        config.memory_limit = self.memory_limit.0;
         let seconds = |flag: &str, s: f64| {
             anyhow::ensure!(
                 s.is_finite() && s > 0.0 && s <= 86_400.0,
@@ -196,19 +200,21 @@ fn start_gpu(args: &WorkerArgs, config: &WorkerConfig) -> anyhow::Result<Option<
         args.gpu_batch
     );
     anyhow::ensure!(
-        args.gpu_batch_memory >= 16 << 20,
+        args.gpu_batch_memory.0 >= 16 << 20,
         "--gpu-batch-memory must be at least 16M, got {}",
         args.gpu_batch_memory
     );
-    let started = crate::gpu::Gpu::open(0).map_err(|e| e.to_string()).and_then(|gpu| {
-        let runner_config = GpuRunnerConfig {
-            lanes: args.gpu_lanes,
-            max_batch: args.gpu_batch,
-            batch_memory: args.gpu_batch_memory,
-            max_image_pixels: config.max_image_pixels,
-        };
-        GpuRunner::start(&gpu, runner_config).map_err(|e| e.to_string())
-    });
+    let started = stoker_server::gpu::Gpu::open(0)
+        .map_err(|e| e.to_string())
+        .and_then(|gpu| {
+            let runner_config = GpuRunnerConfig {
+                lanes: args.gpu_lanes,
+                max_batch: args.gpu_batch,
+                batch_memory: args.gpu_batch_memory.0,
+                max_image_pixels: config.max_image_pixels,
+            };
+            GpuRunner::start(&gpu, runner_config).map_err(|e| e.to_string())
+        });
     match started {
         Ok(runner) => {
             let c = runner.config();
@@ -243,9 +249,9 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         None => WorkerContext::new(config),
     };
     let ctx = Arc::new(ctx.context("cannot start the cpu pool")?);
-    let jpeg_decoder = if crate::libjpeg::enabled() {
+    let jpeg_decoder = if stoker_server::libjpeg::enabled() {
         "libjpeg-turbo region decode, zune-jpeg fallback"
-    } else if crate::libjpeg::AVAILABLE {
+    } else if stoker_server::libjpeg::AVAILABLE {
         "zune-jpeg (STOKER_JPEG_DECODER=zune)"
     } else {
         "zune-jpeg (built without libjpeg-turbo)"

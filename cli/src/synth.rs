@@ -6,12 +6,12 @@ use anyhow::Context;
 use clap::Args;
 use stoker_core::DatasetUri;
 
-use crate::cli::progress::Progress;
-use crate::cli::{human_bytes, parse_bytes};
-use crate::pack::{PackSummary, pack, scan_image_folder};
-use crate::pool::CpuPool;
-use crate::storage::Storage;
-use crate::synth::{encode_jpeg, imagenet_like_from_photo, procedural};
+use crate::progress::Progress;
+use crate::{human_bytes, parse_bytes};
+use stoker_server::pack::{PackSummary, pack, scan_image_folder};
+use stoker_server::pool::CpuPool;
+use stoker_server::storage::Storage;
+use stoker_server::synth::{encode_jpeg, imagenet_like_from_photo, procedural};
 
 #[derive(Debug, Args)]
 pub struct PackArgs {
@@ -121,8 +121,12 @@ pub async fn write_image_folder(args: &SynthArgs) -> anyhow::Result<(usize, bool
     let pool = CpuPool::new(std::thread::available_parallelism().map_or(1, |n| n.get()))?;
     type Job = std::pin::Pin<
         Box<
-            dyn Future<Output = Result<Result<(usize, Vec<Vec<u8>>), crate::synth::SynthError>, crate::pool::PoolError>>
-                + Send,
+            dyn Future<
+                    Output = Result<
+                        Result<(usize, Vec<Vec<u8>>), stoker_server::synth::SynthError>,
+                        stoker_server::pool::PoolError,
+                    >,
+                > + Send,
         >,
     >;
     let mut jobs: Vec<Job> = Vec::new();

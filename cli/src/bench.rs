@@ -16,9 +16,9 @@ use clap::Args;
 use serde::Serialize;
 use stoker_core::TransformSpec;
 
-use crate::pack::{SourceImage, pack_images};
-use crate::pipeline::process_sample;
-use crate::wds::{ImageKind, RawSample};
+use stoker_server::pack::{SourceImage, pack_images};
+use stoker_server::pipeline::process_sample;
+use stoker_server::wds::{ImageKind, RawSample};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -47,10 +47,10 @@ pub struct BenchArgs {
     #[arg(long)]
     pub gpu_only: bool,
     /// cuda: images per batch an item hands the GPU (the worker's --gpu-batch).
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = stoker_server::gpu::runner::DEFAULT_MAX_BATCH)]
     pub gpu_batch: usize,
     /// cuda: threads driving the GPU (the worker's --gpu-lanes).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = stoker_server::gpu::runner::DEFAULT_LANES)]
     pub gpu_lanes: usize,
 }
 
@@ -150,10 +150,10 @@ fn report(args: &BenchArgs, result: &BenchResult) -> anyhow::Result<()> {
 /// `--gpu-only`, JPEGs while the lanes have a backlog. One warm-up pass
 /// first (NVRTC, nvJPEG buffers, the memory pool).
 fn run_gpu(args: &BenchArgs, spec: TransformSpec, images: &[(String, ImageKind, Bytes)]) -> anyhow::Result<()> {
-    use crate::gpu::{Gpu, GpuRunner, GpuRunnerConfig};
-    use crate::pipeline::{WorkerConfig, WorkerContext};
     use std::sync::Arc;
     use std::sync::atomic::Ordering;
+    use stoker_server::gpu::{Gpu, GpuRunner, GpuRunnerConfig};
+    use stoker_server::pipeline::{WorkerConfig, WorkerContext};
     anyhow::ensure!(args.gpu_batch > 0, "--gpu-batch must be at least 1");
     let gpu = Gpu::open(0).map_err(|e| anyhow::anyhow!("--device cuda: no usable gpu: {e}"))?;
     let runner = GpuRunner::start(
@@ -274,15 +274,15 @@ fn run_gpu(args: &BenchArgs, spec: TransformSpec, images: &[(String, ImageKind, 
 /// items at a time, through the worker's own `run_item`; returns samples
 /// delivered and skipped.
 async fn run_items(
-    ctx: &std::sync::Arc<crate::pipeline::WorkerContext>,
+    ctx: &std::sync::Arc<stoker_server::pipeline::WorkerContext>,
     dataset: &stoker_core::DatasetUri,
     names: &[String],
     spec: &std::sync::Arc<TransformSpec>,
     epochs: std::ops::Range<u64>,
     concurrency: usize,
 ) -> anyhow::Result<(u64, u64)> {
-    use crate::pipeline::{Item, run_item};
     use std::sync::{Arc, Mutex};
+    use stoker_server::pipeline::{Item, run_item};
     let queue: Vec<(u64, String)> = epochs.flat_map(|e| names.iter().map(move |n| (e, n.clone()))).collect();
     let queue = Arc::new(Mutex::new(queue.into_iter()));
     let mut tasks = tokio::task::JoinSet::new();

@@ -106,19 +106,46 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     Ok((n * mult as f64) as u64)
 }
 
-/// Human-readable byte counts.
+/// Human-readable byte counts, in the binary units [`parse_bytes`] reads
+/// (`64M` in a flag is the `64.0 MiB` printed back).
 pub fn human_bytes(n: f64) -> String {
-    const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n;
     let mut i = 0;
-    while v >= 1000.0 && i + 1 < UNITS.len() {
-        v /= 1000.0;
+    while v >= 1024.0 && i + 1 < UNITS.len() {
+        v /= 1024.0;
         i += 1;
     }
     if i == 0 {
         format!("{v:.0} {}", UNITS[i])
     } else {
         format!("{v:.1} {}", UNITS[i])
+    }
+}
+
+/// A byte count on the command line: parsed by [`parse_bytes`] and printed
+/// in the same binary units, so that clap's `[default: 64M]` shows the
+/// library constant a flag defaults to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+impl std::str::FromStr for ByteSize {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        parse_bytes(s).map(ByteSize)
+    }
+}
+
+impl std::fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const UNITS: [(u32, &str); 4] = [(40, "T"), (30, "G"), (20, "M"), (10, "k")];
+        match UNITS
+            .iter()
+            .find(|(shift, _)| self.0 != 0 && self.0.is_multiple_of(1u64 << shift))
+        {
+            Some((shift, unit)) => write!(f, "{}{unit}", self.0 >> shift),
+            None => write!(f, "{}", self.0),
+        }
     }
 }
 
@@ -139,6 +166,14 @@ mod tests {
     #[test]
     fn humans_read_bytes() {
         assert_eq!(human_bytes(999.0), "999 B");
-        assert_eq!(human_bytes(1_500_000.0), "1.5 MB");
+        assert_eq!(human_bytes(1536.0 * 1024.0), "1.5 MiB");
+    }
+
+    #[test]
+    fn byte_sizes_print_as_they_parse() {
+        for s in ["64M", "2M", "4G", "512M", "1536", "3k", "0"] {
+            assert_eq!(s.parse::<ByteSize>().unwrap().to_string(), s);
+        }
+        assert_eq!(ByteSize(64 << 20).to_string(), "64M");
     }
 }

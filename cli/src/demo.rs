@@ -12,11 +12,11 @@ use stoker_core::DatasetUri;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-use crate::cli::human_bytes;
-use crate::cli::stream::{print_summary, stream_epochs};
-use crate::cli::synth::{SynthArgs, pack_with_progress, write_image_folder};
-use crate::storage::Storage;
-use crate::{ServeOptions, WorkerConfig, WorkerContext, serve};
+use crate::human_bytes;
+use crate::stream::{print_summary, stream_epochs};
+use crate::synth::{SynthArgs, pack_with_progress, write_image_folder};
+use stoker_server::storage::Storage;
+use stoker_server::{ServeOptions, WorkerConfig, WorkerContext, serve};
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = stoker_server::cli::Cli::parse();
-    match stoker_server::cli::run(cli) {
+    let cli = stoker_cli::Cli::parse();
+    match stoker_cli::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             // One line: the cause chain joined with ": ".

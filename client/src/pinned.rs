@@ -1,5 +1,12 @@
 //! A ring of page-locked host buffers that the assembler writes batches
-//! into and [`super::Uploader::upload`] copies to the device from.
+//! into and the device upload ([`crate::device::Uploader::upload`]) copies
+//! to the GPU from.
+//!
+//! The buffers are host memory, even though CUDA allocates them and the
+//! copy out of them runs on a CUDA stream: so they belong to the host side,
+//! next to the assembler's other buffers (`buffers.rs`), which then need
+//! nothing from the device module; the device module re-exports them and
+//! builds its upload on them.
 //!
 //! The rule that makes reuse safe: a buffer handed to an upload comes back
 //! to the pool with the event recorded on the side stream right after its
@@ -16,7 +23,7 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaStream, PinnedHostSlice, sys};
 use stoker_kernels::{catch_cuda_panic, open_context};
 use tokio::sync::Notify;
 
-use super::{DeviceError, driver};
+use crate::cuda::{DeviceError, driver};
 
 /// One page-locked buffer of the ring and the event of its last copy.
 struct Slot {
@@ -305,7 +312,7 @@ impl PinnedPool {
 
 /// One buffer of a [`PinnedPool`], lent out: its full capacity as a
 /// mutable byte slice, for the assembler to write samples into. Dropped, it
-/// goes back to the pool free; given to [`super::Uploader::upload`], it goes
+/// goes back to the pool free; given to [`crate::device::Uploader::upload`], it goes
 /// back once its copy to the device has completed.
 pub struct PinnedBuf {
     /// Always `Some` until the buffer is dropped or uploaded.

@@ -9,8 +9,8 @@ use clap::Args;
 use serde::Serialize;
 use stoker_client::{EpochReport, Loader, LoaderConfig, TlsOptions, TransformSpec};
 
-use crate::cli::human_bytes;
-use crate::cli::progress::Progress;
+use crate::human_bytes;
+use crate::progress::Progress;
 
 #[derive(Debug, Args)]
 pub struct StreamArgs {
@@ -40,7 +40,7 @@ pub struct StreamArgs {
     #[arg(long, default_value_t = 1)]
     pub world_size: u32,
     /// Batches assembled ahead of the consumer.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = stoker_client::DEFAULT_PREFETCH)]
     pub prefetch: usize,
     /// Work items in flight per worker. By default each worker gets as many
     /// as it says it needs in flight (in samples: a GPU worker's lanes ×
@@ -80,10 +80,10 @@ pub struct StreamArgs {
     #[arg(long, value_name = "N|FRACTION")]
     pub max_errors: Option<stoker_client::ErrorBudget>,
     /// Reassign a work item after this many seconds without progress.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = stoker_client::DEFAULT_PROGRESS_TIMEOUT.as_secs())]
     pub progress_timeout: u64,
     /// Fail once every worker has been unavailable this many seconds.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = stoker_client::DEFAULT_WORKER_PATIENCE.as_secs())]
     pub worker_patience: u64,
     /// Write one line per delivered sample: epoch<TAB>key<TAB>label.
     #[arg(long)]

@@ -1,0 +1,143 @@
+//! The loader's configuration: [`LoaderConfig`], its defaults and its
+//! checks, and where batches are uploaded ([`DeviceTarget`]).
+
+use std::time::Duration;
+
+use stoker_core::{Secret, TransformSpec};
+
+use crate::assemble::LastBatch;
+use crate::budget::ErrorBudget;
+use crate::device::UploadSpec;
+use crate::error::ClientError;
+use crate::tls::TlsOptions;
+
+/// Items a worker whose needs are unknown (unreachable at the start, or
+/// too old to say) gets at once.
+/// Default batches assembled ahead of the consumer.
+pub const DEFAULT_PREFETCH: usize = 4;
+/// Default time without progress before an item is reassigned.
+pub const DEFAULT_PROGRESS_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default time every worker may be unavailable before an epoch fails.
+pub const DEFAULT_WORKER_PATIENCE: Duration = Duration::from_secs(30);
+
+pub(crate) const DEFAULT_INFLIGHT_ITEMS: usize = 2;
+
+/// The most lanes, and so items in flight, one worker gets.
+pub(crate) const MAX_LANES_PER_WORKER: usize = 64;
+
+/// Everything a loader needs to know.
+#[derive(Debug, Clone)]
+pub struct LoaderConfig {
+    /// Worker addresses, `host:port` (or `http://host:port`).
+    pub workers: Vec<String>,
+    /// `s3://bucket/prefix/`, `file:///abs/dir/` or a path, as the workers
+    /// see it.
+    pub dataset: String,
+    pub batch_size: usize,
+    pub transform: TransformSpec,
+    pub seed: u64,
+    pub rank: u32,
+    pub world_size: u32,
+    /// Batches assembled ahead of the consumer.
+    pub prefetch: usize,
+    /// Work items streamed from each worker at once; `None` (the default)
+    /// sizes each worker's share in samples, from what the worker says it
+    /// needs in flight (`Info.inflight_samples`) and the items' sample
+    /// counts, so a GPU worker's batches fill whatever the shard size.
+    pub inflight_per_worker: Option<usize>,
+    /// What happens to an epoch's last, incomplete batch. When the
+    /// dataset has an index, every rank yields the same number of batches
+    /// (see [`batches_per_rank`](crate::batches_per_rank)).
+    pub last_batch: LastBatch,
+    /// Batch `k` of an epoch is a function of (seed, epoch, rank, `k`)
+    /// alone: samples go into batches in plan order (each item's samples by
+    /// position in the shard), not in arrival order. Costs memory: up to
+    /// twice the items in flight (`workers × inflight_per_worker`) are held,
+    /// decoded, until those before them finish.
+    pub deterministic: bool,
+    /// Target chunk size asked of workers (0: the worker's default).
+    pub chunk_bytes: u32,
+    /// An attempt that sends nothing for this long is reassigned.
+    pub progress_timeout: Duration,
+    /// How long every worker may be failing before the epoch fails.
+    pub worker_patience: Duration,
+    pub connect_timeout: Duration,
+    /// Attempts per work item before the epoch fails.
+    pub max_attempts: u32,
+    /// Skipped samples tolerated per epoch; `None` for no limit.
+    pub max_errors: Option<ErrorBudget>,
+    /// Bearer token for workers that require one.
+    pub token: Option<Secret>,
+    /// TLS towards the workers; plain HTTP/2 when `None`.
+    pub tls: Option<TlsOptions>,
+    /// Upload each batch to this CUDA device and convert it there; `None`
+    /// keeps batches in host memory. Without a usable GPU the loader logs
+    /// why and yields host batches.
+    pub device: Option<DeviceTarget>,
+}
+
+/// Where and how batches are uploaded.
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceTarget {
+    /// The CUDA device (its primary context, the one PyTorch uses).
+    pub ordinal: usize,
+    /// Layout, dtype, mean and std of the batches on the device.
+    pub spec: UploadSpec,
+}
+
+impl LoaderConfig {
+    /// A configuration with the usual defaults.
+    pub fn new(workers: Vec<String>, dataset: impl Into<String>, batch_size: usize, transform: TransformSpec) -> Self {
+        Self {
+            workers,
+            dataset: dataset.into(),
+            batch_size,
+            transform,
+            seed: 0,
+            rank: 0,
+            world_size: 1,
+            prefetch: DEFAULT_PREFETCH,
+            inflight_per_worker: None,
+            last_batch: LastBatch::Partial,
+            deterministic: false,
+            chunk_bytes: 0,
+            progress_timeout: DEFAULT_PROGRESS_TIMEOUT,
+            worker_patience: DEFAULT_WORKER_PATIENCE,
+            connect_timeout: Duration::from_secs(5),
+            max_attempts: 5,
+            max_errors: None,
+            token: None,
+            tls: None,
+            device: None,
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), ClientError> {
+        let bad = |m: String| Err(ClientError::Config(m));
+        if self.workers.is_empty() {
+            return bad("no workers given".into());
+        }
+        if self.batch_size == 0 {
+            return bad("batch size must be at least 1".into());
+        }
+        if self.world_size == 0 || self.rank >= self.world_size {
+            return bad(format!(
+                "rank {} must be below world size {}",
+                self.rank, self.world_size
+            ));
+        }
+        if let Some(n) = self.inflight_per_worker
+            && !(1..=MAX_LANES_PER_WORKER).contains(&n)
+        {
+            return bad(format!(
+                "items in flight per worker must be between 1 and {MAX_LANES_PER_WORKER}, got {n}"
+            ));
+        }
+        if self.max_attempts == 0 {
+            return bad("max attempts must be at least 1".into());
+        }
+        self.transform
+            .validate()
+            .map_err(|e| ClientError::Config(e.to_string()))
+    }
+}

@@ -1,0 +1,25 @@
+//! What a worker sends back, in the client's own types: received samples
+//! and skip reports. The gRPC edge (`wire`) makes them from the protobuf
+//! messages, after checking them; nothing else sees those messages.
+
+use bytes::Bytes;
+
+/// A sample as received, checked against the expected shape.
+#[derive(Debug)]
+pub(crate) struct Sample {
+    pub key: String,
+    pub label: i64,
+    pub pixels: Bytes,
+    /// Position in its shard.
+    pub position: u64,
+    /// The plan item it belongs to (set by the lane that received it).
+    pub item: u32,
+}
+
+/// A sample the worker could not produce, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Skipped {
+    pub key: String,
+    /// e.g. "jpeg decode failed: ...".
+    pub reason: String,
+}

@@ -1,0 +1,363 @@
+//! The worker's launch wrappers: [`Kernels`] holds the functions of
+//! [`WORKER_MODULES`] loaded into one context and launches them (the fused
+//! crop + resize + flip of a batch, and flips, rotation, colour jitter and
+//! blur of one image); [`RrcParams`] is the fused kernel's per-image
+//! parameter block.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+
+use crate::error::launch_err;
+use crate::launch::{THREADS, check_image, per_pixel};
+use crate::registry::{arch_of, function};
+use crate::{KernelError, RESIZE, STEPS, WORKER_MODULES, kernel, load_modules};
+
+/// The worker's modules ([`WORKER_MODULES`]), loaded into one context.
+#[derive(Clone, Debug)]
+pub struct Kernels {
+    // Each function holds its module, which stays loaded while it lives.
+    rrc_flip: CudaFunction,
+    flip: CudaFunction,
+    rotate: CudaFunction,
+    luma_sum: CudaFunction,
+    jitter: CudaFunction,
+    blur_rows: CudaFunction,
+    blur_cols: CudaFunction,
+    /// The architecture the modules were compiled for.
+    pub arch: (i32, i32),
+}
+
+impl Kernels {
+    /// Compiles (or takes from the cache) the worker's modules for the
+    /// context's device and loads them.
+    pub fn load(ctx: &Arc<CudaContext>) -> Result<Self, KernelError> {
+        let (major, minor) = arch_of(ctx)?;
+        let modules = load_modules(ctx, WORKER_MODULES)?;
+        Ok(Self {
+            rrc_flip: function(&modules, &RESIZE, kernel::RRC_FLIP_U8_HWC)?,
+            flip: function(&modules, &STEPS, kernel::FLIP_U8_HWC)?,
+            rotate: function(&modules, &STEPS, kernel::ROTATE_U8_HWC)?,
+            luma_sum: function(&modules, &STEPS, kernel::LUMA_SUM_U8_HWC)?,
+            jitter: function(&modules, &STEPS, kernel::JITTER_U8_HWC)?,
+            blur_rows: function(&modules, &STEPS, kernel::BLUR_ROWS_U8_HWC)?,
+            blur_cols: function(&modules, &STEPS, kernel::BLUR_COLS_U8_HWC)?,
+            arch: (major, minor),
+        })
+    }
+
+    /// Mirrors the `w` x `h` image `src` into `dst`, left-right and/or
+    /// top-bottom.
+    pub fn flip_u8_hwc(
+        &self,
+        stream: &Arc<CudaStream>,
+        src: &CudaSlice<u8>,
+        dst: &mut CudaSlice<u8>,
+        (w, h): (u32, u32),
+        horizontal: bool,
+        vertical: bool,
+    ) -> Result<(), KernelError> {
+        let name = kernel::FLIP_U8_HWC;
+        check_image(name, "source", w, h, src.len(), 3)?;
+        check_image(name, "destination", w, h, dst.len(), 3)?;
+        let (hz, vt) = (u32::from(horizontal), u32::from(vertical));
+        let mut launch = stream.launch_builder(&self.flip);
+        launch.arg(src).arg(dst).arg(&w).arg(&h).arg(&hz).arg(&vt);
+        // SAFETY: the arguments match the kernel's signature; it reads and
+        // writes w x h x 3 bytes, within both buffers (checked above).
+        unsafe { launch.launch(per_pixel(w, h)) }.map_err(|e| launch_err(name, e))?;
+        Ok(())
+    }
+
+    /// Rotates the `w` x `h` image `src` by `degrees` counter-clockwise
+    /// about its centre into `dst` (nearest neighbour, zeros outside).
+    pub fn rotate_u8_hwc(
+        &self,
+        stream: &Arc<CudaStream>,
+        src: &CudaSlice<u8>,
+        dst: &mut CudaSlice<u8>,
+        (w, h): (u32, u32),
+        degrees: f32,
+    ) -> Result<(), KernelError> {
+        let name = kernel::ROTATE_U8_HWC;
+        check_image(name, "source", w, h, src.len(), 3)?;
+        check_image(name, "destination", w, h, dst.len(), 3)?;
+        let (sin, cos) = f64::from(degrees).to_radians().sin_cos();
+        let mut launch = stream.launch_builder(&self.rotate);
+        launch.arg(src).arg(dst).arg(&w).arg(&h).arg(&sin).arg(&cos);
+        // SAFETY: the arguments match the kernel's signature; every read is
+        // bounds-checked against w x h and every write is one of the w x h
+        // pixels of `dst` (sizes checked above).
+        unsafe { launch.launch(per_pixel(w, h)) }.map_err(|e| launch_err(name, e))?;
+        Ok(())
+    }
+
+    /// Applies colour-jitter factors in place, in `order` (0 brightness,
+    /// 1 contrast, 2 saturation); a factor of 1 is skipped.
+    pub fn jitter_u8_hwc(
+        &self,
+        stream: &Arc<CudaStream>,
+        img: &mut CudaSlice<u8>,
+        (w, h): (u32, u32),
+        factors: [f32; 3],
+        order: [u8; 3],
+    ) -> Result<(), KernelError> {
+        let name = kernel::JITTER_U8_HWC;
+        check_image(name, "image", w, h, img.len(), 3)?;
+        let n = w * h;
+        for which in order {
+            let Some(&factor) = factors.get(usize::from(which)) else {
+                return Err(launch_err(name, format!("jitter order names factor {which}")));
+            };
+            if factor == 1.0 {
+                continue;
+            }
+            let mut sum = stream.alloc_zeros::<u64>(1).map_err(|e| launch_err(name, e))?;
+            if which == 1 {
+                let mut launch = stream.launch_builder(&self.luma_sum);
+                launch.arg(&*img).arg(&n).arg(&mut sum);
+                // SAFETY: matches the kernel's signature; it reads n pixels
+                // of `img` (checked above) and adds into the one u64 of `sum`.
+                unsafe { launch.launch(per_pixel(w, h)) }.map_err(|e| launch_err(kernel::LUMA_SUM_U8_HWC, e))?;
+            }
+            let which = u32::from(which);
+            let mut launch = stream.launch_builder(&self.jitter);
+            launch.arg(&mut *img).arg(&n).arg(&which).arg(&factor).arg(&sum);
+            // SAFETY: matches the kernel's signature; it reads and writes the
+            // n pixels of `img` (checked above) and reads the one u64 of `sum`.
+            unsafe { launch.launch(per_pixel(w, h)) }.map_err(|e| launch_err(name, e))?;
+        }
+        Ok(())
+    }
+
+    /// Blurs the `w` x `h` image `src` into `dst` with the normalised
+    /// weights `kernel` (odd length), reflecting at the borders.
+    pub fn blur_u8_hwc(
+        &self,
+        stream: &Arc<CudaStream>,
+        src: &CudaSlice<u8>,
+        dst: &mut CudaSlice<u8>,
+        (w, h): (u32, u32),
+        kernel: &[f32],
+    ) -> Result<(), KernelError> {
+        let name = kernel::BLUR_ROWS_U8_HWC;
+        check_image(name, "source", w, h, src.len(), 3)?;
+        check_image(name, "destination", w, h, dst.len(), 3)?;
+        let k = u32::try_from(kernel.len())
+            .ok()
+            .filter(|k| k % 2 == 1)
+            .ok_or_else(|| launch_err(name, format!("blur kernel of {} weights is not odd", kernel.len())))?;
+        let weights = stream.clone_htod(kernel).map_err(|e| launch_err(name, e))?;
+        let mut tmp = stream
+            .alloc_zeros::<f32>(w as usize * h as usize * 3)
+            .map_err(|e| launch_err(name, e))?;
+        let mut launch = stream.launch_builder(&self.blur_rows);
+        launch.arg(src).arg(&mut tmp).arg(&w).arg(&h).arg(&weights).arg(&k);
+        // SAFETY: matches the kernel's signature; reads are reflected into
+        // the w x h source, writes are the w x h x 3 floats of `tmp`, and the
+        // k weights are those of `weights`.
+        unsafe { launch.launch(per_pixel(w, h)) }.map_err(|e| launch_err(name, e))?;
+        let mut launch = stream.launch_builder(&self.blur_cols);
+        launch.arg(&tmp).arg(dst).arg(&w).arg(&h).arg(&weights).arg(&k);
+        // SAFETY: as the rows pass, from `tmp` into the w x h image `dst`.
+        unsafe { launch.launch(per_pixel(w, h)) }.map_err(|e| launch_err(kernel::BLUR_COLS_U8_HWC, e))?;
+        Ok(())
+    }
+
+    /// Crops, resizes and optionally flips `params.len()` images in one
+    /// launch on `stream`. Image `i` is written, `out_w * out_h * 3` bytes
+    /// of uint8 HWC, at `params[i].dst_offset` of `dst`.
+    ///
+    /// # Safety
+    ///
+    /// Every `params[i].src` must be the device address of an allocation
+    /// of at least `src_pitch * src_h` bytes in `stream`'s context, with
+    /// `src_pitch >= 3 * src_w`, that stays alive and unwritten until the
+    /// launch has finished on `stream`. The boxes are checked
+    /// ([`RrcParams::check`]): inside the image, or padded.
+    pub unsafe fn rrc_flip_u8_hwc(
+        &self,
+        stream: &Arc<CudaStream>,
+        params: &[RrcParams],
+        dst: &mut CudaSlice<u8>,
+        out_w: u32,
+        out_h: u32,
+    ) -> Result<(), KernelError> {
+        let fail = |reason: String| KernelError::Launch {
+            function: kernel::RRC_FLIP_U8_HWC,
+            reason,
+        };
+        if params.is_empty() {
+            return Ok(());
+        }
+        let image_bytes = u64::from(out_w) * u64::from(out_h) * 3;
+        if image_bytes == 0 || out_w.checked_mul(out_h).is_none_or(|p| p > u32::MAX / 3) {
+            return Err(fail(format!("output size {out_w}x{out_h} is out of range")));
+        }
+        let batch = u32::try_from(params.len())
+            .ok()
+            .filter(|&n| n <= 65_535)
+            .ok_or_else(|| fail(format!("batch of {} images is over 65535", params.len())))?;
+        for (i, p) in params.iter().enumerate() {
+            let end = p.dst_offset.checked_add(image_bytes);
+            if end.is_none_or(|end| end > dst.len() as u64) {
+                return Err(fail(format!(
+                    "image {i} writes past the output buffer of {} bytes",
+                    dst.len()
+                )));
+            }
+            p.check().map_err(|e| fail(format!("image {i}: {e}")))?;
+        }
+        let params_dev = stream
+            .clone_htod(params)
+            .map_err(|e| fail(format!("copying parameters: {e}")))?;
+        let config = LaunchConfig {
+            grid_dim: ((out_w * out_h).div_ceil(THREADS), batch, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = stream.launch_builder(&self.rrc_flip);
+        launch.arg(&params_dev).arg(dst).arg(&out_w).arg(&out_h);
+        // SAFETY: the argument list matches the kernel's signature
+        // (params pointer, dst pointer, two unsigned ints); every write is
+        // within `dst` (checked above) and every read within the source
+        // images, as the caller promises.
+        unsafe { launch.launch(config) }.map_err(|e| fail(e.to_string()))?;
+        Ok(())
+    }
+}
+
+/// Per-image parameters of [`Kernels::rrc_flip_u8_hwc`]; the layout of
+/// `StokerRrcParams` in `resize.cu`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RrcParams {
+    /// Device address of the decoded image (uint8 HWC).
+    pub src: u64,
+    /// Byte offset of this image's output in the destination buffer.
+    pub dst_offset: u64,
+    pub src_w: u32,
+    pub src_h: u32,
+    /// Bytes per source row.
+    pub src_pitch: u32,
+    /// 1 mirrors the output horizontally, 0 does not.
+    pub flip: u32,
+    pub crop_x: f32,
+    pub crop_y: f32,
+    pub crop_w: f32,
+    pub crop_h: f32,
+    /// 1 when the box may reach past the image: the filter window stays
+    /// inside the box and pixels outside the image count as zeros (the
+    /// box's corner is then integral).
+    pub pad: u32,
+    pub reserved: u32,
+}
+
+// SAFETY: `RrcParams` is `repr(C)`, made only of integers and floats with no
+// padding (56 bytes), and matches the kernel's struct field for field.
+unsafe impl DeviceRepr for RrcParams {}
+
+impl RrcParams {
+    /// Checks what the kernel relies on, apart from the source address.
+    pub fn check(&self) -> Result<(), String> {
+        if self.src == 0 {
+            return Err("null source address".into());
+        }
+        if self.src_w == 0 || self.src_h == 0 {
+            return Err(format!("empty source image {}x{}", self.src_w, self.src_h));
+        }
+        if u64::from(self.src_pitch) < 3 * u64::from(self.src_w) {
+            return Err(format!(
+                "row pitch {} is under 3 x width {}",
+                self.src_pitch, self.src_w
+            ));
+        }
+        let fits = |start: f32, len: f32, size: u32| {
+            let finite = start.is_finite() && len.is_finite() && len > 0.0;
+            if self.pad != 0 {
+                // Any box, integral and not absurdly far out.
+                finite && start.fract() == 0.0 && len.fract() == 0.0 && start.abs() + len <= 4.0 * 65536.0
+            } else {
+                finite && start >= 0.0 && start + len <= size as f32
+            }
+        };
+        if !fits(self.crop_x, self.crop_w, self.src_w) || !fits(self.crop_y, self.crop_h, self.src_h) {
+            return Err(format!(
+                "crop box ({}, {}, {}x{}) is not inside the {}x{} image",
+                self.crop_x, self.crop_y, self.crop_w, self.crop_h, self.src_w, self.src_h
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_layout_matches_the_cuda_struct() {
+        assert_eq!(std::mem::size_of::<RrcParams>(), 56);
+        assert_eq!(std::mem::align_of::<RrcParams>(), 8);
+        let fields = [
+            "unsigned long long src;",
+            "unsigned long long dst_offset;",
+            "unsigned int src_w;",
+            "unsigned int src_h;",
+            "unsigned int src_pitch;",
+            "unsigned int flip;",
+            "float crop_x;",
+            "float crop_y;",
+            "float crop_w;",
+            "float crop_h;",
+            "unsigned int pad;",
+            "unsigned int reserved;",
+        ];
+        let mut at = 0;
+        for f in fields {
+            let pos = RESIZE.source[at..]
+                .find(f)
+                .unwrap_or_else(|| panic!("resize.cu: field {f} missing or out of order"));
+            at += pos + f.len();
+        }
+    }
+
+    #[test]
+    fn params_check_refuses_boxes_outside_the_image() {
+        let good = RrcParams {
+            src: 0x1000,
+            dst_offset: 0,
+            src_w: 500,
+            src_h: 375,
+            src_pitch: 1500,
+            flip: 1,
+            crop_x: 10.0,
+            crop_y: 20.0,
+            crop_w: 300.0,
+            crop_h: 200.0,
+            pad: 0,
+            reserved: 0,
+        };
+        assert!(good.check().is_ok());
+        let padded = RrcParams {
+            crop_x: -4.0,
+            crop_w: 600.0,
+            pad: 1,
+            ..good
+        };
+        assert!(padded.check().is_ok());
+        assert!(RrcParams { crop_x: -4.5, ..padded }.check().is_err());
+        assert!(RrcParams { crop_x: 250.0, ..good }.check().is_err());
+        assert!(RrcParams { crop_w: 0.0, ..good }.check().is_err());
+        assert!(RrcParams { src_pitch: 10, ..good }.check().is_err());
+        assert!(RrcParams { src: 0, ..good }.check().is_err());
+        assert!(
+            RrcParams {
+                crop_y: f32::NAN,
+                ..good
+            }
+            .check()
+            .is_err()
+        );
+    }
+}

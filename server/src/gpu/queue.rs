@@ -1,0 +1,193 @@
+//! The GPU runner's work-stealing queue: items queue [`Job`]s, lanes take
+//! merged batches from the front, and idle CPU threads steal single
+//! samples from the back ([`Stolen`]); each job's [`Reply`] gathers its
+//! results from both and answers the item once all are in.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use stoker_core::TransformSpec;
+use tokio::sync::oneshot;
+
+use super::runner::{GpuResult, GpuSample};
+
+/// Samples an item queued for the lanes, with what their steps depend on.
+pub(super) struct Job {
+    pub(super) samples: Vec<GpuSample>,
+    pub(super) spec: Arc<TransformSpec>,
+    pub(super) seed: u64,
+    pub(super) epoch: u64,
+    pub(super) reply: Arc<Reply>,
+}
+
+/// Where a job's results gather: from the lane that runs it and from the
+/// CPU threads that stole some of its samples. Sent once all are in.
+pub(super) struct Reply {
+    state: Mutex<ReplyState>,
+}
+
+struct ReplyState {
+    results: Vec<GpuResult>,
+    remaining: usize,
+    tx: Option<oneshot::Sender<Vec<GpuResult>>>,
+}
+
+impl Reply {
+    pub(super) fn new(samples: usize, tx: oneshot::Sender<Vec<GpuResult>>) -> Self {
+        Self {
+            state: Mutex::new(ReplyState {
+                results: Vec::with_capacity(samples),
+                remaining: samples,
+                tx: Some(tx),
+            }),
+        }
+    }
+
+    /// Adds `results`; once every sample has one, sends them all.
+    pub(super) fn deliver(&self, results: impl IntoIterator<Item = GpuResult>) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        for r in results {
+            st.results.push(r);
+            st.remaining = st.remaining.saturating_sub(1);
+        }
+        if st.remaining == 0
+            && let Some(tx) = st.tx.take()
+        {
+            let results = std::mem::take(&mut st.results);
+            // The item may have gone (client left): nothing to do then.
+            let _ = tx.send(results);
+        }
+    }
+}
+
+/// A sample taken from the lanes' backlog for the CPU path; its result
+/// goes back with [`Stolen::finish`], with the rest of its batch.
+pub struct Stolen {
+    pub sample: GpuSample,
+    pub spec: Arc<TransformSpec>,
+    pub seed: u64,
+    pub epoch: u64,
+    reply: Arc<Reply>,
+}
+
+impl std::fmt::Debug for Stolen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stolen").field("key", &self.sample.key).finish()
+    }
+}
+
+impl Stolen {
+    /// Hands the sample's result back to the item that sent it.
+    pub fn finish(self, result: GpuResult) {
+        self.reply.deliver([result]);
+    }
+}
+
+/// The GPU lanes are gone (the worker is shutting down, or a lane
+/// panicked).
+#[derive(Debug, thiserror::Error)]
+#[error("the gpu runner stopped")]
+pub struct RunnerGone;
+
+/// The runner's queue of jobs: lanes take batches from its front, the CPU
+/// path steals single samples from its back.
+pub(super) struct JobQueue {
+    state: Mutex<QueueState>,
+    ready: Condvar,
+    max_batch: usize,
+}
+
+struct QueueState {
+    jobs: VecDeque<Job>,
+    /// Samples in `jobs`.
+    queued: usize,
+    closed: bool,
+}
+
+impl JobQueue {
+    pub(super) fn new(max_batch: usize) -> Self {
+        Self {
+            state: Mutex::new(QueueState {
+                jobs: VecDeque::new(),
+                queued: 0,
+                closed: false,
+            }),
+            ready: Condvar::new(),
+            max_batch,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Samples waiting in the queue.
+    pub(super) fn queued(&self) -> usize {
+        self.lock().queued
+    }
+
+    /// Queues `job` for the lanes; refused once the runner is gone.
+    pub(super) fn push(&self, job: Job) -> Result<(), RunnerGone> {
+        let mut q = self.lock();
+        if q.closed {
+            return Err(RunnerGone);
+        }
+        q.queued += job.samples.len();
+        q.jobs.push_back(job);
+        drop(q);
+        self.ready.notify_one();
+        Ok(())
+    }
+
+    /// Lets the lanes stop once the queue is empty.
+    pub(super) fn close(&self) {
+        self.lock().closed = true;
+        self.ready.notify_all();
+    }
+
+    /// Waits for a job, then merges the jobs already waiting behind it into
+    /// one batch, up to `max_batch` samples; `None` once the runner is gone
+    /// and the queue empty.
+    pub(super) fn take(&self) -> Option<Vec<Job>> {
+        let mut q = self.lock();
+        while q.jobs.is_empty() {
+            if q.closed {
+                return None;
+            }
+            q = self.ready.wait(q).unwrap_or_else(|p| p.into_inner());
+        }
+        let mut jobs = Vec::new();
+        let mut count = 0;
+        while count < self.max_batch
+            && let Some(job) = q.jobs.pop_front()
+        {
+            count += job.samples.len();
+            jobs.push(job);
+        }
+        q.queued -= count;
+        Some(jobs)
+    }
+
+    /// Takes the newest sample off the back of the queue for the CPU path,
+    /// if more than `keep` samples wait.
+    pub(super) fn steal(&self, keep: usize) -> Option<Stolen> {
+        let mut q = self.lock();
+        if q.queued <= keep {
+            return None;
+        }
+        let job = q.jobs.back_mut()?;
+        let sample = job.samples.pop()?;
+        let stolen = Stolen {
+            sample,
+            spec: Arc::clone(&job.spec),
+            seed: job.seed,
+            epoch: job.epoch,
+            reply: Arc::clone(&job.reply),
+        };
+        if job.samples.is_empty() {
+            q.jobs.pop_back();
+        }
+        q.queued -= 1;
+        Some(stolen)
+    }
+}

@@ -1,0 +1,364 @@
+//! One item's run: read the shard's samples ahead, within the memory
+//! budget, start each on the CPU pool or in a GPU batch, and collect the
+//! results in the order they were read into chunks for the client.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+use super::replay::replay_item;
+use super::route::{InFlight, Route, gpu_sample, on_cpu, on_gpu};
+use super::{Chunk, Item, ItemError, Processed, Skipped, WorkerContext};
+use crate::decode::header_dimensions;
+use crate::gpu::GpuSample;
+use crate::memory::Reservation;
+use crate::storage::ShardReader;
+use crate::wds::{ImageKind, RawSample, SampleReader};
+
+/// A chunk is sent once it holds this many skips, so a shard of nothing
+/// but bad samples streams its reasons instead of piling them up.
+const MAX_SKIPS_PER_CHUNK: usize = 256;
+
+/// Bytes a sample may hold while it is processed: its encoded bytes, the
+/// decoded image (twice, for decoder planes and scratch) and the result.
+/// Images whose header cannot be read, or that are over the pixel limit,
+/// count only their bytes: they fail before decoding. On a GPU worker a
+/// JPEG is decoded in device memory, so it holds only its bytes and the
+/// result in host memory; a JPEG the GPU hands back to the CPU, or that a
+/// CPU thread takes from the lanes' backlog, is decoded there outside the
+/// budget (at most one per pool thread at once).
+fn memory_need(raw: &RawSample, output_bytes: u64, max_pixels: u64, gpu: bool) -> u64 {
+    if gpu && let Ok((ImageKind::Jpeg, data)) = &raw.image {
+        return data.len() as u64 + output_bytes;
+    }
+    let (len, decoded) = match &raw.image {
+        Ok((kind, data)) => (
+            data.len() as u64,
+            match header_dimensions(*kind, data) {
+                Ok((w, h)) if u64::from(w) * u64::from(h) <= max_pixels => u64::from(w) * u64::from(h) * 3 * 2,
+                _ => 0,
+            },
+        ),
+        Err(_) => (0, 0),
+    };
+    len + decoded + output_bytes
+}
+
+/// Runs one item, sending chunks to `tx`. Returns when the item is done, it
+/// failed (the error is also sent), or the client left.
+pub async fn run_item(ctx: Arc<WorkerContext>, item: Item, tx: mpsc::Sender<Result<Chunk, ItemError>>) {
+    let shard = item.dataset.join(&item.shard);
+    if ctx.config.replay
+        && let Some(cached) = ctx.replay.get(&item)
+    {
+        if replay_item(&ctx, &item, &cached, &tx).await {
+            ctx.counters.items.fetch_add(1, Ordering::Relaxed);
+        }
+        return;
+    }
+    let run = match ItemRun::open(&ctx, &item, &tx).await {
+        Ok(run) => run.run().await,
+        Err(err) => Err(err),
+    };
+    match run {
+        Ok(true) => {
+            ctx.counters.items.fetch_add(1, Ordering::Relaxed);
+            debug!(shard = %shard, "item done");
+        }
+        Ok(false) => info!(shard = %shard, "client left, item abandoned"),
+        Err(err) => {
+            warn!(shard = %shard, error = %err, "item failed");
+            let _ = tx.send(Err(err)).await;
+        }
+    }
+}
+
+/// A sample read from the shard, with where it goes and the budget it
+/// needs ([`memory_need`]).
+struct ReadSample {
+    raw: RawSample,
+    need: u64,
+    route: Route,
+}
+
+/// One item's state while it runs: the shard's sample reader, the samples
+/// in flight in the order they were read, the JPEGs gathering into a GPU
+/// batch with the budget they hold, and the chunk being built. Methods
+/// that send return `Ok(false)` when the client left.
+struct ItemRun<'a> {
+    ctx: &'a Arc<WorkerContext>,
+    item: &'a Item,
+    tx: &'a mpsc::Sender<Result<Chunk, ItemError>>,
+    shard_uri: String,
+    samples: SampleReader<ShardReader>,
+    /// Results to collect, oldest first.
+    in_flight: VecDeque<InFlight>,
+    /// Samples in `in_flight`.
+    in_flight_samples: usize,
+    chunk: Chunk,
+    /// Set when the shard is unreadable past some point: said in the last
+    /// chunk.
+    shard_error: Option<String>,
+    /// No sample is left to read (the shard's end, the item's range's end,
+    /// or a corrupt shard).
+    exhausted: bool,
+    /// A sample read but not yet started: the budget had no room for it.
+    waiting: Option<ReadSample>,
+    /// Bytes of one result (`size` x `size` RGB).
+    output_bytes: u64,
+    /// JPEGs for the GPU, sent as one batch once there are `gpu_batch` of
+    /// them or nothing else is left to wait for.
+    gpu_batch: usize,
+    gpu_pending: Vec<GpuSample>,
+    /// The budget `gpu_pending` holds.
+    gpu_held: Reservation,
+    /// With `--replay`, the results of a whole, clean first pass are kept.
+    record: Option<Vec<Processed>>,
+    /// Samples kept in flight: the read-ahead, with room for one batch on
+    /// the GPU while the next one is read.
+    ahead: usize,
+}
+
+impl<'a> ItemRun<'a> {
+    /// Opens the item's shard.
+    async fn open(
+        ctx: &'a Arc<WorkerContext>,
+        item: &'a Item,
+        tx: &'a mpsc::Sender<Result<Chunk, ItemError>>,
+    ) -> Result<Self, ItemError> {
+        let reader = ctx.storage.open(&item.dataset, &item.shard).await?;
+        let gpu_batch = ctx.gpu.as_ref().map_or(0, |g| g.config().max_batch);
+        Ok(Self {
+            ctx,
+            item,
+            tx,
+            shard_uri: item.dataset.join(&item.shard),
+            samples: SampleReader::new(reader, ctx.config.max_member_bytes),
+            in_flight: VecDeque::new(),
+            in_flight_samples: 0,
+            chunk: Chunk::default(),
+            shard_error: None,
+            exhausted: false,
+            waiting: None,
+            output_bytes: u64::from(item.spec.size).pow(2) * 3,
+            gpu_batch,
+            gpu_pending: Vec::new(),
+            gpu_held: Reservation::default(),
+            record: (ctx.config.replay && item.skip.is_empty()).then(Vec::new),
+            ahead: ctx.config.decode_ahead.max(1).max(2 * gpu_batch),
+        })
+    }
+
+    /// Ok(true): done; Ok(false): the receiver is gone.
+    async fn run(mut self) -> Result<bool, ItemError> {
+        loop {
+            if !self.fill().await? {
+                return Ok(false);
+            }
+            if self.partial_batch_due() {
+                self.flush_gpu_batch();
+            }
+            let Some(next) = self.in_flight.pop_front() else {
+                if self.waiting.is_some() {
+                    continue;
+                }
+                break;
+            };
+            if !self.collect(next).await? {
+                return Ok(false);
+            }
+        }
+        self.finish().await
+    }
+
+    /// Keeps the pool and the GPU fed: reads ahead until `ahead` samples
+    /// are in flight or the memory budget is spent.
+    async fn fill(&mut self) -> Result<bool, ItemError> {
+        while self.in_flight_samples + self.gpu_pending.len() < self.ahead {
+            let Some(next) = self.next_sample().await? else { break };
+            if !self.ctx.budget.fits(next.need) {
+                let s = Skipped {
+                    reason: format!(
+                        "needs about {} MiB to process, more than the worker's memory budget of {} MiB",
+                        next.need >> 20,
+                        self.ctx.budget.capacity() >> 20
+                    ),
+                    key: next.raw.key,
+                };
+                self.skip(s);
+                continue;
+            }
+            let held = match self.ctx.budget.try_reserve(next.need) {
+                Some(r) => r,
+                // Our own samples in flight will free room: finish them first.
+                None if !self.in_flight.is_empty() || !self.gpu_pending.is_empty() => {
+                    self.waiting = Some(next);
+                    break;
+                }
+                None => {
+                    // Hold nothing while waiting for others to finish.
+                    if !self.send_chunk().await {
+                        return Ok(false);
+                    }
+                    debug!(shard = %self.shard_uri, need = next.need, "waiting for memory budget");
+                    self.ctx.budget.reserve(next.need).await
+                }
+            };
+            self.start(next.raw, next.route, held);
+        }
+        Ok(true)
+    }
+
+    /// The sample that waited for the budget, else the next one of the
+    /// item's range; `None` once there is none.
+    async fn next_sample(&mut self) -> Result<Option<ReadSample>, ItemError> {
+        if let Some(w) = self.waiting.take() {
+            return Ok(Some(w));
+        }
+        while !self.exhausted {
+            match self.samples.next_sample().await {
+                Ok(Some(raw)) => {
+                    if self.item.end.is_some_and(|end| raw.position >= end) {
+                        // Past the item's range: the rest of the shard
+                        // belongs to another item.
+                        self.exhausted = true;
+                        break;
+                    }
+                    if raw.position < self.item.start || self.item.skip.contains(&raw.key) {
+                        continue;
+                    }
+                    let route = self.ctx.route(&raw);
+                    let need = memory_need(
+                        &raw,
+                        self.output_bytes,
+                        self.ctx.config.max_image_pixels,
+                        route == Route::Gpu,
+                    );
+                    return Ok(Some(ReadSample { raw, need, route }));
+                }
+                Ok(None) => self.exhausted = true,
+                Err(e) if e.is_io() => {
+                    return Err(ItemError::Read {
+                        shard: self.shard_uri.clone(),
+                        source: e,
+                    });
+                }
+                Err(e) => {
+                    // The shard itself is bad from here on: deliver what
+                    // came before, then say where and why it ended.
+                    warn!(shard = %self.shard_uri, error = %e, "shard unreadable past this point");
+                    self.shard_error = Some(format!("{}: {e}", self.shard_uri));
+                    self.exhausted = true;
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Starts `raw`, which holds `held`: a GPU JPEG joins the pending
+    /// batch (sent once full), anything else goes to the CPU pool.
+    fn start(&mut self, raw: RawSample, route: Route, held: Reservation) {
+        let raw = match route {
+            Route::Gpu => match gpu_sample(raw) {
+                Ok(sample) => {
+                    self.gpu_pending.push(sample);
+                    self.gpu_held.absorb(held);
+                    if self.gpu_pending.len() >= self.gpu_batch {
+                        self.flush_gpu_batch();
+                    }
+                    return;
+                }
+                Err(raw) => raw,
+            },
+            Route::Cpu => raw,
+        };
+        let one = on_cpu(self.ctx, self.item, raw, held);
+        self.push_in_flight(one);
+    }
+
+    /// A partial GPU batch goes once nothing else is coming for now.
+    fn partial_batch_due(&self) -> bool {
+        !self.gpu_pending.is_empty() && (self.exhausted || self.waiting.is_some() || self.in_flight.is_empty())
+    }
+
+    /// Sends the pending JPEGs to the GPU as one batch, with the budget
+    /// they hold.
+    fn flush_gpu_batch(&mut self) {
+        let samples = std::mem::take(&mut self.gpu_pending);
+        let held = std::mem::take(&mut self.gpu_held);
+        let batch = on_gpu(self.ctx, self.item, samples, held);
+        self.push_in_flight(batch);
+    }
+
+    fn push_in_flight(&mut self, next: InFlight) {
+        self.in_flight_samples += next.samples;
+        self.in_flight.push_back(next);
+    }
+
+    /// Waits for the oldest samples in flight and adds their results to
+    /// the chunk, sending it each time it is full.
+    async fn collect(&mut self, next: InFlight) -> Result<bool, ItemError> {
+        self.in_flight_samples -= next.samples;
+        let mut held = next.held;
+        for outcome in next.results.await? {
+            match outcome {
+                Ok(p) => {
+                    if let Some(r) = self.record.as_mut() {
+                        r.push(p.clone());
+                    }
+                    // Only the result stays reserved, until its chunk is sent.
+                    self.chunk.push(p, held.keep(self.output_bytes));
+                }
+                Err(s) => self.skip(s),
+            }
+            if (self.chunk.pixel_bytes >= self.item.chunk_bytes || self.chunk.skipped.len() >= MAX_SKIPS_PER_CHUNK)
+                && !self.send_chunk().await
+            {
+                return Ok(false);
+            }
+        }
+        drop(held);
+        Ok(true)
+    }
+
+    /// Sends the chunk built so far, if it holds anything.
+    async fn send_chunk(&mut self) -> bool {
+        self.chunk.is_empty() || send(self.ctx, self.tx, std::mem::take(&mut self.chunk)).await
+    }
+
+    /// Keeps a clean first pass for `--replay`, then sends the last chunk.
+    async fn finish(mut self) -> Result<bool, ItemError> {
+        if let Some(r) = self.record.take()
+            && self.shard_error.is_none()
+        {
+            self.ctx.replay.put(self.item, r);
+        }
+        self.chunk.done = true;
+        self.chunk.shard_error = self.shard_error.take();
+        Ok(send(self.ctx, self.tx, self.chunk).await)
+    }
+
+    fn skip(&mut self, s: Skipped) {
+        warn!(shard = %self.shard_uri, key = %s.key, reason = %s.reason, "sample skipped");
+        self.ctx.counters.skipped.fetch_add(1, Ordering::Relaxed);
+        self.chunk.skipped.push(s);
+    }
+}
+
+/// Sends `chunk` unless it is empty and not the last; false if the client
+/// left.
+pub(super) async fn send(ctx: &WorkerContext, tx: &mpsc::Sender<Result<Chunk, ItemError>>, chunk: Chunk) -> bool {
+    if chunk.is_empty() && !chunk.done {
+        return true;
+    }
+    ctx.counters
+        .samples
+        .fetch_add(chunk.samples.len() as u64, Ordering::Relaxed);
+    ctx.counters
+        .bytes
+        .fetch_add(chunk.pixel_bytes as u64, Ordering::Relaxed);
+    tx.send(Ok(chunk)).await.is_ok()
+}

@@ -1,0 +1,399 @@
+//! Where a sample is decoded and transformed: the CPU pool, or on a GPU
+//! worker the GPU lanes in batches (what they hand back goes to the pool),
+//! with idle CPU threads sharing the lanes' backlog.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use stoker_core::TransformSpec;
+use tracing::debug;
+
+use super::{Item, ItemError, Processed, Skipped, WorkerContext, process_sample};
+use crate::decode::sniff;
+use crate::gpu::runner::RunnerGone;
+use crate::gpu::{GpuResult, GpuRunner, GpuSample};
+use crate::memory::Reservation;
+use crate::pool::PoolError;
+use crate::wds::{ImageKind, RawSample};
+
+impl WorkerContext {
+    /// Where `raw` is decoded: on a GPU worker a JPEG goes to the GPU
+    /// lanes (whose backlog idle CPU threads share: [`share_backlog`]),
+    /// anything else to the CPU pool.
+    pub(super) fn route(&self, raw: &RawSample) -> Route {
+        match &self.gpu {
+            Some(_) if gpu_jpeg(raw) => Route::Gpu,
+            _ => Route::Cpu,
+        }
+    }
+}
+
+/// Where a sample is decoded and transformed (see [`WorkerContext::route`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Route {
+    /// The GPU lanes, in a batch.
+    Gpu,
+    /// The CPU pool: not a JPEG the GPU takes, or a CPU worker.
+    Cpu,
+}
+
+/// Lets idle CPU threads share the GPU lanes' backlog: while more than a
+/// full batch per lane waits and a pool thread is idle, a thread takes
+/// the newest waiting JPEG ([`GpuRunner::steal`]), decodes it on the CPU,
+/// hands the result back to its batch, and goes for the next. The split
+/// follows the load, with nothing to tune: the CPU takes JPEGs only while
+/// the GPU is the bottleneck and only as fast as it frees threads, so
+/// neither side waits on the other (unlike a fixed share, such as DALI's
+/// `hw_decoder_load`). Runs at the pool's background priority on a GPU
+/// worker; `--gpu-only` turns it off.
+fn share_backlog(ctx: &Arc<WorkerContext>) {
+    let Some(gpu) = ctx.gpu.as_ref() else { return };
+    if !ctx.config.cpu_jpegs {
+        return;
+    }
+    while ctx.pool.has_idle_thread() && gpu.backlogged() {
+        let worker = Arc::clone(ctx);
+        ctx.pool.execute(move || steal_one(&worker));
+    }
+}
+
+/// One stolen JPEG on this pool thread, then the next one queued behind
+/// whatever else the pool has to do.
+fn steal_one(ctx: &Arc<WorkerContext>) {
+    let Some(stolen) = ctx.gpu.as_ref().and_then(GpuRunner::steal) else {
+        return;
+    };
+    let raw = stolen.sample.clone_raw();
+    let result = match process_sample(
+        raw,
+        &stolen.spec,
+        stolen.seed,
+        stolen.epoch,
+        ctx.config.max_image_pixels,
+    ) {
+        Ok(p) => {
+            ctx.counters.cpu_samples.fetch_add(1, Ordering::Relaxed);
+            GpuResult::Done(p)
+        }
+        Err(s) => GpuResult::Skipped(s),
+    };
+    ctx.counters.cpu_jpegs.fetch_add(1, Ordering::Relaxed);
+    stolen.finish(result);
+    let worker = Arc::clone(ctx);
+    if ctx.gpu.as_ref().is_some_and(GpuRunner::backlogged) {
+        ctx.pool.execute(move || steal_one(&worker));
+    }
+}
+
+type Outcome = Result<Processed, Skipped>;
+
+/// Samples on their way through the CPU pool or the GPU, in the order they
+/// were read.
+pub(super) struct InFlight {
+    pub(super) results: std::pin::Pin<Box<dyn Future<Output = Result<Vec<Outcome>, ItemError>> + Send>>,
+    pub(super) samples: usize,
+    pub(super) held: Reservation,
+}
+
+/// Whether `raw` is a JPEG the GPU lanes take: named and sniffed as one,
+/// with a label. Anything else goes to the CPU path, which decodes it or
+/// skips it with its reason.
+fn gpu_jpeg(raw: &RawSample) -> bool {
+    matches!((&raw.image, &raw.label), (Ok((ImageKind::Jpeg, data)), Ok(_)) if sniff(data) == Some(ImageKind::Jpeg))
+}
+
+/// `raw` as the GPU lanes take it; `None` unless [`gpu_jpeg`].
+pub(super) fn gpu_sample(raw: RawSample) -> Result<GpuSample, RawSample> {
+    match (&raw.image, &raw.label) {
+        (Ok((ImageKind::Jpeg, data)), Ok(label)) if gpu_jpeg(&raw) => Ok(GpuSample {
+            label: *label,
+            data: data.clone(),
+            key: raw.key,
+            position: raw.position,
+        }),
+        _ => Err(raw),
+    }
+}
+
+/// Queues one sample on the CPU pool now; the future yields its outcome.
+fn on_pool(
+    ctx: &Arc<WorkerContext>,
+    raw: RawSample,
+    spec: &Arc<TransformSpec>,
+    seed: u64,
+    epoch: u64,
+) -> impl Future<Output = Result<Outcome, PoolError>> + Send + 'static {
+    let (spec, counters) = (Arc::clone(spec), Arc::clone(ctx));
+    let max_pixels = ctx.config.max_image_pixels;
+    ctx.pool.spawn(move || {
+        let outcome = process_sample(raw, &spec, seed, epoch, max_pixels);
+        if outcome.is_ok() {
+            counters.counters.cpu_samples.fetch_add(1, Ordering::Relaxed);
+        }
+        outcome
+    })
+}
+
+/// Queues one sample on the CPU pool now, holding `held` until its result
+/// is collected.
+pub(super) fn on_cpu(ctx: &Arc<WorkerContext>, item: &Item, raw: RawSample, held: Reservation) -> InFlight {
+    let one = on_pool(ctx, raw, &item.spec, item.seed, item.epoch);
+    InFlight {
+        results: Box::pin(async move { Ok(vec![one.await?]) }),
+        samples: 1,
+        held,
+    }
+}
+
+/// Runs `samples` on the GPU; those it hands back go to the CPU pool.
+/// The batch holds `held` until its results are collected.
+///
+/// The batch is queued for the lanes at once, by a task of its own, not
+/// when the item gets round to awaiting it: an item keeps several batches
+/// in flight. Each sample comes back exactly once, finished by the GPU or
+/// by the CPU pool after a hand-back (in any order: the client sorts by
+/// position where it needs the order).
+pub(super) fn on_gpu(ctx: &Arc<WorkerContext>, item: &Item, samples: Vec<GpuSample>, held: Reservation) -> InFlight {
+    let n = samples.len();
+    let ctx = Arc::clone(ctx);
+    let spec = Arc::clone(&item.spec);
+    let (seed, epoch) = (item.seed, item.epoch);
+    let task = tokio::spawn(async move {
+        let gpu = ctx.gpu.as_ref().ok_or(RunnerGone)?;
+        // A lane panicked or the runner stopped: the item fails and the
+        // client reassigns it.
+        let results = gpu.run(samples, Arc::clone(&spec), seed, epoch);
+        share_backlog(&ctx);
+        let results = results.await?;
+        let mut out = Vec::with_capacity(n);
+        let mut back = Vec::new();
+        for r in results {
+            match r {
+                GpuResult::Done(p) => out.push(Ok(p)),
+                GpuResult::Skipped(s) => out.push(Err(s)),
+                GpuResult::Cpu { sample, reason } => {
+                    debug!(key = %sample.key, reason, "gpu handed the sample to the cpu");
+                    back.push(on_pool(&ctx, sample.into_raw(), &spec, seed, epoch));
+                }
+            }
+        }
+        for outcome in back {
+            out.push(outcome.await?);
+        }
+        Ok::<_, ItemError>(out)
+    });
+    InFlight {
+        results: Box::pin(async move { task.await.map_err(|_| ItemError::Gpu(RunnerGone))? }),
+        samples: n,
+        held,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The GPU worker's routing without a GPU: emulated lanes (see
+    //! `GpuRunner::emulated`) finish some samples and hand others back, and
+    //! the CPU pool takes JPEGs while they have a backlog. Whatever mix of
+    //! paths an item's samples take, each comes back exactly once, with
+    //! the CPU worker's pixels and skip reasons.
+
+    use std::collections::{HashMap, HashSet};
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    use stoker_core::{DatasetUri, TransformSpec};
+    use tokio::sync::mpsc;
+
+    use super::super::{Item, WorkerConfig, WorkerContext, process_sample, run_item};
+    use crate::gpu::{GpuResult, GpuRunner, GpuRunnerConfig, GpuSample};
+    use crate::storage::Storage;
+    use crate::synth;
+
+    /// An ImageFolder of 60 JPEGs plus a PNG named .jpg, a grey JPEG and a
+    /// truncated JPEG, packed into one shard.
+    async fn dataset(dir: &std::path::Path) -> DatasetUri {
+        let class = dir.join("images/a");
+        std::fs::create_dir_all(&class).unwrap();
+        for i in 0..60u64 {
+            let img = synth::procedural(96 + (i as u32 % 5) * 16, 80, i);
+            std::fs::write(class.join(format!("{i:03}.jpg")), synth::encode_jpeg(&img, 90).unwrap()).unwrap();
+        }
+        std::fs::write(
+            class.join("050png.jpg"),
+            include_bytes!("../../formats/testdata/tiny.png"),
+        )
+        .unwrap();
+        let img = synth::procedural(64, 48, 99);
+        let grey: Vec<u8> = img.pixels.chunks(3).map(|p| p[1]).collect();
+        let mut out = Vec::new();
+        jpeg_encoder::Encoder::new(&mut out, 90)
+            .encode(&grey, 64, 48, jpeg_encoder::ColorType::Luma)
+            .unwrap();
+        std::fs::write(class.join("020grey.jpg"), out).unwrap();
+        let good = synth::encode_jpeg(&img, 90).unwrap();
+        std::fs::write(class.join("040truncated.jpg"), &good[..good.len() / 2]).unwrap();
+        let uri = DatasetUri::Local(dir.join("shards"));
+        crate::pack::pack(&Storage::new(), &dir.join("images"), &uri, 64 << 20, |_, _| {})
+            .await
+            .unwrap();
+        uri
+    }
+
+    /// Every delivered sample by key (failing on a second delivery), and
+    /// the skip reasons by key, of one item.
+    async fn run(ctx: Arc<WorkerContext>, uri: DatasetUri, start: u64, end: Option<u64>) -> Delivered {
+        let item = Item {
+            dataset: uri,
+            shard: "shard-000000.tar".to_owned(),
+            seed: 3,
+            epoch: 1,
+            spec: Arc::new(TransformSpec::train(32)),
+            skip: HashSet::new(),
+            chunk_bytes: 4096,
+            start,
+            end,
+        };
+        let (tx, mut rx) = mpsc::channel(2);
+        let task = tokio::spawn(run_item(ctx, item, tx));
+        let mut out = Delivered::default();
+        let mut done = false;
+        while let Some(chunk) = rx.recv().await {
+            let chunk = chunk.unwrap();
+            assert!(!done, "a chunk after the last one");
+            done = chunk.done;
+            for p in chunk.samples {
+                assert!(
+                    (start..end.unwrap_or(u64::MAX)).contains(&p.position),
+                    "{} at {}",
+                    p.key,
+                    p.position
+                );
+                let again = out.samples.insert(p.key.clone(), (p.position, p.pixels.to_vec()));
+                assert!(again.is_none(), "{} delivered twice", p.key);
+            }
+            for s in chunk.skipped {
+                assert!(
+                    out.skipped.insert(s.key.clone(), s.reason).is_none(),
+                    "{} skipped twice",
+                    s.key
+                );
+            }
+        }
+        task.await.unwrap();
+        assert!(done, "the item ended without its last chunk");
+        for key in out.skipped.keys() {
+            assert!(!out.samples.contains_key(key), "{key} both delivered and skipped");
+        }
+        out
+    }
+
+    #[derive(Default)]
+    struct Delivered {
+        samples: HashMap<String, (u64, Vec<u8>)>,
+        skipped: HashMap<String, String>,
+    }
+
+    fn config(threads: usize) -> WorkerConfig {
+        WorkerConfig::default().with_threads(threads)
+    }
+
+    /// Emulated lanes: every third sample is finished as the GPU would
+    /// finish it (the CPU path's result), the others are handed back; each
+    /// answer takes `delay`, so that a backlog builds up.
+    fn handing_back(delay: Duration) -> GpuRunner {
+        let lanes = GpuRunnerConfig {
+            lanes: 1,
+            max_batch: 4,
+            ..GpuRunnerConfig::default()
+        };
+        GpuRunner::emulated(lanes, move |sample: GpuSample, spec, seed, epoch| {
+            std::thread::sleep(delay);
+            let n: u64 = sample.key.bytes().map(u64::from).sum();
+            if n.is_multiple_of(3)
+                && let Ok(p) = process_sample(sample.clone_raw(), spec, seed, epoch, 100_000_000)
+            {
+                return GpuResult::Done(p);
+            }
+            GpuResult::Cpu {
+                sample,
+                reason: "emulated hand-back".to_owned(),
+            }
+        })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_mix_of_gpu_hand_back_and_cpu_paths_delivers_each_sample_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = dataset(dir.path()).await;
+        let cpu = Arc::new(WorkerContext::new(config(2)).unwrap());
+        let reference = run(Arc::clone(&cpu), uri.clone(), 0, None).await;
+        assert_eq!(reference.samples.len(), 62, "60 jpegs, the png and the grey one");
+        assert_eq!(reference.skipped.len(), 1, "{:?}", reference.skipped.keys());
+
+        // Three items at once (three clients asking for the shard), as a
+        // worker serves them: the lanes' backlog comes from several items.
+        let gpu = Arc::new(WorkerContext::with_gpu(config(2), handing_back(Duration::from_millis(2))).unwrap());
+        let runs = (0..3).map(|_| tokio::spawn(run(Arc::clone(&gpu), uri.clone(), 0, None)));
+        for got in futures::future::join_all(runs).await {
+            let got = got.unwrap();
+            assert_eq!(
+                got.skipped, reference.skipped,
+                "the cpu worker's skips, with its reasons"
+            );
+            assert_eq!(got.samples.len(), reference.samples.len());
+            for (key, (position, pixels)) in &reference.samples {
+                assert_eq!(got.samples.get(key), Some(&(*position, pixels.clone())), "{key}");
+            }
+        }
+        let lanes = &gpu.gpu.as_ref().unwrap().counters;
+        let (on_gpu, handed_back) = (
+            lanes.images.load(Ordering::Relaxed),
+            lanes.to_cpu.load(Ordering::Relaxed),
+        );
+        let cpu_jpegs = gpu.counters.cpu_jpegs.load(Ordering::Relaxed);
+        println!(
+            "emulated lanes: {on_gpu} finished, {handed_back} handed back; {cpu_jpegs} jpegs taken by the cpu pool"
+        );
+        assert!(on_gpu > 0 && handed_back > 0, "both lane answers were exercised");
+        assert!(cpu_jpegs > 0, "the pool took jpegs while the lanes had a backlog");
+        assert_eq!(
+            on_gpu + gpu.counters.cpu_samples.load(Ordering::Relaxed),
+            3 * 62,
+            "every delivered sample was finished on exactly one path"
+        );
+
+        // A sample range of the shard, on the same mix: exactly its samples.
+        let part = run(gpu, uri, 10, Some(45)).await;
+        let mut expected: Vec<&String> = reference
+            .samples
+            .iter()
+            .filter(|(_, (p, _))| (10..45).contains(p))
+            .map(|(k, _)| k)
+            .chain(reference.skipped.keys())
+            .collect();
+        expected.sort();
+        let mut keys: Vec<&String> = part.samples.keys().chain(part.skipped.keys()).collect();
+        keys.sort();
+        assert_eq!(keys, expected);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn without_cpu_jpegs_only_what_the_gpu_hands_back_runs_on_the_cpu() {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = dataset(dir.path()).await;
+        let mut gpu_only = config(2);
+        gpu_only.cpu_jpegs = false;
+        let ctx = Arc::new(WorkerContext::with_gpu(gpu_only, handing_back(Duration::from_millis(3))).unwrap());
+        let got = run(Arc::clone(&ctx), uri, 0, None).await;
+        assert_eq!(got.samples.len(), 62);
+        assert_eq!(ctx.counters.cpu_jpegs.load(Ordering::Relaxed), 0);
+        let lanes = &ctx.gpu.as_ref().unwrap().counters;
+        // The 62 JPEGs by name and content (the grey and the truncated one
+        // too) went to the lanes; the PNG never did.
+        assert_eq!(
+            lanes.images.load(Ordering::Relaxed) + lanes.to_cpu.load(Ordering::Relaxed),
+            62
+        );
+    }
+}

@@ -1,0 +1,168 @@
+//! Where shards come from: S3 (through aws-sdk-s3) or a local folder.
+//!
+//! Shards are read as streams, never whole: an S3 object body is consumed as
+//! it arrives, a file through a buffered reader.
+//!
+//! S3 trouble is handled at two levels. Each request goes through the SDK's
+//! standard retry mode (exponential backoff with jitter, a bounded number of
+//! attempts, connect and per-attempt timeouts); 403 and 404 are not retried.
+//! A shard body that fails or stalls mid-read is resumed by a
+//! `ResumingReader` with a ranged GET from the first byte not yet
+//! delivered, pinned to the first response's ETag, so no byte is repeated or
+//! skipped and a replaced object is noticed.
+//!
+//! This module is the [`Storage`] facade, its configuration and its errors;
+//! each job has a file of its own: `s3` (the S3 backend), `local` (dataset
+//! folders), `index` (the dataset index, [`INDEX_FILE`]) and `resume` (the
+//! resumable shard body).
+
+mod index;
+mod local;
+mod resume;
+mod s3;
+
+use std::path::Path;
+use std::pin::Pin;
+use std::time::Duration;
+
+use stoker_core::{DatasetUri, ShardRef};
+use tokio::io::AsyncRead;
+use tokio::sync::OnceCell;
+
+pub use index::{INDEX_FILE, Index, IndexEntry};
+
+/// A shard body, read as it arrives.
+pub type ShardReader = Pin<Box<dyn AsyncRead + Send>>;
+
+/// Why a storage operation failed. Every message names the object.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("{0} does not exist")]
+    NotFound(String),
+    #[error("access to {object} denied: {reason}")]
+    Denied { object: String, reason: String },
+    #[error("no shards (*.tar) found under {0}")]
+    Empty(String),
+    #[error("invalid index {object}: {reason}")]
+    BadIndex { object: String, reason: String },
+    /// Network trouble, throttling, a server error: worth retrying.
+    #[error("{object}: {reason}")]
+    Transient { object: String, reason: String },
+    #[error("{object}: {source}")]
+    Io {
+        object: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl StorageError {
+    /// True for errors that another attempt may not repeat.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Transient { .. } | Self::Io { .. })
+    }
+}
+
+/// How hard storage tries before giving up on S3.
+#[derive(Clone, Debug)]
+pub struct StorageConfig {
+    /// Tries per S3 request, the first one included (SDK standard retry
+    /// mode). Refusals (403) and missing objects (404) are never retried.
+    pub max_attempts: u32,
+    /// Backoff before the first retry or resume; it doubles each time up to
+    /// `max_backoff`, and the actual sleep is drawn uniformly below it
+    /// (full jitter).
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    /// Limit on establishing a connection.
+    pub connect_timeout: Duration,
+    /// Limit on one attempt of a request, up to the response headers for a
+    /// shard body; uploads are bounded by `read_timeout` instead.
+    pub attempt_timeout: Duration,
+    /// A body that delivers no byte for this long, while it is being read,
+    /// is treated as cut and resumed.
+    pub read_timeout: Duration,
+    /// Ranged re-reads one shard read may make before it fails.
+    pub max_resumes: u32,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        Self {
+            max_attempts: 5,
+            initial_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+            attempt_timeout: Duration::from_secs(30),
+            read_timeout: Duration::from_secs(30),
+            max_resumes: 10,
+        }
+    }
+}
+
+/// Access to datasets on S3 and local disk. The S3 client is created on
+/// first use from the standard AWS environment (`AWS_ENDPOINT_URL`,
+/// `AWS_ACCESS_KEY_ID`, `AWS_REGION`, profiles...), with the retries and
+/// timeouts of its [`StorageConfig`].
+#[derive(Debug, Default)]
+pub struct Storage {
+    s3: OnceCell<aws_sdk_s3::Client>,
+    config: StorageConfig,
+}
+
+impl Storage {
+    /// Storage with the default [`StorageConfig`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn with_config(config: StorageConfig) -> Self {
+        Self {
+            s3: OnceCell::new(),
+            config,
+        }
+    }
+
+    /// The dataset's shards, sorted by name: from its index when it has
+    /// one, from a listing of `*.tar` otherwise.
+    pub async fn list_shards(&self, uri: &DatasetUri) -> Result<(Vec<ShardRef>, bool), StorageError> {
+        let (mut shards, indexed) = match self.read_index(uri).await? {
+            Some(index) => (index.into_shard_refs(), true),
+            None => match uri {
+                DatasetUri::S3 { bucket, prefix } => (self.list_s3(bucket, prefix).await?, false),
+                DatasetUri::Local(dir) => (local::list(dir).await?, false),
+            },
+        };
+        shards.sort_by(|a, b| a.name.cmp(&b.name));
+        if shards.is_empty() {
+            return Err(StorageError::Empty(uri.to_string()));
+        }
+        Ok((shards, indexed))
+    }
+
+    /// Opens one shard for streaming.
+    pub async fn open(&self, uri: &DatasetUri, name: &str) -> Result<ShardReader, StorageError> {
+        let object = uri.join(name);
+        match uri {
+            DatasetUri::S3 { bucket, prefix } => self.open_s3(bucket, prefix, name, object).await,
+            DatasetUri::Local(dir) => local::open(dir, name, object).await,
+        }
+    }
+
+    /// Writes a finished local file to `name` under `uri`.
+    pub async fn put_file(&self, uri: &DatasetUri, name: &str, path: &Path) -> Result<(), StorageError> {
+        let object = uri.join(name);
+        match uri {
+            DatasetUri::S3 { bucket, prefix } => self.put_s3(bucket, prefix, name, path, object).await,
+            DatasetUri::Local(dir) => local::put(dir, name, path, object).await,
+        }
+    }
+
+    /// Checks that `uri` can be written to before hours of work go into it.
+    pub async fn check_writable(&self, uri: &DatasetUri) -> Result<(), StorageError> {
+        match uri {
+            DatasetUri::S3 { bucket, .. } => self.check_bucket(bucket).await,
+            DatasetUri::Local(dir) => local::create_dir(dir).await,
+        }
+    }
+}

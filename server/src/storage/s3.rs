@@ -1,0 +1,359 @@
+//! The S3 backend (aws-sdk-s3): the client and its retries and timeouts,
+//! listing, whole-object and streamed reads, uploads, and the ranged
+//! re-reads that resume a shard body, each S3 error classified into a
+//! [`StorageError`].
+
+use std::path::Path;
+use std::sync::Arc;
+
+use aws_sdk_s3::config::StalledStreamProtectionConfig;
+use aws_sdk_s3::config::retry::RetryConfig;
+use aws_sdk_s3::config::timeout::TimeoutConfig;
+use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::primitives::ByteStream;
+use stoker_core::ShardRef;
+
+use super::resume::{Reopen, ReopenError, ReopenFuture, ResumePolicy, ResumingReader};
+use super::{ShardReader, Storage, StorageError};
+
+fn s3_reason<E: ProvideErrorMetadata + std::error::Error + 'static>(err: &SdkError<E>) -> String {
+    // The service's own code and message when it answered; the whole chain
+    // otherwise (DNS, connection refused, timeouts).
+    match err {
+        SdkError::ServiceError(e) => {
+            let e = e.err();
+            match (e.code(), e.message()) {
+                (Some(c), Some(m)) => format!("{c}: {m}"),
+                (Some(c), None) => c.to_owned(),
+                _ => DisplayErrorContext(err).to_string(),
+            }
+        }
+        _ => DisplayErrorContext(err).to_string(),
+    }
+}
+
+/// Classifies an S3 error for `object`.
+fn s3_error<E: ProvideErrorMetadata + std::error::Error + 'static>(object: &str, err: SdkError<E>) -> StorageError {
+    let reason = s3_reason(&err);
+    let status = err.raw_response().map(|r| r.status().as_u16());
+    let code = err.code().unwrap_or_default();
+    match (status, code) {
+        (_, "NoSuchBucket") => StorageError::NotFound(format!("bucket of {object}")),
+        (_, "NoSuchKey") | (Some(404), _) => StorageError::NotFound(object.to_owned()),
+        (_, "InvalidAccessKeyId" | "SignatureDoesNotMatch" | "AccessDenied" | "ExpiredToken")
+        | (Some(401 | 403), _) => StorageError::Denied {
+            object: object.to_owned(),
+            reason,
+        },
+        _ => StorageError::Transient {
+            object: object.to_owned(),
+            reason,
+        },
+    }
+}
+
+impl Storage {
+    /// The S3 client, created on first use.
+    async fn s3(&self) -> &aws_sdk_s3::Client {
+        self.s3
+            .get_or_init(|| async {
+                let shared = aws_config::load_from_env().await;
+                let c = &self.config;
+                let mut conf = aws_sdk_s3::config::Builder::from(&shared)
+                    .retry_config(
+                        RetryConfig::standard()
+                            .with_max_attempts(c.max_attempts.max(1))
+                            .with_initial_backoff(c.initial_backoff)
+                            .with_max_backoff(c.max_backoff),
+                    )
+                    .timeout_config(
+                        TimeoutConfig::builder()
+                            .connect_timeout(c.connect_timeout)
+                            .operation_attempt_timeout(c.attempt_timeout)
+                            .build(),
+                    )
+                    // Uploads (and the index body) fail when no byte moves
+                    // for `read_timeout`; shard bodies also resume then.
+                    .stalled_stream_protection(
+                        StalledStreamProtectionConfig::enabled()
+                            .grace_period(c.read_timeout)
+                            .build(),
+                    );
+                // Custom endpoints (MinIO, Ceph, s3s, moto...) rarely have
+                // wildcard DNS for virtual-hosted buckets.
+                if shared.endpoint_url().is_some() {
+                    conf = conf.force_path_style(true);
+                }
+                if shared.region().is_none() {
+                    conf = conf.region(aws_sdk_s3::config::Region::new("us-east-1"));
+                }
+                aws_sdk_s3::Client::from_conf(conf.build())
+            })
+            .await
+    }
+
+    /// The `*.tar` objects under `prefix`, in no order.
+    pub(super) async fn list_s3(&self, bucket: &str, prefix: &str) -> Result<Vec<ShardRef>, StorageError> {
+        let object = format!("s3://{bucket}/{prefix}");
+        let mut pages = self
+            .s3()
+            .await
+            .list_objects_v2()
+            .bucket(bucket)
+            .prefix(prefix)
+            .into_paginator()
+            .send();
+        let mut shards = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| s3_error(&object, e))?;
+            for obj in page.contents() {
+                let Some(key) = obj.key() else { continue };
+                let Some(name) = key.strip_prefix(prefix) else { continue };
+                if name.ends_with(".tar") {
+                    shards.push(ShardRef {
+                        name: name.to_owned(),
+                        size_bytes: obj.size().unwrap_or(0).max(0) as u64,
+                        samples: None,
+                    });
+                }
+            }
+        }
+        Ok(shards)
+    }
+
+    /// The whole object `key`, or `None` when the object (not its bucket)
+    /// does not exist; `object` names it in errors.
+    pub(super) async fn read_s3_if_exists(
+        &self,
+        bucket: &str,
+        key: &str,
+        object: &str,
+    ) -> Result<Option<Vec<u8>>, StorageError> {
+        let got = self.s3().await.get_object().bucket(bucket).key(key).send().await;
+        match got {
+            Ok(out) => Ok(Some(
+                out.body
+                    .collect()
+                    .await
+                    .map_err(|e| StorageError::Transient {
+                        object: object.to_owned(),
+                        reason: e.to_string(),
+                    })?
+                    .into_bytes()
+                    .to_vec(),
+            )),
+            Err(e) => match s3_error(object, e) {
+                // A missing object is normal; a missing bucket is not.
+                StorageError::NotFound(what) if what == object => Ok(None),
+                other => Err(other),
+            },
+        }
+    }
+
+    /// Opens the shard `name` under `prefix` as a body that resumes when
+    /// it breaks off; `object` names it in errors.
+    pub(super) async fn open_s3(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        name: &str,
+        object: String,
+    ) -> Result<ShardReader, StorageError> {
+        let client = self.s3().await.clone();
+        let key = format!("{prefix}{name}");
+        let out = client
+            .get_object()
+            .bucket(bucket)
+            .key(&key)
+            .send()
+            .await
+            .map_err(|e| s3_error(&object, e))?;
+        let size = out.content_length().and_then(|n| u64::try_from(n).ok());
+        let source = S3Object {
+            client,
+            bucket: bucket.to_owned(),
+            key,
+            etag: out.e_tag().map(str::to_owned),
+            size,
+        };
+        let body: ShardReader = Box::pin(out.body.into_async_read());
+        Ok(Box::pin(ResumingReader::new(
+            object,
+            body,
+            size,
+            Arc::new(source),
+            ResumePolicy::from(&self.config),
+        )))
+    }
+
+    /// Uploads the file at `path` as `name` under `prefix`.
+    pub(super) async fn put_s3(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        name: &str,
+        path: &Path,
+        object: String,
+    ) -> Result<(), StorageError> {
+        let body = ByteStream::from_path(path).await.map_err(|e| StorageError::Io {
+            object: object.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        // A large upload may take longer than one attempt of a small
+        // request; stalled-stream protection bounds it instead.
+        let timeouts = TimeoutConfig::builder()
+            .connect_timeout(self.config.connect_timeout)
+            .disable_operation_attempt_timeout()
+            .build();
+        self.s3()
+            .await
+            .put_object()
+            .bucket(bucket)
+            .key(format!("{prefix}{name}"))
+            .body(body)
+            .customize()
+            .config_override(aws_sdk_s3::config::Builder::default().timeout_config(timeouts))
+            .send()
+            .await
+            .map_err(|e| s3_error(&object, e))?;
+        Ok(())
+    }
+
+    /// Checks that `bucket` exists and answers us.
+    pub(super) async fn check_bucket(&self, bucket: &str) -> Result<(), StorageError> {
+        let object = format!("s3://{bucket}");
+        self.s3()
+            .await
+            .head_bucket()
+            .bucket(bucket)
+            .send()
+            .await
+            .map_err(|e| match s3_error(&object, e) {
+                StorageError::NotFound(_) => StorageError::NotFound(format!("bucket {object}")),
+                other => other,
+            })?;
+        Ok(())
+    }
+}
+
+/// The S3 object behind a shard being read, as its first response described
+/// it.
+#[derive(Debug, Clone)]
+struct S3Object {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+    key: String,
+    etag: Option<String>,
+    size: Option<u64>,
+}
+
+impl S3Object {
+    async fn get_from(self, offset: u64) -> Result<ShardReader, ReopenError> {
+        let object = format!("s3://{}/{}", self.bucket, self.key);
+        let mut req = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(&self.key)
+            .range(format!("bytes={offset}-"));
+        if let Some(etag) = &self.etag {
+            req = req.if_match(etag);
+        }
+        let out = req.send().await.map_err(|e| {
+            let status = e.raw_response().map(|r| r.status().as_u16());
+            if status == Some(412) || e.code() == Some("PreconditionFailed") {
+                return ReopenError {
+                    message: format!(
+                        "changed while being read (no longer etag {})",
+                        self.etag.as_deref().unwrap_or("?")
+                    ),
+                    permanent: true,
+                };
+            }
+            let err = s3_error(&object, e);
+            ReopenError {
+                permanent: !err.is_transient(),
+                message: err.to_string(),
+            }
+        })?;
+        // Servers that ignore If-Match still tell the object apart by ETag.
+        if let (Some(first), Some(now)) = (&self.etag, out.e_tag())
+            && first != now
+        {
+            return Err(ReopenError {
+                message: format!("changed while being read (etag {first}, now {now})"),
+                permanent: true,
+            });
+        }
+        check_content_range(out.content_range(), offset, self.size).map_err(|message| ReopenError {
+            message,
+            permanent: true,
+        })?;
+        Ok(Box::pin(out.body.into_async_read()))
+    }
+}
+
+impl Reopen for S3Object {
+    fn reopen(&self, offset: u64) -> ReopenFuture {
+        Box::pin(self.clone().get_from(offset))
+    }
+}
+
+/// Checks that a ranged response (`Content-Range: bytes FIRST-LAST/TOTAL`)
+/// starts at `offset` and belongs to an object of `size` bytes. A missing
+/// header is only right for a read from the start.
+fn check_content_range(header: Option<&str>, offset: u64, size: Option<u64>) -> Result<(), String> {
+    let Some(header) = header else {
+        return if offset == 0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "asked for bytes from {offset}, got a response without content-range"
+            ))
+        };
+    };
+    let parsed = header
+        .trim()
+        .strip_prefix("bytes ")
+        .and_then(|r| r.split_once('/'))
+        .and_then(|(range, total)| {
+            let (first, _last) = range.split_once('-')?;
+            let first = first.trim().parse::<u64>().ok()?;
+            let total = match total.trim() {
+                "*" => None,
+                t => Some(t.parse::<u64>().ok()?),
+            };
+            Some((first, total))
+        });
+    let Some((first, total)) = parsed else {
+        return Err(format!("unreadable content-range {header:?}"));
+    };
+    if first != offset {
+        return Err(format!("asked for bytes from {offset}, got content-range {header:?}"));
+    }
+    if let (Some(total), Some(size)) = (total, size)
+        && total != size
+    {
+        return Err(format!("object was {size} bytes, now content-range {header:?}"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_range_must_start_at_the_offset() {
+        assert!(check_content_range(Some("bytes 100-199/200"), 100, Some(200)).is_ok());
+        assert!(check_content_range(Some("bytes 100-199/*"), 100, Some(200)).is_ok());
+        assert!(check_content_range(None, 0, Some(200)).is_ok());
+        let err = check_content_range(None, 100, Some(200)).unwrap_err();
+        assert!(err.contains("without content-range"), "{err}");
+        let err = check_content_range(Some("bytes 0-199/200"), 100, Some(200)).unwrap_err();
+        assert!(err.contains("asked for bytes from 100"), "{err}");
+        assert!(check_content_range(Some("bytes 100-299/300"), 100, Some(200)).is_err());
+        assert!(check_content_range(Some("items 1-2/3"), 1, None).is_err());
+        assert!(check_content_range(Some("bytes x-2/3"), 1, None).is_err());
+    }
+}
