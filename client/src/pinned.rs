@@ -223,11 +223,6 @@ impl PinnedPool {
         self.shared.count
     }
 
-    /// Bytes per buffer.
-    pub fn buffer_bytes(&self) -> usize {
-        self.shared.bytes
-    }
-
     fn lend(&self, slot: Slot) -> PinnedBuf {
         PinnedBuf {
             slot: Some(slot),

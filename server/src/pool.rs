@@ -15,9 +15,10 @@ pub struct CpuPool {
     load: Arc<AtomicUsize>,
 }
 
-/// The pool or the GPU runner is gone (shutting down) or the job panicked.
+/// The CPU pool is gone (shutting down) or the job panicked. (A GPU runner
+/// that is gone is `RunnerGone`, an error of its own.)
 #[derive(Debug, thiserror::Error)]
-#[error("decode job did not complete (worker shutting down or job panicked)")]
+#[error("cpu decode job did not complete (pool shut down or job panicked)")]
 pub struct PoolError;
 
 /// Takes a job off the pool's load when dropped, also when the job panics.

@@ -15,19 +15,6 @@ pub struct NvjpegError {
     pub status: sys::nvjpegStatus_t,
 }
 
-impl NvjpegError {
-    /// The JPEG itself is the problem (corrupt, truncated or of a kind
-    /// nvJPEG does not decode), not the library or the GPU.
-    pub fn is_bad_input(&self) -> bool {
-        matches!(
-            self.status,
-            sys::NVJPEG_STATUS_BAD_JPEG
-                | sys::NVJPEG_STATUS_JPEG_NOT_SUPPORTED
-                | sys::NVJPEG_STATUS_INCOMPLETE_BITSTREAM
-        )
-    }
-}
-
 /// The `nvjpegStatus_t` constant's name.
 pub fn status_name(status: sys::nvjpegStatus_t) -> StatusName {
     StatusName(status)
