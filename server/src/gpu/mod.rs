@@ -46,10 +46,8 @@ pub enum GpuUnavailable {
 /// What [`probe`] found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GpuInfo {
-    pub ordinal: usize,
-    pub name: String,
-    pub compute_capability: (i32, i32),
-    pub memory_bytes: usize,
+    /// The device, as the client's probe describes it too.
+    pub device: DeviceInfo,
     /// The nvJPEG library opened, and its version.
     pub nvjpeg_soname: &'static str,
     pub nvjpeg_version: (i32, i32, i32),
@@ -61,16 +59,11 @@ pub struct GpuInfo {
 
 impl fmt::Display for GpuInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let device = DeviceInfo {
-            ordinal: self.ordinal,
-            name: self.name.clone(),
-            compute_capability: self.compute_capability,
-            memory_bytes: self.memory_bytes,
-        };
         let (a, b, c) = self.nvjpeg_version;
         write!(
             f,
-            "{device}; {} {a}.{b}.{c}, {} jpeg decoder",
+            "{}; {} {a}.{b}.{c}, {} jpeg decoder",
+            self.device,
             self.nvjpeg_soname,
             self.jpeg_backend.name(),
         )?;
@@ -141,12 +134,7 @@ impl Gpu {
                 reason: e.to_string(),
             })
         };
-        let DeviceInfo {
-            name,
-            compute_capability,
-            memory_bytes,
-            ..
-        } = DeviceInfo::of(&ctx)?;
+        let device = DeviceInfo::of(&ctx)?;
         let stream = ctx.new_stream().map_err(drv)?;
         if ctx.has_async_alloc() {
             keep_pool_memory(&ctx, POOL_KEEP_BYTES).map_err(drv)?;
@@ -166,10 +154,7 @@ impl Gpu {
             }
         };
         let info = GpuInfo {
-            ordinal,
-            name,
-            compute_capability,
-            memory_bytes,
+            device,
             nvjpeg_soname: lib.soname,
             nvjpeg_version,
             jpeg_backend,

@@ -263,10 +263,12 @@ impl GpuRunner {
         }
         Self {
             info: GpuInfo {
-                ordinal: 0,
-                name: "emulated lanes (tests)".to_owned(),
-                compute_capability: (0, 0),
-                memory_bytes: 0,
+                device: stoker_kernels::DeviceInfo {
+                    ordinal: 0,
+                    name: "emulated lanes (tests)".to_owned(),
+                    compute_capability: (0, 0),
+                    memory_bytes: 0,
+                },
                 nvjpeg_soname: "none",
                 nvjpeg_version: (0, 0, 0),
                 jpeg_backend: super::nvjpeg::Backend::Default,
