@@ -16,6 +16,7 @@ use clap::Args;
 use serde::Serialize;
 use stoker_core::TransformSpec;
 
+use stoker_server::metrics::WorkerMetrics;
 use stoker_server::pack::{SourceImage, pack_images};
 use stoker_server::pipeline::process_sample;
 use stoker_server::wds::{ImageKind, RawSample};
@@ -47,10 +48,10 @@ pub struct BenchArgs {
     #[arg(long)]
     pub gpu_only: bool,
     /// cuda: images per batch an item hands the GPU (the worker's --gpu-batch).
-    #[arg(long, default_value_t = stoker_server::gpu::runner::DEFAULT_MAX_BATCH)]
+    #[arg(long, default_value_t = stoker_server::gpu::DEFAULT_MAX_BATCH)]
     pub gpu_batch: usize,
     /// cuda: threads driving the GPU (the worker's --gpu-lanes).
-    #[arg(long, default_value_t = stoker_server::gpu::runner::DEFAULT_LANES)]
+    #[arg(long, default_value_t = stoker_server::gpu::DEFAULT_LANES)]
     pub gpu_lanes: usize,
 }
 
@@ -329,11 +330,12 @@ async fn run_items(
 
 fn run_cpu(args: &BenchArgs, spec: &TransformSpec, images: &[(String, ImageKind, Bytes)]) -> anyhow::Result<()> {
     let threads = args.threads.unwrap_or(1);
+    let metrics = WorkerMetrics::default();
     let started = Instant::now();
     let (done, skipped) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let (images, spec) = (images, spec);
+                let (images, spec, metrics) = (images, spec, &metrics);
                 s.spawn(move || {
                     let (mut done, mut skipped) = (0u64, 0u64);
                     for epoch in 0..args.passes {
@@ -344,7 +346,7 @@ fn run_cpu(args: &BenchArgs, spec: &TransformSpec, images: &[(String, ImageKind,
                                 image: Ok((*kind, data.clone())),
                                 label: Ok(0),
                             };
-                            match process_sample(raw, spec, 0, epoch, 100_000_000) {
+                            match process_sample(raw, spec, 0, epoch, 100_000_000, metrics) {
                                 Ok(p) => {
                                     std::hint::black_box(&p.pixels);
                                     done += 1;

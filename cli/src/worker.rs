@@ -11,8 +11,7 @@ use tracing::{info, warn};
 
 use crate::ByteSize;
 use stoker_proto::transport::MAX_CHUNK_BYTES;
-use stoker_server::gpu::runner;
-use stoker_server::gpu::{GpuRunner, GpuRunnerConfig};
+use stoker_server::gpu::{self, GpuRunner, GpuRunnerConfig};
 use stoker_server::tls::ServerTls;
 use stoker_server::{ServeOptions, WorkerConfig, WorkerContext, serve};
 use stoker_server::{pipeline, service};
@@ -23,6 +22,10 @@ pub struct WorkerArgs {
     /// 0.0.0.0:PORT to accept work from other hosts.
     #[arg(long, default_value = "127.0.0.1:50051")]
     pub listen: String,
+    /// Serve Prometheus metrics at http://ADDR/metrics: HOST:PORT, or a
+    /// PORT alone for this machine only. Off by default.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
     /// CPU threads for decode and augmentation (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -79,15 +82,15 @@ pub struct WorkerArgs {
     /// GPU worker: threads driving the GPU, each with its own CUDA stream
     /// and nvJPEG decoder, so one batch's host work overlaps another's
     /// decode.
-    #[arg(long, default_value_t = runner::DEFAULT_LANES, value_name = "N")]
+    #[arg(long, default_value_t = gpu::DEFAULT_LANES, value_name = "N")]
     pub gpu_lanes: usize,
     /// GPU worker: most JPEGs decoded and transformed in one batch.
-    #[arg(long, default_value_t = runner::DEFAULT_MAX_BATCH, value_name = "N")]
+    #[arg(long, default_value_t = gpu::DEFAULT_MAX_BATCH, value_name = "N")]
     pub gpu_batch: usize,
     /// GPU worker: device memory one batch may hold for decoded images and
     /// outputs; the stream-ordered pool keeps lanes x this for reuse, so
     /// the footprint stays flat. Larger images go to the CPU path.
-    #[arg(long, default_value_t = ByteSize(runner::DEFAULT_BATCH_MEMORY), value_name = "BYTES")]
+    #[arg(long, default_value_t = ByteSize(gpu::DEFAULT_BATCH_MEMORY), value_name = "BYTES")]
     pub gpu_batch_memory: ByteSize,
     /// GPU worker: JPEGs go to the GPU lanes only. By default idle CPU
     /// threads also take JPEGs while the lanes have a backlog; this keeps
@@ -243,6 +246,11 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr().context("listener has no local address")?;
+    // Bound before any work starts, so a port in use fails the start.
+    let metrics_listener = match &args.metrics_listen {
+        Some(value) => Some(stoker_metrics::bind(stoker_metrics::listen_addr(value)?).await?),
+        None => None,
+    };
     let threads = config.threads;
     let ctx = match gpu {
         Some(gpu) => WorkerContext::with_gpu(config, gpu),
@@ -261,8 +269,14 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     if ctx.config.replay {
         warn!("--replay: each shard is processed once and its results sent again for every epoch; for benchmarks only");
     }
-    // Scripts and tests read the bound address (useful with port 0).
+    // Scripts and tests read the bound addresses (useful with port 0).
     println!("stoker worker listening on {addr}");
+    if let Some(listener) = metrics_listener {
+        let metrics_addr = listener.local_addr().context("metrics listener has no local address")?;
+        info!(addr = %metrics_addr, "serving metrics at /metrics");
+        println!("stoker worker metrics on http://{metrics_addr}/metrics");
+        stoker_metrics::spawn(listener, Arc::new(stoker_server::metrics::registry(&ctx)));
+    }
     let _ = std::io::stdout().flush();
     anyhow::ensure!(
         args.grace_period.is_finite() && args.grace_period >= 0.0,

@@ -24,7 +24,7 @@ pub mod transform;
 pub mod uri;
 
 pub use error::error_chain;
-pub use params::{Step, resolve_steps};
+pub use params::{Rect, Step, resolve_steps};
 pub use plan::{EpochPlan, PlanItem, ShardRef, indexed_samples};
 pub use rng::SampleRng;
 pub use secret::Secret;

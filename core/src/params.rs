@@ -7,18 +7,56 @@
 use crate::rng::SampleRng;
 use crate::transform::{Op, TransformSpec};
 
+/// A box of `width` x `height` pixels whose top-left corner is at
+/// (`left`, `top`) of an image. It may reach past the image's edges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rect {
+    pub left: i64,
+    pub top: i64,
+    pub width: u32,
+    pub height: u32,
+}
+
+impl Rect {
+    pub const fn new(left: i64, top: i64, width: u32, height: u32) -> Self {
+        Self {
+            left,
+            top,
+            width,
+            height,
+        }
+    }
+
+    /// The whole of a `width` x `height` image.
+    pub const fn whole(width: u32, height: u32) -> Self {
+        Self::new(0, 0, width, height)
+    }
+
+    /// One past the box's last column.
+    pub fn right(&self) -> i64 {
+        self.left + i64::from(self.width)
+    }
+
+    /// One past the box's last row.
+    pub fn bottom(&self) -> i64 {
+        self.top + i64::from(self.height)
+    }
+
+    /// Whether every pixel of the box lies inside an `img_w` x `img_h`
+    /// image (no padding needed to read it).
+    pub fn inside(&self, img_w: u32, img_h: u32) -> bool {
+        self.left >= 0 && self.top >= 0 && self.right() <= i64::from(img_w) && self.bottom() <= i64::from(img_h)
+    }
+}
+
 /// One concrete operation on an image of known size.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Step {
-    /// Take the box (`left`, `top`, `width`, `height`), which may reach past
-    /// the image (those pixels are zero), and resize it to `out_w` x `out_h`
-    /// with an antialiased bilinear filter. A box of the output's size is a
-    /// plain crop.
+    /// Take the box `crop`, which may reach past the image (those pixels
+    /// are zero), and resize it to `out_w` x `out_h` with an antialiased
+    /// bilinear filter. A box of the output's size is a plain crop.
     CropResize {
-        left: i64,
-        top: i64,
-        width: u32,
-        height: u32,
+        crop: Rect,
         out_w: u32,
         out_h: u32,
     },
@@ -103,10 +141,7 @@ pub fn resolve_steps(spec: &TransformSpec, seed: u64, epoch: u64, key: &str, wid
             Op::RandomResizedCrop { size, scale, ratio } => {
                 let (top, left, ch, cw) = random_resized_crop_box(&mut rng, w, h, scale, ratio);
                 steps.push(Step::CropResize {
-                    left,
-                    top,
-                    width: cw,
-                    height: ch,
+                    crop: Rect::new(left, top, cw, ch),
                     out_w: size,
                     out_h: size,
                 });
@@ -123,10 +158,7 @@ pub fn resolve_steps(spec: &TransformSpec, seed: u64, epoch: u64, key: &str, wid
                 let (nw, nh) = (nw.max(1), nh.max(1));
                 if (nw, nh) != (w, h) {
                     steps.push(Step::CropResize {
-                        left: 0,
-                        top: 0,
-                        width: w,
-                        height: h,
+                        crop: Rect::whole(w, h),
                         out_w: nw,
                         out_h: nh,
                     });
@@ -137,10 +169,7 @@ pub fn resolve_steps(spec: &TransformSpec, seed: u64, epoch: u64, key: &str, wid
                 let top = round_half_even((f64::from(h) - f64::from(size)) / 2.0);
                 let left = round_half_even((f64::from(w) - f64::from(size)) / 2.0);
                 steps.push(Step::CropResize {
-                    left,
-                    top,
-                    width: size,
-                    height: size,
+                    crop: Rect::new(left, top, size, size),
                     out_w: size,
                     out_h: size,
                 });
@@ -157,10 +186,7 @@ pub fn resolve_steps(spec: &TransformSpec, seed: u64, epoch: u64, key: &str, wid
                 let top = rng.int_inclusive(0, ph - i64::from(size)) - pad - extra_h;
                 let left = rng.int_inclusive(0, pw - i64::from(size)) - pad - extra_w;
                 steps.push(Step::CropResize {
-                    left,
-                    top,
-                    width: size,
-                    height: size,
+                    crop: Rect::new(left, top, size, size),
                     out_w: size,
                     out_h: size,
                 });
@@ -217,6 +243,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_box_is_inside_only_when_every_edge_is() {
+        assert!(Rect::whole(10, 8).inside(10, 8));
+        assert!(Rect::new(2, 3, 8, 5).inside(10, 8));
+        assert!(!Rect::new(2, 3, 9, 5).inside(10, 8), "past the right edge");
+        assert!(!Rect::new(0, 4, 10, 5).inside(10, 8), "past the bottom edge");
+        assert!(!Rect::new(-1, 0, 4, 4).inside(10, 8), "left of the image");
+        assert!(!Rect::new(0, -1, 4, 4).inside(10, 8), "above the image");
+        assert_eq!(
+            (Rect::new(-4, 6, 3, 2).right(), Rect::new(-4, 6, 3, 2).bottom()),
+            (-1, 8)
+        );
+    }
+
+    #[test]
     fn python_rounding() {
         assert_eq!(round_half_even(0.5), 0);
         assert_eq!(round_half_even(1.5), 2);
@@ -233,17 +273,10 @@ mod tests {
             let a = resolve_steps(&spec, 1, 2, &key, 500, 375);
             assert_eq!(a, resolve_steps(&spec, 1, 2, &key, 500, 375));
             match a[0] {
-                Step::CropResize {
-                    left,
-                    top,
-                    width,
-                    height,
-                    out_w,
-                    out_h,
-                } => {
-                    assert!(left >= 0 && top >= 0);
-                    assert!(left + i64::from(width) <= 500);
-                    assert!(top + i64::from(height) <= 375);
+                Step::CropResize { crop, out_w, out_h } => {
+                    assert!(crop.left >= 0 && crop.top >= 0);
+                    assert!(crop.right() <= 500 && crop.bottom() <= 375);
+                    assert!(crop.inside(500, 375), "{crop:?}");
                     assert_eq!((out_w, out_h), (224, 224));
                 }
                 ref other => panic!("unexpected first step {other:?}"),
@@ -268,18 +301,12 @@ mod tests {
             steps,
             vec![
                 Step::CropResize {
-                    left: 0,
-                    top: 0,
-                    width: 500,
-                    height: 375,
+                    crop: Rect::new(0, 0, 500, 375),
                     out_w: 341,
                     out_h: 256
                 },
                 Step::CropResize {
-                    left: 58,
-                    top: 16,
-                    width: 224,
-                    height: 224,
+                    crop: Rect::new(58, 16, 224, 224),
                     out_w: 224,
                     out_h: 224
                 },
@@ -295,7 +322,11 @@ mod tests {
         };
         let mut lefts = std::collections::BTreeSet::new();
         for i in 0..500 {
-            if let Step::CropResize { left, top, .. } = resolve_steps(&spec, 0, 0, &i.to_string(), 32, 32)[0] {
+            if let Step::CropResize {
+                crop: Rect { left, top, .. },
+                ..
+            } = resolve_steps(&spec, 0, 0, &i.to_string(), 32, 32)[0]
+            {
                 assert!((-4..=4).contains(&left) && (-4..=4).contains(&top));
                 lefts.insert(left);
             }

@@ -6,7 +6,7 @@
 
 use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
-use stoker_core::Step;
+use stoker_core::{Rect, Step};
 
 use crate::decode::RgbImage;
 
@@ -30,14 +30,7 @@ impl Augmenter {
     pub fn run(&mut self, mut img: RgbImage, steps: &[Step]) -> Result<RgbImage, AugmentError> {
         for step in steps {
             img = match *step {
-                Step::CropResize {
-                    left,
-                    top,
-                    width,
-                    height,
-                    out_w,
-                    out_h,
-                } => self.crop_resize(&img, left, top, width, height, out_w, out_h)?,
+                Step::CropResize { crop, out_w, out_h } => self.crop_resize(&img, crop, out_w, out_h)?,
                 Step::FlipHorizontal => flip_horizontal(img),
                 Step::FlipVertical => flip_vertical(img),
                 Step::Rotate { degrees } => rotate(&img, degrees),
@@ -48,35 +41,26 @@ impl Augmenter {
         Ok(img)
     }
 
-    #[allow(clippy::too_many_arguments, reason = "a crop box and an output size")]
-    fn crop_resize(
-        &mut self,
-        img: &RgbImage,
-        left: i64,
-        top: i64,
-        width: u32,
-        height: u32,
-        out_w: u32,
-        out_h: u32,
-    ) -> Result<RgbImage, AugmentError> {
-        let inside = left >= 0
-            && top >= 0
-            && left + i64::from(width) <= i64::from(img.width)
-            && top + i64::from(height) <= i64::from(img.height);
-        if (width, height) == (out_w, out_h) {
-            return Ok(crop(img, left, top, width, height));
+    fn crop_resize(&mut self, img: &RgbImage, rect: Rect, out_w: u32, out_h: u32) -> Result<RgbImage, AugmentError> {
+        if (rect.width, rect.height) == (out_w, out_h) {
+            return Ok(crop(img, rect));
         }
-        if !inside {
+        if !rect.inside(img.width, img.height) {
             // Not produced by today's ops, but well defined: pad, then resize.
-            let padded = crop(img, left, top, width, height);
-            return self.crop_resize(&padded, 0, 0, width, height, out_w, out_h);
+            let padded = crop(img, rect);
+            return self.crop_resize(&padded, Rect::whole(rect.width, rect.height), out_w, out_h);
         }
         let src = ImageRef::new(img.width, img.height, &img.pixels, PixelType::U8x3)
             .map_err(|e| AugmentError(e.to_string()))?;
         let mut dst = Image::new(out_w, out_h, PixelType::U8x3);
         let options = ResizeOptions::new()
             .resize_alg(ResizeAlg::Convolution(FilterType::Bilinear))
-            .crop(left as f64, top as f64, f64::from(width), f64::from(height));
+            .crop(
+                rect.left as f64,
+                rect.top as f64,
+                f64::from(rect.width),
+                f64::from(rect.height),
+            );
         self.resizer
             .resize(&src, &mut dst, &options)
             .map_err(|e| AugmentError(e.to_string()))?;
@@ -89,7 +73,13 @@ impl Augmenter {
 }
 
 /// Copies a box that may reach past the image; outside pixels are zero.
-fn crop(img: &RgbImage, left: i64, top: i64, width: u32, height: u32) -> RgbImage {
+fn crop(img: &RgbImage, rect: Rect) -> RgbImage {
+    let Rect {
+        left,
+        top,
+        width,
+        height,
+    } = rect;
     let mut out = RgbImage::new(width, height);
     let (iw, ih) = (i64::from(img.width), i64::from(img.height));
     let x0 = left.max(0);
@@ -291,7 +281,7 @@ mod tests {
     #[test]
     fn crop_pads_with_zeros() {
         let img = ramp(4, 4);
-        let c = crop(&img, -1, -1, 3, 3);
+        let c = crop(&img, Rect::new(-1, -1, 3, 3));
         assert_eq!(&c.pixels[0..3], &[0, 0, 0]);
         assert_eq!(&c.pixels[4 * 3..5 * 3], &img.pixels[0..3]);
     }
@@ -302,10 +292,7 @@ mod tests {
         img.pixels.iter_mut().for_each(|v| *v = 77);
         let mut a = Augmenter::new();
         let steps = [Step::CropResize {
-            left: 10,
-            top: 5,
-            width: 50,
-            height: 40,
+            crop: Rect::new(10, 5, 50, 40),
             out_w: 24,
             out_h: 24,
         }];

@@ -11,14 +11,20 @@
 //!   [`memory`] budget.
 //! - [`service`]: the gRPC edge, `serve` and its graceful drain; [`tls`]:
 //!   the worker's certificate and the CA for client certificates.
+//! - [`metrics`]: the worker's Prometheus metrics (`--metrics-listen`).
 //! - [`pack`]: ImageFolder trees to WebDataset shards.
 //! - [`synth`]: procedural images for the demo and benchmarks.
+
+// Items are `pub` only where other crates use them; the rest is
+// `pub(crate)`, so the public surface shows what the CLI and tests need.
+#![warn(unreachable_pub)]
 
 pub mod augment;
 pub mod decode;
 pub mod gpu;
 pub mod libjpeg;
 pub mod memory;
+pub mod metrics;
 pub mod pack;
 pub mod pipeline;
 pub mod pool;

@@ -30,7 +30,7 @@ mod sys {
         /// `data` must point to `len` readable bytes, `out` to `w * h * 3`
         /// writable bytes and `msg` to `msg_len` writable bytes, all valid
         /// for the duration of the call.
-        pub fn stoker_jpeg_decode_region(
+        pub(crate) fn stoker_jpeg_decode_region(
             data: *const u8,
             len: std::ffi::c_ulong,
             x: u32,

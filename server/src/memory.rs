@@ -52,6 +52,12 @@ impl MemoryBudget {
         self.units * UNIT
     }
 
+    /// Bytes reserved now.
+    pub fn used(&self) -> u64 {
+        let free = self.sem.available_permits() as u64;
+        self.units.saturating_sub(free) * UNIT
+    }
+
     /// True if `bytes` could ever be reserved.
     pub fn fits(&self, bytes: u64) -> bool {
         units(bytes) <= self.units

@@ -240,8 +240,9 @@ impl Worker for WorkerService {
         let (tx, rx) = mpsc::channel::<Result<Chunk, ItemError>>(2);
         let mut abort = self.drain.abort.subscribe();
         let ctx = Arc::clone(&self.ctx);
+        let client = ctx.clients.enter(peer.map(|a| a.ip()));
         tokio::spawn(async move {
-            let _active = active;
+            let _active = (active, client);
             let shard = item.dataset.join(&item.shard);
             let aborted = tx.clone();
             tokio::select! {

@@ -12,8 +12,7 @@ use std::time::Instant;
 use stoker_core::{Op, TransformSpec, resolve_steps};
 use stoker_server::augment::Augmenter;
 use stoker_server::decode::{ImageKind, RgbImage, decode};
-use stoker_server::gpu::nvjpeg::Backend;
-use stoker_server::gpu::{self, Gpu, GpuCrop};
+use stoker_server::gpu::{self, Backend, Gpu, GpuCrop};
 use stoker_server::synth;
 
 use stoker_client::{Loader, LoaderConfig};
@@ -164,7 +163,7 @@ fn gpu_decode_and_train_crop_match_the_cpu_worker() {
         };
         println!(
             "gpu-vs-cpu  {name:<20}  {:>4}x{:<5}  {epoch:>5}  ({:>4},{:>4},{:>4},{:>4})  {:>4}  {decode_mad:>10}  {rrc:.3}",
-            img.width, img.height, crop.left, crop.top, crop.width, crop.height, crop.flip
+            img.width, img.height, crop.rect.left, crop.rect.top, crop.rect.width, crop.rect.height, crop.flip
         );
         worst = worst.max(rrc);
         assert!(

@@ -345,15 +345,26 @@ pub struct RawSample {
     pub key: String,
     /// Position of the sample in its shard: the first is 0.
     pub position: u64,
-    pub image: Result<(ImageKind, Bytes), String>,
+    pub image: Result<(ImageKind, Bytes), MemberProblem>,
     pub label: Result<i64, String>,
+}
+
+/// Why a sample has no image to decode.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MemberProblem {
+    #[error("no image member (jpg, jpeg or png)")]
+    Missing,
+    #[error("{ext} member is empty")]
+    Empty { ext: String },
+    #[error("{ext} member of {size} bytes exceeds the member size limit of {limit} bytes")]
+    TooLarge { ext: String, size: u64, limit: u64 },
 }
 
 #[derive(Debug, Default)]
 struct Group {
     key: String,
     image: Option<(ImageKind, Bytes)>,
-    problem: Option<String>,
+    problem: Option<MemberProblem>,
     label: Option<Result<i64, String>>,
 }
 
@@ -362,7 +373,7 @@ impl Group {
         let image = match (self.image, self.problem) {
             (Some(img), _) => Ok(img),
             (None, Some(p)) => Err(p),
-            (None, None) => Err("no image member (jpg, jpeg or png)".to_owned()),
+            (None, None) => Err(MemberProblem::Missing),
         };
         RawSample {
             key: self.key,
@@ -468,16 +479,17 @@ impl<R: AsyncRead + Unpin> SampleReader<R> {
             match (kind, member.data) {
                 (Some(kind), Some(data)) if group.image.is_none() => {
                     if data.is_empty() {
-                        group.problem = Some(format!("{ext} member is empty"));
+                        group.problem = Some(MemberProblem::Empty { ext: ext.clone() });
                     } else {
                         group.image = Some((kind, data));
                     }
                 }
                 (Some(_), None) if group.image.is_none() => {
-                    group.problem = Some(format!(
-                        "{ext} member of {} bytes exceeds the member size limit of {limit} bytes",
-                        member.size
-                    ));
+                    group.problem = Some(MemberProblem::TooLarge {
+                        ext: ext.clone(),
+                        size: member.size,
+                        limit,
+                    });
                 }
                 (None, Some(data)) if ext == "cls" => group.label = Some(parse_label(&data)),
                 (None, None) if ext == "cls" => {
@@ -565,8 +577,21 @@ mod tests {
         let tar = tar_bytes(&[("a.jpg", &big), ("b.jpg", b""), ("c.jpg", b"ok")]);
         let (samples, err) = all(&tar, 4096).await;
         assert_eq!(err, None);
-        assert!(samples[0].image.as_ref().unwrap_err().contains("exceeds"));
-        assert!(samples[1].image.as_ref().unwrap_err().contains("empty"));
+        let too_large = samples[0].image.as_ref().unwrap_err();
+        assert!(matches!(
+            too_large,
+            MemberProblem::TooLarge {
+                size: 5000,
+                limit: 4096,
+                ..
+            }
+        ));
+        assert_eq!(
+            too_large.to_string(),
+            "jpg member of 5000 bytes exceeds the member size limit of 4096 bytes"
+        );
+        let empty = samples[1].image.as_ref().unwrap_err();
+        assert_eq!(empty.to_string(), "jpg member is empty");
         assert!(samples[2].image.is_ok());
     }
 

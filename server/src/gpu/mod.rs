@@ -1,32 +1,37 @@
 //! The GPU path, found at run time: the CUDA driver and NVRTC through
-//! cudarc's dynamic loading, nvJPEG through [`nvjpeg`]. Nothing CUDA is
+//! cudarc's dynamic loading, nvJPEG through `nvjpeg`. Nothing CUDA is
 //! needed to build or run the binary; [`probe`] says whether this host can
 //! use a GPU and, if not, exactly what is missing.
 //!
 //! - [`Gpu`]: a device's context, stream and compiled kernels.
-//! - [`decode`]: batched nvJPEG decode to device RGB, per-image errors for
+//! - `decode`: batched nvJPEG decode to device RGB, per-image errors for
 //!   JPEGs the GPU path cannot take (the caller routes them to the CPU).
 //! - [`Gpu::resized_crop_flip`]: the fused crop + resize + flip kernel of
 //!   `stoker-kernels` over a batch, driven by the steps
 //!   `stoker_core::resolve_steps` resolved on the host, as on the CPU path;
 //!   [`Gpu::run_steps`]: any other step list, a kernel per step.
-//! - [`runner`]: the worker's GPU lanes, which use both.
+//! - `runner` ([`GpuRunner`]): the worker's GPU lanes, which use both.
+//! - `nvjpeg`: the nvJPEG bindings in three layers (`sys`, `result`,
+//!   `safe`), private to this module.
 
-pub mod decode;
-pub mod nvjpeg;
+mod decode;
+mod nvjpeg;
 mod queue;
-pub mod runner;
+mod runner;
 
 use std::fmt;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice};
-use stoker_core::Step;
+use stoker_core::{Rect, Step};
 use stoker_kernels::{CudaUnavailable, DeviceInfo, Kernels, RrcParams};
 
 pub use decode::{DeviceImage, GpuDecodeError, GpuDecoder};
-use nvjpeg::Backend;
-pub use runner::{GpuMemory, GpuResult, GpuRunner, GpuRunnerConfig, GpuSample};
+pub use nvjpeg::Backend;
+pub use runner::{
+    DEFAULT_BATCH_MEMORY, DEFAULT_LANES, DEFAULT_MAX_BATCH, GpuMemory, GpuResult, GpuRunner, GpuRunnerConfig,
+    GpuSample, RunnerGone,
+};
 
 /// Why this host cannot use a GPU.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -242,10 +247,10 @@ impl Gpu {
                 src_h: img.height,
                 src_pitch: img.pitch,
                 flip: u32::from(crop.flip),
-                crop_x: crop.left as f32,
-                crop_y: crop.top as f32,
-                crop_w: crop.width as f32,
-                crop_h: crop.height as f32,
+                crop_x: crop.rect.left as f32,
+                crop_y: crop.rect.top as f32,
+                crop_w: crop.rect.width as f32,
+                crop_h: crop.rect.height as f32,
                 pad: u32::from(crop.pad),
                 reserved: 0,
             });
@@ -290,18 +295,13 @@ impl Gpu {
                 )));
             }
             img = match *step {
-                Step::CropResize {
-                    left,
-                    top,
-                    width,
-                    height,
-                    out_w,
-                    out_h,
-                } => {
-                    let crop =
-                        GpuCrop::new(left, top, width, height, img.width, img.height, false).ok_or_else(|| {
-                            GpuError::Invalid(format!("crop box {left},{top} {width}x{height} is out of range"))
-                        })?;
+                Step::CropResize { crop, out_w, out_h } => {
+                    let crop = GpuCrop::new(crop, img.width, img.height, false).ok_or_else(|| {
+                        GpuError::Invalid(format!(
+                            "crop box {},{} {}x{} is out of range",
+                            crop.left, crop.top, crop.width, crop.height
+                        ))
+                    })?;
                     let mut out = self.new_image(out_w, out_h)?;
                     self.resized_crop_flip_into(&[&img], &[crop], (out_w, out_h), &mut out.buf)?;
                     out
@@ -382,10 +382,7 @@ impl Gpu {
 /// A crop box and flip for [`Gpu::resized_crop_flip`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GpuCrop {
-    pub left: i64,
-    pub top: i64,
-    pub width: u32,
-    pub height: u32,
+    pub rect: Rect,
     pub flip: bool,
     /// The box reaches past the image and is resized as if zero-padded
     /// (the CPU path's semantics for such boxes).
@@ -393,21 +390,15 @@ pub struct GpuCrop {
 }
 
 impl GpuCrop {
-    /// The box `left`, `top`, `width` x `height` of a `img_w` x `img_h`
-    /// image; `None` for an empty or absurd box.
-    pub fn new(left: i64, top: i64, width: u32, height: u32, img_w: u32, img_h: u32, flip: bool) -> Option<Self> {
-        let inside = left >= 0
-            && top >= 0
-            && left + i64::from(width) <= i64::from(img_w)
-            && top + i64::from(height) <= i64::from(img_h);
+    /// The box `rect` of a `img_w` x `img_h` image; `None` for an empty or
+    /// absurd box.
+    pub fn new(rect: Rect, img_w: u32, img_h: u32, flip: bool) -> Option<Self> {
         let sane = |start: i64, len: u32| start.abs() + i64::from(len) <= 4 * 65536;
-        (width > 0 && height > 0 && sane(left, width) && sane(top, height)).then_some(Self {
-            left,
-            top,
-            width,
-            height,
+        let usable = rect.width > 0 && rect.height > 0 && sane(rect.left, rect.width) && sane(rect.top, rect.height);
+        usable.then_some(Self {
+            rect,
             flip,
-            pad: !inside,
+            pad: !rect.inside(img_w, img_h),
         })
     }
 
@@ -417,15 +408,7 @@ impl GpuCrop {
     /// Other step lists return `None`: [`Gpu::run_steps`] runs them.
     pub fn from_steps(steps: &[Step], width: u32, height: u32, size: u32) -> Option<Self> {
         let (first, rest) = steps.split_first()?;
-        let Step::CropResize {
-            left,
-            top,
-            width: cw,
-            height: ch,
-            out_w,
-            out_h,
-        } = *first
-        else {
+        let Step::CropResize { crop, out_w, out_h } = *first else {
             return None;
         };
         if (out_w, out_h) != (size, size) {
@@ -436,7 +419,7 @@ impl GpuCrop {
             [Step::FlipHorizontal] => true,
             _ => return None,
         };
-        Self::new(left, top, cw, ch, width, height, flip)
+        Self::new(crop, width, height, flip)
     }
 }
 
@@ -453,7 +436,7 @@ mod tests {
             let key = format!("k{i}");
             let steps = resolve_steps(&spec, 3, 1, &key, 500, 375);
             let crop = GpuCrop::from_steps(&steps, 500, 375, 224).expect("train steps fit the kernel");
-            assert!(!crop.pad && crop.left + i64::from(crop.width) <= 500 && crop.top + i64::from(crop.height) <= 375);
+            assert!(!crop.pad && crop.rect.inside(500, 375), "{crop:?}");
             flips += usize::from(crop.flip);
         }
         assert!((50..150).contains(&flips), "{flips} flips of 200");
@@ -466,10 +449,7 @@ mod tests {
         assert_eq!(GpuCrop::from_steps(&steps, 500, 375, 224), None);
         assert_eq!(GpuCrop::from_steps(&[], 500, 375, 224), None);
         let outside = [Step::CropResize {
-            left: -1,
-            top: 0,
-            width: 100,
-            height: 100,
+            crop: Rect::new(-1, 0, 100, 100),
             out_w: 224,
             out_h: 224,
         }];

@@ -37,8 +37,9 @@ use stoker_core::{Step, TransformSpec, resolve_steps};
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
+pub use super::queue::RunnerGone;
+pub(crate) use super::queue::Stolen;
 use super::queue::{Job, JobQueue, Reply};
-pub use super::queue::{RunnerGone, Stolen};
 use super::{DeviceImage, Gpu, GpuCrop, GpuDecoder, GpuError, GpuInfo};
 use crate::decode::check_jpeg;
 use crate::pipeline::{Processed, Skipped};

@@ -3,13 +3,14 @@
 //! with its reason.
 
 use bytes::Bytes;
-use stoker_core::{Step, TransformSpec, resolve_steps};
+use stoker_core::{Rect, Step, TransformSpec, resolve_steps};
 use tracing::debug;
 
-use super::{Processed, Skipped};
+use super::{Processed, SkipKind, Skipped};
 use crate::augment::Augmenter;
 use crate::decode::{DecodeError, RgbImage, check_jpeg, decode, sniff};
 use crate::libjpeg;
+use crate::metrics::{Stage, WorkerMetrics};
 use crate::wds::{ImageKind, RawSample};
 
 thread_local! {
@@ -24,24 +25,30 @@ pub fn process_sample(
     seed: u64,
     epoch: u64,
     max_pixels: u64,
+    metrics: &WorkerMetrics,
 ) -> Result<Processed, Skipped> {
-    let skip = |key: &str, reason: String| Skipped {
+    let skip = |key: &str, kind: SkipKind, reason: String| Skipped {
         key: key.to_owned(),
         reason,
+        kind,
     };
     let (kind, data) = match raw.image {
         Ok(img) => img,
-        Err(reason) => return Err(skip(&raw.key, reason)),
+        Err(problem) => return Err(skip(&raw.key, SkipKind::from(&problem), problem.to_string())),
     };
-    let label = raw.label.map_err(|reason| skip(&raw.key, reason))?;
-    let (img, steps) =
-        decode_for(kind, &data, spec, seed, epoch, &raw.key, max_pixels).map_err(|e| skip(&raw.key, e.to_string()))?;
-    let out = AUGMENTER
-        .with(|a| a.borrow_mut().run(img, &steps))
-        .map_err(|e| skip(&raw.key, e.to_string()))?;
+    let label = raw.label.map_err(|reason| skip(&raw.key, SkipKind::Label, reason))?;
+    let (img, steps) = metrics
+        .time(Stage::Decode, || {
+            decode_for(kind, &data, spec, seed, epoch, &raw.key, max_pixels)
+        })
+        .map_err(|e| skip(&raw.key, SkipKind::from(&e), e.to_string()))?;
+    let out = metrics
+        .time(Stage::Transform, || AUGMENTER.with(|a| a.borrow_mut().run(img, &steps)))
+        .map_err(|e| skip(&raw.key, SkipKind::Transform, e.to_string()))?;
     if (out.width, out.height) != (spec.size, spec.size) {
         return Err(skip(
             &raw.key,
+            SkipKind::Transform,
             format!(
                 "transform produced {}x{}, expected {s}x{s}",
                 out.width,
@@ -76,21 +83,12 @@ fn decode_for(
     if libjpeg::enabled() && kind == ImageKind::Jpeg && sniff(data) == Some(ImageKind::Jpeg) {
         let (w, h) = check_jpeg(data, max_pixels)?;
         let mut steps = resolve_steps(spec, seed, epoch, key, w, h);
-        if let Some(Step::CropResize {
-            left,
-            top,
-            width,
-            height,
-            ..
-        }) = steps.first_mut()
-            && *left >= 0
-            && *top >= 0
-            && *left + i64::from(*width) <= i64::from(w)
-            && *top + i64::from(*height) <= i64::from(h)
+        if let Some(Step::CropResize { crop, .. }) = steps.first_mut()
+            && crop.inside(w, h)
         {
-            match libjpeg::decode_region(data, *left as u32, *top as u32, *width, *height) {
+            match libjpeg::decode_region(data, crop.left as u32, crop.top as u32, crop.width, crop.height) {
                 Ok(img) => {
-                    (*left, *top) = (0, 0);
+                    *crop = Rect::whole(crop.width, crop.height);
                     return Ok((img, steps));
                 }
                 // CMYK and other inputs libjpeg will not turn into RGB.

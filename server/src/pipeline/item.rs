@@ -5,16 +5,18 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use super::replay::replay_item;
 use super::route::{InFlight, Route, gpu_sample, on_cpu, on_gpu};
-use super::{Chunk, Item, ItemError, Processed, Skipped, WorkerContext};
+use super::{Chunk, Item, ItemError, Processed, SkipKind, Skipped, WorkerContext};
 use crate::decode::header_dimensions;
 use crate::gpu::GpuSample;
 use crate::memory::Reservation;
+use crate::metrics::Stage;
 use crate::storage::ShardReader;
 use crate::wds::{ImageKind, RawSample, SampleReader};
 
@@ -181,6 +183,7 @@ impl<'a> ItemRun<'a> {
             let Some(next) = self.next_sample().await? else { break };
             if !self.ctx.budget.fits(next.need) {
                 let s = Skipped {
+                    kind: SkipKind::Memory,
                     reason: format!(
                         "needs about {} MiB to process, more than the worker's memory budget of {} MiB",
                         next.need >> 20,
@@ -219,7 +222,10 @@ impl<'a> ItemRun<'a> {
             return Ok(Some(w));
         }
         while !self.exhausted {
-            match self.samples.next_sample().await {
+            let reading = Instant::now();
+            let next = self.samples.next_sample().await;
+            self.ctx.metrics.observe(Stage::Read, reading.elapsed());
+            match next {
                 Ok(Some(raw)) => {
                     if self.item.end.is_some_and(|end| raw.position >= end) {
                         // Past the item's range: the rest of the shard
@@ -344,6 +350,7 @@ impl<'a> ItemRun<'a> {
     fn skip(&mut self, s: Skipped) {
         warn!(shard = %self.shard_uri, key = %s.key, reason = %s.reason, "sample skipped");
         self.ctx.counters.skipped.fetch_add(1, Ordering::Relaxed);
+        self.ctx.metrics.skipped(s.kind);
         self.chunk.skipped.push(s);
     }
 }
@@ -360,5 +367,8 @@ pub(super) async fn send(ctx: &WorkerContext, tx: &mpsc::Sender<Result<Chunk, It
     ctx.counters
         .bytes
         .fetch_add(chunk.pixel_bytes as u64, Ordering::Relaxed);
-    tx.send(Ok(chunk)).await.is_ok()
+    let sending = Instant::now();
+    let sent = tx.send(Ok(chunk)).await.is_ok();
+    ctx.metrics.observe(Stage::Send, sending.elapsed());
+    sent
 }

@@ -26,8 +26,9 @@ use bytes::Bytes;
 use stoker_core::{DatasetUri, TransformSpec};
 
 use crate::gpu::GpuRunner;
-use crate::gpu::runner::RunnerGone;
+use crate::gpu::RunnerGone;
 use crate::memory::{MemoryBudget, Reservation};
+use crate::metrics::{Clients, WorkerMetrics};
 use crate::pool::{CpuPool, PoolError};
 use crate::storage::{Storage, StorageConfig, StorageError};
 use crate::wds::TarError;
@@ -134,6 +135,10 @@ pub struct WorkerContext {
     pub config: WorkerConfig,
     pub counters: Counters,
     pub replay: ReplayCache,
+    /// Stage latencies and skips, for `--metrics-listen`.
+    pub metrics: WorkerMetrics,
+    /// Clients with items in progress, for `--metrics-listen`.
+    pub clients: Arc<Clients>,
 }
 
 impl WorkerContext {
@@ -160,6 +165,8 @@ impl WorkerContext {
             config,
             counters: Counters::default(),
             replay: ReplayCache::default(),
+            metrics: WorkerMetrics::default(),
+            clients: Arc::default(),
         }
     }
 
@@ -217,6 +224,67 @@ pub struct Processed {
 pub struct Skipped {
     pub key: String,
     pub reason: String,
+    pub kind: SkipKind,
+}
+
+/// What kind of problem made a sample unusable: the few values of the
+/// `reason` label of `stoker_worker_skipped_total` (the full reason, with
+/// the key, goes to the client and the log).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SkipKind {
+    /// No image member, or an empty one.
+    NotImage,
+    /// A member over the size limit, or an image over the pixel limit.
+    TooLarge,
+    /// Image bytes that do not decode (corrupt, truncated, not what their
+    /// extension says).
+    Decode,
+    /// A label member that is not an integer.
+    Label,
+    /// A transform that failed or produced the wrong size.
+    Transform,
+    /// A sample that needs more memory than the worker's whole budget.
+    Memory,
+}
+
+impl SkipKind {
+    pub const ALL: [SkipKind; 6] = [
+        SkipKind::NotImage,
+        SkipKind::TooLarge,
+        SkipKind::Decode,
+        SkipKind::Label,
+        SkipKind::Transform,
+        SkipKind::Memory,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipKind::NotImage => "not_image",
+            SkipKind::TooLarge => "too_large",
+            SkipKind::Decode => "decode",
+            SkipKind::Label => "label",
+            SkipKind::Transform => "transform",
+            SkipKind::Memory => "memory",
+        }
+    }
+}
+
+impl From<&crate::wds::MemberProblem> for SkipKind {
+    fn from(problem: &crate::wds::MemberProblem) -> Self {
+        match problem {
+            crate::wds::MemberProblem::Missing | crate::wds::MemberProblem::Empty { .. } => SkipKind::NotImage,
+            crate::wds::MemberProblem::TooLarge { .. } => SkipKind::TooLarge,
+        }
+    }
+}
+
+impl From<&crate::decode::DecodeError> for SkipKind {
+    fn from(err: &crate::decode::DecodeError) -> Self {
+        match err {
+            crate::decode::DecodeError::TooLarge { .. } => SkipKind::TooLarge,
+            crate::decode::DecodeError::Invalid { .. } => SkipKind::Decode,
+        }
+    }
 }
 
 /// A batch of results on its way to the client.

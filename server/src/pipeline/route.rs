@@ -10,9 +10,10 @@ use tracing::debug;
 
 use super::{Item, ItemError, Processed, Skipped, WorkerContext, process_sample};
 use crate::decode::sniff;
-use crate::gpu::runner::RunnerGone;
+use crate::gpu::RunnerGone;
 use crate::gpu::{GpuResult, GpuRunner, GpuSample};
 use crate::memory::Reservation;
+use crate::metrics::Stage;
 use crate::pool::PoolError;
 use crate::wds::{ImageKind, RawSample};
 
@@ -70,6 +71,7 @@ fn steal_one(ctx: &Arc<WorkerContext>) {
         stolen.seed,
         stolen.epoch,
         ctx.config.max_image_pixels,
+        &ctx.metrics,
     ) {
         Ok(p) => {
             ctx.counters.cpu_samples.fetch_add(1, Ordering::Relaxed);
@@ -123,12 +125,12 @@ fn on_pool(
     seed: u64,
     epoch: u64,
 ) -> impl Future<Output = Result<Outcome, PoolError>> + Send + 'static {
-    let (spec, counters) = (Arc::clone(spec), Arc::clone(ctx));
+    let (spec, worker) = (Arc::clone(spec), Arc::clone(ctx));
     let max_pixels = ctx.config.max_image_pixels;
     ctx.pool.spawn(move || {
-        let outcome = process_sample(raw, &spec, seed, epoch, max_pixels);
+        let outcome = process_sample(raw, &spec, seed, epoch, max_pixels, &worker.metrics);
         if outcome.is_ok() {
-            counters.counters.cpu_samples.fetch_add(1, Ordering::Relaxed);
+            worker.counters.cpu_samples.fetch_add(1, Ordering::Relaxed);
         }
         outcome
     })
@@ -162,9 +164,11 @@ pub(super) fn on_gpu(ctx: &Arc<WorkerContext>, item: &Item, samples: Vec<GpuSamp
         let gpu = ctx.gpu.as_ref().ok_or(RunnerGone)?;
         // A lane panicked or the runner stopped: the item fails and the
         // client reassigns it.
+        let queued = std::time::Instant::now();
         let results = gpu.run(samples, Arc::clone(&spec), seed, epoch);
         share_backlog(&ctx);
         let results = results.await?;
+        ctx.metrics.observe(Stage::GpuBatch, queued.elapsed());
         let mut out = Vec::with_capacity(n);
         let mut back = Vec::new();
         for r in results {
@@ -311,7 +315,7 @@ mod tests {
             std::thread::sleep(delay);
             let n: u64 = sample.key.bytes().map(u64::from).sum();
             if n.is_multiple_of(3)
-                && let Ok(p) = process_sample(sample.clone_raw(), spec, seed, epoch, 100_000_000)
+                && let Ok(p) = process_sample(sample.clone_raw(), spec, seed, epoch, 100_000_000, &Default::default())
             {
                 return GpuResult::Done(p);
             }

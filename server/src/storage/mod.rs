@@ -23,6 +23,8 @@ mod s3;
 
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use stoker_core::{DatasetUri, ShardRef};
@@ -108,6 +110,17 @@ impl Default for StorageConfig {
 pub struct Storage {
     s3: OnceCell<aws_sdk_s3::Client>,
     config: StorageConfig,
+    stats: Arc<StorageStats>,
+}
+
+/// What storage did beyond the first try, since the worker started.
+#[derive(Debug, Default)]
+pub struct StorageStats {
+    /// S3 request attempts after the first of their request (the SDK's
+    /// retries).
+    pub retries: AtomicU64,
+    /// Shard bodies resumed with a ranged read after a cut or a stall.
+    pub resumes: AtomicU64,
 }
 
 impl Storage {
@@ -120,7 +133,13 @@ impl Storage {
         Self {
             s3: OnceCell::new(),
             config,
+            stats: Arc::default(),
         }
+    }
+
+    /// Retries and resumes so far.
+    pub fn stats(&self) -> &StorageStats {
+        &self.stats
     }
 
     /// The dataset's shards, sorted by name: from its index when it has

@@ -15,7 +15,7 @@ use stoker_core::error_chain;
 use tokio::io::{AsyncRead, ReadBuf};
 use tracing::warn;
 
-use super::{ShardReader, StorageConfig};
+use super::{ShardReader, StorageConfig, StorageStats};
 
 /// Retry timing of a resumable read, taken from a [`StorageConfig`].
 #[derive(Clone, Copy, Debug)]
@@ -99,6 +99,8 @@ pub(super) struct ResumingReader {
     /// Bytes delivered so far.
     offset: u64,
     resumes: u32,
+    /// The storage's totals: each resume counts there too.
+    stats: Arc<StorageStats>,
     state: ReadState,
 }
 
@@ -109,11 +111,13 @@ impl ResumingReader {
         size: Option<u64>,
         source: Arc<dyn Reopen>,
         policy: ResumePolicy,
+        stats: Arc<StorageStats>,
     ) -> Self {
         Self {
             object,
             source,
             policy,
+            stats,
             size,
             offset: 0,
             resumes: 0,
@@ -138,6 +142,7 @@ impl ResumingReader {
             return;
         }
         self.resumes += 1;
+        self.stats.resumes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let delay = self.policy.backoff(self.resumes);
         warn!(
             object = %object,
@@ -314,6 +319,7 @@ mod tests {
             Some(size as u64),
             Arc::clone(&source) as Arc<dyn Reopen>,
             policy(max_resumes),
+            Arc::default(),
         );
         (reader, source, data)
     }

@@ -6,15 +6,41 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use aws_sdk_s3::config::StalledStreamProtectionConfig;
+use aws_sdk_s3::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::timeout::TimeoutConfig;
+use aws_sdk_s3::config::{ConfigBag, Intercept, RuntimeComponents, StalledStreamProtectionConfig};
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::retries::RequestAttempts;
 use stoker_core::ShardRef;
 
 use super::resume::{Reopen, ReopenError, ReopenFuture, ResumePolicy, ResumingReader};
-use super::{ShardReader, Storage, StorageError};
+use super::{ShardReader, Storage, StorageError, StorageStats};
+
+/// Counts the SDK's retries into [`StorageStats::retries`]: every attempt
+/// of a request after its first.
+#[derive(Debug)]
+struct CountRetries(Arc<StorageStats>);
+
+impl Intercept for CountRetries {
+    fn name(&self) -> &'static str {
+        "CountRetries"
+    }
+
+    fn read_before_attempt(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if cfg.load::<RequestAttempts>().is_some_and(|a| a.attempts() > 1) {
+            self.0.retries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
 
 fn s3_reason<E: ProvideErrorMetadata + std::error::Error + 'static>(err: &SdkError<E>) -> String {
     // The service's own code and message when it answered; the whole chain
@@ -72,6 +98,7 @@ impl Storage {
                             .operation_attempt_timeout(c.attempt_timeout)
                             .build(),
                     )
+                    .interceptor(CountRetries(Arc::clone(&self.stats)))
                     // Uploads (and the index body) fail when no byte moves
                     // for `read_timeout`; shard bodies also resume then.
                     .stalled_stream_protection(
@@ -183,6 +210,7 @@ impl Storage {
             size,
             Arc::new(source),
             ResumePolicy::from(&self.config),
+            Arc::clone(&self.stats),
         )))
     }
 

@@ -3,9 +3,10 @@
 //! and the raw function table), [`result`] (every call checked, its error
 //! naming the call and the status), [`safe`] (owners that free on drop).
 
-pub mod result;
-pub mod safe;
-pub mod sys;
+pub(crate) mod result;
+pub(crate) mod safe;
+pub(crate) mod sys;
 
-pub use result::NvjpegError;
-pub use safe::{Backend, Decoder, Handle, JpegStream};
+pub(crate) use result::NvjpegError;
+pub use safe::Backend;
+pub(crate) use safe::{Decoder, Handle, JpegStream};

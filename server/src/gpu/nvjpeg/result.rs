@@ -16,12 +16,12 @@ pub struct NvjpegError {
 }
 
 /// The `nvjpegStatus_t` constant's name.
-pub fn status_name(status: sys::nvjpegStatus_t) -> StatusName {
+pub(crate) fn status_name(status: sys::nvjpegStatus_t) -> StatusName {
     StatusName(status)
 }
 
 #[derive(Clone, Copy, Debug)]
-pub struct StatusName(sys::nvjpegStatus_t);
+pub(crate) struct StatusName(sys::nvjpegStatus_t);
 
 impl fmt::Display for StatusName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -52,7 +52,7 @@ fn check(call: &'static str, status: sys::nvjpegStatus_t) -> Result<(), NvjpegEr
 }
 
 /// The library's (major, minor, patch) version.
-pub fn version(lib: &Nvjpeg) -> Result<(i32, i32, i32), NvjpegError> {
+pub(crate) fn version(lib: &Nvjpeg) -> Result<(i32, i32, i32), NvjpegError> {
     let mut v = [0 as c_int; 3];
     for (slot, property) in v
         .iter_mut()
@@ -65,7 +65,7 @@ pub fn version(lib: &Nvjpeg) -> Result<(i32, i32, i32), NvjpegError> {
 }
 
 /// `nvjpegCreateEx(backend, NULL, NULL, 0, &handle)`: default allocators.
-pub fn create_ex(lib: &Nvjpeg, backend: sys::nvjpegBackend_t) -> Result<nvjpegHandle_t, NvjpegError> {
+pub(crate) fn create_ex(lib: &Nvjpeg, backend: sys::nvjpegBackend_t) -> Result<nvjpegHandle_t, NvjpegError> {
     let mut handle: nvjpegHandle_t = std::ptr::null_mut();
     // SAFETY: null allocators select nvJPEG's defaults; `handle` is a valid
     // out-pointer.
@@ -79,7 +79,7 @@ pub fn create_ex(lib: &Nvjpeg, backend: sys::nvjpegBackend_t) -> Result<nvjpegHa
 ///
 /// `handle` came from [`create_ex`], is not used again, and every state and
 /// stream made from it is destroyed already.
-pub unsafe fn destroy(lib: &Nvjpeg, handle: nvjpegHandle_t) -> Result<(), NvjpegError> {
+pub(crate) unsafe fn destroy(lib: &Nvjpeg, handle: nvjpegHandle_t) -> Result<(), NvjpegError> {
     // SAFETY: the caller hands over a live handle with nothing left using it.
     check("nvjpegDestroy", unsafe { (lib.nvjpegDestroy)(handle) })
 }
@@ -87,7 +87,7 @@ pub unsafe fn destroy(lib: &Nvjpeg, handle: nvjpegHandle_t) -> Result<(), Nvjpeg
 /// # Safety
 ///
 /// `handle` is a live handle from [`create_ex`].
-pub unsafe fn state_create(lib: &Nvjpeg, handle: nvjpegHandle_t) -> Result<nvjpegJpegState_t, NvjpegError> {
+pub(crate) unsafe fn state_create(lib: &Nvjpeg, handle: nvjpegHandle_t) -> Result<nvjpegJpegState_t, NvjpegError> {
     let mut state: nvjpegJpegState_t = std::ptr::null_mut();
     // SAFETY: `handle` is live (caller); `state` is a valid out-pointer.
     check("nvjpegJpegStateCreate", unsafe {
@@ -99,14 +99,14 @@ pub unsafe fn state_create(lib: &Nvjpeg, handle: nvjpegHandle_t) -> Result<nvjpe
 /// # Safety
 ///
 /// `state` came from [`state_create`] and is not used again.
-pub unsafe fn state_destroy(lib: &Nvjpeg, state: nvjpegJpegState_t) -> Result<(), NvjpegError> {
+pub(crate) unsafe fn state_destroy(lib: &Nvjpeg, state: nvjpegJpegState_t) -> Result<(), NvjpegError> {
     // SAFETY: the caller hands over a live state that nothing uses again.
     check("nvjpegJpegStateDestroy", unsafe { (lib.nvjpegJpegStateDestroy)(state) })
 }
 
 /// What `nvjpegGetImageInfo` reads from a JPEG's header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ImageInfo {
+pub(crate) struct ImageInfo {
     pub components: u32,
     pub subsampling: sys::nvjpegChromaSubsampling_t,
     /// Width and height of the first component (the full image).
@@ -117,7 +117,11 @@ pub struct ImageInfo {
 /// # Safety
 ///
 /// `handle` is a live handle from [`create_ex`].
-pub unsafe fn get_image_info(lib: &Nvjpeg, handle: nvjpegHandle_t, data: &[u8]) -> Result<ImageInfo, NvjpegError> {
+pub(crate) unsafe fn get_image_info(
+    lib: &Nvjpeg,
+    handle: nvjpegHandle_t,
+    data: &[u8],
+) -> Result<ImageInfo, NvjpegError> {
     let mut components: c_int = 0;
     let mut subsampling: sys::nvjpegChromaSubsampling_t = 0;
     let mut widths = [0 as c_int; sys::NVJPEG_MAX_COMPONENT];
@@ -151,7 +155,7 @@ pub unsafe fn get_image_info(lib: &Nvjpeg, handle: nvjpegHandle_t, data: &[u8]) 
 /// device memory in the current CUDA context large enough for the image in
 /// the requested format; `stream` is a stream of that context (or null).
 /// The decode may still run on `stream` when this returns.
-pub unsafe fn decode(
+pub(crate) unsafe fn decode(
     lib: &Nvjpeg,
     handle: nvjpegHandle_t,
     state: nvjpegJpegState_t,
@@ -169,7 +173,7 @@ pub unsafe fn decode(
 /// # Safety
 ///
 /// `handle` and `state` are live and belong together.
-pub unsafe fn decode_batched_initialize(
+pub(crate) unsafe fn decode_batched_initialize(
     lib: &Nvjpeg,
     handle: nvjpegHandle_t,
     state: nvjpegJpegState_t,
@@ -195,7 +199,7 @@ pub unsafe fn decode_batched_initialize(
 /// As [`decode`], for every image; the batch was initialised with
 /// [`decode_batched_initialize`] for `data.len()` images, and
 /// `out.len() == data.len()`.
-pub unsafe fn decode_batched(
+pub(crate) unsafe fn decode_batched(
     lib: &Nvjpeg,
     handle: nvjpegHandle_t,
     state: nvjpegJpegState_t,
@@ -222,7 +226,10 @@ pub unsafe fn decode_batched(
 /// # Safety
 ///
 /// `handle` is a live handle from [`create_ex`].
-pub unsafe fn jpeg_stream_create(lib: &Nvjpeg, handle: nvjpegHandle_t) -> Result<nvjpegJpegStream_t, NvjpegError> {
+pub(crate) unsafe fn jpeg_stream_create(
+    lib: &Nvjpeg,
+    handle: nvjpegHandle_t,
+) -> Result<nvjpegJpegStream_t, NvjpegError> {
     let mut stream: nvjpegJpegStream_t = std::ptr::null_mut();
     // SAFETY: live handle (caller); valid out-pointer.
     check("nvjpegJpegStreamCreate", unsafe {
@@ -234,7 +241,7 @@ pub unsafe fn jpeg_stream_create(lib: &Nvjpeg, handle: nvjpegHandle_t) -> Result
 /// # Safety
 ///
 /// `stream` came from [`jpeg_stream_create`] and is not used again.
-pub unsafe fn jpeg_stream_destroy(lib: &Nvjpeg, stream: nvjpegJpegStream_t) -> Result<(), NvjpegError> {
+pub(crate) unsafe fn jpeg_stream_destroy(lib: &Nvjpeg, stream: nvjpegJpegStream_t) -> Result<(), NvjpegError> {
     // SAFETY: the caller hands over a live stream that nothing uses again.
     check("nvjpegJpegStreamDestroy", unsafe {
         (lib.nvjpegJpegStreamDestroy)(stream)
@@ -247,7 +254,7 @@ pub unsafe fn jpeg_stream_destroy(lib: &Nvjpeg, stream: nvjpegJpegStream_t) -> R
 /// # Safety
 ///
 /// `handle` and `stream` are live and belong together.
-pub unsafe fn jpeg_stream_parse(
+pub(crate) unsafe fn jpeg_stream_parse(
     lib: &Nvjpeg,
     handle: nvjpegHandle_t,
     data: &[u8],
@@ -267,7 +274,7 @@ pub unsafe fn jpeg_stream_parse(
 ///
 /// `handle` and `stream` are live and belong together; `stream` holds a
 /// parsed JPEG.
-pub unsafe fn decode_batched_supported(
+pub(crate) unsafe fn decode_batched_supported(
     lib: &Nvjpeg,
     handle: nvjpegHandle_t,
     stream: nvjpegJpegStream_t,

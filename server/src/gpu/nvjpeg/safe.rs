@@ -34,7 +34,7 @@ impl Backend {
 
 /// An `nvjpegHandle_t`.
 #[derive(Debug)]
-pub struct Handle {
+pub(crate) struct Handle {
     lib: &'static Nvjpeg,
     raw: sys::nvjpegHandle_t,
     backend: Backend,
@@ -49,21 +49,17 @@ unsafe impl Sync for Handle {}
 impl Handle {
     /// A handle for `backend` with nvJPEG's default allocators. The current
     /// thread must have the CUDA context to decode into bound.
-    pub fn new(lib: &'static Nvjpeg, backend: Backend) -> Result<Arc<Self>, NvjpegError> {
+    pub(crate) fn new(lib: &'static Nvjpeg, backend: Backend) -> Result<Arc<Self>, NvjpegError> {
         let raw = result::create_ex(lib, backend.raw())?;
         Ok(Arc::new(Self { lib, raw, backend }))
     }
 
-    pub fn backend(&self) -> Backend {
+    pub(crate) fn backend(&self) -> Backend {
         self.backend
     }
 
-    pub fn lib(&self) -> &'static Nvjpeg {
-        self.lib
-    }
-
     /// Components, subsampling and size from the JPEG's header.
-    pub fn image_info(&self, data: &[u8]) -> Result<ImageInfo, NvjpegError> {
+    pub(crate) fn image_info(&self, data: &[u8]) -> Result<ImageInfo, NvjpegError> {
         // SAFETY: `self.raw` is live for as long as `self`.
         unsafe { result::get_image_info(self.lib, self.raw, data) }
     }
@@ -79,7 +75,7 @@ impl Drop for Handle {
 
 /// An `nvjpegJpegState_t`: per-decoder scratch, not to be shared.
 #[derive(Debug)]
-pub struct JpegState {
+pub(crate) struct JpegState {
     handle: Arc<Handle>,
     raw: sys::nvjpegJpegState_t,
 }
@@ -89,7 +85,7 @@ pub struct JpegState {
 unsafe impl Send for JpegState {}
 
 impl JpegState {
-    pub fn new(handle: &Arc<Handle>) -> Result<Self, NvjpegError> {
+    pub(crate) fn new(handle: &Arc<Handle>) -> Result<Self, NvjpegError> {
         // SAFETY: the handle is live while the Arc is held.
         let raw = unsafe { result::state_create(handle.lib, handle.raw) }?;
         Ok(Self {
@@ -109,7 +105,7 @@ impl Drop for JpegState {
 
 /// An `nvjpegJpegStream_t`, used to ask whether a backend takes a JPEG.
 #[derive(Debug)]
-pub struct JpegStream {
+pub(crate) struct JpegStream {
     handle: Arc<Handle>,
     raw: sys::nvjpegJpegStream_t,
 }
@@ -118,7 +114,7 @@ pub struct JpegStream {
 unsafe impl Send for JpegStream {}
 
 impl JpegStream {
-    pub fn new(handle: &Arc<Handle>) -> Result<Self, NvjpegError> {
+    pub(crate) fn new(handle: &Arc<Handle>) -> Result<Self, NvjpegError> {
         // SAFETY: the handle is live while the Arc is held.
         let raw = unsafe { result::jpeg_stream_create(handle.lib, handle.raw) }?;
         Ok(Self {
@@ -129,7 +125,7 @@ impl JpegStream {
 
     /// Parses `data`'s headers and says whether the handle's backend can
     /// decode it in a batch. A JPEG that does not parse is an error.
-    pub fn batched_supported(&mut self, data: &[u8]) -> Result<bool, NvjpegError> {
+    pub(crate) fn batched_supported(&mut self, data: &[u8]) -> Result<bool, NvjpegError> {
         // SAFETY: handle and stream are live and belong together.
         unsafe { result::jpeg_stream_parse(self.handle.lib, self.handle.raw, data, self.raw) }?;
         // SAFETY: as above; the stream now holds a parsed JPEG.
@@ -148,14 +144,14 @@ impl Drop for JpegStream {
 /// A handle's decoder: its own state, batched and single-image decode to
 /// interleaved RGB.
 #[derive(Debug)]
-pub struct Decoder {
+pub(crate) struct Decoder {
     handle: Arc<Handle>,
     state: JpegState,
     batch_size: Option<usize>,
 }
 
 impl Decoder {
-    pub fn new(handle: &Arc<Handle>) -> Result<Self, NvjpegError> {
+    pub(crate) fn new(handle: &Arc<Handle>) -> Result<Self, NvjpegError> {
         Ok(Self {
             handle: handle.clone(),
             state: JpegState::new(handle)?,
@@ -163,7 +159,7 @@ impl Decoder {
         })
     }
 
-    pub fn handle(&self) -> &Arc<Handle> {
+    pub(crate) fn handle(&self) -> &Arc<Handle> {
         &self.handle
     }
 
@@ -176,7 +172,7 @@ impl Decoder {
     /// `pitch[0] * height` bytes with `pitch[0] >= 3 * width` for image
     /// `i`'s size, that stays alive until the work on `stream` finishes;
     /// `stream` is a stream of that context.
-    pub unsafe fn decode_batched_rgbi(
+    pub(crate) unsafe fn decode_batched_rgbi(
         &mut self,
         data: &[&[u8]],
         out: &mut [nvjpegImage_t],
@@ -208,7 +204,7 @@ impl Decoder {
     /// # Safety
     ///
     /// As [`Decoder::decode_batched_rgbi`], for one image.
-    pub unsafe fn decode_rgbi(
+    pub(crate) unsafe fn decode_rgbi(
         &mut self,
         data: &[u8],
         out: &mut nvjpegImage_t,

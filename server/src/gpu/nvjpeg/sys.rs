@@ -9,47 +9,55 @@ use std::ffi::{c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
 /// `nvjpegStatus_t`.
-pub type nvjpegStatus_t = c_int;
-pub const NVJPEG_STATUS_SUCCESS: nvjpegStatus_t = 0;
-pub const NVJPEG_STATUS_NOT_INITIALIZED: nvjpegStatus_t = 1;
-pub const NVJPEG_STATUS_INVALID_PARAMETER: nvjpegStatus_t = 2;
-pub const NVJPEG_STATUS_BAD_JPEG: nvjpegStatus_t = 3;
-pub const NVJPEG_STATUS_JPEG_NOT_SUPPORTED: nvjpegStatus_t = 4;
-pub const NVJPEG_STATUS_ALLOCATOR_FAILURE: nvjpegStatus_t = 5;
-pub const NVJPEG_STATUS_EXECUTION_FAILED: nvjpegStatus_t = 6;
-pub const NVJPEG_STATUS_ARCH_MISMATCH: nvjpegStatus_t = 7;
-pub const NVJPEG_STATUS_INTERNAL_ERROR: nvjpegStatus_t = 8;
-pub const NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED: nvjpegStatus_t = 9;
-pub const NVJPEG_STATUS_INCOMPLETE_BITSTREAM: nvjpegStatus_t = 10;
+pub(crate) type nvjpegStatus_t = c_int;
+pub(crate) const NVJPEG_STATUS_SUCCESS: nvjpegStatus_t = 0;
+pub(crate) const NVJPEG_STATUS_NOT_INITIALIZED: nvjpegStatus_t = 1;
+pub(crate) const NVJPEG_STATUS_INVALID_PARAMETER: nvjpegStatus_t = 2;
+pub(crate) const NVJPEG_STATUS_BAD_JPEG: nvjpegStatus_t = 3;
+pub(crate) const NVJPEG_STATUS_JPEG_NOT_SUPPORTED: nvjpegStatus_t = 4;
+pub(crate) const NVJPEG_STATUS_ALLOCATOR_FAILURE: nvjpegStatus_t = 5;
+pub(crate) const NVJPEG_STATUS_EXECUTION_FAILED: nvjpegStatus_t = 6;
+pub(crate) const NVJPEG_STATUS_ARCH_MISMATCH: nvjpegStatus_t = 7;
+pub(crate) const NVJPEG_STATUS_INTERNAL_ERROR: nvjpegStatus_t = 8;
+pub(crate) const NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED: nvjpegStatus_t = 9;
+pub(crate) const NVJPEG_STATUS_INCOMPLETE_BITSTREAM: nvjpegStatus_t = 10;
 
 /// `nvjpegBackend_t`.
-pub type nvjpegBackend_t = c_int;
-pub const NVJPEG_BACKEND_DEFAULT: nvjpegBackend_t = 0;
-pub const NVJPEG_BACKEND_HYBRID: nvjpegBackend_t = 1;
-pub const NVJPEG_BACKEND_GPU_HYBRID: nvjpegBackend_t = 2;
-pub const NVJPEG_BACKEND_HARDWARE: nvjpegBackend_t = 3;
+pub(crate) type nvjpegBackend_t = c_int;
+pub(crate) const NVJPEG_BACKEND_DEFAULT: nvjpegBackend_t = 0;
+#[allow(
+    dead_code,
+    reason = "the C enum in full; the worker uses the default and hardware backends"
+)]
+pub(crate) const NVJPEG_BACKEND_HYBRID: nvjpegBackend_t = 1;
+#[allow(
+    dead_code,
+    reason = "the C enum in full; the worker uses the default and hardware backends"
+)]
+pub(crate) const NVJPEG_BACKEND_GPU_HYBRID: nvjpegBackend_t = 2;
+pub(crate) const NVJPEG_BACKEND_HARDWARE: nvjpegBackend_t = 3;
 
 /// `nvjpegOutputFormat_t`.
-pub type nvjpegOutputFormat_t = c_int;
+pub(crate) type nvjpegOutputFormat_t = c_int;
 /// Interleaved RGB in `channel[0]`.
-pub const NVJPEG_OUTPUT_RGBI: nvjpegOutputFormat_t = 5;
+pub(crate) const NVJPEG_OUTPUT_RGBI: nvjpegOutputFormat_t = 5;
 
 /// `nvjpegChromaSubsampling_t`.
-pub type nvjpegChromaSubsampling_t = c_int;
+pub(crate) type nvjpegChromaSubsampling_t = c_int;
 
 /// `libraryPropertyType` (from CUDA's library_types.h).
-pub type libraryPropertyType = c_int;
-pub const MAJOR_VERSION: libraryPropertyType = 0;
-pub const MINOR_VERSION: libraryPropertyType = 1;
-pub const PATCH_LEVEL: libraryPropertyType = 2;
+pub(crate) type libraryPropertyType = c_int;
+pub(crate) const MAJOR_VERSION: libraryPropertyType = 0;
+pub(crate) const MINOR_VERSION: libraryPropertyType = 1;
+pub(crate) const PATCH_LEVEL: libraryPropertyType = 2;
 
 /// `NVJPEG_MAX_COMPONENT`.
-pub const NVJPEG_MAX_COMPONENT: usize = 4;
+pub(crate) const NVJPEG_MAX_COMPONENT: usize = 4;
 
 /// `nvjpegImage_t`: one plane pointer and row pitch per component.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct nvjpegImage_t {
+pub(crate) struct nvjpegImage_t {
     pub channel: [*mut u8; NVJPEG_MAX_COMPONENT],
     pub pitch: [usize; NVJPEG_MAX_COMPONENT],
 }
@@ -64,15 +72,15 @@ impl Default for nvjpegImage_t {
 }
 
 /// Opaque handles.
-pub type nvjpegHandle_t = *mut c_void;
-pub type nvjpegJpegState_t = *mut c_void;
-pub type nvjpegJpegStream_t = *mut c_void;
+pub(crate) type nvjpegHandle_t = *mut c_void;
+pub(crate) type nvjpegJpegState_t = *mut c_void;
+pub(crate) type nvjpegJpegStream_t = *mut c_void;
 /// `cudaStream_t`, the same object as the driver's `CUstream`.
-pub type cudaStream_t = *mut c_void;
+pub(crate) type cudaStream_t = *mut c_void;
 
 /// The functions Stoker calls, resolved from the loaded library.
 #[derive(Debug)]
-pub struct Nvjpeg {
+pub(crate) struct Nvjpeg {
     /// The file name that was opened (`libnvjpeg.so.13`...).
     pub soname: &'static str,
     pub nvjpegGetProperty: unsafe extern "C" fn(libraryPropertyType, *mut c_int) -> nvjpegStatus_t,
@@ -120,10 +128,10 @@ pub struct Nvjpeg {
 }
 
 /// Library names tried, in order.
-pub const SONAMES: &[&str] = &["libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so"];
+pub(crate) const SONAMES: &[&str] = &["libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so"];
 
 /// Opens libnvjpeg and resolves every function, once per process.
-pub fn lib() -> Result<&'static Nvjpeg, String> {
+pub(crate) fn lib() -> Result<&'static Nvjpeg, String> {
     static LIB: OnceLock<Result<Nvjpeg, String>> = OnceLock::new();
     LIB.get_or_init(load).as_ref().map_err(Clone::clone)
 }

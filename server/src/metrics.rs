@@ -1,0 +1,375 @@
+//! The worker's Prometheus metrics, served by `stoker worker
+//! --metrics-listen` (see `stoker-metrics` for the endpoint).
+//!
+//! Two kinds of source, one home each:
+//! - what the worker already counts for `Info` and its logs (samples, bytes,
+//!   items, the GPU/CPU split, the memory budget, storage retries and
+//!   resumes, GPU memory) is read at scrape time by [`Snapshot`], so no
+//!   figure is counted twice;
+//! - what only metrics need (stage latency histograms, skips by kind) lives
+//!   in [`WorkerMetrics`], which the pipeline updates in place.
+//!
+//! Names follow Prometheus conventions: the `stoker_worker_` prefix, base
+//! units, `_total` on counters (added by the encoder), and labels with a
+//! few fixed values (never a key or a shard).
+
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use stoker_metrics::{Registry, STAGE_SECONDS_BUCKETS};
+
+use crate::pipeline::{SkipKind, WorkerContext};
+
+/// The prefix of every worker metric.
+pub const PREFIX: &str = "stoker_worker";
+
+/// A stage of the worker's pipeline, the `stage` label of
+/// `stoker_worker_stage_seconds`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stage {
+    /// Reading one sample's bytes from the shard (waiting on storage).
+    Read,
+    /// Decoding one image on the CPU.
+    Decode,
+    /// Running one image's transform on the CPU.
+    Transform,
+    /// One GPU batch, from queueing it to the lanes to its results (decode
+    /// and transform of every image in it).
+    GpuBatch,
+    /// Handing one chunk to the gRPC stream (waits while the client or the
+    /// network is slower than the worker).
+    Send,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 5] = [
+        Stage::Read,
+        Stage::Decode,
+        Stage::Transform,
+        Stage::GpuBatch,
+        Stage::Send,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Read => "read",
+            Stage::Decode => "decode",
+            Stage::Transform => "transform",
+            Stage::GpuBatch => "gpu_batch",
+            Stage::Send => "send",
+        }
+    }
+}
+
+type Label = [(&'static str, &'static str); 1];
+
+fn stage_histogram() -> Histogram {
+    Histogram::new(STAGE_SECONDS_BUCKETS)
+}
+
+/// The metrics the pipeline updates in place. Cheap to clone (the
+/// metrics are shared).
+#[derive(Debug, Clone)]
+pub struct WorkerMetrics {
+    stage_seconds: Family<Label, Histogram, fn() -> Histogram>,
+    skipped: Family<Label, Counter>,
+}
+
+impl Default for WorkerMetrics {
+    fn default() -> Self {
+        let metrics = Self {
+            stage_seconds: Family::new_with_constructor(stage_histogram),
+            skipped: Family::default(),
+        };
+        // Every label value exists from the start, at zero, so that rates
+        // and alerts see a series before the first event.
+        for stage in Stage::ALL {
+            let _ = metrics.stage_seconds.get_or_create(&[("stage", stage.as_str())]);
+        }
+        for kind in SkipKind::ALL {
+            let _ = metrics.skipped.get_or_create(&[("reason", kind.as_str())]);
+        }
+        metrics
+    }
+}
+
+impl WorkerMetrics {
+    pub fn observe(&self, stage: Stage, elapsed: Duration) {
+        self.stage_seconds
+            .get_or_create(&[("stage", stage.as_str())])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Runs `f`, recording how long it took under `stage`.
+    pub fn time<T>(&self, stage: Stage, f: impl FnOnce() -> T) -> T {
+        let start = Instant::now();
+        let out = f();
+        self.observe(stage, start.elapsed());
+        out
+    }
+
+    pub fn skipped(&self, kind: SkipKind) {
+        self.skipped.get_or_create(&[("reason", kind.as_str())]).inc();
+    }
+}
+
+/// Clients with work items in progress, by address.
+#[derive(Debug, Default)]
+pub struct Clients {
+    active: Mutex<std::collections::HashMap<Option<IpAddr>, usize>>,
+}
+
+/// One work item in progress for a client, until dropped.
+#[derive(Debug)]
+pub struct ClientItem {
+    clients: Arc<Clients>,
+    addr: Option<IpAddr>,
+}
+
+impl Clients {
+    /// Counts an item of the client at `addr` until the guard is dropped.
+    pub fn enter(self: &Arc<Self>, addr: Option<IpAddr>) -> ClientItem {
+        *self.lock().entry(addr).or_default() += 1;
+        ClientItem {
+            clients: Arc::clone(self),
+            addr,
+        }
+    }
+
+    /// (distinct clients, items) in progress.
+    pub fn counts(&self) -> (usize, usize) {
+        let active = self.lock();
+        (active.len(), active.values().sum())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<Option<IpAddr>, usize>> {
+        self.active.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for ClientItem {
+    fn drop(&mut self) {
+        let mut active = self.clients.lock();
+        if let Some(n) = active.get_mut(&self.addr) {
+            *n -= 1;
+            if *n == 0 {
+                active.remove(&self.addr);
+            }
+        }
+    }
+}
+
+/// The registry a worker serves: its [`WorkerMetrics`] and a [`Snapshot`]
+/// of its counters.
+pub fn registry(ctx: &Arc<WorkerContext>) -> Registry {
+    let mut registry = Registry::with_prefix(PREFIX);
+    registry.register(
+        "stage_seconds",
+        "Seconds one sample spent in a stage of the worker (a batch for gpu_batch, a chunk for send)",
+        ctx.metrics.stage_seconds.clone(),
+    );
+    registry.register(
+        "skipped",
+        "Samples skipped, by kind of problem",
+        ctx.metrics.skipped.clone(),
+    );
+    registry.register_collector(Box::new(Snapshot(Arc::clone(ctx))));
+    registry
+}
+
+/// The worker's own counters and gauges, read at each scrape.
+#[derive(Debug)]
+struct Snapshot(Arc<WorkerContext>);
+
+fn counter(encoder: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: u64) -> Result<(), std::fmt::Error> {
+    let metric = ConstCounter::new(value);
+    metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
+}
+
+fn gauge(encoder: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: i64) -> Result<(), std::fmt::Error> {
+    let metric = ConstGauge::new(value);
+    metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
+}
+
+/// A metric with one label of a few values.
+fn labelled<M: EncodeMetric>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    metric_type: MetricType,
+    label: &'static str,
+    values: impl IntoIterator<Item = (&'static str, M)>,
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(name, help, None, metric_type)?;
+    for (value, metric) in values {
+        metric.encode(family.encode_family(&[(label, value)])?)?;
+    }
+    Ok(())
+}
+
+fn as_gauge(v: u64) -> ConstGauge {
+    ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+impl Collector for Snapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let ctx = &self.0;
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let gpu = ctx.gpu.as_ref();
+        let gpu_samples = gpu.map_or(0, |g| load(&g.counters.images));
+        labelled(
+            &mut encoder,
+            "samples",
+            "Samples decoded and transformed, by where: the CPU pool or the GPU lanes",
+            MetricType::Counter,
+            "path",
+            [
+                ("cpu", ConstCounter::new(load(&ctx.counters.cpu_samples))),
+                ("gpu", ConstCounter::new(gpu_samples)),
+            ],
+        )?;
+        counter(
+            &mut encoder,
+            "samples_sent",
+            "Samples sent to clients",
+            load(&ctx.counters.samples),
+        )?;
+        counter(
+            &mut encoder,
+            "bytes_sent",
+            "Pixel bytes sent to clients",
+            load(&ctx.counters.bytes),
+        )?;
+        counter(&mut encoder, "items", "Work items finished", load(&ctx.counters.items))?;
+        let (clients, items) = ctx.clients.counts();
+        gauge(
+            &mut encoder,
+            "items_in_flight",
+            "Work items in progress",
+            i64::try_from(items).unwrap_or(i64::MAX),
+        )?;
+        gauge(
+            &mut encoder,
+            "clients",
+            "Client hosts with work items in progress",
+            i64::try_from(clients).unwrap_or(i64::MAX),
+        )?;
+        labelled(
+            &mut encoder,
+            "memory_budget_bytes",
+            "The worker's budget for sample data: used now, and its limit",
+            MetricType::Gauge,
+            "state",
+            [
+                ("used", as_gauge(ctx.budget.used())),
+                ("limit", as_gauge(ctx.budget.capacity())),
+            ],
+        )?;
+        let storage = ctx.storage.stats();
+        counter(
+            &mut encoder,
+            "storage_retries",
+            "S3 requests tried again after a failed attempt",
+            load(&storage.retries),
+        )?;
+        counter(
+            &mut encoder,
+            "storage_resumes",
+            "Shard bodies resumed with a ranged read after a cut or stall",
+            load(&storage.resumes),
+        )?;
+        if let Some(gpu) = gpu {
+            counter(
+                &mut encoder,
+                "cpu_jpegs",
+                "JPEGs the CPU pool took from the GPU lanes' backlog",
+                load(&ctx.counters.cpu_jpegs),
+            )?;
+            counter(
+                &mut encoder,
+                "gpu_handed_to_cpu",
+                "Samples the GPU lanes handed to the CPU path (PNG, grey or CMYK JPEG, or a failed decode)",
+                load(&gpu.counters.to_cpu),
+            )?;
+            counter(
+                &mut encoder,
+                "gpu_batches",
+                "Batches the GPU lanes ran",
+                load(&gpu.counters.batches),
+            )?;
+            // A failed read leaves the series out of this scrape rather
+            // than reporting a false zero.
+            if let Ok(memory) = gpu.memory() {
+                labelled(
+                    &mut encoder,
+                    "gpu_memory_bytes",
+                    "Device memory the worker's pool holds, and the part in use",
+                    MetricType::Gauge,
+                    "state",
+                    [
+                        ("reserved", as_gauge(memory.reserved)),
+                        ("in_use", as_gauge(memory.used)),
+                    ],
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clients_are_counted_while_they_have_items() {
+        let clients = Arc::new(Clients::default());
+        let a = Some("10.0.0.1".parse().unwrap());
+        let b = Some("10.0.0.2".parse().unwrap());
+        let first = clients.enter(a);
+        let second = clients.enter(a);
+        let other = clients.enter(b);
+        assert_eq!(clients.counts(), (2, 3));
+        drop(first);
+        drop(other);
+        assert_eq!(clients.counts(), (1, 1));
+        drop(second);
+        assert_eq!(clients.counts(), (0, 0));
+    }
+
+    #[test]
+    fn every_stage_and_skip_kind_is_exposed_from_the_start() {
+        let metrics = WorkerMetrics::default();
+        metrics.observe(Stage::Decode, Duration::from_millis(3));
+        metrics.skipped(SkipKind::Decode);
+        let mut registry = Registry::with_prefix(PREFIX);
+        registry.register("stage_seconds", "stages", metrics.stage_seconds.clone());
+        registry.register("skipped", "skips", metrics.skipped.clone());
+        let text = stoker_metrics::render(&registry);
+        for stage in Stage::ALL {
+            let line = format!("stoker_worker_stage_seconds_count{{stage=\"{}\"}}", stage.as_str());
+            assert!(text.contains(&line), "{line} missing from\n{text}");
+        }
+        assert!(
+            text.contains("stoker_worker_stage_seconds_count{stage=\"decode\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("stoker_worker_skipped_total{reason=\"decode\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("stoker_worker_skipped_total{reason=\"memory\"} 0"),
+            "{text}"
+        );
+    }
+}
