@@ -3,7 +3,9 @@
 #
 # Installs what the tests need, once, under target/ (nothing system-wide):
 #   - target/tools/bin/s3s-fs : a real S3-compatible server (crates.io)
-#   - target/pyenv            : Python with pillow, numpy and webdataset, and
+#   - target/pyenv            : Python with pillow, numpy, webdataset and
+#                               prometheus_client (an independent parser of
+#                               the metrics text), and
 #                               the stoker package built from client/python
 # then runs every unit and integration test with cargo-nextest (cargo test
 # when nextest is not installed). Extra arguments go to the test runner.
@@ -16,10 +18,10 @@ if [ ! -x target/tools/bin/s3s-fs ]; then
   cargo install --quiet --locked s3s-fs --version "$S3S_VERSION" --features binary --root target/tools
 fi
 
-if [ ! -x target/pyenv/bin/python ] || ! target/pyenv/bin/python -c 'import PIL, numpy, webdataset' 2>/dev/null; then
-  echo "==> creating target/pyenv (pillow, numpy, webdataset)"
+if [ ! -x target/pyenv/bin/python ] || ! target/pyenv/bin/python -c 'import PIL, numpy, webdataset, prometheus_client' 2>/dev/null; then
+  echo "==> creating target/pyenv (pillow, numpy, webdataset, prometheus_client)"
   python3 -m venv target/pyenv
-  target/pyenv/bin/pip install --quiet --disable-pip-version-check pillow numpy webdataset
+  target/pyenv/bin/pip install --quiet --disable-pip-version-check pillow numpy webdataset prometheus_client
 fi
 
 # The Python package, built from this checkout (maturin, abi3 wheel). The

@@ -108,6 +108,10 @@ pub struct StreamArgs {
     /// worker address.
     #[arg(long, value_name = "NAME")]
     pub tls_domain: Option<String>,
+    /// Serve the client's Prometheus metrics at http://ADDR/metrics while
+    /// streaming: HOST:PORT, or a PORT alone for this machine only.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -131,6 +135,11 @@ pub struct StreamSummary {
     pub workers: Vec<WorkerJson>,
     /// Where batches landed: `cpu`, or `cuda:N` when uploaded.
     pub device: String,
+    /// Seconds the consumer (this command) waited for batches.
+    pub wait_seconds: f64,
+    /// The worker count that would keep the consumer fed, from the last
+    /// epoch's rates (see `EpochReport::recommended_workers`).
+    pub recommended_workers: Option<u32>,
 }
 
 impl StreamArgs {
@@ -167,6 +176,11 @@ impl StreamArgs {
         }
         config.progress_timeout = std::time::Duration::from_secs(self.progress_timeout.max(1));
         config.worker_patience = std::time::Duration::from_secs(self.worker_patience);
+        config.metrics_listen = self
+            .metrics_listen
+            .as_deref()
+            .map(stoker_metrics::listen_addr)
+            .transpose()?;
         Ok(config)
     }
 
@@ -256,6 +270,8 @@ pub async fn stream_epochs(
             (true, Some(t)) => format!("cuda:{}", t.ordinal),
             _ => "cpu".to_owned(),
         },
+        wait_seconds: reports.iter().map(|r| r.wait.as_secs_f64()).sum(),
+        recommended_workers: reports.last().and_then(|r| r.recommended_workers),
     };
     Ok((summary, reports))
 }
@@ -280,6 +296,20 @@ pub fn print_summary(summary: &StreamSummary, reports: &[EpochReport]) {
     for w in &summary.workers {
         let share = 100.0 * w.samples as f64 / summary.samples.max(1) as f64;
         let _ = writeln!(err, "  worker {}: {} samples ({share:.0}%)", w.addr, w.samples);
+    }
+    let waited = 100.0 * summary.wait_seconds / summary.seconds.max(1e-9);
+    let _ = write!(
+        err,
+        "  waited for batches {:.2}s ({waited:.0}% of the time)",
+        summary.wait_seconds
+    );
+    match summary.recommended_workers {
+        Some(n) => {
+            let _ = writeln!(err, "; workers to keep up: {n}");
+        }
+        None => {
+            let _ = writeln!(err);
+        }
     }
     if summary.skipped > 0 {
         let _ = writeln!(err, "  skipped {} samples:", summary.skipped);

@@ -74,6 +74,9 @@ pub struct LoaderConfig {
     /// keeps batches in host memory. Without a usable GPU the loader logs
     /// why and yields host batches.
     pub device: Option<DeviceTarget>,
+    /// Serve the loader's Prometheus metrics at `/metrics` on this address
+    /// (see `stoker_metrics::listen_addr`); `None` serves none.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// Where and how batches are uploaded.
@@ -109,6 +112,7 @@ impl LoaderConfig {
             token: None,
             tls: None,
             device: None,
+            metrics_listen: None,
         }
     }
 

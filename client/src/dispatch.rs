@@ -8,7 +8,6 @@
 //! a failure, a stall (no progress for `progress_timeout`), or a refusal.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -124,7 +123,7 @@ impl WorkerLane {
                 }
                 Outcome::Failed(message) => {
                     warn!(worker = %self.addr, shard = %lease.shard, error = %message, "work item failed, reassigning");
-                    self.counters.retries.fetch_add(1, Ordering::Relaxed);
+                    self.counters.add_retry();
                     ledger.requeue(
                         &lease,
                         Some(self.worker),

@@ -22,6 +22,7 @@ mod error;
 mod event;
 mod ledger;
 mod loader;
+pub mod metrics;
 mod order;
 mod pinned;
 mod report;

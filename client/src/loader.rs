@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use stoker_core::ShardRef;
 use stoker_core::plan::EpochPlan;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
@@ -22,6 +22,7 @@ use crate::device::Uploader;
 use crate::dispatch::{WorkerLane, worker_limit};
 use crate::error::{ClientError, describe_status, is_permanent};
 use crate::ledger::{CreditLimit, Ledger};
+use crate::metrics::ClientMetrics;
 use crate::order::Sequencer;
 use crate::report::{EpochCounters, EpochReport};
 use crate::state::{EpochState, Fingerprint, Progress};
@@ -52,6 +53,12 @@ pub struct Loader {
     uploader: Option<Arc<Uploader>>,
     /// Why an upload that was asked for is not used.
     upload_error: Option<String>,
+    /// Lifetime counters, served at `/metrics` when configured.
+    metrics: ClientMetrics,
+    /// Stops the metrics endpoint when the loader is dropped.
+    _metrics_stop: Option<oneshot::Sender<()>>,
+    /// Where the metrics endpoint listens.
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 impl std::fmt::Debug for Loader {
@@ -69,6 +76,15 @@ impl Loader {
     /// through the first worker that answers.
     pub async fn connect(config: LoaderConfig) -> Result<Self, ClientError> {
         config.validate()?;
+        // Bound first: a port in use fails the start, before any work.
+        let metrics_listener = match config.metrics_listen {
+            Some(addr) => Some(
+                stoker_metrics::bind(addr)
+                    .await
+                    .map_err(|e| ClientError::Config(e.to_string()))?,
+            ),
+            None => None,
+        };
         let mut workers = Vec::with_capacity(config.workers.len());
         for addr in &config.workers {
             // `https://` addresses get TLS with the system roots unless the
@@ -158,6 +174,23 @@ impl Loader {
                 }
             }
         }
+        let metrics = ClientMetrics::default();
+        let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
+        let metrics_stop = metrics_listener.map(|listener| {
+            let (stop, stopped) = oneshot::channel::<()>();
+            let registry = Arc::new(metrics.registry());
+            let addr = listener.local_addr().ok();
+            info!(addr = ?addr, "serving client metrics at /metrics");
+            tokio::spawn(async move {
+                let shutdown = async {
+                    let _ = stopped.await;
+                };
+                if let Err(e) = stoker_metrics::serve(listener, registry, shutdown).await {
+                    warn!(addr = ?addr, error = %e, "client metrics endpoint stopped");
+                }
+            });
+            stop
+        });
         Ok(Self {
             config: Arc::new(config),
             workers,
@@ -165,7 +198,16 @@ impl Loader {
             buffers,
             uploader,
             upload_error,
+            metrics,
+            _metrics_stop: metrics_stop,
+            metrics_addr,
         })
+    }
+
+    /// Where the loader serves its metrics (`LoaderConfig::metrics_listen`,
+    /// with the port the system chose for port 0).
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics_addr
     }
 
     pub fn config(&self) -> &LoaderConfig {
@@ -289,7 +331,7 @@ impl Loader {
             ledger.advance(sequencer.head());
         }
         let planned = plan.samples();
-        let counters = Arc::new(EpochCounters::new(addrs.len(), planned));
+        let counters = Arc::new(EpochCounters::new(&addrs, planned, &self.metrics));
         let (event_tx, event_rx) = mpsc::channel(self.config.batch_size.max(64));
         let (batch_tx, batch_rx) = mpsc::channel(self.config.prefetch.max(1));
         let template = Arc::new(wire::ItemTemplate::new(
@@ -343,13 +385,14 @@ impl Loader {
             }
             .run(),
         );
+        let workers = Arc::new(addrs);
+        self.metrics.set_current(&counters, &workers);
         Ok(EpochStream {
             rx: batch_rx,
             watch: EpochWatch {
                 counters,
                 progress: Arc::new(Mutex::new(Progress::new(epoch, fingerprint, resumed))),
-                workers: Arc::new(addrs),
-                started: Instant::now(),
+                workers,
                 shards: items,
             },
         })
@@ -370,17 +413,33 @@ pub struct EpochWatch {
     counters: Arc<EpochCounters>,
     progress: Arc<Mutex<Progress>>,
     workers: Arc<Vec<String>>,
-    started: Instant,
     shards: usize,
+}
+
+/// Adds the time since its start to the consumer's wait when dropped.
+struct WaitClock<'a>(&'a EpochCounters, Instant);
+
+impl Drop for WaitClock<'_> {
+    fn drop(&mut self) {
+        self.0.add_wait(self.1.elapsed());
+    }
 }
 
 impl EpochStream {
     /// The next batch; `None` once the epoch is complete. After an error
     /// the epoch is over.
     pub async fn next_batch(&mut self) -> Option<Result<Batch, ClientError>> {
+        // Counted when the wait ends, also when the caller gives up on
+        // this future (the Python client polls with a timeout).
+        let waiting = WaitClock(&self.watch.counters, Instant::now());
         let next = self.rx.recv().await;
-        if let Some(Ok(batch)) = &next {
-            self.watch.progress().delivered(batch);
+        drop(waiting);
+        match &next {
+            Some(Ok(batch)) => {
+                self.watch.progress().delivered(batch);
+                self.watch.counters.add_batch(batch.real());
+            }
+            _ => self.watch.counters.finish(),
         }
         next
     }
@@ -418,6 +477,6 @@ impl EpochWatch {
     }
 
     pub fn report(&self) -> EpochReport {
-        self.counters.report(&self.workers, self.shards, self.started.elapsed())
+        self.counters.report(&self.workers, self.shards)
     }
 }

@@ -1,12 +1,16 @@
 //! What an epoch did: the live counters lanes update ([`EpochCounters`])
 //! and the reports made from them ([`EpochReport`], [`WorkerReport`]).
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
+use std::time::Instant;
+
+use prometheus_client::metrics::counter::Counter;
 
 use crate::budget::{ErrorBudget, ReasonTally};
 use crate::error::ClientError;
+use crate::metrics::{ClientMetrics, recommended_workers};
 
 /// Live counters of one epoch, shared with the lanes.
 #[derive(Debug)]
@@ -15,7 +19,18 @@ pub(crate) struct EpochCounters {
     pub bytes: AtomicU64,
     pub skipped: AtomicU64,
     pub retries: AtomicU64,
+    /// Samples in the batches handed to the consumer (padding excluded).
+    pub consumed: AtomicU64,
+    pub batches: AtomicU64,
+    /// Nanoseconds the consumer waited for a batch.
+    pub wait_ns: AtomicU64,
     per_worker: Vec<AtomicU64>,
+    /// The loader's lifetime totals, updated beside these.
+    metrics: ClientMetrics,
+    started: Instant,
+    /// Set when the consumer saw the epoch end: the report's clock stops.
+    ended: OnceLock<Instant>,
+    worker_metrics: Vec<Counter>,
     skip_reasons: Mutex<Vec<(String, String)>>,
     tally: Mutex<ReasonTally>,
     shard_errors: Mutex<Vec<String>>,
@@ -27,15 +42,24 @@ pub(crate) struct EpochCounters {
 const KEPT_REASONS: usize = 100;
 
 impl EpochCounters {
-    pub fn new(workers: usize, planned: Option<u64>) -> Self {
+    /// The counters of an epoch served by `workers` (addresses, in the
+    /// lanes' numbering).
+    pub fn new(workers: &[String], planned: Option<u64>, metrics: &ClientMetrics) -> Self {
         Self {
+            consumed: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            wait_ns: AtomicU64::new(0),
+            worker_metrics: workers.iter().map(|a| metrics.worker(a)).collect(),
+            metrics: metrics.clone(),
+            started: Instant::now(),
+            ended: OnceLock::new(),
             planned,
             tally: Mutex::new(ReasonTally::default()),
             samples: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
             retries: AtomicU64::new(0),
-            per_worker: (0..workers).map(|_| AtomicU64::new(0)).collect(),
+            per_worker: workers.iter().map(|_| AtomicU64::new(0)).collect(),
             skip_reasons: Mutex::new(Vec::new()),
             shard_errors: Mutex::new(Vec::new()),
         }
@@ -45,10 +69,44 @@ impl EpochCounters {
         self.samples.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
         self.per_worker[worker].fetch_add(1, Ordering::Relaxed);
+        self.metrics.samples.inc();
+        self.metrics.bytes.inc_by(bytes as u64);
+        self.worker_metrics[worker].inc();
+    }
+
+    /// The epoch is over for the consumer (its last batch, or an error).
+    pub fn finish(&self) {
+        let _ = self.ended.set(Instant::now());
+    }
+
+    /// Time since the epoch started, up to its end.
+    pub fn elapsed(&self) -> Duration {
+        self.ended.get().copied().unwrap_or_else(Instant::now) - self.started
+    }
+
+    /// A work item handed to another worker.
+    pub fn add_retry(&self) {
+        self.retries.fetch_add(1, Ordering::Relaxed);
+        self.metrics.reassigned.inc();
+    }
+
+    /// A batch of `samples` real samples handed to the consumer.
+    pub fn add_batch(&self, samples: usize) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.consumed.fetch_add(samples as u64, Ordering::Relaxed);
+        self.metrics.batches.inc();
+    }
+
+    /// Time the consumer spent waiting for a batch.
+    pub fn add_wait(&self, wait: Duration) {
+        let ns = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+        self.wait_ns.fetch_add(ns, Ordering::Relaxed);
+        self.metrics.wait_seconds.inc_by(wait.as_secs_f64());
     }
 
     pub fn record_skip(&self, key: &str, reason: &str) {
         self.skipped.fetch_add(1, Ordering::Relaxed);
+        self.metrics.skipped.inc();
         self.tally.lock().unwrap_or_else(|p| p.into_inner()).add(key, reason);
         let mut r = self.skip_reasons.lock().unwrap_or_else(|p| p.into_inner());
         if r.len() < KEPT_REASONS {
@@ -82,10 +140,18 @@ impl EpochCounters {
             .push(error.to_owned());
     }
 
-    /// The report of an epoch of `shards` plan items, `elapsed` after it
-    /// started; `workers` are the addresses, in the lanes' numbering.
-    pub fn report(&self, workers: &[String], shards: usize, elapsed: Duration) -> EpochReport {
+    /// The report of an epoch of `shards` plan items, so far (or to its
+    /// end); `workers` are the addresses, in the lanes' numbering.
+    pub fn report(&self, workers: &[String], shards: usize) -> EpochReport {
+        let elapsed = self.elapsed();
+        let wait = Duration::from_nanos(self.wait_ns.load(Ordering::Relaxed));
+        let consumed = self.consumed.load(Ordering::Relaxed);
+        let per_worker: Vec<u64> = self.per_worker.iter().map(|n| n.load(Ordering::Relaxed)).collect();
         EpochReport {
+            consumed,
+            batches: self.batches.load(Ordering::Relaxed),
+            wait,
+            recommended_workers: recommended_workers(consumed, elapsed, wait, &per_worker),
             samples: self.samples.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
             skipped: self.skipped.load(Ordering::Relaxed),
@@ -121,6 +187,15 @@ pub struct EpochReport {
     pub skipped: u64,
     /// Work items reassigned after a failure or stall.
     pub retries: u64,
+    /// Batches handed to the consumer, and the real samples in them.
+    pub batches: u64,
+    pub consumed: u64,
+    /// Time the consumer spent waiting for a batch.
+    pub wait: Duration,
+    /// Workers of the measured kind that would keep the consumer from
+    /// waiting: its rate when not waiting over the mean worker's rate
+    /// (`None` until both are known).
+    pub recommended_workers: Option<u32>,
     pub shards: usize,
     pub elapsed: Duration,
     pub workers: Vec<WorkerReport>,

@@ -15,6 +15,7 @@ mod fidelity;
 mod gpu;
 mod lifecycle;
 mod memory;
+mod metrics;
 mod python;
 mod ranks;
 mod s3;

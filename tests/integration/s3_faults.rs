@@ -40,6 +40,7 @@ fn logged_worker(threads: usize, args: &[&str], env: &[(&'static str, String)], 
         .to_owned();
     Worker {
         addr,
+        metrics_url: None,
         child: ChildGuard(child),
     }
 }

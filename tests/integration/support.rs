@@ -47,6 +47,8 @@ impl Drop for ChildGuard {
 /// A `stoker worker` process.
 pub struct Worker {
     pub addr: String,
+    /// `http://ADDR/metrics` when started with `--metrics-listen`.
+    pub metrics_url: Option<String>,
     pub child: ChildGuard,
 }
 
@@ -90,7 +92,8 @@ impl Worker {
         let mut child = ChildGuard(cmd.spawn().map_err(|e| format!("spawn stoker worker: {e}"))?);
         let stdout = child.0.stdout.take().ok_or("no worker stdout")?;
         let mut line = String::new();
-        BufReader::new(stdout)
+        let mut stdout = BufReader::new(stdout);
+        stdout
             .read_line(&mut line)
             .map_err(|e| format!("read worker address: {e}"))?;
         let addr = line
@@ -98,7 +101,24 @@ impl Worker {
             .strip_prefix("stoker worker listening on ")
             .ok_or_else(|| format!("unexpected worker banner {line:?}"))?
             .to_owned();
-        Ok(Self { addr, child })
+        let metrics_url = if args.contains(&"--metrics-listen") {
+            line.clear();
+            stdout
+                .read_line(&mut line)
+                .map_err(|e| format!("read worker metrics address: {e}"))?;
+            let url = line
+                .trim()
+                .strip_prefix("stoker worker metrics on ")
+                .ok_or_else(|| format!("unexpected worker metrics banner {line:?}"))?;
+            Some(url.to_owned())
+        } else {
+            None
+        };
+        Ok(Self {
+            addr,
+            metrics_url,
+            child,
+        })
     }
 }
 

@@ -41,9 +41,20 @@ fn err(e: impl std::fmt::Display) -> PyErr {
 /// its last samples are padding.
 type PyBatch = (Py<PyAny>, u32, Vec<i64>, Vec<String>, u64, usize);
 
-/// An epoch's report: samples, skipped, reassigned items, and (key, reason)
-/// of the first skips.
-type PyReport = (u64, u64, u64, Vec<(String, String)>);
+/// An epoch's report: samples, skipped, reassigned items, (key, reason) of
+/// the first skips, batches, seconds waited, seconds elapsed, recommended
+/// workers and (address, samples) per worker.
+type PyReport = (
+    u64,
+    u64,
+    u64,
+    Vec<(String, String)>,
+    u64,
+    f64,
+    f64,
+    Option<u32>,
+    Vec<(String, u64)>,
+);
 
 /// A connected client: `start_epoch`, then `next_batch` until `None`.
 /// Every method takes `&self`, so that another thread may ask for `state`
@@ -82,7 +93,7 @@ impl Client {
     #[pyo3(signature = (
         workers, dataset, batch_size, image_size, transform, seed, rank, world_size,
         prefetch, last_batch, max_errors=None, token=None, progress_timeout=60.0,
-        deterministic=false, upload=None, mean=None, std=None
+        deterministic=false, upload=None, mean=None, std=None, metrics_port=None
     ))]
     #[allow(clippy::too_many_arguments, reason = "mirrors the Python constructor's keywords")]
     fn new(
@@ -104,6 +115,7 @@ impl Client {
         upload: Option<(usize, String, String)>,
         mean: Option<[f32; 3]>,
         std: Option<[f32; 3]>,
+        metrics_port: Option<String>,
     ) -> PyResult<Self> {
         let spec = TransformSpec::preset(transform, image_size).map_err(err)?;
         let mut config = LoaderConfig::new(workers, dataset, batch_size, spec);
@@ -128,6 +140,11 @@ impl Client {
             .transpose()
             .map_err(|e| err(format!("max_errors: {e}")))?;
         config.token = token.map(Secret::new);
+        config.metrics_listen = metrics_port
+            .as_deref()
+            .map(stoker_client::metrics::listen_addr)
+            .transpose()
+            .map_err(|e| err(format!("metrics_port: {e}")))?;
         if !(progress_timeout.is_finite() && progress_timeout > 0.0) {
             return Err(err(format!(
                 "progress_timeout must be positive, got {progress_timeout}"
@@ -307,7 +324,17 @@ impl Client {
     fn report(&self) -> Option<PyReport> {
         self.slot().watch.as_ref().map(|w| {
             let r = w.report();
-            (r.samples, r.skipped, r.retries, r.skip_reasons)
+            (
+                r.samples,
+                r.skipped,
+                r.retries,
+                r.skip_reasons,
+                r.batches,
+                r.wait.as_secs_f64(),
+                r.elapsed.as_secs_f64(),
+                r.recommended_workers,
+                r.workers.into_iter().map(|w| (w.addr, w.samples)).collect(),
+            )
         })
     }
 }

@@ -223,10 +223,9 @@ impl<'a> ItemRun<'a> {
         }
         while !self.exhausted {
             let reading = Instant::now();
-            let next = self.samples.next_sample().await;
-            self.ctx.metrics.observe(Stage::Read, reading.elapsed());
-            match next {
+            match self.samples.next_sample().await {
                 Ok(Some(raw)) => {
+                    self.ctx.metrics.observe(Stage::Read, reading.elapsed());
                     if self.item.end.is_some_and(|end| raw.position >= end) {
                         // Past the item's range: the rest of the shard
                         // belongs to another item.

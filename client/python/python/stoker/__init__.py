@@ -76,6 +76,12 @@ class Loader:
     order: batch k of an epoch depends only on (seed, epoch, rank, k), not
     on the number or speed of workers.
 
+    ``metrics_port=PORT`` (or ``"HOST:PORT"``) serves the loader's Prometheus
+    metrics at ``/metrics``: time the training loop waited for batches,
+    samples, bytes and batches received, reassigned items, samples per
+    worker and the recommended worker count. ``report()`` has the same
+    figures for the current epoch.
+
     ``state_dict()`` / ``load_state_dict()`` save and restore the position
     in an epoch: after loading, iterating resumes that epoch with exactly
     the batches not yet delivered (the same batches, with
@@ -104,6 +110,7 @@ class Loader:
         start_epoch=0,
         deterministic=False,
         channels_last=False,
+        metrics_port=None,
     ):
         if isinstance(workers, str):
             workers = [w for w in workers.split(",") if w]
@@ -145,6 +152,7 @@ class Loader:
             upload,
             None if mean is None else [float(x) for x in mean],
             None if std is None else [float(x) for x in std],
+            None if metrics_port is None else str(metrics_port),
         )
         if upload is not None and not self._client.uploads():
             warnings.warn(
@@ -216,8 +224,18 @@ class Loader:
         r = self._client.report()
         if r is None:
             return None
-        samples, skipped, retries, reasons = r
-        return {"samples": samples, "skipped": skipped, "reassigned": retries, "skip_reasons": reasons}
+        samples, skipped, retries, reasons, batches, wait, elapsed, recommended, workers = r
+        return {
+            "samples": samples,
+            "skipped": skipped,
+            "reassigned": retries,
+            "skip_reasons": reasons,
+            "batches": batches,
+            "wait_seconds": wait,
+            "seconds": elapsed,
+            "recommended_workers": recommended,
+            "workers": dict(workers),
+        }
 
     def __iter__(self):
         epoch = self._epoch
