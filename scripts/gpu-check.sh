@@ -99,7 +99,8 @@ stream_json() { # label, stream arguments...
         tail -n 1 | python3 -c "import json,sys; r=json.load(sys.stdin); r['what']='$label'; print(json.dumps(r))"
 }
 for device in cuda cpu; do
-    STOKER_LOG=info .carry/stoker worker --listen 127.0.0.1:0 --device "$device" >"$work/worker.out" 2>"$out/worker-$device.log" &
+    STOKER_LOG=info .carry/stoker worker --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --device "$device" \
+        >"$work/worker.out" 2>"$out/worker-$device.log" &
     wpid=$!
     for _ in $(seq 100); do grep -q listening "$work/worker.out" 2>/dev/null && break; sleep 0.2; done
     addr=$(sed -n 's/.*listening on //p' "$work/worker.out")
@@ -113,6 +114,30 @@ for device in cuda cpu; do
         wait $apid
         cat "$work/a.json" "$work/b.json" >>"$bench"
     fi
+    # The worker's own metrics after 1 + 4 (+ 2 x 4) epochs: every sample
+    # sent was decoded on the GPU or the CPU, once.
+    murl=$(sed -n 's/.*metrics on //p' "$work/worker.out")
+    epochs=$([[ $device == cuda ]] && echo 13 || echo 5)
+    python3 - "$murl" "$device" $((epochs * nimages)) <<'PY' 2>&1 | tee -a "$out/worker-metrics.log"
+import re, sys, urllib.request
+url, device, expected = sys.argv[1], sys.argv[2], int(sys.argv[3])
+text = urllib.request.urlopen(url, timeout=10).read().decode()
+m = {}
+for line in text.splitlines():
+    if line and not line.startswith("#"):
+        series, value = line.rsplit(" ", 1)
+        m[series] = float(value)
+g = lambda s: m.get(s, 0.0)
+sent, gpu, cpu = g("stoker_worker_samples_sent_total"), g('stoker_worker_samples_total{path="gpu"}'), g('stoker_worker_samples_total{path="cpu"}')
+batches = g('stoker_worker_stage_seconds_count{stage="gpu_batch"}')
+mean_ms = 1e3 * g('stoker_worker_stage_seconds_sum{stage="gpu_batch"}') / max(batches, 1)
+reserved = g('stoker_worker_gpu_memory_bytes{state="reserved"}')
+ok = sent == expected and gpu + cpu == sent and (device == "cpu" or gpu > 0)
+print(f"worker-metrics {device}: {'ok' if ok else 'MISMATCH'}: sent {sent:.0f} of {expected} expected, gpu {gpu:.0f}, cpu {cpu:.0f}, "
+      f"gpu batches {batches:.0f} (mean {mean_ms:.1f} ms), gpu memory reserved {reserved / 2**20:.0f} MiB")
+sys.exit(0 if ok else 1)
+PY
+    [[ ${PIPESTATUS[0]} == 0 ]] || exits_rc=1
     kill -INT $wpid; wait $wpid 2>/dev/null
     worker_exit "$device worker" $?
     grep -h "worker stopped" "$out/worker-$device.log" | sed "s/^.*worker stopped/$device worker stopped:/"
@@ -198,6 +223,7 @@ echo
 echo "=== gpu-check summary ==="
 grep -E "^test result|^gpu-vs-cpu worst|^gpu-worker|^decoded |^client-upload" "$out/gpu-tests.log"
 cat "$out/worker-exits.log" 2>/dev/null
+cat "$out/worker-metrics.log" 2>/dev/null
 awk '/^gpu-backends/ { if ($NF > m) m = $NF } END { if (m != "") printf "cuda vs hardware backend decode, worst mad %s\n", m }' "$out/gpu-tests.log"
 grep -E "^skipped" "$out/gpu-tests.log"
 grep -hE "^torch package check|Error" "$out/torch-check.log" 2>/dev/null | tail -n 3
