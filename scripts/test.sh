@@ -5,7 +5,8 @@
 #   - target/tools/bin/s3s-fs : a real S3-compatible server (crates.io)
 #   - target/pyenv            : Python with pillow, numpy, webdataset and
 #                               prometheus_client (an independent parser of
-#                               the metrics text), and
+#                               the metrics text), dnslib (the tests' DNS
+#                               server), and
 #                               the stoker package built from client/python
 # then runs every unit and integration test with cargo-nextest (cargo test
 # when nextest is not installed). Extra arguments go to the test runner.
@@ -18,10 +19,10 @@ if [ ! -x target/tools/bin/s3s-fs ]; then
   cargo install --quiet --locked s3s-fs --version "$S3S_VERSION" --features binary --root target/tools
 fi
 
-if [ ! -x target/pyenv/bin/python ] || ! target/pyenv/bin/python -c 'import PIL, numpy, webdataset, prometheus_client' 2>/dev/null; then
-  echo "==> creating target/pyenv (pillow, numpy, webdataset, prometheus_client)"
+if [ ! -x target/pyenv/bin/python ] || ! target/pyenv/bin/python -c 'import PIL, numpy, webdataset, prometheus_client, dnslib' 2>/dev/null; then
+  echo "==> creating target/pyenv (pillow, numpy, webdataset, prometheus_client, dnslib)"
   python3 -m venv target/pyenv
-  target/pyenv/bin/pip install --quiet --disable-pip-version-check pillow numpy webdataset prometheus_client
+  target/pyenv/bin/pip install --quiet --disable-pip-version-check pillow numpy webdataset prometheus_client dnslib
 fi
 
 # The Python package, built from this checkout (maturin, abi3 wheel). The

@@ -14,9 +14,19 @@ use crate::progress::Progress;
 
 #[derive(Debug, Args)]
 pub struct StreamArgs {
-    /// Worker addresses, comma-separated HOST:PORT.
+    /// Workers, comma-separated: HOST:PORT, or dns://NAME:PORT for every
+    /// address NAME resolves to (a Kubernetes headless Service, a scaled
+    /// compose service), resolved again every --resolve-interval.
     #[arg(long, value_delimiter = ',', required = true)]
     pub workers: Vec<String>,
+    /// Seconds between two resolutions of dns:// workers: addresses that
+    /// appear get work, those that disappear are drained.
+    #[arg(long, default_value_t = stoker_client::DEFAULT_RESOLVE_INTERVAL.as_secs_f64(), value_name = "SECONDS")]
+    pub resolve_interval: f64,
+    /// Ask this DNS server (IP:PORT) for dns:// workers instead of the
+    /// system's resolver configuration.
+    #[arg(long, value_name = "IP:PORT")]
+    pub dns_server: Option<std::net::SocketAddr>,
     /// s3://bucket/prefix/, file:///abs/dir/ or a path, as workers see it.
     #[arg(long)]
     pub dataset: String,
@@ -176,6 +186,13 @@ impl StreamArgs {
         }
         config.progress_timeout = std::time::Duration::from_secs(self.progress_timeout.max(1));
         config.worker_patience = std::time::Duration::from_secs(self.worker_patience);
+        anyhow::ensure!(
+            self.resolve_interval.is_finite() && self.resolve_interval >= 0.1,
+            "--resolve-interval must be at least 0.1 seconds, got {}",
+            self.resolve_interval
+        );
+        config.resolve_interval = std::time::Duration::from_secs_f64(self.resolve_interval);
+        config.dns_server = self.dns_server;
         config.metrics_listen = self
             .metrics_listen
             .as_deref()

@@ -19,6 +19,9 @@ pub const DEFAULT_PREFETCH: usize = 4;
 pub const DEFAULT_PROGRESS_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default time every worker may be unavailable before an epoch fails.
 pub const DEFAULT_WORKER_PATIENCE: Duration = Duration::from_secs(30);
+/// Default interval between two resolutions of `dns://` worker entries
+/// (`--resolve-interval`).
+pub const DEFAULT_RESOLVE_INTERVAL: Duration = Duration::from_secs(10);
 
 pub(crate) const DEFAULT_INFLIGHT_ITEMS: usize = 2;
 
@@ -77,6 +80,11 @@ pub struct LoaderConfig {
     /// Serve the loader's Prometheus metrics at `/metrics` on this address
     /// (see `stoker_metrics::listen_addr`); `None` serves none.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// How often `dns://` worker entries are resolved again.
+    pub resolve_interval: Duration,
+    /// Ask this DNS server for `dns://` entries instead of the system's
+    /// resolver configuration (`/etc/resolv.conf`).
+    pub dns_server: Option<std::net::SocketAddr>,
 }
 
 /// Where and how batches are uploaded.
@@ -113,6 +121,8 @@ impl LoaderConfig {
             tls: None,
             device: None,
             metrics_listen: None,
+            resolve_interval: DEFAULT_RESOLVE_INTERVAL,
+            dns_server: None,
         }
     }
 
@@ -120,6 +130,12 @@ impl LoaderConfig {
         let bad = |m: String| Err(ClientError::Config(m));
         if self.workers.is_empty() {
             return bad("no workers given".into());
+        }
+        if self.resolve_interval < Duration::from_millis(100) {
+            return bad(format!(
+                "the resolve interval must be at least 0.1 s, got {:?}",
+                self.resolve_interval
+            ));
         }
         if self.batch_size == 0 {
             return bad("batch size must be at least 1".into());

@@ -7,18 +7,125 @@
 //! a lane reports to it what the worker did: samples, skips, completion,
 //! a failure, a stall (no progress for `progress_timeout`), or a refusal.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
 use tracing::{debug, warn};
 
-use crate::config::{DEFAULT_INFLIGHT_ITEMS, LoaderConfig};
+use crate::config::{DEFAULT_INFLIGHT_ITEMS, LoaderConfig, MAX_LANES_PER_WORKER};
 use crate::error::{ClientError, describe_status, is_permanent};
 use crate::event::Event;
 use crate::ledger::{CreditLimit, Lease, Ledger};
 use crate::report::EpochCounters;
 use crate::wire::{Client, HealthClient, ItemTemplate};
+use crate::workers::WorkerConn;
+
+/// The lanes of one epoch, and what it takes to give a worker lanes: the
+/// epoch's start does so for the workers known then, discovery for those
+/// found later ([`EpochLanes::join`]).
+///
+/// The epoch's events channel closes when the last lane ends: this holds
+/// only a weak sender, so it never keeps an epoch open, and a worker found
+/// after the epoch ended gets no lanes.
+pub(crate) struct EpochLanes {
+    pub ledger: Arc<Ledger>,
+    pub counters: Arc<EpochCounters>,
+    config: Arc<LoaderConfig>,
+    template: Arc<ItemTemplate>,
+    events: mpsc::WeakSender<Event>,
+    /// Samples per plan item, when the index says.
+    item_samples: Option<u64>,
+    tasks: Mutex<Vec<AbortHandle>>,
+}
+
+impl EpochLanes {
+    pub fn new(
+        ledger: Arc<Ledger>,
+        counters: Arc<EpochCounters>,
+        config: Arc<LoaderConfig>,
+        template: Arc<ItemTemplate>,
+        events: &mpsc::Sender<Event>,
+        item_samples: Option<u64>,
+    ) -> Self {
+        Self {
+            ledger,
+            counters,
+            config,
+            template,
+            events: events.downgrade(),
+            item_samples,
+            tasks: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Items a worker of credit `limit` is expected to hold at once.
+    pub fn expected_items(&self, limit: CreditLimit) -> usize {
+        match limit {
+            CreditLimit::Items(n) => n,
+            CreditLimit::Samples(want) => self.item_samples.map_or(DEFAULT_INFLIGHT_ITEMS + 1, |per_item| {
+                (want.div_ceil(per_item.max(1)) as usize + 1).min(MAX_LANES_PER_WORKER)
+            }),
+        }
+    }
+
+    /// Lanes for a worker of credit `limit`: as many as the items its
+    /// credit may allow at once (a worker that may ask for more once
+    /// reached gets the most).
+    fn lanes_for(&self, limit: CreditLimit) -> usize {
+        match (limit, self.config.inflight_per_worker) {
+            (_, Some(n)) => n,
+            (CreditLimit::Samples(_), None) if self.item_samples.is_some() => self.expected_items(limit),
+            _ => MAX_LANES_PER_WORKER,
+        }
+    }
+
+    /// Spawns the lanes of `conn`, worker `w` of the ledger and counters.
+    pub fn spawn(&self, w: usize, conn: &WorkerConn, events: &mpsc::Sender<Event>) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        for lane in 0..self.lanes_for(conn.limit) {
+            let task = tokio::spawn(
+                WorkerLane {
+                    worker: w,
+                    addr: conn.addr.clone(),
+                    client: conn.lane_clients[lane % conn.lane_clients.len()].clone(),
+                    health: conn.health.clone(),
+                    ledger: Arc::clone(&self.ledger),
+                    config: Arc::clone(&self.config),
+                    template: Arc::clone(&self.template),
+                    events: events.clone(),
+                    counters: Arc::clone(&self.counters),
+                }
+                .run(),
+            );
+            tasks.push(task.abort_handle());
+        }
+    }
+
+    /// A worker found during the epoch: numbered next, counted, given
+    /// lanes. False once the epoch is over.
+    pub fn join(&self, conn: &WorkerConn) -> bool {
+        let Some(events) = self.events.upgrade() else {
+            return false;
+        };
+        if self.ledger.is_finished() {
+            return false;
+        }
+        let w = self.ledger.add_worker(&conn.addr, conn.limit);
+        let counted = self.counters.add_worker(&conn.addr);
+        debug_assert_eq!(w, counted, "the ledger and the counters number workers alike");
+        self.spawn(w, conn, &events);
+        true
+    }
+
+    /// Stops every lane now.
+    pub fn abort(&self) {
+        for task in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            task.abort();
+        }
+    }
+}
 
 /// One of a worker's lanes: what it needs to take items for the worker.
 pub(crate) struct WorkerLane {
@@ -44,6 +151,9 @@ enum Outcome {
     /// The attempt failed or stalled part-way.
     Failed(String),
 }
+
+/// How often the idle lanes of a retired worker look at the ledger.
+const RETIRED_POLL: Duration = Duration::from_secs(1);
 
 /// Longest wait between two probes of a failing worker.
 const MAX_PROBE_INTERVAL: Duration = Duration::from_secs(2);
@@ -72,6 +182,13 @@ impl WorkerLane {
             let (notified, credit_freed) = ledger.changes(self.worker);
             if ledger.is_finished() {
                 return;
+            }
+            if ledger.is_retired(self.worker) {
+                // Gone from its DNS name: idle until it is back, and end
+                // the epoch if no worker is left for long enough.
+                ledger.check_gone(self.config.worker_patience);
+                let _ = tokio::time::timeout(RETIRED_POLL, notified).await;
+                continue;
             }
             if ledger.is_failing(self.worker) {
                 // Spread out: lanes retrying the same worker should not retry in step.

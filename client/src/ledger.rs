@@ -13,12 +13,12 @@
 //! still sends is discarded.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use stoker_core::PlanItem;
 use tokio::sync::Notify;
-use tokio::sync::futures::Notified;
+use tokio::sync::futures::{Notified, OwnedNotified};
 
 use crate::config::DEFAULT_INFLIGHT_ITEMS;
 use crate::error::ClientError;
@@ -50,6 +50,29 @@ struct WorkerHealth {
     failing_since: Option<Instant>,
     last_error: String,
     credit: Credit,
+    /// No longer among the addresses its DNS name resolves to: takes no
+    /// new item (those it holds finish or come back as from any worker),
+    /// and counts as failing until it is back.
+    retired: bool,
+    /// Its credit went from used up to available.
+    credit_freed: Arc<Notify>,
+}
+
+impl WorkerHealth {
+    fn new(addr: &str, limit: CreditLimit) -> Self {
+        Self {
+            addr: addr.to_owned(),
+            failing_since: None,
+            last_error: String::new(),
+            credit: Credit {
+                limit,
+                items: 0,
+                outstanding: 0,
+            },
+            retired: false,
+            credit_freed: Arc::new(Notify::new()),
+        }
+    }
 }
 
 /// How much work a worker may have at once.
@@ -110,8 +133,6 @@ struct LedgerState {
 pub(crate) struct Ledger {
     state: Mutex<LedgerState>,
     changed: Notify,
-    /// Per worker: its credit went from used up to available.
-    credit_freed: Vec<Notify>,
 }
 
 /// An item handed to a lane.
@@ -158,29 +179,52 @@ impl Ledger {
                 completed_items: 0,
                 workers: workers
                     .iter()
-                    .map(|(addr, limit)| WorkerHealth {
-                        addr: addr.clone(),
-                        failing_since: None,
-                        last_error: String::new(),
-                        credit: Credit {
-                            limit: *limit,
-                            items: 0,
-                            outstanding: 0,
-                        },
-                    })
+                    .map(|(addr, limit)| WorkerHealth::new(addr, *limit))
                     .collect(),
             }),
             changed: Notify::new(),
-            credit_freed: workers.iter().map(|_| Notify::new()).collect(),
         }
+    }
+
+    /// A worker found during the epoch; its number, the next one.
+    pub fn add_worker(&self, addr: &str, limit: CreditLimit) -> usize {
+        let mut st = self.lock();
+        st.workers.push(WorkerHealth::new(addr, limit));
+        st.workers.len() - 1
+    }
+
+    /// Worker `w` left the set its DNS name resolves to, because `why`.
+    pub fn retire(&self, w: usize, why: &str) {
+        let mut st = self.lock();
+        let h = &mut st.workers[w];
+        h.retired = true;
+        h.failing_since.get_or_insert_with(Instant::now);
+        h.last_error = why.to_owned();
+        drop(st);
+        self.changed.notify_waiters();
+    }
+
+    /// Worker `w` is back in its name's set.
+    pub fn restore(&self, w: usize) {
+        let mut st = self.lock();
+        let h = &mut st.workers[w];
+        h.retired = false;
+        h.failing_since = None;
+        drop(st);
+        self.changed.notify_waiters();
+    }
+
+    pub fn is_retired(&self, w: usize) -> bool {
+        self.lock().workers[w].retired
     }
 
     /// Sets worker `w`'s limit (learnt from its `Info` once it answered).
     pub fn set_limit(&self, w: usize, limit: CreditLimit) {
         let mut st = self.lock();
         st.workers[w].credit.limit = limit;
+        let freed = Arc::clone(&st.workers[w].credit_freed);
         drop(st);
-        self.credit_freed[w].notify_waiters();
+        freed.notify_waiters();
     }
 
     /// Worker `w`'s limit.
@@ -202,7 +246,7 @@ impl Ledger {
             credit.items = credit.items.saturating_sub(1);
         }
         if !before && credit.allows_another() {
-            self.credit_freed[lease.worker].notify_waiters();
+            st.workers[lease.worker].credit_freed.notify_waiters();
         }
     }
 
@@ -276,15 +320,16 @@ impl Ledger {
     /// Futures that complete at the ledger's next change and when worker
     /// `w`'s credit next frees up. Taken before looking at the ledger, they
     /// also catch a change made after the look.
-    pub fn changes(&self, w: usize) -> (Notified<'_>, Notified<'_>) {
-        (self.changed.notified(), self.credit_freed[w].notified())
+    pub fn changes(&self, w: usize) -> (Notified<'_>, OwnedNotified) {
+        let freed = Arc::clone(&self.lock().workers[w].credit_freed);
+        (self.changed.notified(), freed.notified_owned())
     }
 
     /// The next pending item for `worker`: the first one that has not
     /// failed on it, unless it has failed on every worker.
     pub fn take(&self, worker: usize) -> Option<Lease> {
         let mut st = self.lock();
-        if !st.workers[worker].credit.allows_another() {
+        if st.workers[worker].retired || !st.workers[worker].credit.allows_another() {
             return None;
         }
         let workers = st.workers.len();
@@ -425,8 +470,14 @@ impl Ledger {
         self.changed.notify_waiters();
     }
 
+    /// Worker `w` served an item or answered a probe. A retired worker
+    /// stays counted as gone (it finishes its items but takes no more).
     pub fn worker_ok(&self, w: usize) {
-        self.lock().workers[w].failing_since = None;
+        let mut st = self.lock();
+        let h = &mut st.workers[w];
+        if !h.retired {
+            h.failing_since = None;
+        }
     }
 
     pub fn is_failing(&self, w: usize) -> bool {
@@ -437,10 +488,21 @@ impl Ledger {
     /// been failing for longer than `patience`.
     pub fn worker_failed(&self, w: usize, message: &str, patience: Duration) {
         let mut st = self.lock();
-        let now = Instant::now();
         let h = &mut st.workers[w];
-        h.failing_since.get_or_insert(now);
+        h.failing_since.get_or_insert_with(Instant::now);
         h.last_error = message.to_owned();
+        self.check_patience(st, patience);
+    }
+
+    /// Ends the epoch if every worker (retired ones included) has been
+    /// failing for longer than `patience`: what a retired worker's idle
+    /// lanes call now and then, since they report no failures.
+    pub fn check_gone(&self, patience: Duration) {
+        self.check_patience(self.lock(), patience);
+    }
+
+    fn check_patience(&self, mut st: MutexGuard<'_, LedgerState>, patience: Duration) {
+        let now = Instant::now();
         let all_gone = st
             .workers
             .iter()

@@ -17,6 +17,7 @@ mod buffers;
 mod config;
 mod cuda;
 pub mod device;
+mod discovery;
 mod dispatch;
 mod error;
 mod event;
@@ -31,12 +32,16 @@ mod state;
 mod supervisor;
 mod tls;
 mod wire;
+mod workers;
 
 pub use assemble::{LastBatch, batches_per_rank};
 pub use batch::Batch;
 pub use budget::ErrorBudget;
 pub use buffers::Pixels;
-pub use config::{DEFAULT_PREFETCH, DEFAULT_PROGRESS_TIMEOUT, DEFAULT_WORKER_PATIENCE, DeviceTarget, LoaderConfig};
+pub use config::{
+    DEFAULT_PREFETCH, DEFAULT_PROGRESS_TIMEOUT, DEFAULT_RESOLVE_INTERVAL, DEFAULT_WORKER_PATIENCE, DeviceTarget,
+    LoaderConfig,
+};
 pub use error::ClientError;
 pub use loader::{EpochStream, EpochWatch, Loader};
 pub use report::{EpochReport, WorkerReport};

@@ -11,15 +11,15 @@ use std::time::Instant;
 use stoker_core::ShardRef;
 use stoker_core::plan::EpochPlan;
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinSet;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::assemble::{Assembler, batches_per_rank};
 use crate::batch::{Batch, open_upload};
 use crate::buffers::{BatchBuffers, HostPool};
-use crate::config::{DEFAULT_INFLIGHT_ITEMS, LoaderConfig, MAX_LANES_PER_WORKER};
+use crate::config::LoaderConfig;
 use crate::device::Uploader;
-use crate::dispatch::{WorkerLane, worker_limit};
+use crate::discovery::{Discovery, WorkerSource};
+use crate::dispatch::EpochLanes;
 use crate::error::{ClientError, describe_status, is_permanent};
 use crate::ledger::{CreditLimit, Ledger};
 use crate::metrics::ClientMetrics;
@@ -27,26 +27,16 @@ use crate::order::Sequencer;
 use crate::report::{EpochCounters, EpochReport};
 use crate::state::{EpochState, Fingerprint, Progress};
 use crate::supervisor::Supervisor;
-use crate::tls::TlsOptions;
 use crate::wire;
-
-struct WorkerConn {
-    addr: String,
-    client: wire::Client,
-    /// More connections to the same worker, for the lanes: one HTTP/2
-    /// connection is served by one task at each end, which caps it below
-    /// what a GPU worker sends (about 2.6 GB/s on loopback, measured).
-    lane_clients: Vec<wire::Client>,
-    health: wire::HealthClient,
-    /// What the worker may have in flight, from the configuration or its
-    /// `Info` at connection time.
-    limit: CreditLimit,
-}
+use crate::workers::{WorkerConn, WorkerSet, rediscover, resolve_at_start};
 
 /// A connection to a set of workers for one dataset.
 pub struct Loader {
     config: Arc<LoaderConfig>,
-    workers: Vec<WorkerConn>,
+    /// The workers, shared with the discovery task.
+    workers: Arc<WorkerSet>,
+    /// Re-resolves `dns://` entries while the loader lives.
+    discovery: Option<tokio::task::JoinHandle<()>>,
     shards: Vec<ShardRef>,
     /// Batch buffers, shared by the epochs: heap, or the pinned ring.
     buffers: BatchBuffers,
@@ -85,29 +75,23 @@ impl Loader {
             ),
             None => None,
         };
-        let mut workers = Vec::with_capacity(config.workers.len());
-        for addr in &config.workers {
-            // `https://` addresses get TLS with the system roots unless the
-            // configuration says how to verify them.
-            let default_tls = TlsOptions::default();
-            let tls = config
-                .tls
-                .as_ref()
-                .or_else(|| addr.starts_with("https://").then_some(&default_tls));
-            let channel = wire::channel(addr, config.connect_timeout, tls).map_err(ClientError::Config)?;
-            let mut lane_clients =
-                vec![wire::client(channel.clone(), config.token.as_ref()).map_err(ClientError::Config)?];
-            for _ in 1..wire::CONNECTIONS_PER_WORKER {
-                let more = wire::channel(addr, config.connect_timeout, tls).map_err(ClientError::Config)?;
-                lane_clients.push(wire::client(more, config.token.as_ref()).map_err(ClientError::Config)?);
+        let sources = config
+            .workers
+            .iter()
+            .map(|w| WorkerSource::parse(w))
+            .collect::<Result<Vec<_>, _>>()?;
+        let uses_dns = sources.iter().any(|s| matches!(s, WorkerSource::Dns { .. }));
+        let discovery = if uses_dns {
+            Some(Discovery::new(config.dns_server, config.connect_timeout)?)
+        } else {
+            None
+        };
+        let mut workers = Vec::new();
+        for (addr, source) in resolve_at_start(&sources, discovery.as_ref()).await? {
+            if workers.iter().any(|w: &WorkerConn| w.addr == addr) {
+                continue;
             }
-            workers.push(WorkerConn {
-                addr: addr.clone(),
-                lane_clients,
-                client: wire::client(channel.clone(), config.token.as_ref()).map_err(ClientError::Config)?,
-                health: wire::health_client(channel, config.token.as_ref()).map_err(ClientError::Config)?,
-                limit: CreditLimit::Items(config.inflight_per_worker.unwrap_or(DEFAULT_INFLIGHT_ITEMS)),
-            });
+            workers.push(WorkerConn::open(&addr, &config, source)?);
         }
         let mut unreachable = Vec::new();
         let mut described = None;
@@ -135,23 +119,9 @@ impl Loader {
             // The epoch keeps trying these; they may come up later.
             warn!(worker = %u, "worker unreachable at start");
         }
-        if config.inflight_per_worker.is_none() {
-            // Asked at once of every worker; one that does not answer keeps
-            // the default and asks again when it comes up.
-            let asks = workers
-                .iter()
-                .map(|w| {
-                    let mut client = w.client.clone();
-                    async move { worker_limit(&mut client, config.connect_timeout).await }
-                })
-                .collect::<Vec<_>>();
-            for (w, limit) in workers.iter_mut().zip(futures::future::join_all(asks).await) {
-                if let Some(limit) = limit {
-                    debug!(worker = %w.addr, ?limit, "worker credit");
-                    w.limit = limit;
-                }
-            }
-        }
+        // Asked at once of every worker; one that does not answer keeps
+        // the default and asks again when it comes up.
+        futures::future::join_all(workers.iter_mut().map(|w| w.ask_limit(&config))).await;
         let shards = described.shards;
         if shards.is_empty() {
             return Err(ClientError::Config(format!("dataset {} has no shards", config.dataset)));
@@ -191,9 +161,14 @@ impl Loader {
             });
             stop
         });
+        let config = Arc::new(config);
+        let workers = Arc::new(WorkerSet::new(workers));
+        let discovery =
+            discovery.map(|d| tokio::spawn(rediscover(Arc::downgrade(&workers), sources, d, Arc::clone(&config))));
         Ok(Self {
-            config: Arc::new(config),
+            config,
             workers,
+            discovery,
             shards,
             buffers,
             uploader,
@@ -295,45 +270,15 @@ impl Loader {
                 "the dataset has no index with sample counts: ranks split it by shard and may yield different numbers of batches"
             );
         }
-        let addrs: Vec<String> = self.workers.iter().map(|w| w.addr.clone()).collect();
         let items = plan.items.len();
-        let limits: Vec<(String, CreditLimit)> = self.workers.iter().map(|w| (w.addr.clone(), w.limit)).collect();
-        let ledger = Arc::new(Ledger::new(plan.items.clone(), &limits));
-        let (done, partial): (&[u32], &[(u32, Vec<String>)]) = match resumed {
-            Some(s) => (&s.done_items, &s.partial),
-            None => (&[], &[]),
-        };
-        ledger.resume(done, partial);
-        // Lanes per worker: as many as the items its credit may allow at
-        // once (a worker that may ask for more once reached gets the most);
-        // the items expected in flight bound deterministic mode's window.
         let item_samples = plan.samples().map(|n| n / plan.items.len().max(1) as u64);
-        let expected_items = |limit| match limit {
-            CreditLimit::Items(n) => n,
-            CreditLimit::Samples(want) => item_samples.map_or(DEFAULT_INFLIGHT_ITEMS + 1, |per_item| {
-                (want.div_ceil(per_item.max(1)) as usize + 1).min(MAX_LANES_PER_WORKER)
-            }),
-        };
-        let lanes_per_worker: Vec<usize> = self
-            .workers
-            .iter()
-            .map(|w| match (w.limit, self.config.inflight_per_worker) {
-                (_, Some(n)) => n,
-                (CreditLimit::Samples(_), None) if item_samples.is_some() => expected_items(w.limit),
-                _ => MAX_LANES_PER_WORKER,
-            })
-            .collect();
-        let lanes_total: usize = self.workers.iter().map(|w| expected_items(w.limit)).sum();
-        let sequencer = Sequencer::new(items, self.config.deterministic, done);
-        if self.config.deterministic {
-            ledger.set_window(2 * lanes_total);
-            // A resumed epoch starts past the items delivered whole.
-            ledger.advance(sequencer.head());
-        }
         let planned = plan.samples();
-        let counters = Arc::new(EpochCounters::new(&addrs, planned, &self.metrics));
+        let sequencer = Sequencer::new(
+            items,
+            self.config.deterministic,
+            resumed.map_or(&[][..], |s| &s.done_items),
+        );
         let (event_tx, event_rx) = mpsc::channel(self.config.batch_size.max(64));
-        let (batch_tx, batch_rx) = mpsc::channel(self.config.prefetch.max(1));
         let template = Arc::new(wire::ItemTemplate::new(
             &self.config.dataset,
             self.config.seed,
@@ -341,26 +286,44 @@ impl Loader {
             &self.config.transform,
             self.config.chunk_bytes,
         ));
-        let mut lanes = JoinSet::new();
-        for (i, w) in self.workers.iter().enumerate() {
-            for lane in 0..lanes_per_worker[i] {
-                lanes.spawn(
-                    WorkerLane {
-                        worker: i,
-                        addr: w.addr.clone(),
-                        client: w.lane_clients[lane % w.lane_clients.len()].clone(),
-                        health: w.health.clone(),
-                        ledger: Arc::clone(&ledger),
-                        config: Arc::clone(&self.config),
-                        template: Arc::clone(&template),
-                        events: event_tx.clone(),
-                        counters: Arc::clone(&counters),
-                    }
-                    .run(),
-                );
+        let lanes = self.workers.start_epoch(|workers| {
+            let limits: Vec<(String, CreditLimit)> = workers.iter().map(|w| (w.addr.clone(), w.limit)).collect();
+            let ledger = Arc::new(Ledger::new(plan.items.clone(), &limits));
+            let (done, partial): (&[u32], &[(u32, Vec<String>)]) = match resumed {
+                Some(s) => (&s.done_items, &s.partial),
+                None => (&[], &[]),
+            };
+            ledger.resume(done, partial);
+            let addrs: Vec<String> = workers.iter().map(|w| w.addr.clone()).collect();
+            let counters = Arc::new(EpochCounters::new(&addrs, planned, &self.metrics));
+            let lanes = Arc::new(EpochLanes::new(
+                ledger,
+                counters,
+                Arc::clone(&self.config),
+                template,
+                &event_tx,
+                item_samples,
+            ));
+            if self.config.deterministic {
+                // The items expected in flight bound the window.
+                let in_flight: usize = workers.iter().map(|w| lanes.expected_items(w.limit)).sum();
+                lanes.ledger.set_window(2 * in_flight);
+                // A resumed epoch starts past the items delivered whole.
+                lanes.ledger.advance(sequencer.head());
             }
-        }
+            for (i, w) in workers.iter().enumerate() {
+                if !w.active {
+                    let source = w.source.as_deref().unwrap_or("its dns name");
+                    lanes.ledger.retire(i, &format!("no longer an address of {source}"));
+                }
+                lanes.spawn(i, w, &event_tx);
+            }
+            lanes
+        });
         drop(event_tx);
+        let counters = Arc::clone(&lanes.counters);
+        let ledger = Arc::clone(&lanes.ledger);
+        let (batch_tx, batch_rx) = mpsc::channel(self.config.prefetch.max(1));
         let assembler = Assembler::new(
             epoch,
             self.config.transform.size,
@@ -385,14 +348,12 @@ impl Loader {
             }
             .run(),
         );
-        let workers = Arc::new(addrs);
-        self.metrics.set_current(&counters, &workers);
+        self.metrics.set_current(&counters);
         Ok(EpochStream {
             rx: batch_rx,
             watch: EpochWatch {
                 counters,
                 progress: Arc::new(Mutex::new(Progress::new(epoch, fingerprint, resumed))),
-                workers,
                 shards: items,
             },
         })
@@ -412,7 +373,6 @@ pub struct EpochStream {
 pub struct EpochWatch {
     counters: Arc<EpochCounters>,
     progress: Arc<Mutex<Progress>>,
-    workers: Arc<Vec<String>>,
     shards: usize,
 }
 
@@ -422,6 +382,14 @@ struct WaitClock<'a>(&'a EpochCounters, Instant);
 impl Drop for WaitClock<'_> {
     fn drop(&mut self) {
         self.0.add_wait(self.1.elapsed());
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        if let Some(task) = &self.discovery {
+            task.abort();
+        }
     }
 }
 
@@ -477,6 +445,6 @@ impl EpochWatch {
     }
 
     pub fn report(&self) -> EpochReport {
-        self.counters.report(&self.workers, self.shards)
+        self.counters.report(self.shards)
     }
 }

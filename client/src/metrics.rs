@@ -29,8 +29,8 @@ pub const PREFIX: &str = "stoker_client";
 
 type WorkerLabel = [(&'static str, String); 1];
 
-/// An epoch's counters and its workers' addresses.
-type CurrentEpoch = Option<(Arc<EpochCounters>, Arc<Vec<String>>)>;
+/// The counters of the epoch in progress.
+type CurrentEpoch = Option<Arc<EpochCounters>>;
 
 /// The loader's lifetime counters. Cheap to clone (shared).
 #[derive(Debug, Clone, Default)]
@@ -55,8 +55,8 @@ impl ClientMetrics {
     }
 
     /// Makes `counters` the epoch the gauge describes.
-    pub fn set_current(&self, counters: &Arc<EpochCounters>, workers: &Arc<Vec<String>>) {
-        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some((Arc::clone(counters), Arc::clone(workers)));
+    pub fn set_current(&self, counters: &Arc<EpochCounters>) {
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(counters));
     }
 
     /// The registry a loader serves.
@@ -93,10 +93,10 @@ struct Recommended(ClientMetrics);
 impl Collector for Recommended {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let current = self.0.current.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let Some((counters, workers)) = current else {
+        let Some(counters) = current else {
             return Ok(());
         };
-        let report = counters.report(&workers, 0);
+        let report = counters.report(0);
         if let Some(n) = report.recommended_workers {
             let gauge = ConstGauge::new(i64::from(n));
             gauge.encode(encoder.encode_descriptor(

@@ -2,7 +2,7 @@
 //! and the reports made from them ([`EpochReport`], [`WorkerReport`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use std::time::Instant;
 
@@ -24,18 +24,27 @@ pub(crate) struct EpochCounters {
     pub batches: AtomicU64,
     /// Nanoseconds the consumer waited for a batch.
     pub wait_ns: AtomicU64,
-    per_worker: Vec<AtomicU64>,
+    /// Per worker, in the lanes' numbering (workers found during the epoch
+    /// are added).
+    workers: RwLock<Vec<WorkerTally>>,
     /// The loader's lifetime totals, updated beside these.
     metrics: ClientMetrics,
     started: Instant,
     /// Set when the consumer saw the epoch end: the report's clock stops.
     ended: OnceLock<Instant>,
-    worker_metrics: Vec<Counter>,
     skip_reasons: Mutex<Vec<(String, String)>>,
     tally: Mutex<ReasonTally>,
     shard_errors: Mutex<Vec<String>>,
     /// Samples the epoch holds, when the dataset's index says.
     planned: Option<u64>,
+}
+
+/// Samples from one worker: this epoch's count and the lifetime metric.
+#[derive(Debug)]
+struct WorkerTally {
+    addr: String,
+    samples: AtomicU64,
+    metric: Counter,
 }
 
 /// Skip reasons kept for the report (the log has all of them).
@@ -49,7 +58,6 @@ impl EpochCounters {
             consumed: AtomicU64::new(0),
             batches: AtomicU64::new(0),
             wait_ns: AtomicU64::new(0),
-            worker_metrics: workers.iter().map(|a| metrics.worker(a)).collect(),
             metrics: metrics.clone(),
             started: Instant::now(),
             ended: OnceLock::new(),
@@ -59,7 +67,16 @@ impl EpochCounters {
             bytes: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
             retries: AtomicU64::new(0),
-            per_worker: workers.iter().map(|_| AtomicU64::new(0)).collect(),
+            workers: RwLock::new(
+                workers
+                    .iter()
+                    .map(|addr| WorkerTally {
+                        addr: addr.clone(),
+                        samples: AtomicU64::new(0),
+                        metric: metrics.worker(addr),
+                    })
+                    .collect(),
+            ),
             skip_reasons: Mutex::new(Vec::new()),
             shard_errors: Mutex::new(Vec::new()),
         }
@@ -68,10 +85,24 @@ impl EpochCounters {
     pub fn add_sample(&self, worker: usize, bytes: usize) {
         self.samples.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-        self.per_worker[worker].fetch_add(1, Ordering::Relaxed);
         self.metrics.samples.inc();
         self.metrics.bytes.inc_by(bytes as u64);
-        self.worker_metrics[worker].inc();
+        let workers = self.workers.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(w) = workers.get(worker) {
+            w.samples.fetch_add(1, Ordering::Relaxed);
+            w.metric.inc();
+        }
+    }
+
+    /// A worker found during the epoch, numbered next (as in the ledger).
+    pub fn add_worker(&self, addr: &str) -> usize {
+        let mut workers = self.workers.write().unwrap_or_else(|p| p.into_inner());
+        workers.push(WorkerTally {
+            addr: addr.to_owned(),
+            samples: AtomicU64::new(0),
+            metric: self.metrics.worker(addr),
+        });
+        workers.len() - 1
     }
 
     /// The epoch is over for the consumer (its last batch, or an error).
@@ -141,12 +172,22 @@ impl EpochCounters {
     }
 
     /// The report of an epoch of `shards` plan items, so far (or to its
-    /// end); `workers` are the addresses, in the lanes' numbering.
-    pub fn report(&self, workers: &[String], shards: usize) -> EpochReport {
+    /// end).
+    pub fn report(&self, shards: usize) -> EpochReport {
         let elapsed = self.elapsed();
         let wait = Duration::from_nanos(self.wait_ns.load(Ordering::Relaxed));
         let consumed = self.consumed.load(Ordering::Relaxed);
-        let per_worker: Vec<u64> = self.per_worker.iter().map(|n| n.load(Ordering::Relaxed)).collect();
+        let workers: Vec<WorkerReport> = self
+            .workers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|w| WorkerReport {
+                addr: w.addr.clone(),
+                samples: w.samples.load(Ordering::Relaxed),
+            })
+            .collect();
+        let per_worker: Vec<u64> = workers.iter().map(|w| w.samples).collect();
         EpochReport {
             consumed,
             batches: self.batches.load(Ordering::Relaxed),
@@ -158,14 +199,7 @@ impl EpochCounters {
             retries: self.retries.load(Ordering::Relaxed),
             shards,
             elapsed,
-            workers: workers
-                .iter()
-                .zip(&self.per_worker)
-                .map(|(addr, n)| WorkerReport {
-                    addr: addr.clone(),
-                    samples: n.load(Ordering::Relaxed),
-                })
-                .collect(),
+            workers,
             skip_reasons: self.skip_reasons.lock().unwrap_or_else(|p| p.into_inner()).clone(),
             shard_errors: self.shard_errors.lock().unwrap_or_else(|p| p.into_inner()).clone(),
         }

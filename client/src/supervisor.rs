@@ -7,13 +7,13 @@
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
 use crate::assemble::{Assembler, LastBatch};
 use crate::batch::{Batch, upload};
 use crate::config::LoaderConfig;
 use crate::device::{DeviceBatch, Uploader};
+use crate::dispatch::EpochLanes;
 use crate::error::ClientError;
 use crate::event::Event;
 use crate::ledger::Ledger;
@@ -34,8 +34,8 @@ pub(crate) struct Supervisor {
     pub config: Arc<LoaderConfig>,
     pub ledger: Arc<Ledger>,
     pub counters: Arc<EpochCounters>,
-    /// The lanes' tasks.
-    pub lanes: JoinSet<()>,
+    /// The lanes' tasks (the events channel closes when the last ends).
+    pub lanes: Arc<EpochLanes>,
     pub events: mpsc::Receiver<Event>,
     /// The consumer's queue (bounded: the prefetch).
     pub batches: mpsc::Sender<Result<Batch, ClientError>>,
@@ -52,7 +52,6 @@ impl Supervisor {
             self.abort(abort).await;
             return;
         }
-        while self.lanes.join_next().await.is_some() {}
         if let Some(err) = self.epoch_error() {
             let _ = self.batches.send(Err(err)).await;
             return;
@@ -123,7 +122,7 @@ impl Supervisor {
                 let _ = self.batches.send(Err(err)).await;
             }
         }
-        self.lanes.shutdown().await;
+        self.lanes.abort();
     }
 
     /// Once the lanes are done: what ends the epoch in error, if anything.

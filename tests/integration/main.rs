@@ -11,6 +11,7 @@ mod bad_input;
 mod cli_errors;
 mod client_device;
 mod delivery;
+mod discovery;
 mod fidelity;
 mod gpu;
 mod lifecycle;

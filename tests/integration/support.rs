@@ -380,7 +380,12 @@ pub struct StreamChild {
 impl StreamChild {
     pub fn spawn(workers: &[&Worker], dataset: &str, args: &[&str]) -> Self {
         let addrs: Vec<&str> = workers.iter().map(|w| w.addr.as_str()).collect();
-        let (mut cmd, keys_path, dir) = Self::command(&addrs, dataset, args, &[]);
+        Self::spawn_addrs(&addrs, dataset, args)
+    }
+
+    /// [`StreamChild::spawn`] with `--workers` entries as given.
+    pub fn spawn_addrs(addrs: &[&str], dataset: &str, args: &[&str]) -> Self {
+        let (mut cmd, keys_path, dir) = Self::command(addrs, dataset, args, &[]);
         let child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -93,7 +93,7 @@ impl Client {
     #[pyo3(signature = (
         workers, dataset, batch_size, image_size, transform, seed, rank, world_size,
         prefetch, last_batch, max_errors=None, token=None, progress_timeout=60.0,
-        deterministic=false, upload=None, mean=None, std=None, metrics_port=None
+        deterministic=false, upload=None, mean=None, std=None, metrics_port=None, dns_server=None, resolve_interval=10.0
     ))]
     #[allow(clippy::too_many_arguments, reason = "mirrors the Python constructor's keywords")]
     fn new(
@@ -116,6 +116,8 @@ impl Client {
         mean: Option<[f32; 3]>,
         std: Option<[f32; 3]>,
         metrics_port: Option<String>,
+        dns_server: Option<String>,
+        resolve_interval: f64,
     ) -> PyResult<Self> {
         let spec = TransformSpec::preset(transform, image_size).map_err(err)?;
         let mut config = LoaderConfig::new(workers, dataset, batch_size, spec);
@@ -140,6 +142,16 @@ impl Client {
             .transpose()
             .map_err(|e| err(format!("max_errors: {e}")))?;
         config.token = token.map(Secret::new);
+        config.dns_server = dns_server
+            .map(|s| s.parse())
+            .transpose()
+            .map_err(|e| err(format!("dns_server must be IP:PORT: {e}")))?;
+        if !(resolve_interval.is_finite() && resolve_interval >= 0.1) {
+            return Err(err(format!(
+                "resolve_interval must be at least 0.1 seconds, got {resolve_interval}"
+            )));
+        }
+        config.resolve_interval = Duration::from_secs_f64(resolve_interval);
         config.metrics_listen = metrics_port
             .as_deref()
             .map(stoker_client::metrics::listen_addr)

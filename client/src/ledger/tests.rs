@@ -205,3 +205,42 @@ fn skipped_samples_are_not_reported_twice() {
     let second = l.take(1).unwrap();
     assert_eq!(second.skip, ["x"]);
 }
+
+#[test]
+fn a_retired_worker_takes_nothing_and_counts_as_gone_even_after_finishing_an_item() {
+    let l = ledger(3, 2);
+    let held = l.take(0).unwrap();
+    l.retire(0, "no longer an address of dns://w:1");
+    assert!(l.take(0).is_none(), "a retired worker took an item");
+    // Its item in progress still finishes, and does not bring it back.
+    l.complete(&held);
+    l.worker_ok(0);
+    assert!(l.is_retired(0) && l.is_failing(0));
+    assert!(l.take(1).is_some());
+    l.restore(0);
+    assert!(!l.is_failing(0));
+    assert!(l.take(0).is_some(), "a restored worker takes items again");
+}
+
+#[test]
+fn when_every_worker_is_retired_past_the_patience_the_epoch_fails_naming_why() {
+    let l = ledger(2, 1);
+    l.retire(0, "no longer an address of dns://w:1");
+    l.check_gone(Duration::from_secs(3600));
+    assert!(!l.is_finished(), "failed before the patience ran out");
+    l.check_gone(Duration::ZERO);
+    assert!(l.is_finished());
+    let err = l.fatal().unwrap().to_string();
+    assert!(err.contains("w0 (no longer an address of dns://w:1)"), "{err}");
+}
+
+#[test]
+fn a_worker_added_mid_epoch_gets_the_next_number_and_pending_items() {
+    let l = ledger(2, 1);
+    let first = l.take(0).unwrap();
+    let w = l.add_worker("w1", CreditLimit::Items(1));
+    assert_eq!(w, 1);
+    let second = l.take(w).unwrap();
+    assert_ne!(first.index, second.index);
+    assert!(l.take(w).is_none(), "the new worker's credit is one item");
+}

@@ -76,6 +76,12 @@ class Loader:
     order: batch k of an epoch depends only on (seed, epoch, rank, k), not
     on the number or speed of workers.
 
+    ``workers`` entries of the form ``"dns://NAME:PORT"`` stand for every
+    address NAME resolves to, resolved again every ``resolve_interval``
+    seconds (``dns_server="IP:PORT"`` asks that server instead of the
+    system's resolver): workers that appear get work, those that disappear
+    are drained, and nothing is lost or delivered twice.
+
     ``metrics_port=PORT`` (or ``"HOST:PORT"``) serves the loader's Prometheus
     metrics at ``/metrics``: time the training loop waited for batches,
     samples, bytes and batches received, reassigned items, samples per
@@ -111,6 +117,8 @@ class Loader:
         deterministic=False,
         channels_last=False,
         metrics_port=None,
+        dns_server=None,
+        resolve_interval=10.0,
     ):
         if isinstance(workers, str):
             workers = [w for w in workers.split(",") if w]
@@ -153,6 +161,8 @@ class Loader:
             None if mean is None else [float(x) for x in mean],
             None if std is None else [float(x) for x in std],
             None if metrics_port is None else str(metrics_port),
+            None if dns_server is None else str(dns_server),
+            float(resolve_interval),
         )
         if upload is not None and not self._client.uploads():
             warnings.warn(
