@@ -306,6 +306,7 @@ async fn run_items(
                     chunk_bytes: ctx.config.chunk_bytes,
                     start: 0,
                     end: None,
+                    mode: stoker_core::ItemMode::Process,
                 };
                 let (tx, mut rx) = tokio::sync::mpsc::channel(2);
                 let running = tokio::spawn(run_item(Arc::clone(&ctx), item, tx));

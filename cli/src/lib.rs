@@ -3,6 +3,7 @@
 
 mod bench;
 mod demo;
+mod doctor;
 mod progress;
 mod stream;
 mod synth;
@@ -12,6 +13,7 @@ use clap::{Parser, Subcommand};
 
 pub use bench::BenchArgs;
 pub use demo::DemoArgs;
+pub use doctor::DoctorArgs;
 pub use stream::StreamArgs;
 pub use synth::{PackArgs, SynthArgs};
 pub use worker::WorkerArgs;
@@ -38,6 +40,9 @@ pub enum Command {
     Demo(DemoArgs),
     /// Measure the CPU decode + transform pipeline on a folder of images.
     Bench(BenchArgs),
+    /// Measure storage, decode, transport and the client one at a time,
+    /// name the bottleneck and size the fleet for a target rate.
+    Doctor(DoctorArgs),
 }
 
 /// Runs a parsed command line.
@@ -62,6 +67,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Pack(args) => synth::run_pack(args).await,
             Command::Synth(args) => synth::run_synth(args).await,
             Command::Demo(args) => demo::run(args).await,
+            Command::Doctor(args) => doctor::run(args).await,
             Command::Bench(_) => unreachable!("handled before the runtime starts"),
         }
     })

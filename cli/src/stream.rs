@@ -171,7 +171,7 @@ impl StreamArgs {
             self.last_batch
         };
         config.deterministic = self.deterministic;
-        config.device = self.device_target()?;
+        config.device = device_target(&self.device, self.layout, self.dtype, self.normalize)?;
         config.max_errors = self.max_errors;
         config.token = self.token.clone();
         if self.tls_ca.is_some() || self.tls_cert.is_some() || self.tls_domain.is_some() {
@@ -200,9 +200,17 @@ impl StreamArgs {
             .transpose()?;
         Ok(config)
     }
+}
 
-    fn device_target(&self) -> anyhow::Result<Option<stoker_client::DeviceTarget>> {
-        let ordinal = match self.device.as_str() {
+/// Where `--device` (`cpu`, `cuda` or `cuda:N`) asks batches to land, and
+/// how they are converted there.
+pub(crate) fn device_target(
+    device: &str,
+    layout: stoker_client::device::Layout,
+    dtype: stoker_client::device::DType,
+    normalize: bool,
+) -> anyhow::Result<Option<stoker_client::DeviceTarget>> {
+    let ordinal = match device {
             "cpu" => return Ok(None),
             "cuda" => 0,
             d => d
@@ -210,12 +218,11 @@ impl StreamArgs {
                 .and_then(|n| n.parse().ok())
                 .with_context(|| format!("--device must be cpu, cuda or cuda:N, not {d:?}"))?,
         };
-        let mut spec = stoker_client::device::UploadSpec::new(self.layout, self.dtype);
-        if self.normalize {
+        let mut spec = stoker_client::device::UploadSpec::new(layout, dtype);
+        if normalize {
             spec = spec.with_mean_std([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]);
         }
-        Ok(Some(stoker_client::DeviceTarget { ordinal, spec }))
-    }
+    Ok(Some(stoker_client::DeviceTarget { ordinal, spec }))
 }
 
 /// Streams `epochs` epochs from `loader`; `on_batch` sees every batch.

@@ -32,6 +32,13 @@ pub enum ClientError {
     /// completed.
     #[error("epoch {epoch}: {items} work items never completed")]
     ItemsIncomplete { epoch: u64, items: usize },
+    /// A `stoker doctor` stage could not run on a worker.
+    #[error("the {stage} stage failed on worker {addr}: {message}")]
+    Stage {
+        stage: &'static str,
+        addr: String,
+        message: String,
+    },
     #[error("gpu upload failed: {0}")]
     Device(String),
     #[error("cannot complete the epoch's batches: {0}")]

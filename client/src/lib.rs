@@ -18,6 +18,7 @@ mod config;
 mod cuda;
 pub mod device;
 mod discovery;
+pub mod doctor;
 mod dispatch;
 mod error;
 mod event;

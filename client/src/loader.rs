@@ -34,13 +34,13 @@ use crate::workers::{WorkerConn, WorkerSet, rediscover, resolve_at_start};
 pub struct Loader {
     config: Arc<LoaderConfig>,
     /// The workers, shared with the discovery task.
-    workers: Arc<WorkerSet>,
+    pub(crate) workers: Arc<WorkerSet>,
     /// Re-resolves `dns://` entries while the loader lives.
     discovery: Option<tokio::task::JoinHandle<()>>,
     shards: Vec<ShardRef>,
     /// Batch buffers, shared by the epochs: heap, or the pinned ring.
-    buffers: BatchBuffers,
-    uploader: Option<Arc<Uploader>>,
+    pub(crate) buffers: BatchBuffers,
+    pub(crate) uploader: Option<Arc<Uploader>>,
     /// Why an upload that was asked for is not used.
     upload_error: Option<String>,
     /// Lifetime counters, served at `/metrics` when configured.

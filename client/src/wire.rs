@@ -170,6 +170,12 @@ impl ItemTemplate {
         }
     }
 
+    /// The same requests in `mode` (`stoker doctor`'s stages).
+    pub fn with_mode(mut self, mode: stoker_core::ItemMode) -> Self {
+        self.base.mode = pb::ItemMode::from(mode) as i32;
+        self
+    }
+
     /// The request for the samples of `shard` from position `start` up to
     /// `end` (the shard's end with `None`), less those in `skip`.
     pub fn request(&self, shard: &str, skip: Vec<String>, start: u64, end: Option<u64>) -> WorkRequest {
@@ -205,6 +211,8 @@ impl Chunks {
                 .collect(),
             done: c.done,
             shard_error: c.shard_error,
+            read_samples: c.read_samples,
+            read_bytes: c.read_bytes,
         }))
     }
 }
@@ -220,6 +228,10 @@ pub(crate) struct Chunk {
     /// Set on the last chunk when the shard's data ended early or was
     /// corrupt (names the shard and the offset); empty otherwise.
     pub shard_error: String,
+    /// Items of the doctor's `Read` and `Decode` modes: samples handled and
+    /// bytes read or produced, counted instead of sent.
+    pub read_samples: u64,
+    pub read_bytes: u64,
 }
 
 impl Chunk {

@@ -114,6 +114,11 @@ impl WorkerSet {
         lanes
     }
 
+    /// The workers among the addresses now.
+    pub fn active(&self) -> Vec<WorkerConn> {
+        self.lock().workers.iter().filter(|w| w.active).cloned().collect()
+    }
+
     /// Addresses known so far, active or not.
     pub fn known(&self) -> BTreeSet<String> {
         self.lock().workers.iter().map(|w| w.addr.clone()).collect()

@@ -15,6 +15,7 @@ pub mod pb {
 
 pub mod transport;
 
+use stoker_core::ItemMode;
 use stoker_core::plan::ShardRef;
 use stoker_core::transform::{Op, SpecError, TransformSpec};
 
@@ -107,6 +108,28 @@ pub fn spec_to_pb(spec: &TransformSpec) -> pb::TransformSpec {
         })
         .collect();
     pb::TransformSpec { size: spec.size, ops }
+}
+
+impl From<ItemMode> for pb::ItemMode {
+    fn from(mode: ItemMode) -> Self {
+        match mode {
+            ItemMode::Process => Self::Process,
+            ItemMode::Read => Self::Read,
+            ItemMode::Decode => Self::Decode,
+            ItemMode::Synthetic => Self::Synthetic,
+        }
+    }
+}
+
+/// A work item's wire `mode` as the domain type; `None` for a value this
+/// build does not know (a newer client).
+pub fn mode_from_pb(mode: i32) -> Option<ItemMode> {
+    Some(match pb::ItemMode::try_from(mode).ok()? {
+        pb::ItemMode::Process => ItemMode::Process,
+        pb::ItemMode::Read => ItemMode::Read,
+        pb::ItemMode::Decode => ItemMode::Decode,
+        pb::ItemMode::Synthetic => ItemMode::Synthetic,
+    })
 }
 
 impl From<&ShardRef> for pb::ShardInfo {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use stoker_core::{DatasetUri, Secret};
+use stoker_core::{DatasetUri, ItemMode, Secret};
 use stoker_proto::pb::worker_server::{Worker, WorkerServer};
 use stoker_proto::{pb, spec_from_pb};
 use tokio::net::TcpListener;
@@ -131,7 +131,14 @@ fn item_status(err: &ItemError) -> Status {
     }
 }
 
-fn chunk_to_pb(chunk: Chunk) -> pb::SampleChunk {
+fn chunk_to_pb(mut chunk: Chunk, mode: ItemMode) -> pb::SampleChunk {
+    if mode == ItemMode::Decode {
+        // Processed, then counted instead of sent: the doctor's decode
+        // stage, without the transport.
+        chunk.read_samples = chunk.samples.len() as u64;
+        chunk.read_bytes = chunk.pixel_bytes as u64;
+        chunk.samples.clear();
+    }
     pb::SampleChunk {
         samples: chunk
             .samples
@@ -155,7 +162,9 @@ fn chunk_to_pb(chunk: Chunk) -> pb::SampleChunk {
             })
             .collect(),
         done: chunk.done,
-        shard_error: chunk.shard_error.unwrap_or_default(),
+        shard_error: chunk.shard_error.take().unwrap_or_default(),
+        read_samples: chunk.read_samples,
+        read_bytes: chunk.read_bytes,
     }
 }
 
@@ -213,6 +222,14 @@ impl Worker for WorkerService {
                 req.shard, req.start, req.end
             )));
         }
+        let mode = stoker_proto::mode_from_pb(req.mode)
+            .ok_or_else(|| Status::invalid_argument(format!("unknown work item mode {}", req.mode)))?;
+        if mode == ItemMode::Synthetic && req.end == 0 {
+            return Err(Status::invalid_argument(format!(
+                "synthetic work item for shard {} has no sample range",
+                req.shard
+            )));
+        }
         let chunk_bytes = match req.chunk_bytes {
             0 => self.ctx.config.chunk_bytes,
             n => n as usize,
@@ -227,6 +244,7 @@ impl Worker for WorkerService {
             chunk_bytes,
             start: req.start,
             end: (req.end != 0).then_some(req.end),
+            mode,
         };
         info!(
             shard = %item.dataset.join(&item.shard),
@@ -256,7 +274,7 @@ impl Worker for WorkerService {
                 }
             }
         });
-        let stream = ReceiverStream::new(rx).map(|r| r.map(chunk_to_pb).map_err(|e| item_status(&e)));
+        let stream = ReceiverStream::new(rx).map(move |r| r.map(|c| chunk_to_pb(c, mode)).map_err(|e| item_status(&e)));
         Ok(Response::new(Box::pin(stream)))
     }
 

@@ -41,6 +41,7 @@ fn item(size: u32, ops: Vec<pb::Transform>) -> pb::WorkItem {
         chunk_bytes: 0,
         start: 0,
         end: 0,
+        mode: 0,
     }
 }
 

@@ -7,9 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use stoker_core::ItemMode;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+use super::measure::{read_item, synthetic_item};
 use super::replay::replay_item;
 use super::route::{InFlight, Route, gpu_sample, on_cpu, on_gpu};
 use super::{Chunk, Item, ItemError, Processed, SkipKind, Skipped, WorkerContext};
@@ -54,6 +56,7 @@ fn memory_need(raw: &RawSample, output_bytes: u64, max_pixels: u64, gpu: bool) -
 pub async fn run_item(ctx: Arc<WorkerContext>, item: Item, tx: mpsc::Sender<Result<Chunk, ItemError>>) {
     let shard = item.dataset.join(&item.shard);
     if ctx.config.replay
+        && item.mode == ItemMode::Process
         && let Some(cached) = ctx.replay.get(&item)
     {
         if replay_item(&ctx, &item, &cached, &tx).await {
@@ -61,9 +64,14 @@ pub async fn run_item(ctx: Arc<WorkerContext>, item: Item, tx: mpsc::Sender<Resu
         }
         return;
     }
-    let run = match ItemRun::open(&ctx, &item, &tx).await {
-        Ok(run) => run.run().await,
-        Err(err) => Err(err),
+    let run = match item.mode {
+        ItemMode::Read => read_item(&ctx, &item, &tx).await,
+        ItemMode::Synthetic => Ok(synthetic_item(&ctx, &item, &tx).await),
+        // `Decode` runs as `Process`: the gRPC edge sends counts.
+        ItemMode::Process | ItemMode::Decode => match ItemRun::open(&ctx, &item, &tx).await {
+            Ok(run) => run.run().await,
+            Err(err) => Err(err),
+        },
     };
     match run {
         Ok(true) => {
@@ -149,7 +157,7 @@ impl<'a> ItemRun<'a> {
             gpu_batch,
             gpu_pending: Vec::new(),
             gpu_held: Reservation::default(),
-            record: (ctx.config.replay && item.skip.is_empty()).then(Vec::new),
+            record: (ctx.config.replay && item.mode == ItemMode::Process && item.skip.is_empty()).then(Vec::new),
             ahead: ctx.config.decode_ahead.max(1).max(2 * gpu_batch),
         })
     }

@@ -15,6 +15,7 @@
 
 mod cpu;
 mod item;
+mod measure;
 mod replay;
 mod route;
 
@@ -23,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use bytes::Bytes;
-use stoker_core::{DatasetUri, TransformSpec};
+use stoker_core::{DatasetUri, ItemMode, TransformSpec};
 
 use crate::gpu::GpuRunner;
 use crate::gpu::RunnerGone;
@@ -204,6 +205,8 @@ pub struct Item {
     /// to (not including) `end`, or to the shard's end.
     pub start: u64,
     pub end: Option<u64>,
+    /// What to do with the samples (always `Process` for training).
+    pub mode: ItemMode,
 }
 
 /// One processed sample: uint8 HWC RGB pixels (a GPU batch's samples share
@@ -301,6 +304,10 @@ pub struct Chunk {
     /// The memory budget held by `samples`, released when the chunk is
     /// dropped (once it is encoded for the network).
     pub reservation: Reservation,
+    /// `Read` items: samples read and their encoded bytes, counted instead
+    /// of sent.
+    pub read_samples: u64,
+    pub read_bytes: u64,
 }
 
 impl Chunk {
@@ -311,7 +318,7 @@ impl Chunk {
     }
 
     fn is_empty(&self) -> bool {
-        self.samples.is_empty() && self.skipped.is_empty()
+        self.samples.is_empty() && self.skipped.is_empty() && self.read_samples == 0
     }
 }
 

@@ -257,6 +257,7 @@ mod tests {
             chunk_bytes: 4096,
             start,
             end,
+            mode: stoker_core::ItemMode::Process,
         };
         let (tx, mut rx) = mpsc::channel(2);
         let task = tokio::spawn(run_item(ctx, item, tx));
