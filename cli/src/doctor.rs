@@ -155,7 +155,10 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.batch_size > 0, "--batch-size must be at least 1");
     anyhow::ensure!(args.samples > 0, "--samples must be at least 1");
     if let Some(r) = args.target_rate {
-        anyhow::ensure!(r.is_finite() && r > 0.0, "--target-rate must be a positive rate, got {r}");
+        anyhow::ensure!(
+            r.is_finite() && r > 0.0,
+            "--target-rate must be a positive rate, got {r}"
+        );
     }
     let transform =
         TransformSpec::preset(&args.transform, args.image_size).context("invalid --transform or --image-size")?;

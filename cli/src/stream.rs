@@ -211,17 +211,17 @@ pub(crate) fn device_target(
     normalize: bool,
 ) -> anyhow::Result<Option<stoker_client::DeviceTarget>> {
     let ordinal = match device {
-            "cpu" => return Ok(None),
-            "cuda" => 0,
-            d => d
-                .strip_prefix("cuda:")
-                .and_then(|n| n.parse().ok())
-                .with_context(|| format!("--device must be cpu, cuda or cuda:N, not {d:?}"))?,
-        };
-        let mut spec = stoker_client::device::UploadSpec::new(layout, dtype);
-        if normalize {
-            spec = spec.with_mean_std([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]);
-        }
+        "cpu" => return Ok(None),
+        "cuda" => 0,
+        d => d
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse().ok())
+            .with_context(|| format!("--device must be cpu, cuda or cuda:N, not {d:?}"))?,
+    };
+    let mut spec = stoker_client::device::UploadSpec::new(layout, dtype);
+    if normalize {
+        spec = spec.with_mean_std([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]);
+    }
     Ok(Some(stoker_client::DeviceTarget { ordinal, spec }))
 }
 

@@ -151,7 +151,15 @@ impl Loader {
         let parts = Arc::new(parts);
 
         // 1. Storage, with the counts that make the later stages' ranges.
-        let (storage, counts) = run_stage(Stage::Storage, &workers, &parts, &template(ItemMode::Read), config, min_seconds).await?;
+        let (storage, counts) = run_stage(
+            Stage::Storage,
+            &workers,
+            &parts,
+            &template(ItemMode::Read),
+            config,
+            min_seconds,
+        )
+        .await?;
         let parts: Vec<Part> = parts
             .iter()
             .cloned()
@@ -183,7 +191,7 @@ impl Loader {
                 config,
                 min_seconds,
             )
-                .await?;
+            .await?;
             decode_rate += rate.images_per_sec();
             decode_total.samples += rate.samples;
             decode_total.bytes += rate.bytes;
@@ -197,12 +205,21 @@ impl Loader {
         stages.push(decode_total.clone());
 
         // 3. Transport.
-        let (transport, _) =
-            run_stage(Stage::Transport, &workers, &parts, &template(ItemMode::Synthetic), config, min_seconds).await?;
+        let (transport, _) = run_stage(
+            Stage::Transport,
+            &workers,
+            &parts,
+            &template(ItemMode::Synthetic),
+            config,
+            min_seconds,
+        )
+        .await?;
         stages.push(transport.clone());
 
         // 4. The client's assembly (and upload).
-        let client = self.measure_ingest(transport.samples.max(2 * config.batch_size as u64), min_seconds).await?;
+        let client = self
+            .measure_ingest(transport.samples.max(2 * config.batch_size as u64), min_seconds)
+            .await?;
         stages.push(client.clone());
 
         let (s, d, t, c) = (

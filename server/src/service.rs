@@ -368,6 +368,23 @@ impl Default for ServeOptions {
     }
 }
 
+/// Connections accepted on `listener`, with TCP_NODELAY set. (The
+/// server's `tcp_nodelay` applies only to listeners it binds itself; with
+/// Nagle's algorithm on, the small frames that end a work item — its last
+/// chunk's tail, the trailers — waited for the client's delayed ACK, about
+/// 40 ms an item, which `stoker doctor` showed as a rate limit.)
+fn incoming_nodelay(
+    listener: TcpListener,
+) -> impl Stream<Item = std::io::Result<tokio::net::TcpStream>> + Send + 'static {
+    TcpListenerStream::new(listener).map(|conn| {
+        let conn = conn?;
+        if let Err(e) = conn.set_nodelay(true) {
+            warn!(error = %e, "cannot set tcp_nodelay on a client connection");
+        }
+        Ok(conn)
+    })
+}
+
 /// How long open connections get to close after the last item ended.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -417,7 +434,7 @@ pub async fn serve(
         .http2_keepalive_timeout(Some(transport::HTTP2_KEEPALIVE))
         .add_service(health_service)
         .add_service(service)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+        .serve_with_incoming_shutdown(incoming_nodelay(listener), async {
             let _ = stop_rx.await;
         });
     tokio::pin!(server);

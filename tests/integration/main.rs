@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, reason = "a failed unwrap is a failed test, with its location")]
 
+mod faultproxy;
 mod support;
 
 mod architecture;
@@ -12,6 +13,7 @@ mod cli_errors;
 mod client_device;
 mod delivery;
 mod discovery;
+mod doctor;
 mod fidelity;
 mod gpu;
 mod lifecycle;

@@ -12,9 +12,7 @@ use crate::support::{
     ChildGuard, S3Server, Worker, assert_exactly_once, image_folder_keys, pack, signal, stoker, stream, synth_images,
 };
 
-#[path = "faultproxy.rs"]
-mod faultproxy;
-use faultproxy::FaultProxy;
+use crate::faultproxy::FaultProxy;
 
 /// A worker like `Worker::start_with`, but logging at `warn` to `log`.
 fn logged_worker(threads: usize, args: &[&str], env: &[(&'static str, String)], log: &Path) -> Worker {
