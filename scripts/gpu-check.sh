@@ -138,6 +138,12 @@ print(f"worker-metrics {device}: {'ok' if ok else 'MISMATCH'}: sent {sent:.0f} o
 sys.exit(0 if ok else 1)
 PY
     [[ ${PIPESTATUS[0]} == 0 ]] || exits_rc=1
+    if [[ $device == cuda ]]; then
+        # stoker doctor against the GPU worker, the client stage uploading
+        # to this GPU (after the metrics check: its items are counted too).
+        timeout 120 .carry/stoker doctor --workers "$addr" --dataset "$work/shards" --batch-size 256 \
+            --image-size 224 --device cuda --normalize --seconds 2 2>&1 | tee "$out/doctor.log" | sed 's/^/doctor: /'
+    fi
     kill -INT $wpid; wait $wpid 2>/dev/null
     worker_exit "$device worker" $?
     grep -h "worker stopped" "$out/worker-$device.log" | sed "s/^.*worker stopped/$device worker stopped:/"
@@ -224,6 +230,7 @@ echo "=== gpu-check summary ==="
 grep -E "^test result|^gpu-vs-cpu worst|^gpu-worker|^decoded |^client-upload" "$out/gpu-tests.log"
 cat "$out/worker-exits.log" 2>/dev/null
 cat "$out/worker-metrics.log" 2>/dev/null
+sed 's/^/doctor: /' "$out/doctor.log" 2>/dev/null
 awk '/^gpu-backends/ { if ($NF > m) m = $NF } END { if (m != "") printf "cuda vs hardware backend decode, worst mad %s\n", m }' "$out/gpu-tests.log"
 grep -E "^skipped" "$out/gpu-tests.log"
 grep -hE "^torch package check|Error" "$out/torch-check.log" 2>/dev/null | tail -n 3

@@ -167,3 +167,23 @@ fn a_corrupt_shard_fails_the_storage_stage_naming_the_shard() {
         "{stderr}"
     );
 }
+
+#[test]
+fn the_python_doctor_times_the_training_step_and_keeps_the_loaders_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&images, 60, 2, 96, 72);
+    pack(&images, shards.to_str().unwrap(), "40K", &[]);
+    let (w1, w2) = (Worker::start(1), Worker::start(1));
+    let out = crate::support::run_ok(
+        crate::support::python()
+            .arg(crate::support::python_script("doctor_check.py"))
+            .arg(format!("{},{}", w1.addr, w2.addr))
+            .arg(&shards)
+            .arg("60"),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(stdout.contains("python doctor ok:"), "{stdout}");
+}

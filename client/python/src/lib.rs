@@ -349,6 +349,48 @@ impl Client {
             )
         })
     }
+
+    /// `stoker doctor`'s measurements (`Loader::doctor`) as a dict:
+    /// `stages` (a dict per stage: `stage`, `worker`, `samples`, `bytes`,
+    /// `seconds`, `images_per_sec`), `bottleneck`, `summary`,
+    /// `target_rate`, `workers`, `workers_for_target`.
+    #[pyo3(signature = (samples, seconds, target_rate=None))]
+    fn doctor<'py>(
+        &self,
+        py: Python<'py>,
+        samples: u64,
+        seconds: f64,
+        target_rate: Option<f64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        if !(seconds.is_finite() && seconds >= 0.0) {
+            return Err(err(format!("seconds must be a non-negative number, got {seconds}")));
+        }
+        let d = py
+            .detach(|| {
+                self.runtime
+                    .block_on(self.loader.doctor(samples.max(1), seconds, target_rate))
+            })
+            .map_err(err)?;
+        let stages = PyList::empty(py);
+        for s in &d.stages {
+            let stage = PyDict::new(py);
+            stage.set_item("stage", s.stage.as_str())?;
+            stage.set_item("worker", s.worker.clone())?;
+            stage.set_item("samples", s.samples)?;
+            stage.set_item("bytes", s.bytes)?;
+            stage.set_item("seconds", s.seconds)?;
+            stage.set_item("images_per_sec", s.images_per_sec())?;
+            stages.append(stage)?;
+        }
+        let out = PyDict::new(py);
+        out.set_item("stages", stages)?;
+        out.set_item("bottleneck", d.bottleneck.as_str())?;
+        out.set_item("summary", d.summary)?;
+        out.set_item("target_rate", d.target_rate)?;
+        out.set_item("workers", d.workers)?;
+        out.set_item("workers_for_target", d.workers_for_target)?;
+        Ok(out)
+    }
 }
 
 fn state_to_py<'py>(py: Python<'py>, s: &EpochState) -> PyResult<Bound<'py, PyDict>> {

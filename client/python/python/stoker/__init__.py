@@ -19,6 +19,7 @@ RANK / WORLD_SIZE environment variables when not given.
 """
 
 import os
+import time
 import warnings
 
 import numpy as np
@@ -307,3 +308,48 @@ class Loader:
                 image = image.contiguous()
             label = torch.from_numpy(labels).to(self.device)
         return {"image": image, "label": label, "key": list(keys), "epoch": epoch, "index": index, "padded": padded}
+
+
+def doctor(loader, train_step=None, samples=2048, seconds=2.0, steps=10):
+    """Finds the bottleneck of ``loader``'s input pipeline (``stoker doctor``).
+
+    Measures, in turn: storage, each worker's decode + transform, the
+    transport and this client's batch assembly (and upload), as
+    ``stoker doctor`` does. With ``train_step`` (a function taking a batch
+    as the loader yields it), it first times that step on one batch cached
+    where the loader put it (``steps`` runs after a warm-up, synchronising
+    CUDA when torch is there): the rate training would go at if data were
+    free. The loader's position is kept. The result is ``stoker doctor``'s dict, plus ``train_step`` (its
+    images/s), ``waiting_fraction`` (the share of step time training would
+    spend waiting on the pipeline measured) and ``workers_for_target`` sized
+    for the step's rate.
+    """
+    target = None
+    step_rate = None
+    if train_step is not None:
+        # One batch of the next epoch; the loader's position is kept.
+        saved = loader.state_dict()
+        batches = iter(loader)
+        batch = next(batches)
+        batches.close()
+        loader.load_state_dict(saved)
+        torch = loader._torch
+        cuda = torch is not None and torch.cuda.is_available()
+        n = len(batch["label"])
+        train_step(batch)  # warm-up
+        if cuda:
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        for _ in range(int(steps)):
+            train_step(batch)
+        if cuda:
+            torch.cuda.synchronize()
+        step_rate = int(steps) * n / max(time.perf_counter() - started, 1e-9)
+        target = step_rate
+    result = loader._client.doctor(int(samples), float(seconds), target)
+    if step_rate is not None:
+        result["train_step"] = {"images_per_sec": step_rate}
+        rates = {s["stage"]: s["images_per_sec"] for s in result["stages"] if s["worker"] is None}
+        pipeline = min(rates.values())
+        result["waiting_fraction"] = max(0.0, 1.0 - pipeline / step_rate)
+    return result
