@@ -8,7 +8,7 @@ use stoker_client::doctor::{Diagnosis, StageRate};
 use stoker_client::{Loader, LoaderConfig, TransformSpec};
 
 use crate::human_bytes;
-use crate::stream::device_target;
+use crate::stream::DeviceArgs;
 
 /// Default size of the measured subset (`--samples`).
 pub const DEFAULT_DOCTOR_SAMPLES: u64 = 2048;
@@ -29,16 +29,10 @@ pub struct DoctorArgs {
     pub image_size: u32,
     #[arg(long, default_value = "train")]
     pub transform: String,
-    /// Where the client lands batches: the client stage then includes the
-    /// upload and conversion.
-    #[arg(long, default_value = "cpu", value_name = "cpu|cuda[:N]")]
-    pub device: String,
-    #[arg(long, default_value = "bfloat16")]
-    pub dtype: stoker_client::device::DType,
-    #[arg(long, default_value = "nchw")]
-    pub layout: stoker_client::device::Layout,
-    #[arg(long)]
-    pub normalize: bool,
+    /// Where the client lands batches: with a GPU, the client stage
+    /// includes the upload and conversion.
+    #[command(flatten)]
+    pub device: DeviceArgs,
     /// Images/s the fleet should deliver (default: what this client can
     /// ingest from the network: the slower of the transport and its
     /// assembly).
@@ -163,7 +157,7 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
     let transform =
         TransformSpec::preset(&args.transform, args.image_size).context("invalid --transform or --image-size")?;
     let mut config = LoaderConfig::new(args.workers.clone(), args.dataset.clone(), args.batch_size, transform);
-    config.device = device_target(&args.device, args.layout, args.dtype, args.normalize)?;
+    config.device = args.device.target()?;
     config.token = args.token.clone();
     config.dns_server = args.dns_server;
     config.progress_timeout = std::time::Duration::from_secs(args.progress_timeout.max(1));

@@ -69,22 +69,8 @@ pub struct StreamArgs {
     /// depends only on (seed, epoch, rank, k).
     #[arg(long)]
     pub deterministic: bool,
-    /// Land batches on this GPU (`cuda` or `cuda:N`) through the client's
-    /// pinned ring, converted there; each batch is waited for before the
-    /// next is taken, as a training step would. `cpu` keeps them in host
-    /// memory. Without a usable GPU the client says so and stays on the host.
-    #[arg(long, default_value = "cpu", value_name = "cpu|cuda[:N]")]
-    pub device: String,
-    /// Element type on the GPU: uint8, float32, float16 or bfloat16.
-    #[arg(long, default_value = "bfloat16")]
-    pub dtype: stoker_client::device::DType,
-    /// Layout on the GPU: nchw or nhwc.
-    #[arg(long, default_value = "nchw")]
-    pub layout: stoker_client::device::Layout,
-    /// Normalise on the GPU with ImageNet's mean and std (after scaling to
-    /// [0, 1]).
-    #[arg(long)]
-    pub normalize: bool,
+    #[command(flatten)]
+    pub device: DeviceArgs,
     /// Fail once an epoch skips more samples than this: a count (10), a
     /// fraction of the epoch (0.01) or a percentage (1%).
     #[arg(long, value_name = "N|FRACTION")]
@@ -171,7 +157,7 @@ impl StreamArgs {
             self.last_batch
         };
         config.deterministic = self.deterministic;
-        config.device = device_target(&self.device, self.layout, self.dtype, self.normalize)?;
+        config.device = self.device.target()?;
         config.max_errors = self.max_errors;
         config.token = self.token.clone();
         if self.tls_ca.is_some() || self.tls_cert.is_some() || self.tls_domain.is_some() {
@@ -202,27 +188,45 @@ impl StreamArgs {
     }
 }
 
-/// Where `--device` (`cpu`, `cuda` or `cuda:N`) asks batches to land, and
-/// how they are converted there.
-pub(crate) fn device_target(
-    device: &str,
-    layout: stoker_client::device::Layout,
-    dtype: stoker_client::device::DType,
-    normalize: bool,
-) -> anyhow::Result<Option<stoker_client::DeviceTarget>> {
-    let ordinal = match device {
-        "cpu" => return Ok(None),
-        "cuda" => 0,
-        d => d
-            .strip_prefix("cuda:")
-            .and_then(|n| n.parse().ok())
-            .with_context(|| format!("--device must be cpu, cuda or cuda:N, not {d:?}"))?,
-    };
-    let mut spec = stoker_client::device::UploadSpec::new(layout, dtype);
-    if normalize {
-        spec = spec.with_mean_std([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]);
+/// Where batches land and how they are converted there (`stream`,
+/// `doctor`).
+#[derive(Debug, Args)]
+pub struct DeviceArgs {
+    /// Land batches on this GPU (`cuda` or `cuda:N`) through the client's
+    /// pinned ring, converted there; each batch is waited for before the
+    /// next is taken, as a training step would. `cpu` keeps them in host
+    /// memory. Without a usable GPU the client says so and stays on the host.
+    #[arg(long, default_value = "cpu", value_name = "cpu|cuda[:N]")]
+    pub device: String,
+    /// Element type on the GPU: uint8, float32, float16 or bfloat16.
+    #[arg(long, default_value = "bfloat16")]
+    pub dtype: stoker_client::device::DType,
+    /// Layout on the GPU: nchw or nhwc.
+    #[arg(long, default_value = "nchw")]
+    pub layout: stoker_client::device::Layout,
+    /// Normalise on the GPU with ImageNet's mean and std (after scaling to
+    /// [0, 1]).
+    #[arg(long)]
+    pub normalize: bool,
+}
+
+impl DeviceArgs {
+    /// The loader's `device` setting these flags ask for.
+    pub fn target(&self) -> anyhow::Result<Option<stoker_client::DeviceTarget>> {
+        let ordinal = match self.device.as_str() {
+            "cpu" => return Ok(None),
+            "cuda" => 0,
+            d => d
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .with_context(|| format!("--device must be cpu, cuda or cuda:N, not {d:?}"))?,
+        };
+        let mut spec = stoker_client::device::UploadSpec::new(self.layout, self.dtype);
+        if self.normalize {
+            spec = spec.with_mean_std([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]);
+        }
+        Ok(Some(stoker_client::DeviceTarget { ordinal, spec }))
     }
-    Ok(Some(stoker_client::DeviceTarget { ordinal, spec }))
 }
 
 /// Streams `epochs` epochs from `loader`; `on_batch` sees every batch.

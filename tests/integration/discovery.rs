@@ -4,15 +4,14 @@
 //! `--keys-out`.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    ChildGuard, StreamChild, Worker, assert_exactly_once, image_folder_keys, pack, python, python_script, stoker,
-    synth_images,
+    ChildGuard, StreamChild, Worker, assert_exactly_once, http_get, image_folder_keys, pack, python, python_script,
+    stoker, synth_images,
 };
 
 const NAME: &str = "workers.stoker.test";
@@ -88,16 +87,7 @@ fn worker_on(ip: &str, port: u16) -> Worker {
 
 /// Items a worker has finished, from its metrics.
 fn items_done(worker: &Worker) -> u64 {
-    let url = worker.metrics_url.as_ref().unwrap();
-    let host = url.trim_start_matches("http://").trim_end_matches("/metrics");
-    let mut conn = TcpStream::connect(host).unwrap();
-    write!(
-        conn,
-        "GET /metrics HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    conn.read_to_string(&mut text).unwrap();
+    let text = http_get(worker.metrics_url.as_ref().unwrap());
     let line = text
         .lines()
         .find(|l| l.starts_with("stoker_worker_items_total "))

@@ -4,38 +4,14 @@
 //! summary and the loader's report.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::time::Duration;
 
 use stoker_client::{Loader, LoaderConfig, TransformSpec};
 
 use crate::support::{
-    StreamChild, Worker, image_folder_keys, pack, python, python_script, run_ok, stoker, stream, synth_images,
+    StreamChild, Worker, http_get, image_folder_keys, pack, python, python_script, run_ok, stoker, stream, synth_images,
 };
-
-/// GET `url` (`http://HOST:PORT/PATH`); the body of a 200 answer.
-fn http_get(url: &str) -> String {
-    let rest = url.strip_prefix("http://").expect("http url");
-    let (host, path) = rest.split_once('/').map_or((rest, "/"), |(h, p)| (h, p));
-    let mut conn = TcpStream::connect(host).unwrap_or_else(|e| panic!("connect to {host}: {e}"));
-    conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        conn,
-        "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    conn.read_to_string(&mut answer).unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").expect("http answer");
-    assert!(head.starts_with("HTTP/1.1 200"), "{url}: {head}");
-    assert!(
-        head.to_ascii_lowercase()
-            .contains("content-type: text/plain; version=0.0.4"),
-        "{head}"
-    );
-    body.to_owned()
-}
 
 /// `name{labels}` -> value, as prometheus_client's parser reads `text`.
 fn parse(text: &str) -> BTreeMap<String, f64> {

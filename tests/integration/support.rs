@@ -4,8 +4,8 @@
 
 #![allow(dead_code, reason = "each test module uses a different part of the harness")]
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -504,4 +504,27 @@ pub fn assert_exactly_once(run: &StreamRun, expected: &[(String, i64)], epochs: 
     }
     let n = expected.len() as u64 * (epochs.end - epochs.start);
     assert_eq!(run.num("samples"), n);
+}
+
+/// GET `url` (`http://HOST:PORT/PATH`); the body of a 200 answer.
+pub fn http_get(url: &str) -> String {
+    let rest = url.strip_prefix("http://").expect("http url");
+    let (host, path) = rest.split_once('/').map_or((rest, "/"), |(h, p)| (h, p));
+    let mut conn = TcpStream::connect(host).unwrap_or_else(|e| panic!("connect to {host}: {e}"));
+    conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        conn,
+        "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").expect("http answer");
+    assert!(head.starts_with("HTTP/1.1 200"), "{url}: {head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/plain; version=0.0.4"),
+        "{head}"
+    );
+    body.to_owned()
 }
