@@ -160,14 +160,21 @@ impl Loader {
             min_seconds,
         )
         .await?;
+        // The later stages take about `samples` samples: whole shards were
+        // read when the dataset has no index to say their sizes.
+        let mut left = samples;
         let parts: Vec<Part> = parts
             .iter()
             .cloned()
             .zip(counts)
             .filter(|(_, n)| *n > 0)
-            .map(|(p, n)| Part {
-                end: Some(p.start + n),
-                ..p
+            .map_while(|(p, n)| {
+                let take = n.min(left);
+                left -= take;
+                (take > 0).then(|| Part {
+                    end: Some(p.start + take),
+                    ..p
+                })
             })
             .collect();
         let parts = Arc::new(parts);
@@ -392,38 +399,53 @@ async fn run_stage(
                     let Some(i) = next else {
                         return Ok((samples, bytes));
                     };
-                    let part = &parts[i];
-                    let request = template.request(&part.shard, Vec::new(), part.start, part.end);
-                    let fail = |message: String| ClientError::Stage {
-                        stage: stage.as_str(),
-                        addr: addr.clone(),
-                        message,
-                    };
-                    let mut chunks = tokio::time::timeout(timeout, client.process_shard(request))
-                        .await
-                        .map_err(|_| fail(format!("no answer within {}s", timeout.as_secs())))?
-                        .map_err(|s| fail(describe_status(&s)))?;
-                    let mut n = 0u64;
-                    loop {
-                        let chunk = tokio::time::timeout(timeout, chunks.next())
+                    let result = async {
+                        let part = &parts[i];
+                        let request = template.request(&part.shard, Vec::new(), part.start, part.end);
+                        let fail = |message: String| ClientError::Stage {
+                            stage: stage.as_str(),
+                            addr: addr.clone(),
+                            message,
+                        };
+                        let mut chunks = tokio::time::timeout(timeout, client.process_shard(request))
                             .await
-                            .map_err(|_| fail(format!("nothing received for {}s", timeout.as_secs())))?
+                            .map_err(|_| fail(format!("no answer within {}s", timeout.as_secs())))?
                             .map_err(|s| fail(describe_status(&s)))?;
-                        let Some(mut chunk) = chunk else { break };
-                        n += chunk.read_samples;
-                        bytes += chunk.read_bytes;
-                        for sample in chunk.take_samples(size) {
-                            let sample = sample.map_err(&fail)?;
-                            n += 1;
-                            bytes += sample.pixels.len() as u64;
+                        let mut n = 0u64;
+                        loop {
+                            let chunk = tokio::time::timeout(timeout, chunks.next())
+                                .await
+                                .map_err(|_| fail(format!("nothing received for {}s", timeout.as_secs())))?
+                                .map_err(|s| fail(describe_status(&s)))?;
+                            let Some(mut chunk) = chunk else { break };
+                            n += chunk.read_samples;
+                            bytes += chunk.read_bytes;
+                            for sample in chunk.take_samples(size) {
+                                let sample = sample.map_err(&fail)?;
+                                n += 1;
+                                bytes += sample.pixels.len() as u64;
+                            }
+                            if !chunk.shard_error.is_empty() {
+                                return Err(fail(chunk.shard_error));
+                            }
+                            if chunk.done {
+                                break;
+                            }
                         }
-                        if !chunk.shard_error.is_empty() {
-                            return Err(fail(chunk.shard_error));
-                        }
-                        if chunk.done {
-                            break;
-                        }
+                        Ok::<_, ClientError>(n)
                     }
+                    .await;
+                    let n = match result {
+                        Ok(n) => n,
+                        Err(e) => {
+                            // The stage has failed: the other lanes stop
+                            // after the item they hold.
+                            let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
+                            q.0.clear();
+                            q.1 = MAX_PASSES;
+                            return Err(e);
+                        }
+                    };
                     samples += n;
                     let mut counts = counts.lock().unwrap_or_else(|p| p.into_inner());
                     counts[i] = counts[i].max(n);

@@ -187,3 +187,38 @@ fn the_python_doctor_times_the_training_step_and_keeps_the_loaders_place() {
     println!("{stdout}");
     assert!(stdout.contains("python doctor ok:"), "{stdout}");
 }
+
+#[test]
+fn without_an_index_the_later_stages_take_the_samples_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&images, 90, 2, 96, 72);
+    pack(&images, shards.to_str().unwrap(), "60K", &[]);
+    std::fs::remove_file(shards.join("stoker-index.json")).unwrap();
+    let worker = Worker::start(1);
+    let json = doctor(
+        &[&worker],
+        shards.to_str().unwrap(),
+        &[
+            "--batch-size",
+            "8",
+            "--image-size",
+            "32",
+            "--samples",
+            "25",
+            "--seconds",
+            "0",
+        ],
+    );
+    let stages = json["stages"].as_array().unwrap();
+    let samples = |stage: &str| {
+        stages.iter().find(|s| s["stage"] == stage).unwrap()["samples"]
+            .as_u64()
+            .unwrap()
+    };
+    // Storage read whole shards (their sizes were unknown); the rest took 25.
+    assert!(samples("storage") >= 25, "{json:#}");
+    assert_eq!(samples("decode + transform"), 25, "{json:#}");
+    assert_eq!(samples("transport"), 25, "{json:#}");
+}
