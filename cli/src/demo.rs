@@ -154,7 +154,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     }
     println!();
     println!("Next: `stoker worker --listen 0.0.0.0:50051` on preprocessing hosts, then");
-    println!("`stoker stream --workers HOST:50051 --dataset s3://bucket/prefix/ --batch-size 256 --image-size 224`.");
+    println!("`stoker stream --workers HOST:50051 --dataset s3://bucket/prefix/ --batch-size 256 --image-size 224`");
+    println!("(or --workers dns://NAME:50051 for every address of NAME); `stoker doctor` with the same");
+    println!("flags names the stage that holds the rate down and how many workers a target rate needs.");
     anyhow::ensure!(
         exact,
         "exactly-once check failed: {} unique keys for {expected} samples, {duplicates} duplicates",
