@@ -4,6 +4,7 @@
 mod bench;
 mod demo;
 mod doctor;
+mod health;
 mod progress;
 mod stream;
 mod synth;
@@ -14,6 +15,7 @@ use clap::{Parser, Subcommand};
 pub use bench::BenchArgs;
 pub use demo::DemoArgs;
 pub use doctor::DoctorArgs;
+pub use health::HealthArgs;
 pub use stream::StreamArgs;
 pub use synth::{PackArgs, SynthArgs};
 pub use worker::WorkerArgs;
@@ -43,6 +45,9 @@ pub enum Command {
     /// Measure storage, decode, transport and the client one at a time,
     /// name the bottleneck and size the fleet for a target rate.
     Doctor(DoctorArgs),
+    /// Ask a worker's grpc.health.v1 whether it serves: exit 0 if it does
+    /// (a container HEALTHCHECK), 1 otherwise.
+    Health(HealthArgs),
 }
 
 /// Runs a parsed command line.
@@ -68,6 +73,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Synth(args) => synth::run_synth(args).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Doctor(args) => doctor::run(args).await,
+            Command::Health(args) => health::run(args).await,
             Command::Bench(_) => unreachable!("handled before the runtime starts"),
         }
     })

@@ -22,6 +22,7 @@ mod dispatch;
 pub mod doctor;
 mod error;
 mod event;
+mod health;
 mod ledger;
 mod loader;
 pub mod metrics;
@@ -44,6 +45,7 @@ pub use config::{
     LoaderConfig,
 };
 pub use error::ClientError;
+pub use health::worker_health;
 pub use loader::{EpochStream, EpochWatch, Loader};
 pub use report::{EpochReport, WorkerReport};
 pub use state::{EpochState, Fingerprint};

@@ -10,7 +10,7 @@ use stoker_proto::pb::worker_client::WorkerClient;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use crate::support::{Worker, free_port, image_folder_keys, pack, signal, synth_images};
+use crate::support::{Worker, free_port, image_folder_keys, pack, signal, stoker, synth_images};
 
 /// A packed dataset and its expected (key, label) pairs.
 struct Dataset {
@@ -235,4 +235,23 @@ async fn when_every_worker_is_gone_the_client_waits_then_fails_naming_them() {
         waited >= Duration::from_secs(2) && waited < Duration::from_secs(15),
         "failed after {waited:?}"
     );
+}
+
+#[test]
+fn stoker_health_says_whether_a_worker_serves() {
+    let worker = Worker::start(1);
+    let out = stoker().args(["health", &worker.addr]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("{}: serving", worker.addr)
+    );
+    // Nothing listening: a failure naming the address, within the timeout.
+    let gone = format!("127.0.0.1:{}", free_port());
+    let started = Instant::now();
+    let out = stoker().args(["health", &gone, "--timeout", "1"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&gone), "{stderr}");
 }
