@@ -8,6 +8,8 @@
 #                               the metrics text), dnslib (the tests' DNS
 #                               server), and
 #                               the stoker package built from client/python
+#   - stoker-base:bookworm    : a local Docker base image (scripts/docker-base.sh,
+#                               debootstrap), where Docker runs and we are root
 # then runs every unit and integration test with cargo-nextest (cargo test
 # when nextest is not installed). Extra arguments go to the test runner.
 set -euo pipefail
@@ -29,6 +31,14 @@ fi
 # cargo build inside reuses client/python/target, so a rebuild is quick.
 echo "==> installing the stoker Python package (pip install ./client/python)"
 target/pyenv/bin/pip install --quiet --disable-pip-version-check ./client/python
+
+# The base the container test builds the worker image from: no registry can
+# be reached, so it is made locally. Without it the test says why and skips.
+if docker info >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  scripts/docker-base.sh || echo "warning: no Docker base image: the container test will skip"
+else
+  echo "==> no Docker, or not root: the container test will skip"
+fi
 
 export STOKER_TEST_S3S_FS="$PWD/target/tools/bin/s3s-fs"
 export STOKER_TEST_PYTHON="$PWD/target/pyenv/bin/python"

@@ -11,6 +11,7 @@ mod architecture;
 mod bad_input;
 mod cli_errors;
 mod client_device;
+mod containers;
 mod delivery;
 mod discovery;
 mod doctor;
