@@ -48,17 +48,7 @@ fn slow_storage_is_named_as_the_bottleneck() {
     // Responses paced at 192 KB/s per connection: a few dozen small JPEGs
     // a second per read, far below what two threads decode.
     let proxy = FaultProxy::throttled(&s3.endpoint, 192 << 10);
-    let env: Vec<(&str, String)> = s3
-        .env()
-        .into_iter()
-        .map(|(k, v)| {
-            if k == "AWS_ENDPOINT_URL" {
-                (k, proxy.endpoint())
-            } else {
-                (k, v)
-            }
-        })
-        .collect();
+    let env = s3.env_with_endpoint(&proxy.endpoint());
     let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let worker = Worker::start_with(2, &[], &pairs);
     let json = doctor(

@@ -47,20 +47,6 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
-/// `s3.env()` with the endpoint replaced (by a proxy's).
-fn env_with_endpoint(s3: &S3Server, endpoint: &str) -> Vec<(&'static str, String)> {
-    s3.env()
-        .into_iter()
-        .map(|(k, v)| {
-            if k == "AWS_ENDPOINT_URL" {
-                (k, endpoint.to_owned())
-            } else {
-                (k, v)
-            }
-        })
-        .collect()
-}
-
 /// Sends SIGSTOP to a process, and SIGCONT when dropped.
 struct Paused(u32);
 
@@ -126,7 +112,7 @@ fn a_paused_server_is_waited_out_with_resumes_and_every_sample_arrives_once() {
             "--s3-max-attempts",
             "5",
         ],
-        &env_with_endpoint(&s3, &proxy.endpoint()),
+        &s3.env_with_endpoint(&proxy.endpoint()),
         &log,
     );
 
@@ -192,7 +178,7 @@ fn cut_shard_bodies_resume_with_ranged_gets_and_deliver_exactly_once() {
     // 100,000 bytes in.
     let proxy = FaultProxy::start(&s3.endpoint, 100_000, 4);
     let log = dir.path().join("worker.log");
-    let worker = logged_worker(2, &[], &env_with_endpoint(&s3, &proxy.endpoint()), &log);
+    let worker = logged_worker(2, &[], &s3.env_with_endpoint(&proxy.endpoint()), &log);
 
     let started = Instant::now();
     let run = stream(&[&worker], "s3://data/cut/", STREAM_ARGS, &[]);
@@ -245,7 +231,7 @@ fn a_missing_shard_fails_fast_naming_it_without_retries() {
 
     let proxy = FaultProxy::passthrough(&s3.endpoint);
     let log = dir.path().join("worker.log");
-    let worker = logged_worker(1, &[], &env_with_endpoint(&s3, &proxy.endpoint()), &log);
+    let worker = logged_worker(1, &[], &s3.env_with_endpoint(&proxy.endpoint()), &log);
     let started = Instant::now();
     let run = stream(&[&worker], "s3://data/gone/", STREAM_ARGS, &[]);
     let elapsed = started.elapsed();
@@ -277,7 +263,8 @@ fn refused_credentials_fail_fast_naming_the_object_without_retries() {
 
     let proxy = FaultProxy::passthrough(&s3.endpoint);
     let bad_secret = "not-the-secret-0123456789";
-    let env: Vec<_> = env_with_endpoint(&s3, &proxy.endpoint())
+    let env: Vec<_> = s3
+        .env_with_endpoint(&proxy.endpoint())
         .into_iter()
         .map(|(k, v)| {
             if k == "AWS_SECRET_ACCESS_KEY" {

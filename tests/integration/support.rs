@@ -226,6 +226,20 @@ impl S3Server {
         ]
     }
 
+    /// [`S3Server::env`] with the endpoint replaced (by a proxy's).
+    pub fn env_with_endpoint(&self, endpoint: &str) -> Vec<(&'static str, String)> {
+        self.env()
+            .into_iter()
+            .map(|(k, v)| {
+                if k == "AWS_ENDPOINT_URL" {
+                    (k, endpoint.to_owned())
+                } else {
+                    (k, v)
+                }
+            })
+            .collect()
+    }
+
     pub fn start_worker(&self, threads: usize) -> Worker {
         self.start_worker_with(threads, &[])
     }
