@@ -6,10 +6,15 @@
 #   - target/pyenv            : Python with pillow, numpy, webdataset and
 #                               prometheus_client (an independent parser of
 #                               the metrics text), dnslib (the tests' DNS
-#                               server), and
+#                               server), kubernetes-validate (the Kubernetes
+#                               schemas, offline), and
 #                               the stoker package built from client/python
+#   - target/tools/deb/       : promtool and prometheus, kubectl (its
+#                               kustomize), from Debian's packages, extracted
+#                               (scripts/deb-tool.sh)
 #   - stoker-base:bookworm    : a local Docker base image (scripts/docker-base.sh,
-#                               debootstrap), where Docker runs and we are root
+#                               debootstrap), where Docker runs and we are root,
+#     stoker-prometheus:local   and Prometheus on it (scripts/prometheus.sh)
 # then runs every unit and integration test with cargo-nextest (cargo test
 # when nextest is not installed). Extra arguments go to the test runner.
 set -euo pipefail
@@ -21,11 +26,17 @@ if [ ! -x target/tools/bin/s3s-fs ]; then
   cargo install --quiet --locked s3s-fs --version "$S3S_VERSION" --features binary --root target/tools
 fi
 
-if [ ! -x target/pyenv/bin/python ] || ! target/pyenv/bin/python -c 'import PIL, numpy, webdataset, prometheus_client, dnslib' 2>/dev/null; then
-  echo "==> creating target/pyenv (pillow, numpy, webdataset, prometheus_client, dnslib)"
+PY_PACKAGES="pillow numpy webdataset prometheus_client dnslib kubernetes-validate"
+if [ ! -x target/pyenv/bin/python ] || ! target/pyenv/bin/python -c 'import PIL, numpy, webdataset, prometheus_client, dnslib, kubernetes_validate' 2>/dev/null; then
+  echo "==> creating target/pyenv ($PY_PACKAGES)"
   python3 -m venv target/pyenv
-  target/pyenv/bin/pip install --quiet --disable-pip-version-check pillow numpy webdataset prometheus_client dnslib
+  # shellcheck disable=SC2086 # a list of package names
+  target/pyenv/bin/pip install --quiet --disable-pip-version-check $PY_PACKAGES
 fi
+
+echo "==> promtool and kubectl from Debian's packages (target/tools/deb)"
+scripts/deb-tool.sh prometheus >/dev/null
+scripts/deb-tool.sh kubernetes-client >/dev/null
 
 # The Python package, built from this checkout (maturin, abi3 wheel). The
 # cargo build inside reuses client/python/target, so a rebuild is quick.
@@ -35,9 +46,13 @@ target/pyenv/bin/pip install --quiet --disable-pip-version-check ./client/python
 # The base the container test builds the worker image from: no registry can
 # be reached, so it is made locally. Without it the test says why and skips.
 if docker info >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  scripts/docker-base.sh || echo "warning: no Docker base image: the container test will skip"
+  if scripts/docker-base.sh; then
+    scripts/prometheus.sh || echo "warning: no Prometheus image: the cluster tests will skip"
+  else
+    echo "warning: no Docker base image: the container and cluster tests will skip"
+  fi
 else
-  echo "==> no Docker, or not root: the container test will skip"
+  echo "==> no Docker, or not root: the container and cluster tests will skip"
 fi
 
 export STOKER_TEST_S3S_FS="$PWD/target/tools/bin/s3s-fs"

@@ -51,8 +51,8 @@ pub struct DoctorArgs {
     /// A stage that sends nothing for this many seconds fails.
     #[arg(long, default_value_t = stoker_client::DEFAULT_PROGRESS_TIMEOUT.as_secs())]
     pub progress_timeout: u64,
-    #[arg(long, env = "STOKER_TOKEN", hide_env_values = true)]
-    pub token: Option<stoker_core::Secret>,
+    #[command(flatten)]
+    pub token: crate::TokenArgs,
     /// Ask this DNS server (IP:PORT) for dns:// workers.
     #[arg(long, value_name = "IP:PORT")]
     pub dns_server: Option<std::net::SocketAddr>,
@@ -158,7 +158,7 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
         TransformSpec::preset(&args.transform, args.image_size).context("invalid --transform or --image-size")?;
     let mut config = LoaderConfig::new(args.workers.clone(), args.dataset.clone(), args.batch_size, transform);
     config.device = args.device.target()?;
-    config.token = args.token.clone();
+    config.token = args.token.secret()?;
     config.dns_server = args.dns_server;
     config.progress_timeout = std::time::Duration::from_secs(args.progress_timeout.max(1));
     let loader = Loader::connect(config).await?;

@@ -8,6 +8,7 @@ mod health;
 mod progress;
 mod stream;
 mod synth;
+mod token;
 mod worker;
 
 use clap::{Parser, Subcommand};
@@ -18,6 +19,7 @@ pub use doctor::DoctorArgs;
 pub use health::HealthArgs;
 pub use stream::StreamArgs;
 pub use synth::{PackArgs, SynthArgs};
+pub use token::TokenArgs;
 pub use worker::WorkerArgs;
 
 /// Stoker: preprocessing workers that keep training GPUs fed.

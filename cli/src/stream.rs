@@ -87,9 +87,13 @@ pub struct StreamArgs {
     /// Print a JSON summary as the last line of stdout.
     #[arg(long)]
     pub json: bool,
-    /// Bearer token for workers started with --token.
-    #[arg(long, env = "STOKER_TOKEN", hide_env_values = true)]
-    pub token: Option<stoker_core::Secret>,
+    /// Pause this long after each batch, standing in for a training step
+    /// (the local cluster's trainer does): the report's wait time then says
+    /// how long such a trainer would wait for its data.
+    #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
+    pub step_seconds: f64,
+    #[command(flatten)]
+    pub token: crate::TokenArgs,
     /// Connect with TLS, verifying workers against this PEM CA (the system
     /// roots verify `https://` workers when it is not given).
     #[arg(long, value_name = "PEM")]
@@ -159,7 +163,7 @@ impl StreamArgs {
         config.deterministic = self.deterministic;
         config.device = self.device.target()?;
         config.max_errors = self.max_errors;
-        config.token = self.token.clone();
+        config.token = self.token.secret()?;
         if self.tls_ca.is_some() || self.tls_cert.is_some() || self.tls_domain.is_some() {
             let mut tls = TlsOptions::from_files(
                 self.tls_ca.as_deref(),
@@ -359,6 +363,12 @@ pub fn print_summary(summary: &StreamSummary, reports: &[EpochReport]) {
 
 pub async fn run(args: StreamArgs) -> anyhow::Result<()> {
     let config = args.loader_config()?;
+    anyhow::ensure!(
+        args.step_seconds.is_finite() && args.step_seconds >= 0.0,
+        "--step-seconds must be a non-negative number, got {}",
+        args.step_seconds
+    );
+    let step = std::time::Duration::from_secs_f64(args.step_seconds);
     let loader = Loader::connect(config).await?;
     let mut keys_out = match &args.keys_out {
         Some(path) => Some(std::io::BufWriter::new(
@@ -380,6 +390,9 @@ pub async fn run(args: StreamArgs) -> anyhow::Result<()> {
             // One write per batch: the file is a live record of what the
             // training loop has been handed, which a watcher can follow.
             out.flush().with_context(cannot_write)?;
+        }
+        if !step.is_zero() {
+            tokio::task::block_in_place(|| std::thread::sleep(step));
         }
         Ok(())
     })

@@ -43,9 +43,8 @@ pub struct WorkerArgs {
     /// however many clients (at least 80M).
     #[arg(long, default_value_t = ByteSize(pipeline::DEFAULT_MEMORY_LIMIT))]
     pub memory_limit: ByteSize,
-    /// Require this bearer token on every request (health checks excepted).
-    #[arg(long, env = "STOKER_TOKEN", hide_env_values = true)]
-    pub token: Option<stoker_core::Secret>,
+    #[command(flatten)]
+    pub token: crate::TokenArgs,
     /// Serve TLS with this PEM certificate (chain); needs --tls-key.
     #[arg(long, value_name = "PEM", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -288,7 +287,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         _ => None,
     };
     let options = ServeOptions {
-        token: args.token.clone(),
+        token: args.token.secret()?,
         tls,
         grace: std::time::Duration::from_secs_f64(args.grace_period),
     };

@@ -1,33 +1,18 @@
-//! The worker image (deploy/docker/worker.Dockerfile), built from the local
-//! base image that `scripts/test.sh` makes (`scripts/docker-base.sh`: no
-//! registry can be reached here) and run for real: it becomes healthy by
-//! grpc.health.v1, runs as a non-root user, and a stream from the host
-//! through the container delivers every sample once. Without Docker or the
-//! base image the test says why and skips.
+//! The worker images (deploy/docker/worker.Dockerfile), built by
+//! deploy/docker/build.sh from the local base image that `scripts/test.sh`
+//! makes (`scripts/docker-base.sh`: no registry can be reached here) and run
+//! for real: the CPU image becomes healthy by grpc.health.v1, runs as a
+//! non-root user, and a stream from the host through the container delivers
+//! every sample once; the GPU image, on a host without a GPU, falls back to
+//! the CPU, says so, and serves. Without Docker or the base image the tests
+//! say why and skip.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::support::{assert_exactly_once, image_folder_keys, pack, repo_root, stoker_bin, stream_addrs, synth_images};
-
-const BASE: &str = "stoker-base:bookworm";
-const IMAGE: &str = "stoker-worker:test";
-
-fn docker(args: &[&str]) -> Result<String, String> {
-    let out = Command::new("docker")
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run docker: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-    } else {
-        Err(format!(
-            "docker {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
+use crate::support::{
+    DOCKER_BASE, DOCKER_TAG, assert_exactly_once, build_images, docker, image_folder_keys, pack, stream_addrs,
+    synth_images,
+};
 
 /// Removes the container when the test ends, passed or not.
 struct Container(String);
@@ -38,75 +23,74 @@ impl Drop for Container {
     }
 }
 
+impl Container {
+    /// `docker run -d` of `image` with `args` before it; health checked
+    /// every second.
+    fn run(image: &str, args: &[&str]) -> Self {
+        let name = format!("stoker-test-{}-{}", image.replace([':', '/'], "-"), std::process::id());
+        let mut all = vec![
+            "run",
+            "-d",
+            "--name",
+            &name,
+            "--health-interval",
+            "1s",
+            "--health-start-period",
+            "1s",
+        ];
+        all.extend_from_slice(args);
+        all.push(image);
+        docker(&all).unwrap();
+        Self(name)
+    }
+
+    /// Waits for Docker to call the container healthy (its HEALTHCHECK,
+    /// `stoker health`, got SERVING).
+    fn wait_healthy(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let status = docker(&["inspect", "--format", "{{.State.Health.Status}}", &self.0]).unwrap();
+            if status == "healthy" {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "container {} is still {status} after 60 s; logs:\n{}",
+                self.0,
+                docker(&["logs", &self.0]).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+fn skip(test: &str) -> bool {
+    match docker(&["image", "inspect", DOCKER_BASE]) {
+        Ok(_) => false,
+        Err(reason) => {
+            println!(
+                "skipped: containers::{test}: no base image {DOCKER_BASE} ({reason}); scripts/test.sh makes it where Docker runs as root"
+            );
+            true
+        }
+    }
+}
+
 #[test]
 fn the_worker_image_serves_healthy_as_non_root_and_delivers_every_sample_once() {
-    if let Err(reason) = docker(&["image", "inspect", BASE]) {
-        println!(
-            "skipped: the_worker_image_*: no base image {BASE} ({reason}); scripts/test.sh makes it where Docker runs as root"
-        );
+    if skip("the_worker_image_serves_healthy_as_non_root_and_delivers_every_sample_once") {
         return;
     }
-    // The image, from this build's binary, stripped, as deploy/docker/build.sh makes it.
-    let context = tempfile::tempdir().unwrap();
-    let bin = context.path().join("stoker");
-    let stripped = Command::new("strip")
-        .args(["-o", bin.to_str().unwrap(), stoker_bin()])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !stripped {
-        std::fs::copy(stoker_bin(), &bin).unwrap();
-    }
-    let dockerfile = repo_root().join("deploy/docker/worker.Dockerfile");
-    docker(&[
-        "build",
-        "-q",
-        "-f",
-        dockerfile.to_str().unwrap(),
-        "--build-arg",
-        &format!("BASE_IMAGE={BASE}"),
-        "-t",
-        IMAGE,
-        context.path().to_str().unwrap(),
-    ])
-    .unwrap();
-
+    build_images();
     let dir = tempfile::tempdir().unwrap();
     let images = dir.path().join("images");
     let shards = dir.path().join("shards");
     synth_images(&images, 120, 3, 96, 72);
     pack(&images, shards.to_str().unwrap(), "60K", &[]);
     let expected = image_folder_keys(&images);
-    let name = format!("stoker-test-{}", std::process::id());
     let mount = format!("{}:/data:ro", shards.display());
-    docker(&[
-        "run",
-        "-d",
-        "--name",
-        &name,
-        "--health-interval",
-        "1s",
-        "--health-start-period",
-        "1s",
-        "-v",
-        &mount,
-        IMAGE,
-    ])
-    .unwrap();
-    let container = Container(name);
-
-    // Healthy: the HEALTHCHECK's `stoker health` got SERVING.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let status = docker(&["inspect", "--format", "{{.State.Health.Status}}", &container.0]).unwrap();
-        if status == "healthy" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the worker container is still {status} after 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let container = Container::run(&format!("stoker-worker:{DOCKER_TAG}"), &["-v", &mount]);
+    container.wait_healthy();
     assert_eq!(docker(&["exec", &container.0, "id", "-u"]).unwrap(), "10001");
 
     let ip = docker(&["inspect", "--format", "{{.NetworkSettings.IPAddress}}", &container.0]).unwrap();
@@ -117,4 +101,44 @@ fn the_worker_image_serves_healthy_as_non_root_and_delivers_every_sample_once() 
     );
     assert!(run.success(), "{}", run.stderr());
     assert_exactly_once(&run, &expected, 0..2);
+}
+
+#[test]
+fn the_gpu_image_without_a_gpu_falls_back_to_the_cpu_says_so_and_serves() {
+    if skip("the_gpu_image_without_a_gpu_falls_back_to_the_cpu_says_so_and_serves") {
+        return;
+    }
+    build_images();
+    let image = format!("stoker-worker-gpu:{DOCKER_TAG}");
+    let env = docker(&["image", "inspect", "--format", "{{json .Config.Env}}", &image]).unwrap();
+    assert!(
+        env.contains("NVIDIA_DRIVER_CAPABILITIES=compute,utility") && env.contains("NVIDIA_VISIBLE_DEVICES=all"),
+        "the GPU image does not ask the NVIDIA toolkit for the GPU: {env}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&images, 40, 2, 64, 48);
+    pack(&images, shards.to_str().unwrap(), "60K", &[]);
+    let expected = image_folder_keys(&images);
+    let mount = format!("{}:/data:ro", shards.display());
+    let container = Container::run(&image, &["-v", &mount]);
+    container.wait_healthy();
+    assert_eq!(docker(&["exec", &container.0, "id", "-u"]).unwrap(), "10001");
+    let logs = std::process::Command::new("docker")
+        .args(["logs", &container.0])
+        .output()
+        .unwrap();
+    let logs = String::from_utf8_lossy(&logs.stderr);
+    assert!(
+        logs.contains("no usable gpu; serving on cpu"),
+        "the worker did not say it fell back:\n{logs}"
+    );
+    let ip = docker(&["inspect", "--format", "{{.NetworkSettings.IPAddress}}", &container.0]).unwrap();
+    let run = stream_addrs(
+        &[format!("{ip}:50051")],
+        "/data",
+        &["--batch-size", "8", "--image-size", "32"],
+    );
+    assert_exactly_once(&run, &expected, 0..1);
 }

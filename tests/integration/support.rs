@@ -468,10 +468,15 @@ impl Drop for StreamChild {
 
 impl StreamRun {
     fn read(output: Output, keys_path: &Path) -> Self {
+        Self::from_output(output, &std::fs::read_to_string(keys_path).unwrap_or_default())
+    }
+
+    /// A run from its output and its `--keys-out` file's text (a stream
+    /// that ran elsewhere, as in a container).
+    pub fn from_output(output: Output, keys_text: &str) -> Self {
         let stdout = String::from_utf8_lossy(&output.stdout);
         let json = stdout.lines().last().and_then(|l| serde_json::from_str(l).ok());
-        let keys = std::fs::read_to_string(keys_path)
-            .unwrap_or_default()
+        let keys = keys_text
             .lines()
             .map(|l| {
                 let mut f = l.split('\t');
@@ -520,25 +525,84 @@ pub fn assert_exactly_once(run: &StreamRun, expected: &[(String, i64)], epochs: 
     assert_eq!(run.num("samples"), n);
 }
 
-/// GET `url` (`http://HOST:PORT/PATH`); the body of a 200 answer.
-pub fn http_get(url: &str) -> String {
+/// GET `url` (`http://HOST:PORT/PATH`) as HTTP/1.0, so the body comes
+/// whole, not chunked: the head and the body.
+fn get(url: &str) -> (String, String) {
     let rest = url.strip_prefix("http://").expect("http url");
     let (host, path) = rest.split_once('/').map_or((rest, "/"), |(h, p)| (h, p));
     let mut conn = TcpStream::connect(host).unwrap_or_else(|e| panic!("connect to {host}: {e}"));
     conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        conn,
-        "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
+    write!(conn, "GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
     let mut answer = String::new();
     conn.read_to_string(&mut answer).unwrap();
     let (head, body) = answer.split_once("\r\n\r\n").expect("http answer");
-    assert!(head.starts_with("HTTP/1.1 200"), "{url}: {head}");
+    assert!(
+        head.starts_with("HTTP/1.") && head[9..].starts_with("200"),
+        "{url}: {head}"
+    );
+    (head.to_owned(), body.to_owned())
+}
+
+/// GET a Prometheus metrics page: the body of a 200 answer in text format
+/// 0.0.4.
+pub fn http_get(url: &str) -> String {
+    let (head, body) = get(url);
     assert!(
         head.to_ascii_lowercase()
             .contains("content-type: text/plain; version=0.0.4"),
         "{head}"
     );
-    body.to_owned()
+    body
+}
+
+/// GET a JSON document (a 200 answer).
+pub fn http_get_json(url: &str) -> serde_json::Value {
+    let (_, body) = get(url);
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{url}: not JSON ({e}): {body}"))
+}
+
+/// The local base image the Docker tests build on (scripts/docker-base.sh:
+/// no registry can be reached here).
+pub const DOCKER_BASE: &str = "stoker-base:bookworm";
+
+/// The tag the Docker tests give the images they build.
+pub const DOCKER_TAG: &str = "test";
+
+/// Runs `docker ARGS`: its trimmed stdout, or why it failed.
+pub fn docker(args: &[&str]) -> Result<String, String> {
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run docker: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    } else {
+        Err(format!(
+            "docker {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Builds stoker-worker, stoker-worker-gpu and stoker-s3 (tag
+/// [`DOCKER_TAG`]) with deploy/docker/build.sh, as users do, from this
+/// build's binary, on [`DOCKER_BASE`] for both bases and with no CUDA
+/// packages (NVIDIA's repository cannot be reached either).
+pub fn build_images() {
+    let s3s_fs = tool("STOKER_TEST_S3S_FS", "target/tools/bin/s3s-fs", "s3s-fs");
+    run_ok(Command::new(repo_root().join("deploy/docker/build.sh")).args([
+        "--tag",
+        DOCKER_TAG,
+        "--base",
+        DOCKER_BASE,
+        "--cuda-base",
+        DOCKER_BASE,
+        "--cuda-packages",
+        "",
+        "--bin",
+        stoker_bin(),
+        "--s3s-fs",
+        s3s_fs.to_str().expect("utf-8 path"),
+    ]));
 }
