@@ -3,8 +3,9 @@
 #  1. the token workers and trainer share, in the `secrets` volume:
 #     $STOKER_TOKEN when set, else 24 random bytes, made once;
 #  2. a demo dataset at $STOKER_DATASET: $STOKER_DEMO_IMAGES procedural
-#     JPEGs (stoker synth) packed into WebDataset shards with an index
-#     (stoker pack). STOKER_DEMO_IMAGES=0 skips it (a dataset of your own).
+#     JPEGs of $STOKER_DEMO_WIDTH x $STOKER_DEMO_HEIGHT (stoker synth)
+#     packed into WebDataset shards with an index (stoker pack).
+#     STOKER_DEMO_IMAGES=0 skips it (a dataset of your own).
 set -euo pipefail
 token=/run/stoker/token
 if [ -n "${STOKER_TOKEN:-}" ]; then
@@ -20,7 +21,8 @@ if [ "${STOKER_DEMO_IMAGES:-0}" -le 0 ]; then
     exit 0
 fi
 images=$(mktemp -d)
-stoker synth --output "$images" --images "$STOKER_DEMO_IMAGES" --classes "${STOKER_DEMO_CLASSES:-10}"
+stoker synth --output "$images" --images "$STOKER_DEMO_IMAGES" --classes "${STOKER_DEMO_CLASSES:-10}" \
+    --width "${STOKER_DEMO_WIDTH:-500}" --height "${STOKER_DEMO_HEIGHT:-375}"
 # The store may still be starting: try for a minute.
 for attempt in $(seq 1 30); do
     if stoker pack --input "$images" --output "$STOKER_DATASET" --shard-size "${STOKER_DEMO_SHARD_SIZE:-8M}"; then

@@ -526,21 +526,29 @@ pub fn assert_exactly_once(run: &StreamRun, expected: &[(String, i64)], epochs: 
 }
 
 /// GET `url` (`http://HOST:PORT/PATH`) as HTTP/1.0, so the body comes
-/// whole, not chunked: the head and the body.
-fn get(url: &str) -> (String, String) {
-    let rest = url.strip_prefix("http://").expect("http url");
+/// whole, not chunked: the head and the body of a 200 answer, or why not.
+pub fn try_get(url: &str) -> Result<(String, String), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("not an http url: {url}"))?;
     let (host, path) = rest.split_once('/').map_or((rest, "/"), |(h, p)| (h, p));
-    let mut conn = TcpStream::connect(host).unwrap_or_else(|e| panic!("connect to {host}: {e}"));
-    conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(conn, "GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
+    let mut conn = TcpStream::connect(host).map_err(|e| format!("connect to {host}: {e}"))?;
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    write!(conn, "GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").map_err(|e| format!("{url}: {e}"))?;
     let mut answer = String::new();
-    conn.read_to_string(&mut answer).unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").expect("http answer");
-    assert!(
-        head.starts_with("HTTP/1.") && head[9..].starts_with("200"),
-        "{url}: {head}"
-    );
-    (head.to_owned(), body.to_owned())
+    conn.read_to_string(&mut answer).map_err(|e| format!("{url}: {e}"))?;
+    let (head, body) = answer
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("{url}: no http answer"))?;
+    if !(head.starts_with("HTTP/1.") && head.get(9..).is_some_and(|s| s.starts_with("200"))) {
+        return Err(format!("{url}: {head}"));
+    }
+    Ok((head.to_owned(), body.to_owned()))
+}
+
+fn get(url: &str) -> (String, String) {
+    try_get(url).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// GET a Prometheus metrics page: the body of a 200 answer in text format
