@@ -64,6 +64,22 @@ impl Container {
     }
 }
 
+/// A container of `image` serving `images` synthetic JPEGs packed into
+/// shards mounted at /data, healthy and checked to run as user 10001; the
+/// keys it should deliver, and the folder to keep.
+fn serve_shards(image: &str, images: usize) -> (Container, Vec<(String, i64)>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&folder, images, 3, 96, 72);
+    pack(&folder, shards.to_str().unwrap(), "60K", &[]);
+    let mount = format!("{}:/data:ro", shards.display());
+    let container = Container::run(image, &["-v", &mount]);
+    container.wait_healthy();
+    assert_eq!(docker(&["exec", &container.0, "id", "-u"]).unwrap(), "10001");
+    (container, image_folder_keys(&folder), dir)
+}
+
 fn skip(test: &str) -> bool {
     match docker(&["image", "inspect", DOCKER_BASE]) {
         Ok(_) => false,
@@ -82,16 +98,7 @@ fn the_worker_image_serves_healthy_as_non_root_and_delivers_every_sample_once() 
         return;
     }
     build_images();
-    let dir = tempfile::tempdir().unwrap();
-    let images = dir.path().join("images");
-    let shards = dir.path().join("shards");
-    synth_images(&images, 120, 3, 96, 72);
-    pack(&images, shards.to_str().unwrap(), "60K", &[]);
-    let expected = image_folder_keys(&images);
-    let mount = format!("{}:/data:ro", shards.display());
-    let container = Container::run(&format!("stoker-worker:{DOCKER_TAG}"), &["-v", &mount]);
-    container.wait_healthy();
-    assert_eq!(docker(&["exec", &container.0, "id", "-u"]).unwrap(), "10001");
+    let (container, expected, _dir) = serve_shards(&format!("stoker-worker:{DOCKER_TAG}"), 120);
 
     let ip = docker(&["inspect", "--format", "{{.NetworkSettings.IPAddress}}", &container.0]).unwrap();
     let run = stream_addrs(
@@ -115,16 +122,7 @@ fn the_gpu_image_without_a_gpu_falls_back_to_the_cpu_says_so_and_serves() {
         env.contains("NVIDIA_DRIVER_CAPABILITIES=compute,utility") && env.contains("NVIDIA_VISIBLE_DEVICES=all"),
         "the GPU image does not ask the NVIDIA toolkit for the GPU: {env}"
     );
-    let dir = tempfile::tempdir().unwrap();
-    let images = dir.path().join("images");
-    let shards = dir.path().join("shards");
-    synth_images(&images, 40, 2, 64, 48);
-    pack(&images, shards.to_str().unwrap(), "60K", &[]);
-    let expected = image_folder_keys(&images);
-    let mount = format!("{}:/data:ro", shards.display());
-    let container = Container::run(&image, &["-v", &mount]);
-    container.wait_healthy();
-    assert_eq!(docker(&["exec", &container.0, "id", "-u"]).unwrap(), "10001");
+    let (container, expected, _dir) = serve_shards(&image, 40);
     let logs = std::process::Command::new("docker")
         .args(["logs", &container.0])
         .output()
