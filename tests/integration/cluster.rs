@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::{
     DOCKER_BASE, DOCKER_TAG, StreamRun, assert_exactly_once, build_images, docker, http_get, http_get_json,
-    image_folder_keys, repo_root, synth_images, try_get,
+    image_folder_keys, pack, repo_root, stream_addrs, synth_images, try_get,
 };
 
 const PROMETHEUS: &str = "stoker-prometheus:local";
@@ -343,6 +343,24 @@ fn the_cluster_delivers_two_epochs_once_and_prometheus_counts_them() {
     let delivered = (paced.keys.len() + run.keys.len()) as u64;
     // The trainer's report came through its log, with the rate.
     assert!(run.stderr().contains("streamed 1200 samples"), "{}", run.stderr());
+
+    // The token is on: a client without it is refused before the worker
+    // reads anything.
+    let worker = cluster.containers("worker").pop().unwrap();
+    let local = tempfile::tempdir().unwrap();
+    synth_images(&local.path().join("images"), 8, 2, 16, 12);
+    let shards = local.path().join("shards");
+    pack(&local.path().join("images"), shards.to_str().unwrap(), "1M", &[]);
+    let refused = stream_addrs(
+        &[format!("{}:50051", cluster.ip(&worker))],
+        shards.to_str().unwrap(),
+        &["--batch-size", "4", "--image-size", "16"],
+    );
+    assert!(
+        !refused.success() && refused.stderr().to_lowercase().contains("unauthenticated"),
+        "a client without the token was not refused: {}",
+        refused.stderr()
+    );
 
     // Prometheus found both workers by Docker DNS, and its count of the
     // samples they sent matches what the trainer got.
