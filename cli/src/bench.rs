@@ -197,7 +197,11 @@ fn run_gpu(args: &BenchArgs, spec: TransformSpec, images: &[(String, ImageKind, 
             |_, _| {},
         )
         .await?;
-        let (shards, _) = ctx.storage.list_shards(&dataset).await?;
+        let shards = ctx
+            .storage
+            .list_shards(&dataset, stoker_core::FormatChoice::Auto)
+            .await?
+            .shards;
         let per_shard = (sources.len() as u64).div_ceil(shards.len().max(1) as u64).max(1);
         let items = args
             .items
@@ -307,6 +311,8 @@ async fn run_items(
                     start: 0,
                     end: None,
                     mode: stoker_core::ItemMode::Process,
+                    format: stoker_core::ShardFormat::WebDataset,
+                    fields: stoker_core::RecordFields::default(),
                 };
                 let (tx, mut rx) = tokio::sync::mpsc::channel(2);
                 let running = tokio::spawn(run_item(Arc::clone(&ctx), item, tx));

@@ -33,6 +33,8 @@ pub struct DoctorArgs {
     /// includes the upload and conversion.
     #[command(flatten)]
     pub device: DeviceArgs,
+    #[command(flatten)]
+    pub format: crate::stream::FormatArgs,
     /// Images/s the fleet should deliver (default: what this client can
     /// ingest from the network: the slower of the transport and its
     /// assembly).
@@ -158,6 +160,7 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
         TransformSpec::preset(&args.transform, args.image_size).context("invalid --transform or --image-size")?;
     let mut config = LoaderConfig::new(args.workers.clone(), args.dataset.clone(), args.batch_size, transform);
     config.device = args.device.target()?;
+    args.format.apply(&mut config);
     config.token = args.token.secret()?;
     config.dns_server = args.dns_server;
     config.progress_timeout = std::time::Duration::from_secs(args.progress_timeout.max(1));

@@ -71,6 +71,8 @@ pub struct StreamArgs {
     pub deterministic: bool,
     #[command(flatten)]
     pub device: DeviceArgs,
+    #[command(flatten)]
+    pub format: FormatArgs,
     /// Fail once an epoch skips more samples than this: a count (10), a
     /// fraction of the epoch (0.01) or a percentage (1%).
     #[arg(long, value_name = "N|FRACTION")]
@@ -162,6 +164,7 @@ impl StreamArgs {
         };
         config.deterministic = self.deterministic;
         config.device = self.device.target()?;
+        self.format.apply(&mut config);
         config.max_errors = self.max_errors;
         config.token = self.token.secret()?;
         if self.tls_ca.is_some() || self.tls_cert.is_some() || self.tls_domain.is_some() {
@@ -189,6 +192,41 @@ impl StreamArgs {
             .map(stoker_metrics::listen_addr)
             .transpose()?;
         Ok(config)
+    }
+}
+
+/// The dataset's shard format and, for record formats, which fields hold
+/// the image and the label (`stream`, `doctor`).
+#[derive(Debug, Args)]
+pub struct FormatArgs {
+    /// Shard format: `auto` goes by the files' extensions (.tar,
+    /// .tfrecord / .tfrecords / .tfrec) and fails naming two files when a
+    /// prefix mixes formats; TFRecord files without an extension
+    /// (`train-00000-of-01024`) need `tfrecord`.
+    #[arg(long, default_value = "auto", value_name = "auto|wds|tfrecord")]
+    pub format: stoker_core::FormatChoice,
+    /// TFRecord: the bytes feature holding the encoded image.
+    #[arg(long, default_value = stoker_core::format::DEFAULT_IMAGE_FIELD, value_name = "FEATURE")]
+    pub image_key: String,
+    /// TFRecord: the int64 feature holding the label (samples without it
+    /// are unlabelled, -1).
+    #[arg(long, default_value = stoker_core::format::DEFAULT_LABEL_FIELD, value_name = "FEATURE")]
+    pub label_key: String,
+    /// Added to every label read: -1 turns TensorFlow's 1-based ImageNet
+    /// labels into 0-based ones.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true, value_name = "N")]
+    pub label_offset: i64,
+}
+
+impl FormatArgs {
+    /// Sets the loader's format and record fields.
+    pub fn apply(&self, config: &mut LoaderConfig) {
+        config.format = self.format;
+        config.fields = stoker_core::RecordFields {
+            image: self.image_key.clone(),
+            label: self.label_key.clone(),
+            label_offset: self.label_offset,
+        };
     }
 }
 

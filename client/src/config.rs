@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use stoker_core::{Secret, TransformSpec};
+use stoker_core::{FormatChoice, RecordFields, Secret, TransformSpec};
 
 use crate::assemble::LastBatch;
 use crate::budget::ErrorBudget;
@@ -36,6 +36,10 @@ pub struct LoaderConfig {
     /// `s3://bucket/prefix/`, `file:///abs/dir/` or a path, as the workers
     /// see it.
     pub dataset: String,
+    /// The shards' format; `Auto` goes by the files' extensions.
+    pub format: FormatChoice,
+    /// Which fields of a record format hold the image and the label.
+    pub fields: RecordFields,
     pub batch_size: usize,
     pub transform: TransformSpec,
     pub seed: u64,
@@ -102,6 +106,8 @@ impl LoaderConfig {
         Self {
             workers,
             dataset: dataset.into(),
+            format: FormatChoice::Auto,
+            fields: RecordFields::default(),
             batch_size,
             transform,
             seed: 0,

@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use stoker_core::ShardRef;
 use stoker_core::plan::EpochPlan;
+use stoker_core::{ShardFormat, ShardRef};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
@@ -38,6 +38,8 @@ pub struct Loader {
     /// Re-resolves `dns://` entries while the loader lives.
     discovery: Option<tokio::task::JoinHandle<()>>,
     shards: Vec<ShardRef>,
+    /// The shards' format, as the workers listed them.
+    format: ShardFormat,
     /// Batch buffers, shared by the epochs: heap, or the pinned ring.
     pub(crate) buffers: BatchBuffers,
     pub(crate) uploader: Option<Arc<Uploader>>,
@@ -96,7 +98,7 @@ impl Loader {
         let mut unreachable = Vec::new();
         let mut described = None;
         for w in &mut workers {
-            match w.client.describe_dataset(&config.dataset).await {
+            match w.client.describe_dataset(&config.dataset, config.format).await {
                 Ok(dataset) => {
                     described = Some(dataset);
                     break;
@@ -126,7 +128,14 @@ impl Loader {
         if shards.is_empty() {
             return Err(ClientError::Config(format!("dataset {} has no shards", config.dataset)));
         }
-        info!(dataset = %config.dataset, shards = shards.len(), indexed = described.indexed, "dataset described");
+        let format = described.format;
+        info!(
+            dataset = %config.dataset,
+            shards = shards.len(),
+            indexed = described.indexed,
+            format = %format,
+            "dataset described"
+        );
         let batch_bytes = config.batch_size * (config.transform.size as usize).pow(2) * 3;
         let mut buffers = BatchBuffers::Host(HostPool::new(batch_bytes, config.prefetch + 2));
         let mut uploader = None;
@@ -170,6 +179,7 @@ impl Loader {
             workers,
             discovery,
             shards,
+            format,
             buffers,
             uploader,
             upload_error,
@@ -187,6 +197,12 @@ impl Loader {
 
     pub fn config(&self) -> &LoaderConfig {
         &self.config
+    }
+
+    /// The format of the dataset's shards: `config.format`, or the one
+    /// their extensions said.
+    pub fn format(&self) -> ShardFormat {
+        self.format
     }
 
     /// Whether batches arrive on a GPU (`Batch::device`), which the
@@ -279,13 +295,16 @@ impl Loader {
             resumed.map_or(&[][..], |s| &s.done_items),
         );
         let (event_tx, event_rx) = mpsc::channel(self.config.batch_size.max(64));
-        let template = Arc::new(wire::ItemTemplate::new(
-            &self.config.dataset,
-            self.config.seed,
-            epoch,
-            &self.config.transform,
-            self.config.chunk_bytes,
-        ));
+        let template = Arc::new(
+            wire::ItemTemplate::new(
+                &self.config.dataset,
+                self.config.seed,
+                epoch,
+                &self.config.transform,
+                self.config.chunk_bytes,
+            )
+            .with_format(self.format, &self.config.fields),
+        );
         let lanes = self.workers.start_epoch(|workers| {
             let limits: Vec<(String, CreditLimit)> = workers.iter().map(|w| (w.addr.clone(), w.limit)).collect();
             let ledger = Arc::new(Ledger::new(plan.items.clone(), &limits));

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use stoker_core::{Secret, ShardRef, TransformSpec};
+use stoker_core::{FormatChoice, RecordFields, Secret, ShardFormat, ShardRef, TransformSpec};
 use tonic_health::ServingStatus;
 use tonic_health::pb::HealthCheckRequest;
 
@@ -110,18 +110,33 @@ pub(crate) struct Dataset {
     pub shards: Vec<ShardRef>,
     /// Whether sample counts came from the dataset's index file.
     pub indexed: bool,
+    /// The format the worker listed the shards as.
+    pub format: ShardFormat,
 }
 
 impl Client {
-    /// Lists `dataset` through this worker.
-    pub async fn describe_dataset(&mut self, dataset: &str) -> Result<Dataset, tonic::Status> {
+    /// Lists `dataset` through this worker, its shards in `format`.
+    pub async fn describe_dataset(&mut self, dataset: &str, format: FormatChoice) -> Result<Dataset, tonic::Status> {
         let request = pb::DescribeDatasetRequest {
             dataset: dataset.to_owned(),
+            format: pb::ShardFormat::from(format) as i32,
         };
         let described = self.0.describe_dataset(request).await?.into_inner();
+        let format = match stoker_proto::format_from_pb(described.format) {
+            Some(FormatChoice::Given(format)) => format,
+            // A worker from before formats lists WebDataset only.
+            Some(FormatChoice::Auto) => ShardFormat::WebDataset,
+            None => {
+                return Err(tonic::Status::unimplemented(format!(
+                    "the worker listed {dataset} in a shard format this client does not know ({})",
+                    described.format
+                )));
+            }
+        };
         Ok(Dataset {
             shards: described.shards.into_iter().map(ShardRef::from).collect(),
             indexed: described.indexed,
+            format,
         })
     }
 
@@ -168,6 +183,13 @@ impl ItemTemplate {
                 ..pb::WorkItem::default()
             },
         }
+    }
+
+    /// The same requests for shards in `format`, read with `fields`.
+    pub fn with_format(mut self, format: ShardFormat, fields: &RecordFields) -> Self {
+        self.base.format = pb::ShardFormat::from(format) as i32;
+        self.base.fields = Some(pb::RecordFields::from(fields));
+        self
     }
 
     /// The same requests in `mode` (`stoker doctor`'s stages).

@@ -7,6 +7,7 @@
 //! - [`transform`]: what a worker does to each image, and its validation.
 //! - [`rng`]: per-sample randomness derived from (seed, epoch, key) only.
 //! - [`params`]: a transform spec resolved into concrete steps for one sample.
+//! - [`format`]: shard formats, `--format auto`'s rule, record fields.
 //! - [`mode`]: what a worker does with an item's samples ([`ItemMode`]).
 //! - [`plan`]: which shards a rank reads in an epoch, and in what order.
 //! - [`secret`]: bearer tokens that never reach a log.
@@ -15,6 +16,7 @@
 //! - [`jitter`]: randomness for spreading retries (never for augmentation).
 
 pub mod error;
+pub mod format;
 pub mod jitter;
 pub mod mode;
 pub mod params;
@@ -26,6 +28,7 @@ pub mod transform;
 pub mod uri;
 
 pub use error::error_chain;
+pub use format::{FormatChoice, RecordFields, ShardFormat};
 pub use mode::ItemMode;
 pub use params::{Rect, Step, resolve_steps};
 pub use plan::{EpochPlan, PlanItem, ShardRef, indexed_samples};

@@ -15,9 +15,9 @@ pub mod pb {
 
 pub mod transport;
 
-use stoker_core::ItemMode;
 use stoker_core::plan::ShardRef;
 use stoker_core::transform::{Op, SpecError, TransformSpec};
+use stoker_core::{FormatChoice, ItemMode, RecordFields, ShardFormat};
 
 /// A wire transform spec converted to the domain type and validated.
 pub fn spec_from_pb(spec: Option<&pb::TransformSpec>) -> Result<TransformSpec, SpecError> {
@@ -132,6 +132,55 @@ pub fn mode_from_pb(mode: i32) -> Option<ItemMode> {
     })
 }
 
+impl From<ShardFormat> for pb::ShardFormat {
+    fn from(format: ShardFormat) -> Self {
+        match format {
+            ShardFormat::WebDataset => Self::Webdataset,
+            ShardFormat::TfRecord => Self::Tfrecord,
+        }
+    }
+}
+
+impl From<FormatChoice> for pb::ShardFormat {
+    fn from(choice: FormatChoice) -> Self {
+        match choice {
+            FormatChoice::Auto => Self::Auto,
+            FormatChoice::Given(format) => format.into(),
+        }
+    }
+}
+
+/// A wire `format` as the domain's choice; `None` for a value this build
+/// does not know (a newer peer).
+pub fn format_from_pb(format: i32) -> Option<FormatChoice> {
+    Some(match pb::ShardFormat::try_from(format).ok()? {
+        pb::ShardFormat::Auto => FormatChoice::Auto,
+        pb::ShardFormat::Webdataset => FormatChoice::Given(ShardFormat::WebDataset),
+        pb::ShardFormat::Tfrecord => FormatChoice::Given(ShardFormat::TfRecord),
+    })
+}
+
+impl From<&RecordFields> for pb::RecordFields {
+    fn from(f: &RecordFields) -> Self {
+        Self {
+            image: f.image.clone(),
+            label: f.label.clone(),
+            label_offset: f.label_offset,
+        }
+    }
+}
+
+/// A wire `RecordFields` as the domain's, empty names meaning the defaults.
+pub fn fields_from_pb(f: Option<pb::RecordFields>) -> RecordFields {
+    let defaults = RecordFields::default();
+    let Some(f) = f else { return defaults };
+    RecordFields {
+        image: if f.image.is_empty() { defaults.image } else { f.image },
+        label: if f.label.is_empty() { defaults.label } else { f.label },
+        label_offset: f.label_offset,
+    }
+}
+
 impl From<&ShardRef> for pb::ShardInfo {
     fn from(s: &ShardRef) -> Self {
         Self {
@@ -155,6 +204,23 @@ impl From<pb::ShardInfo> for ShardRef {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn formats_and_fields_round_trip() {
+        for format in ShardFormat::ALL {
+            let choice = FormatChoice::Given(format);
+            assert_eq!(format_from_pb(pb::ShardFormat::from(choice) as i32), Some(choice));
+        }
+        assert_eq!(format_from_pb(0), Some(FormatChoice::Auto));
+        assert_eq!(format_from_pb(99), None);
+        let fields = RecordFields {
+            image: "jpeg".into(),
+            label: "class".into(),
+            label_offset: -1,
+        };
+        assert_eq!(fields_from_pb(Some(pb::RecordFields::from(&fields))), fields);
+        assert_eq!(fields_from_pb(None), RecordFields::default());
+    }
 
     #[test]
     fn every_op_round_trips() {

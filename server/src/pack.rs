@@ -253,7 +253,11 @@ mod tests {
         assert_eq!(summary.samples, 7);
         assert_eq!(summary.classes, ["cat", "dog"]);
         assert!(summary.shards >= 3, "{} shards", summary.shards);
-        let (shards, indexed) = storage.list_shards(&uri).await.unwrap();
+        let listing = storage
+            .list_shards(&uri, stoker_core::FormatChoice::Auto)
+            .await
+            .unwrap();
+        let (shards, indexed) = (listing.shards, listing.indexed);
         assert!(indexed);
         assert_eq!(shards.iter().map(|s| s.samples.unwrap()).sum::<u64>(), 7);
 

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use stoker_core::{DatasetUri, ItemMode, Secret};
+use stoker_core::{DatasetUri, FormatChoice, ItemMode, Secret, ShardFormat};
 use stoker_proto::pb::worker_server::{Worker, WorkerServer};
 use stoker_proto::{pb, spec_from_pb};
 use tokio::net::TcpListener;
@@ -115,7 +115,8 @@ impl Drain {
 fn storage_status(err: &StorageError) -> Status {
     let msg = err.to_string();
     match err {
-        StorageError::NotFound(_) | StorageError::Empty(_) => Status::not_found(msg),
+        StorageError::NotFound(_) | StorageError::Empty { .. } => Status::not_found(msg),
+        StorageError::MixedFormats { .. } => Status::invalid_argument(msg),
         StorageError::Denied { .. } => Status::permission_denied(msg),
         StorageError::BadIndex { .. } => Status::failed_precondition(msg),
         StorageError::Transient { .. } | StorageError::Io { .. } => Status::unavailable(msg),
@@ -180,17 +181,27 @@ impl Worker for WorkerService {
         &self,
         request: Request<pb::DescribeDatasetRequest>,
     ) -> Result<Response<pb::DescribeDatasetResponse>, Status> {
-        let uri = parse_dataset(&request.get_ref().dataset)?;
-        let (shards, indexed) = self
+        let req = request.get_ref();
+        let uri = parse_dataset(&req.dataset)?;
+        let choice = stoker_proto::format_from_pb(req.format)
+            .ok_or_else(|| Status::invalid_argument(format!("unknown shard format {}", req.format)))?;
+        let listing = self
             .ctx
             .storage
-            .list_shards(&uri)
+            .list_shards(&uri, choice)
             .await
             .map_err(|e| storage_status(&e))?;
-        info!(dataset = %uri, shards = shards.len(), indexed, "described dataset");
+        info!(
+            dataset = %uri,
+            shards = listing.shards.len(),
+            indexed = listing.indexed,
+            format = %listing.format,
+            "described dataset"
+        );
         Ok(Response::new(pb::DescribeDatasetResponse {
-            shards: shards.iter().map(pb::ShardInfo::from).collect(),
-            indexed,
+            shards: listing.shards.iter().map(pb::ShardInfo::from).collect(),
+            indexed: listing.indexed,
+            format: pb::ShardFormat::from(listing.format) as i32,
         }))
     }
 
@@ -234,6 +245,17 @@ impl Worker for WorkerService {
             0 => self.ctx.config.chunk_bytes,
             n => n as usize,
         };
+        // AUTO in a work item is what clients before the field sent.
+        let format = match stoker_proto::format_from_pb(req.format) {
+            Some(FormatChoice::Given(format)) => format,
+            Some(FormatChoice::Auto) => ShardFormat::WebDataset,
+            None => {
+                return Err(Status::invalid_argument(format!(
+                    "unknown shard format {} for shard {}",
+                    req.format, req.shard
+                )));
+            }
+        };
         let item = Item {
             dataset,
             shard: req.shard,
@@ -245,6 +267,8 @@ impl Worker for WorkerService {
             start: req.start,
             end: (req.end != 0).then_some(req.end),
             mode,
+            format,
+            fields: stoker_proto::fields_from_pb(req.fields),
         };
         info!(
             shard = %item.dataset.join(&item.shard),

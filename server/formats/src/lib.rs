@@ -1,7 +1,12 @@
 //! The parsers that read untrusted bytes before anything else does.
 //!
-//! - [`wds`]: WebDataset tar shards, read as a stream and grouped into
-//!   samples.
+//! - [`shard`]: the format layer the worker reads samples through
+//!   ([`shard::ShardSamples`]), over:
+//!   - [`wds`]: WebDataset tar shards, read as a stream and grouped into
+//!     samples;
+//!   - [`tfrecord`]: TFRecord shards (both checksums verified) of
+//!     `tf.train.Example`s.
+//! - [`sample`]: the sample every format yields, before decoding.
 //! - [`image`]: image kinds, and the JPEG / PNG header checks (dimensions,
 //!   pixel limit, truncation) that run before any decoder allocates.
 //!
@@ -11,4 +16,7 @@
 //! so the fuzzers build in seconds.
 
 pub mod image;
+pub mod sample;
+pub mod shard;
+pub mod tfrecord;
 pub mod wds;

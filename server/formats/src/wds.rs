@@ -15,6 +15,7 @@ use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 pub use crate::image::ImageKind;
+pub use crate::sample::{MemberProblem, RawSample};
 
 const BLOCK: usize = 512;
 
@@ -337,27 +338,6 @@ pub fn split_key(path: &str) -> Option<(&str, &str)> {
         return None;
     }
     Some((&path[..dot], &path[dot + 1..]))
-}
-
-/// One sample's members, before decoding.
-#[derive(Debug)]
-pub struct RawSample {
-    pub key: String,
-    /// Position of the sample in its shard: the first is 0.
-    pub position: u64,
-    pub image: Result<(ImageKind, Bytes), MemberProblem>,
-    pub label: Result<i64, String>,
-}
-
-/// Why a sample has no image to decode.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum MemberProblem {
-    #[error("no image member (jpg, jpeg or png)")]
-    Missing,
-    #[error("{ext} member is empty")]
-    Empty { ext: String },
-    #[error("{ext} member of {size} bytes exceeds the member size limit of {limit} bytes")]
-    TooLarge { ext: String, size: u64, limit: u64 },
 }
 
 #[derive(Debug, Default)]

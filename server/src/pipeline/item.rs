@@ -20,7 +20,8 @@ use crate::gpu::GpuSample;
 use crate::memory::Reservation;
 use crate::metrics::Stage;
 use crate::storage::ShardReader;
-use crate::wds::{ImageKind, RawSample, SampleReader};
+use crate::wds::{ImageKind, RawSample};
+use stoker_formats::shard::ShardSamples;
 
 /// A chunk is sent once it holds this many skips, so a shard of nothing
 /// but bad samples streams its reasons instead of piling them up.
@@ -103,7 +104,7 @@ struct ItemRun<'a> {
     item: &'a Item,
     tx: &'a mpsc::Sender<Result<Chunk, ItemError>>,
     shard_uri: String,
-    samples: SampleReader<ShardReader>,
+    samples: ShardSamples<ShardReader>,
     /// Results to collect, oldest first.
     in_flight: VecDeque<InFlight>,
     /// Samples in `in_flight`.
@@ -146,7 +147,7 @@ impl<'a> ItemRun<'a> {
             item,
             tx,
             shard_uri: item.dataset.join(&item.shard),
-            samples: SampleReader::new(reader, ctx.config.max_member_bytes),
+            samples: ShardSamples::new(&item.shard_kind(), reader, &item.shard, ctx.config.max_member_bytes),
             in_flight: VecDeque::new(),
             in_flight_samples: 0,
             chunk: Chunk::default(),

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use bytes::Bytes;
-use stoker_core::{DatasetUri, ItemMode, TransformSpec};
+use stoker_core::{DatasetUri, ItemMode, RecordFields, ShardFormat, TransformSpec};
 
 use crate::gpu::GpuRunner;
 use crate::gpu::RunnerGone;
@@ -32,7 +32,8 @@ use crate::memory::{MemoryBudget, Reservation};
 use crate::metrics::{Clients, WorkerMetrics};
 use crate::pool::{CpuPool, PoolError};
 use crate::storage::{Storage, StorageConfig, StorageError};
-use crate::wds::TarError;
+use stoker_formats::shard::{ShardError, ShardKind};
+use stoker_formats::tfrecord::ExampleFields;
 
 pub use cpu::process_sample;
 pub use item::run_item;
@@ -207,6 +208,24 @@ pub struct Item {
     pub end: Option<u64>,
     /// What to do with the samples (always `Process` for training).
     pub mode: ItemMode,
+    /// How to read the shard.
+    pub format: ShardFormat,
+    pub fields: RecordFields,
+}
+
+impl Item {
+    /// The reader the shard's format needs.
+    pub fn shard_kind(&self) -> ShardKind {
+        match self.format {
+            ShardFormat::WebDataset => ShardKind::WebDataset,
+            ShardFormat::TfRecord => ShardKind::TfRecord(ExampleFields {
+                image: self.fields.image.clone(),
+                label: self.fields.label.clone(),
+                label_offset: self.fields.label_offset,
+                key: stoker_core::format::DEFAULT_KEY_FIELD.to_owned(),
+            }),
+        }
+    }
 }
 
 /// One processed sample: uint8 HWC RGB pixels (a GPU batch's samples share
@@ -248,16 +267,20 @@ pub enum SkipKind {
     Transform,
     /// A sample that needs more memory than the worker's whole budget.
     Memory,
+    /// A record whose checksum does not match, or that does not parse
+    /// (TFRecord).
+    Corrupt,
 }
 
 impl SkipKind {
-    pub const ALL: [SkipKind; 6] = [
+    pub const ALL: [SkipKind; 7] = [
         SkipKind::NotImage,
         SkipKind::TooLarge,
         SkipKind::Decode,
         SkipKind::Label,
         SkipKind::Transform,
         SkipKind::Memory,
+        SkipKind::Corrupt,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -268,6 +291,7 @@ impl SkipKind {
             SkipKind::Label => "label",
             SkipKind::Transform => "transform",
             SkipKind::Memory => "memory",
+            SkipKind::Corrupt => "corrupt",
         }
     }
 }
@@ -275,8 +299,12 @@ impl SkipKind {
 impl From<&crate::wds::MemberProblem> for SkipKind {
     fn from(problem: &crate::wds::MemberProblem) -> Self {
         match problem {
-            crate::wds::MemberProblem::Missing | crate::wds::MemberProblem::Empty { .. } => SkipKind::NotImage,
+            crate::wds::MemberProblem::Missing
+            | crate::wds::MemberProblem::Empty { .. }
+            | crate::wds::MemberProblem::MissingField { .. }
+            | crate::wds::MemberProblem::NotImage { .. } => SkipKind::NotImage,
             crate::wds::MemberProblem::TooLarge { .. } => SkipKind::TooLarge,
+            crate::wds::MemberProblem::Corrupt { .. } => SkipKind::Corrupt,
         }
     }
 }
@@ -332,7 +360,7 @@ pub enum ItemError {
     Read {
         shard: String,
         #[source]
-        source: TarError,
+        source: ShardError,
     },
     #[error(transparent)]
     Pool(#[from] PoolError),

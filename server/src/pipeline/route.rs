@@ -258,6 +258,8 @@ mod tests {
             start,
             end,
             mode: stoker_core::ItemMode::Process,
+            format: stoker_core::ShardFormat::WebDataset,
+            fields: stoker_core::RecordFields::default(),
         };
         let (tx, mut rx) = mpsc::channel(2);
         let task = tokio::spawn(run_item(ctx, item, tx));

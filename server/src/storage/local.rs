@@ -64,7 +64,8 @@ fn safe_join(dir: &Path, name: &str) -> Option<PathBuf> {
     ok.then(|| dir.join(rel))
 }
 
-/// The `*.tar` files in a dataset folder, in no order.
+/// The files in a dataset folder, in no order (the caller keeps the
+/// shards).
 pub(super) async fn list(dir: &Path) -> Result<Vec<ShardRef>, StorageError> {
     let object = dir.display().to_string();
     let mut entries = tokio::fs::read_dir(dir).await.map_err(|source| {
@@ -85,9 +86,6 @@ pub(super) async fn list(dir: &Path) -> Result<Vec<ShardRef>, StorageError> {
         })?;
         let Some(entry) = entry else { break };
         let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.ends_with(".tar") {
-            continue;
-        }
         let meta = entry.metadata().await.map_err(|source| StorageError::Io {
             object: entry.path().display().to_string(),
             source,
@@ -121,19 +119,21 @@ mod tests {
 
     #[tokio::test]
     async fn lists_local_tars_sorted_and_reports_missing_folder() {
+        use stoker_core::{FormatChoice, ShardFormat};
         let dir = tempfile::tempdir().unwrap();
         for n in ["b.tar", "a.tar", "notes.txt"] {
             std::fs::write(dir.path().join(n), b"x").unwrap();
         }
         let storage = Storage::new();
         let uri = DatasetUri::Local(dir.path().into());
-        let (shards, indexed) = storage.list_shards(&uri).await.unwrap();
-        assert!(!indexed);
-        let names: Vec<_> = shards.iter().map(|s| s.name.as_str()).collect();
+        let listing = storage.list_shards(&uri, FormatChoice::Auto).await.unwrap();
+        assert!(!listing.indexed);
+        assert_eq!(listing.format, ShardFormat::WebDataset);
+        let names: Vec<_> = listing.shards.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["a.tar", "b.tar"]);
 
         let missing = DatasetUri::Local(dir.path().join("nope"));
-        let err = storage.list_shards(&missing).await.unwrap_err();
+        let err = storage.list_shards(&missing, FormatChoice::Auto).await.unwrap_err();
         assert!(matches!(err, StorageError::NotFound(_)), "{err}");
         assert!(err.to_string().contains("nope"));
     }

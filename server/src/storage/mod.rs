@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use stoker_core::{DatasetUri, ShardRef};
+use stoker_core::{DatasetUri, FormatChoice, ShardFormat, ShardRef};
 use tokio::io::AsyncRead;
 use tokio::sync::OnceCell;
 
@@ -43,8 +43,19 @@ pub enum StorageError {
     NotFound(String),
     #[error("access to {object} denied: {reason}")]
     Denied { object: String, reason: String },
-    #[error("no shards (*.tar) found under {0}")]
-    Empty(String),
+    #[error("no shards found under {uri} ({what})")]
+    Empty { uri: String, what: String },
+    /// `--format auto` over a prefix holding two formats' shards.
+    #[error(
+        "{uri} mixes shard formats: {first} is {first_format}, {second} is {second_format}; keep one format under a prefix or pass --format"
+    )]
+    MixedFormats {
+        uri: String,
+        first: String,
+        first_format: ShardFormat,
+        second: String,
+        second_format: ShardFormat,
+    },
     #[error("invalid index {object}: {reason}")]
     BadIndex { object: String, reason: String },
     /// Network trouble, throttling, a server error: worth retrying.
@@ -102,6 +113,69 @@ impl Default for StorageConfig {
     }
 }
 
+/// A dataset's shards as [`Storage::list_shards`] found them.
+#[derive(Debug)]
+pub struct Listing {
+    pub shards: Vec<ShardRef>,
+    /// The sample counts came from the dataset's index.
+    pub indexed: bool,
+    pub format: ShardFormat,
+}
+
+/// Keeps the shards among a listing's `files`. With a format given, the
+/// files it [`ShardFormat::lists`]; with `auto`, the files whose extension
+/// names a format, which must all name the same one (else an error naming
+/// a file of each).
+pub fn select_shards(
+    files: Vec<ShardRef>,
+    choice: FormatChoice,
+    uri: &str,
+) -> Result<(Vec<ShardRef>, ShardFormat), StorageError> {
+    let (shards, format) = match choice {
+        FormatChoice::Given(format) => (files.into_iter().filter(|f| format.lists(&f.name)).collect(), format),
+        FormatChoice::Auto => {
+            let mut found: Option<(ShardFormat, String)> = None;
+            let mut shards = Vec::new();
+            for file in files {
+                let Some(format) = ShardFormat::from_name(&file.name) else {
+                    continue;
+                };
+                match &found {
+                    Some((first_format, first)) if *first_format != format => {
+                        return Err(StorageError::MixedFormats {
+                            uri: uri.to_owned(),
+                            first: first.clone(),
+                            first_format: *first_format,
+                            second: file.name,
+                            second_format: format,
+                        });
+                    }
+                    Some(_) => {}
+                    None => found = Some((format, file.name.clone())),
+                }
+                shards.push(file);
+            }
+            (shards, found.map_or(ShardFormat::WebDataset, |(f, _)| f))
+        }
+    };
+    if shards.is_empty() {
+        let what = match choice {
+            FormatChoice::Auto => {
+                "looked for WebDataset *.tar and TFRecord *.tfrecord, *.tfrecords, *.tfrec; extension-less TFRecord files need --format tfrecord".to_owned()
+            }
+            FormatChoice::Given(ShardFormat::WebDataset) => "looked for WebDataset *.tar".to_owned(),
+            FormatChoice::Given(ShardFormat::TfRecord) => {
+                "looked for TFRecord *.tfrecord, *.tfrecords, *.tfrec and files without an extension".to_owned()
+            }
+        };
+        return Err(StorageError::Empty {
+            uri: uri.to_owned(),
+            what,
+        });
+    }
+    Ok((shards, format))
+}
+
 /// Access to datasets on S3 and local disk. The S3 client is created on
 /// first use from the standard AWS environment (`AWS_ENDPOINT_URL`,
 /// `AWS_ACCESS_KEY_ID`, `AWS_REGION`, profiles...), with the retries and
@@ -142,21 +216,24 @@ impl Storage {
         &self.stats
     }
 
-    /// The dataset's shards, sorted by name: from its index when it has
-    /// one, from a listing of `*.tar` otherwise.
-    pub async fn list_shards(&self, uri: &DatasetUri) -> Result<(Vec<ShardRef>, bool), StorageError> {
-        let (mut shards, indexed) = match self.read_index(uri).await? {
+    /// The dataset's shards, sorted by name, and their format: from its
+    /// index when it has one, from a listing otherwise, where `choice`
+    /// says which files are shards ([`select_shards`]).
+    pub async fn list_shards(&self, uri: &DatasetUri, choice: FormatChoice) -> Result<Listing, StorageError> {
+        let (files, indexed) = match self.read_index(uri).await? {
             Some(index) => (index.into_shard_refs(), true),
             None => match uri {
                 DatasetUri::S3 { bucket, prefix } => (self.list_s3(bucket, prefix).await?, false),
                 DatasetUri::Local(dir) => (local::list(dir).await?, false),
             },
         };
+        let (mut shards, format) = select_shards(files, choice, &uri.to_string())?;
         shards.sort_by(|a, b| a.name.cmp(&b.name));
-        if shards.is_empty() {
-            return Err(StorageError::Empty(uri.to_string()));
-        }
-        Ok((shards, indexed))
+        Ok(Listing {
+            shards,
+            indexed,
+            format,
+        })
     }
 
     /// Opens one shard for streaming.

@@ -119,7 +119,8 @@ impl Storage {
             .await
     }
 
-    /// The `*.tar` objects under `prefix`, in no order.
+    /// The objects directly or deeper under `prefix`, in no order (the
+    /// caller keeps the shards).
     pub(super) async fn list_s3(&self, bucket: &str, prefix: &str) -> Result<Vec<ShardRef>, StorageError> {
         let object = format!("s3://{bucket}/{prefix}");
         let mut pages = self
@@ -136,7 +137,7 @@ impl Storage {
             for obj in page.contents() {
                 let Some(key) = obj.key() else { continue };
                 let Some(name) = key.strip_prefix(prefix) else { continue };
-                if name.ends_with(".tar") {
+                if !name.is_empty() && !name.ends_with('/') {
                     shards.push(ShardRef {
                         name: name.to_owned(),
                         size_bytes: obj.size().unwrap_or(0).max(0) as u64,

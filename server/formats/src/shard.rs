@@ -1,0 +1,72 @@
+//! The shard-format layer: what the worker's pipeline reads samples
+//! through, whatever the format of the shard.
+
+use tokio::io::AsyncRead;
+
+use crate::sample::RawSample;
+use crate::tfrecord::{ExampleFields, ExampleReader, RecordError};
+use crate::wds::{SampleReader, TarError};
+
+/// A shard's format, with what reading it needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ShardKind {
+    /// WebDataset: a tar whose members group into samples.
+    WebDataset,
+    /// TFRecord of `tf.train.Example`s.
+    TfRecord(ExampleFields),
+}
+
+/// Why a shard could not be read to its end.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ShardError {
+    #[error(transparent)]
+    Tar(#[from] TarError),
+    #[error(transparent)]
+    Record(#[from] RecordError),
+}
+
+impl ShardError {
+    /// Data errors are a property of the shard; I/O errors of the transport.
+    pub fn is_io(&self) -> bool {
+        match self {
+            Self::Tar(e) => e.is_io(),
+            Self::Record(e) => e.is_io(),
+        }
+    }
+}
+
+/// A shard's samples, read as the shard streams in.
+#[derive(Debug)]
+pub enum ShardSamples<R> {
+    WebDataset(SampleReader<R>),
+    TfRecord(ExampleReader<R>),
+}
+
+impl<R: AsyncRead + Unpin> ShardSamples<R> {
+    /// Reads `inner`, the shard `name`, as `kind`. Members or records over
+    /// `max_member_bytes` are read past and become skipped samples.
+    pub fn new(kind: &ShardKind, inner: R, name: &str, max_member_bytes: u64) -> Self {
+        match kind {
+            ShardKind::WebDataset => Self::WebDataset(SampleReader::new(inner, max_member_bytes)),
+            ShardKind::TfRecord(fields) => {
+                Self::TfRecord(ExampleReader::new(inner, name, fields.clone(), max_member_bytes))
+            }
+        }
+    }
+
+    /// Bytes of the shard consumed so far.
+    pub fn offset(&self) -> u64 {
+        match self {
+            Self::WebDataset(r) => r.offset(),
+            Self::TfRecord(r) => r.offset(),
+        }
+    }
+
+    /// The next sample, or `None` at the end of the shard.
+    pub async fn next_sample(&mut self) -> Result<Option<RawSample>, ShardError> {
+        match self {
+            Self::WebDataset(r) => Ok(r.next_sample().await?),
+            Self::TfRecord(r) => Ok(r.next_sample().await?),
+        }
+    }
+}
