@@ -7,7 +7,8 @@
 #                               prometheus_client (an independent parser of
 #                               the metrics text), dnslib (the tests' DNS
 #                               server), kubernetes-validate (the Kubernetes
-#                               schemas, offline), and
+#                               schemas, offline), tfrecord (an independent
+#                               TFRecord writer), and
 #                               the stoker package built from client/python
 #   - target/tools/deb/       : promtool and prometheus, kubectl (its
 #                               kustomize), from Debian's packages, extracted
@@ -26,8 +27,8 @@ if [ ! -x target/tools/bin/s3s-fs ]; then
   cargo install --quiet --locked s3s-fs --version "$S3S_VERSION" --features binary --root target/tools
 fi
 
-PY_PACKAGES="pillow numpy webdataset prometheus_client dnslib kubernetes-validate"
-if [ ! -x target/pyenv/bin/python ] || ! target/pyenv/bin/python -c 'import PIL, numpy, webdataset, prometheus_client, dnslib, kubernetes_validate' 2>/dev/null; then
+PY_PACKAGES="pillow numpy webdataset prometheus_client dnslib kubernetes-validate tfrecord"
+if [ ! -x target/pyenv/bin/python ] || ! target/pyenv/bin/python -c 'import PIL, numpy, webdataset, prometheus_client, dnslib, kubernetes_validate, tfrecord' 2>/dev/null; then
   echo "==> creating target/pyenv ($PY_PACKAGES)"
   python3 -m venv target/pyenv
   # shellcheck disable=SC2086 # a list of package names

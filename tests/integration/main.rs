@@ -18,6 +18,7 @@ mod deploy;
 mod discovery;
 mod doctor;
 mod fidelity;
+mod formats;
 mod gpu;
 mod lifecycle;
 mod memory;

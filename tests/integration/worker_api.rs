@@ -42,6 +42,7 @@ fn item(size: u32, ops: Vec<pb::Transform>) -> pb::WorkItem {
         start: 0,
         end: 0,
         mode: 0,
+        ..pb::WorkItem::default()
     }
 }
 
@@ -74,6 +75,13 @@ async fn absurd_requests_get_invalid_argument_and_the_worker_shuts_down_cleanly(
             pb::WorkItem {
                 start: 5,
                 end: 5,
+                ..item(224, train(224))
+            },
+        ),
+        (
+            "unknown shard format",
+            pb::WorkItem {
+                format: 99,
                 ..item(224, train(224))
             },
         ),

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of the fuzz targets (corpus/<target>/), from the
-images in ../testdata and tars written with Python's tarfile (GNU, pax and
-ustar formats). Standard library only. The seeds are committed; run this
-again only to change them."""
+images in ../testdata, tars written with Python's tarfile (GNU, pax and
+ustar formats) and TFRecord records framed here (CRC32C by hand; a unit
+test of stoker-formats reads them back). Standard library only. The seeds
+are committed; run this again only to change them."""
 
 import io
 import pathlib
@@ -69,7 +70,72 @@ tars["base256_size"] = base256_size_header("x/a.jpg", 1 << 40, b"5") + tars["gnu
 # Regression: this size plus its padding overflowed u64 in the reader.
 tars["base256_u64_max"] = base256_size_header("x/a.jpg", 2**64 - 1, b"0") + bytes(1024)
 
-seeds = {"tar_stream": {}, "tar_header": {}, "image_header": {}}
+def crc32c(data):
+    """CRC32C (Castagnoli), bit by bit: the seeds are small."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def masked(data):
+    crc = crc32c(data)
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def record(data):
+    """One TFRecord record: length, its checksum, data, its checksum."""
+    length = len(data).to_bytes(8, "little")
+    return length + masked(length).to_bytes(4, "little") + data + masked(data).to_bytes(4, "little")
+
+
+def field(number, payload):
+    """A length-delimited protobuf field."""
+    key, n, size = bytes([number << 3 | 2]), len(payload), b""
+    while True:
+        size += bytes([n & 0x7F | (0x80 if n > 0x7F else 0)])
+        n >>= 7
+        if not n:
+            return key + size + payload
+
+
+def example(features):
+    """A tf.train.Example: name -> ("bytes", value) or ("int64", value)."""
+    entries = b""
+    for name, (kind, value) in features.items():
+        if kind == "bytes":
+            feature = field(1, field(1, value))
+        else:
+            varint, v = b"", value & 0xFFFFFFFFFFFFFFFF
+            while True:
+                varint += bytes([v & 0x7F | (0x80 if v > 0x7F else 0)])
+                v >>= 7
+                if not v:
+                    break
+            feature = field(3, field(1, varint))
+        entries += field(1, field(1, name.encode()) + field(2, feature))
+    return field(1, entries)
+
+
+good = record(example({"image/encoded": ("bytes", JPEG), "image/class/label": ("int64", 3), "image/filename": ("bytes", b"n0/a.JPEG")}))
+png = record(example({"image/encoded": ("bytes", PNG), "image/class/label": ("int64", 1)}))
+text = record(example({"image/encoded": ("bytes", b"not an image")}))
+bad_data = bytearray(good)
+bad_data[20] ^= 1
+tfrecords = {
+    "examples": good + png + text,
+    "bad_data_checksum": bytes(bad_data) + png,
+    "bad_length_checksum": good[:9] + b"\0" + good[10:],
+    "truncated": (good + png)[: len(good) + 20],
+    "not_protobuf": record(b"\xff\xff\xff"),
+}
+
+seeds = {"tar_stream": {}, "tar_header": {}, "image_header": {}, "tfrecord_stream": {}}
+for name, data in tfrecords.items():
+    seeds["tfrecord_stream"][name] = bytes([0xFF]) + data
+seeds["tfrecord_stream"]["oversized_small_reads"] = bytes([0x80 | 0x10 | 3]) + good + png
 for name, data in tars.items():
     # The first byte picks the member size limit and the read size.
     seeds["tar_stream"][name] = bytes([0xFF]) + data

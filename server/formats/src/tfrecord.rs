@@ -442,6 +442,28 @@ mod tests {
         }
     }
 
+    /// The fuzz seeds are framed by make_corpus.py with a CRC32C of its
+    /// own: this reader agrees with it.
+    #[tokio::test]
+    async fn the_fuzz_seeds_read_as_they_were_written() {
+        let seed = include_bytes!("../fuzz/corpus/tfrecord_stream/examples");
+        let (samples, err) = read_all(seed[1..].to_vec(), imagenet()).await;
+        assert_eq!(err, None);
+        assert_eq!(samples.len(), 3);
+        assert_eq!(samples[0].key, "n0/a.JPEG");
+        assert_eq!(samples[0].label, Ok(3));
+        assert!(matches!(samples[0].image, Ok((crate::image::ImageKind::Jpeg, _))));
+        assert!(matches!(samples[1].image, Ok((crate::image::ImageKind::Png, _))));
+        assert!(matches!(samples[2].image, Err(MemberProblem::NotImage { .. })));
+        let seed = include_bytes!("../fuzz/corpus/tfrecord_stream/bad_data_checksum");
+        let (samples, _) = read_all(seed[1..].to_vec(), imagenet()).await;
+        assert!(matches!(
+            samples[0].image,
+            Err(MemberProblem::Corrupt { offset: 0, .. })
+        ));
+        assert!(samples[1].image.is_ok());
+    }
+
     #[test]
     fn the_checksum_is_tensorflows() {
         // crc32c("123456789") is 0xe3069283 (RFC 3720's check value);
