@@ -175,6 +175,30 @@ fn a_prefix_mixing_formats_is_an_error_naming_a_file_of_each() {
     assert_eq!(run.num("samples"), 8);
 }
 
+#[test]
+fn the_python_loader_reads_tfrecord_with_its_format_keywords() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 30, 3, 64, 48);
+    let shards = dir.path().join("shards");
+    write_tfrecord(&images, &shards, 2, "", &[]);
+    let expected = dir.path().join("expected.tsv");
+    let lines: String = image_folder_keys(&images)
+        .iter()
+        .map(|(k, l)| format!("{k}\t{l}\n"))
+        .collect();
+    std::fs::write(&expected, lines).unwrap();
+    let w = Worker::start(2);
+    let out = run_ok(
+        python()
+            .arg(python_script("format_check.py"))
+            .arg(&w.addr)
+            .arg(&shards)
+            .arg(&expected),
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok: 30 samples"));
+}
+
 /// Every sample's pixels by key, one `train` epoch of `dataset`.
 async fn pixels(worker: &Worker, dataset: &Path, format: FormatChoice) -> HashMap<String, Vec<u8>> {
     let mut config = LoaderConfig::new(

@@ -18,8 +18,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use stoker_client::device::{DType, Layout, UploadSpec};
 use stoker_client::{
-    DeviceTarget, EpochState, EpochStream, EpochWatch, ErrorBudget, Fingerprint, LastBatch, Loader, LoaderConfig,
-    Secret, TransformSpec,
+    DeviceTarget, EpochState, EpochStream, EpochWatch, ErrorBudget, Fingerprint, FormatChoice, LastBatch, Loader,
+    LoaderConfig, RecordFields, Secret, TransformSpec,
 };
 
 use crate::dlpack::DeviceTensor;
@@ -93,7 +93,8 @@ impl Client {
     #[pyo3(signature = (
         workers, dataset, batch_size, image_size, transform, seed, rank, world_size,
         prefetch, last_batch, max_errors=None, token=None, progress_timeout=60.0,
-        deterministic=false, upload=None, mean=None, std=None, metrics_port=None, dns_server=None, resolve_interval=10.0
+        deterministic=false, upload=None, mean=None, std=None, metrics_port=None, dns_server=None, resolve_interval=10.0,
+        format="auto", image_key=None, label_key=None, label_offset=0
     ))]
     #[allow(clippy::too_many_arguments, reason = "mirrors the Python constructor's keywords")]
     fn new(
@@ -118,6 +119,10 @@ impl Client {
         metrics_port: Option<String>,
         dns_server: Option<String>,
         resolve_interval: f64,
+        format: &str,
+        image_key: Option<String>,
+        label_key: Option<String>,
+        label_offset: i64,
     ) -> PyResult<Self> {
         let spec = TransformSpec::preset(transform, image_size).map_err(err)?;
         let mut config = LoaderConfig::new(workers, dataset, batch_size, spec);
@@ -127,6 +132,13 @@ impl Client {
         config.prefetch = prefetch;
         config.last_batch = last_batch.parse::<LastBatch>().map_err(err)?;
         config.deterministic = deterministic;
+        config.format = format.parse::<FormatChoice>().map_err(err)?;
+        let defaults = RecordFields::default();
+        config.fields = RecordFields {
+            image: image_key.unwrap_or(defaults.image),
+            label: label_key.unwrap_or(defaults.label),
+            label_offset,
+        };
         if let Some((ordinal, dtype, layout)) = upload {
             let dtype = dtype.parse::<DType>().map_err(err)?;
             let layout = layout.parse::<Layout>().map_err(err)?;

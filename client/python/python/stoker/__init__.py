@@ -83,6 +83,14 @@ class Loader:
     system's resolver): workers that appear get work, those that disappear
     are drained, and nothing is lost or delivered twice.
 
+    ``format``: the shards' format, ``"auto"`` (by the files' extensions:
+    ``.tar``, ``.tfrecord`` / ``.tfrecords`` / ``.tfrec``), ``"wds"`` or
+    ``"tfrecord"`` (needed for TensorFlow's extension-less
+    ``train-00000-of-01024``). For TFRecord, ``image_key`` and ``label_key``
+    name the features (default ``image/encoded`` and
+    ``image/class/label``), and ``label_offset`` is added to every label
+    (``-1`` for TensorFlow's 1-based ImageNet labels).
+
     ``metrics_port=PORT`` (or ``"HOST:PORT"``) serves the loader's Prometheus
     metrics at ``/metrics``: time the training loop waited for batches,
     samples, bytes and batches received, reassigned items, samples per
@@ -120,6 +128,10 @@ class Loader:
         metrics_port=None,
         dns_server=None,
         resolve_interval=10.0,
+        format="auto",
+        image_key=None,
+        label_key=None,
+        label_offset=0,
     ):
         if isinstance(workers, str):
             workers = [w for w in workers.split(",") if w]
@@ -164,6 +176,10 @@ class Loader:
             None if metrics_port is None else str(metrics_port),
             None if dns_server is None else str(dns_server),
             float(resolve_interval),
+            str(format),
+            None if image_key is None else str(image_key),
+            None if label_key is None else str(label_key),
+            int(label_offset),
         )
         if upload is not None and not self._client.uploads():
             warnings.warn(
