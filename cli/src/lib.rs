@@ -31,6 +31,10 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "parsed once at start and matched once: its size costs nothing"
+)]
 pub enum Command {
     /// Serve work items: read shards, decode, augment, stream samples back.
     Worker(WorkerArgs),
