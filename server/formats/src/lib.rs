@@ -7,6 +7,8 @@
 //!   - [`tfrecord`]: TFRecord shards (both checksums verified) of
 //!     `tf.train.Example`s.
 //! - [`sample`]: the sample every format yields, before decoding.
+//! - `stream`: exact reads and skips with the offset counted, under both
+//!   shard readers.
 //! - [`image`]: image kinds, and the JPEG / PNG header checks (dimensions,
 //!   pixel limit, truncation) that run before any decoder allocates.
 //!
@@ -18,5 +20,6 @@
 pub mod image;
 pub mod sample;
 pub mod shard;
+mod stream;
 pub mod tfrecord;
 pub mod wds;

@@ -24,10 +24,11 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 use prost::Message;
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::AsyncRead;
 
 use crate::image::sniff;
 use crate::sample::{MemberProblem, RawSample};
+use crate::stream::{Counted, Shortfall};
 
 /// Bytes of a record's header: the length and its checksum.
 const HEADER: usize = 12;
@@ -41,6 +42,15 @@ pub enum RecordError {
     Corrupt { offset: u64, reason: String },
     #[error("read failed at byte {offset}: {reason}")]
     Io { offset: u64, reason: String },
+}
+
+impl From<Shortfall> for RecordError {
+    fn from(s: Shortfall) -> Self {
+        match s {
+            Shortfall::Truncated { offset, what } => Self::Truncated { offset, what },
+            Shortfall::Io { offset, reason } => Self::Io { offset, reason },
+        }
+    }
 }
 
 impl RecordError {
@@ -71,62 +81,34 @@ pub enum Record {
 /// Reads records from a stream, one at a time.
 #[derive(Debug)]
 pub struct RecordReader<R> {
-    inner: R,
-    offset: u64,
+    stream: Counted<R>,
     max_record_bytes: u64,
 }
 
 impl<R: AsyncRead + Unpin> RecordReader<R> {
     pub fn new(inner: R, max_record_bytes: u64) -> Self {
         Self {
-            inner,
-            offset: 0,
+            stream: Counted::new(inner),
             max_record_bytes,
         }
     }
 
     /// Bytes consumed so far.
     pub fn offset(&self) -> u64 {
-        self.offset
+        self.stream.offset()
     }
 
-    /// Fills `buf` completely. Returns false on a clean EOF before the first
-    /// byte (only allowed where `eof_ok`).
     async fn fill(&mut self, buf: &mut [u8], what: &'static str, eof_ok: bool) -> Result<bool, RecordError> {
-        let mut got = 0;
-        while got < buf.len() {
-            let n = self.inner.read(&mut buf[got..]).await.map_err(|e| RecordError::Io {
-                offset: self.offset + got as u64,
-                reason: e.to_string(),
-            })?;
-            if n == 0 {
-                if got == 0 && eof_ok {
-                    return Ok(false);
-                }
-                return Err(RecordError::Truncated {
-                    offset: self.offset + got as u64,
-                    what,
-                });
-            }
-            got += n;
-        }
-        self.offset += buf.len() as u64;
-        Ok(true)
+        Ok(self.stream.fill(buf, what, eof_ok).await?)
     }
 
-    async fn skip(&mut self, mut n: u64, what: &'static str) -> Result<(), RecordError> {
-        let mut scratch = [0u8; 8192];
-        while n > 0 {
-            let take = n.min(scratch.len() as u64) as usize;
-            self.fill(&mut scratch[..take], what, false).await?;
-            n -= take as u64;
-        }
-        Ok(())
+    async fn skip(&mut self, n: u64, what: &'static str) -> Result<(), RecordError> {
+        Ok(self.stream.skip(n, what).await?)
     }
 
     /// The next record, or `None` at the end of the shard.
     pub async fn next_record(&mut self) -> Result<Option<Record>, RecordError> {
-        let offset = self.offset;
+        let offset = self.stream.offset();
         let mut header = [0u8; HEADER];
         if !self.fill(&mut header, "record length", true).await? {
             return Ok(None);

@@ -12,7 +12,9 @@
 //! and the grouping are fuzzed together over whole streams (`tar_stream`).
 
 use bytes::Bytes;
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::AsyncRead;
+
+use crate::stream::{Counted, Shortfall};
 
 pub use crate::image::ImageKind;
 pub use crate::sample::{MemberProblem, RawSample};
@@ -28,6 +30,15 @@ pub enum TarError {
     Corrupt { offset: u64, reason: String },
     #[error("read failed at byte {offset}: {reason}")]
     Io { offset: u64, reason: String },
+}
+
+impl From<Shortfall> for TarError {
+    fn from(s: Shortfall) -> Self {
+        match s {
+            Shortfall::Truncated { offset, what } => Self::Truncated { offset, what },
+            Shortfall::Io { offset, reason } => Self::Io { offset, reason },
+        }
+    }
 }
 
 impl TarError {
@@ -125,8 +136,7 @@ pub struct Member {
 /// Reads tar members from a stream, one at a time.
 #[derive(Debug)]
 pub struct TarReader<R> {
-    inner: R,
-    offset: u64,
+    stream: Counted<R>,
     done: bool,
     max_member_bytes: u64,
     /// Path of the last regular-file header read, also when its data then
@@ -137,8 +147,7 @@ pub struct TarReader<R> {
 impl<R: AsyncRead + Unpin> TarReader<R> {
     pub fn new(inner: R, max_member_bytes: u64) -> Self {
         Self {
-            inner,
-            offset: 0,
+            stream: Counted::new(inner),
             done: false,
             max_member_bytes,
             last_name: None,
@@ -147,41 +156,15 @@ impl<R: AsyncRead + Unpin> TarReader<R> {
 
     /// Bytes consumed so far.
     pub fn offset(&self) -> u64 {
-        self.offset
+        self.stream.offset()
     }
 
-    /// Fills `buf` completely. Returns false on a clean EOF before the first
-    /// byte (only allowed where `eof_ok`).
     async fn fill(&mut self, buf: &mut [u8], what: &'static str, eof_ok: bool) -> Result<bool, TarError> {
-        let mut got = 0;
-        while got < buf.len() {
-            let n = self.inner.read(&mut buf[got..]).await.map_err(|e| TarError::Io {
-                offset: self.offset + got as u64,
-                reason: e.to_string(),
-            })?;
-            if n == 0 {
-                if got == 0 && eof_ok {
-                    return Ok(false);
-                }
-                return Err(TarError::Truncated {
-                    offset: self.offset + got as u64,
-                    what,
-                });
-            }
-            got += n;
-        }
-        self.offset += buf.len() as u64;
-        Ok(true)
+        Ok(self.stream.fill(buf, what, eof_ok).await?)
     }
 
-    async fn skip(&mut self, mut n: u64, what: &'static str) -> Result<(), TarError> {
-        let mut scratch = [0u8; 8192];
-        while n > 0 {
-            let take = n.min(scratch.len() as u64) as usize;
-            self.fill(&mut scratch[..take], what, false).await?;
-            n -= take as u64;
-        }
-        Ok(())
+    async fn skip(&mut self, n: u64, what: &'static str) -> Result<(), TarError> {
+        Ok(self.stream.skip(n, what).await?)
     }
 
     /// Skips a member's data and its padding. Two steps: a size from a
@@ -205,7 +188,7 @@ impl<R: AsyncRead + Unpin> TarReader<R> {
             if self.done {
                 return Ok(None);
             }
-            let header_at = self.offset;
+            let header_at = self.stream.offset();
             let mut block = [0u8; BLOCK];
             if !self.fill(&mut block, "header", true).await? {
                 // Archives cut exactly at a member boundary without the two
