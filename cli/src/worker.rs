@@ -238,6 +238,8 @@ fn start_gpu(args: &WorkerArgs, config: &WorkerConfig) -> anyhow::Result<Option<
 }
 
 pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
+    // Read before anything binds: a bad --token-file fails at once.
+    let token = args.token.secret()?;
     let config = args.config()?;
     let gpu = start_gpu(&args, &config)?;
     let device = if gpu.is_some() { "cuda" } else { "cpu" };
@@ -287,7 +289,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         _ => None,
     };
     let options = ServeOptions {
-        token: args.token.secret()?,
+        token,
         tls,
         grace: std::time::Duration::from_secs_f64(args.grace_period),
     };

@@ -145,17 +145,6 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
     }
 }
 
-/// Frames `data` as one record (for writers and tests).
-pub fn frame(data: &[u8]) -> Vec<u8> {
-    let len = (data.len() as u64).to_le_bytes();
-    let mut out = Vec::with_capacity(data.len() + 16);
-    out.extend_from_slice(&len);
-    out.extend_from_slice(&masked_crc32c(&len).to_le_bytes());
-    out.extend_from_slice(data);
-    out.extend_from_slice(&masked_crc32c(data).to_le_bytes());
-    out
-}
-
 /// `tf.train.Example`, and the messages it holds, as TensorFlow's
 /// `example.proto` and `feature.proto` define them (field numbers and
 /// types); `FloatList` is read past.
@@ -410,6 +399,17 @@ mod tests {
             features: Some(proto::Features { feature }),
         }
         .encode_to_vec()
+    }
+
+    /// Frames `data` as one record.
+    fn frame(data: &[u8]) -> Vec<u8> {
+        let len = (data.len() as u64).to_le_bytes();
+        let mut out = Vec::with_capacity(data.len() + 16);
+        out.extend_from_slice(&len);
+        out.extend_from_slice(&masked_crc32c(&len).to_le_bytes());
+        out.extend_from_slice(data);
+        out.extend_from_slice(&masked_crc32c(data).to_le_bytes());
+        out
     }
 
     async fn read_all(bytes: Vec<u8>, fields: ExampleFields) -> (Vec<RawSample>, Option<RecordError>) {
