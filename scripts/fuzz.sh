@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-20}
 [ $# -gt 0 ] && shift
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(tar_stream tar_header image_header tfrecord_stream)
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(tar_stream tar_header image_header tfrecord_stream recordio_stream)
 
 CARGO_FUZZ_VERSION=0.13.2
 export PATH="$PWD/target/tools/bin:$PATH"

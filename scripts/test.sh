@@ -8,8 +8,10 @@
 #                               the metrics text), dnslib (the tests' DNS
 #                               server), kubernetes-validate (the Kubernetes
 #                               schemas, offline), tfrecord (an independent
-#                               TFRecord writer), and
+#                               TFRecord writer, and its tfrecord2idx), and
 #                               the stoker package built from client/python
+#   - target/mxenv            : Python with MXNet 1.9.1 (and numpy<1.24, which
+#                               it needs), MXNet's own RecordIO writer
 #   - target/tools/deb/       : promtool and prometheus, kubectl (its
 #                               kustomize), from Debian's packages, extracted
 #                               (scripts/deb-tool.sh)
@@ -35,6 +37,12 @@ if [ ! -x target/pyenv/bin/python ] || ! target/pyenv/bin/python -c 'import PIL,
   target/pyenv/bin/pip install --quiet --disable-pip-version-check $PY_PACKAGES
 fi
 
+if [ ! -x target/mxenv/bin/python ] || ! target/mxenv/bin/python -c 'import mxnet' 2>/dev/null; then
+  echo "==> creating target/mxenv (mxnet 1.9.1, numpy<1.24)"
+  python3 -m venv target/mxenv
+  target/mxenv/bin/pip install --quiet --disable-pip-version-check 'mxnet==1.9.1' 'numpy<1.24'
+fi
+
 echo "==> promtool and kubectl from Debian's packages (target/tools/deb)"
 scripts/deb-tool.sh prometheus >/dev/null
 scripts/deb-tool.sh kubernetes-client >/dev/null
@@ -58,6 +66,7 @@ fi
 
 export STOKER_TEST_S3S_FS="$PWD/target/tools/bin/s3s-fs"
 export STOKER_TEST_PYTHON="$PWD/target/pyenv/bin/python"
+export STOKER_TEST_MXNET_PYTHON="$PWD/target/mxenv/bin/python"
 
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --release --workspace --no-fail-fast "$@"

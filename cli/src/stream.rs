@@ -200,10 +200,12 @@ impl StreamArgs {
 #[derive(Debug, Args)]
 pub struct FormatArgs {
     /// Shard format: `auto` goes by the files' extensions (.tar,
-    /// .tfrecord / .tfrecords / .tfrec) and fails naming two files when a
-    /// prefix mixes formats; TFRecord files without an extension
-    /// (`train-00000-of-01024`) need `tfrecord`.
-    #[arg(long, default_value = "auto", value_name = "auto|wds|tfrecord")]
+    /// .tfrecord / .tfrecords / .tfrec, .rec) and fails naming two files
+    /// when a prefix mixes formats; TFRecord files without an extension
+    /// (`train-00000-of-01024`) need `tfrecord`. RecordIO's `<stem>.idx`
+    /// and TFRecord's `<shard>.idx` (DALI's layout), when present, give
+    /// sample counts and let a rank read only its records' bytes.
+    #[arg(long, default_value = "auto", value_name = "auto|wds|tfrecord|recordio")]
     pub format: stoker_core::FormatChoice,
     /// TFRecord: the bytes feature holding the encoded image.
     #[arg(long, default_value = stoker_core::format::DEFAULT_IMAGE_FIELD, value_name = "FEATURE")]
@@ -212,8 +214,8 @@ pub struct FormatArgs {
     /// are unlabelled, -1).
     #[arg(long, default_value = stoker_core::format::DEFAULT_LABEL_FIELD, value_name = "FEATURE")]
     pub label_key: String,
-    /// Added to every label read: -1 turns TensorFlow's 1-based ImageNet
-    /// labels into 0-based ones.
+    /// Added to every label read (TFRecord, RecordIO): -1 turns
+    /// TensorFlow's 1-based ImageNet labels into 0-based ones.
     #[arg(long, default_value_t = 0, allow_hyphen_values = true, value_name = "N")]
     pub label_offset: i64,
 }

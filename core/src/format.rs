@@ -13,16 +13,43 @@ pub enum ShardFormat {
     /// TFRecord files of `tf.train.Example`s (`*.tfrecord`, `*.tfrecords`,
     /// `*.tfrec`; names without an extension with `--format tfrecord`).
     TfRecord,
+    /// MXNet RecordIO (`*.rec`, with `*.idx` beside it for random access).
+    RecordIo,
 }
 
 impl ShardFormat {
-    pub const ALL: [ShardFormat; 2] = [ShardFormat::WebDataset, ShardFormat::TfRecord];
+    pub const ALL: [ShardFormat; 3] = [ShardFormat::WebDataset, ShardFormat::TfRecord, ShardFormat::RecordIo];
 
     /// The name `--format` takes and reports print.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::WebDataset => "wds",
             Self::TfRecord => "tfrecord",
+            Self::RecordIo => "recordio",
+        }
+    }
+
+    /// The files a listing takes as this format's shards, for messages.
+    pub fn files(self) -> &'static str {
+        match self {
+            Self::WebDataset => "WebDataset *.tar",
+            Self::TfRecord => "TFRecord *.tfrecord, *.tfrecords, *.tfrec",
+            Self::RecordIo => "RecordIO *.rec",
+        }
+    }
+
+    /// The name of the record index beside the shard `name`, for the
+    /// formats that have one: RecordIO's `<stem>.idx` (MXNet's `im2rec`
+    /// and `MXIndexedRecordIO`), TFRecord's `<name>.idx` (DALI's
+    /// `tfrecord2idx`).
+    pub fn index_name(self, name: &str) -> Option<String> {
+        match self {
+            Self::WebDataset => None,
+            Self::TfRecord => Some(format!("{name}.idx")),
+            Self::RecordIo => Some(match name.rsplit_once('.') {
+                Some((stem, ext)) if ext.eq_ignore_ascii_case("rec") => format!("{stem}.idx"),
+                _ => format!("{name}.idx"),
+            }),
         }
     }
 
@@ -33,6 +60,7 @@ impl ShardFormat {
         match ext.as_str() {
             "tar" => Some(Self::WebDataset),
             "tfrecord" | "tfrecords" | "tfrec" => Some(Self::TfRecord),
+            "rec" => Some(Self::RecordIo),
             _ => None,
         }
     }
@@ -72,7 +100,10 @@ impl FromStr for FormatChoice {
             "auto" => Ok(Self::Auto),
             "wds" | "webdataset" | "tar" => Ok(Self::Given(ShardFormat::WebDataset)),
             "tfrecord" | "tfrecords" => Ok(Self::Given(ShardFormat::TfRecord)),
-            _ => Err(format!("unknown shard format {s:?}: use auto, wds or tfrecord")),
+            "recordio" | "rec" => Ok(Self::Given(ShardFormat::RecordIo)),
+            _ => Err(format!(
+                "unknown shard format {s:?}: use auto, wds, tfrecord or recordio"
+            )),
         }
     }
 }
@@ -135,11 +166,26 @@ mod tests {
         assert!(!ShardFormat::TfRecord.lists("train-00000-of-01024.idx"));
         assert!(!ShardFormat::TfRecord.lists("a.tar"));
         assert!(!ShardFormat::WebDataset.lists("train-00000-of-01024"));
+        assert_eq!(ShardFormat::from_name("data/train.rec"), Some(ShardFormat::RecordIo));
+        assert!(!ShardFormat::RecordIo.lists("train.idx"));
+    }
+
+    #[test]
+    fn record_indexes_sit_beside_their_shards() {
+        assert_eq!(
+            ShardFormat::RecordIo.index_name("a/train.rec").as_deref(),
+            Some("a/train.idx")
+        );
+        assert_eq!(
+            ShardFormat::TfRecord.index_name("train-00000-of-01024").as_deref(),
+            Some("train-00000-of-01024.idx")
+        );
+        assert_eq!(ShardFormat::WebDataset.index_name("a.tar"), None);
     }
 
     #[test]
     fn choices_parse_and_print() {
-        for choice in ["auto", "wds", "tfrecord"] {
+        for choice in ["auto", "wds", "tfrecord", "recordio"] {
             assert_eq!(choice.parse::<FormatChoice>().unwrap().to_string(), choice);
         }
         assert!("parquet".parse::<FormatChoice>().unwrap_err().contains("parquet"));

@@ -137,6 +137,7 @@ impl From<ShardFormat> for pb::ShardFormat {
         match format {
             ShardFormat::WebDataset => Self::Webdataset,
             ShardFormat::TfRecord => Self::Tfrecord,
+            ShardFormat::RecordIo => Self::Recordio,
         }
     }
 }
@@ -157,6 +158,7 @@ pub fn format_from_pb(format: i32) -> Option<FormatChoice> {
         pb::ShardFormat::Auto => FormatChoice::Auto,
         pb::ShardFormat::Webdataset => FormatChoice::Given(ShardFormat::WebDataset),
         pb::ShardFormat::Tfrecord => FormatChoice::Given(ShardFormat::TfRecord),
+        pb::ShardFormat::Recordio => FormatChoice::Given(ShardFormat::RecordIo),
     })
 }
 

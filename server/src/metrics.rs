@@ -284,6 +284,12 @@ impl Collector for Snapshot {
         )?;
         counter(
             &mut encoder,
+            "storage_read_bytes",
+            "Bytes read from storage: shard bodies (whole, or the byte ranges of indexed sample ranges) and indexes",
+            load(&storage.read_bytes),
+        )?;
+        counter(
+            &mut encoder,
             "storage_resumes",
             "Shard bodies resumed with a ranged read after a cut or stall",
             load(&storage.resumes),

@@ -118,7 +118,7 @@ fn storage_status(err: &StorageError) -> Status {
         StorageError::NotFound(_) | StorageError::Empty { .. } => Status::not_found(msg),
         StorageError::MixedFormats { .. } => Status::invalid_argument(msg),
         StorageError::Denied { .. } => Status::permission_denied(msg),
-        StorageError::BadIndex { .. } => Status::failed_precondition(msg),
+        StorageError::BadIndex { .. } | StorageError::BadRecordIndex { .. } => Status::failed_precondition(msg),
         StorageError::Transient { .. } | StorageError::Io { .. } => Status::unavailable(msg),
     }
 }

@@ -1,16 +1,26 @@
 //! Shard formats other than WebDataset, read from files their own
-//! ecosystem's writer made: TFRecord shards written by the `tfrecord`
-//! package (PyPI; its own CRC32C), in the layout of TensorFlow's ImageNet
-//! shards, through real workers.
+//! ecosystem's writer made, through real workers:
+//!
+//! - TFRecord shards written by the `tfrecord` package (PyPI; its own
+//!   CRC32C), in the layout of TensorFlow's ImageNet shards, with and
+//!   without DALI-style `.idx` files (the package's `tfrecord2idx`);
+//! - MXNet RecordIO shards and their `.idx`, written by MXNet 1.9.1's
+//!   `MXIndexedRecordIO`.
+//!
+//! For each: exactly once over two workers and two epochs with the labels
+//! right, equal batches for three ranks, bad records skipped with their
+//! reason, pixels equal to the same images read from WebDataset, and for
+//! the indexed ones a 1/8 share that reads only its bytes from S3.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use stoker_client::{Loader, LoaderConfig, TransformSpec};
+use stoker_client::{Batch, Loader, LoaderConfig, TransformSpec};
 use stoker_core::{FormatChoice, ShardFormat};
 
 use crate::support::{
-    S3Server, Worker, assert_exactly_once, image_folder_keys, pack, python, python_script, run_ok, stream, synth_images,
+    S3Server, Worker, assert_exactly_once, http_get, image_folder_keys, mxnet_python, pack, python, python_script,
+    run_ok, stream, synth_images,
 };
 
 /// Writes `shards` TFRecord shards of the ImageFolder `images` into `out`
@@ -199,16 +209,190 @@ fn the_python_loader_reads_tfrecord_with_its_format_keywords() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok: 30 samples"));
 }
 
-/// Every sample's pixels by key, one `train` epoch of `dataset`.
-async fn pixels(worker: &Worker, dataset: &Path, format: FormatChoice) -> HashMap<String, Vec<u8>> {
-    let mut config = LoaderConfig::new(
-        vec![worker.addr.clone()],
-        dataset.to_str().unwrap(),
-        5,
-        TransformSpec::train(48),
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tfrecord_pixels_equal_webdataset_pixels_for_the_same_images() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 20, 2, 160, 120);
+    let wds = dir.path().join("wds");
+    pack(&images, wds.to_str().unwrap(), "200K", &[]);
+    let tfrecord = dir.path().join("tfrecord");
+    write_tfrecord(&images, &tfrecord, 3, ".tfrecord", &[]);
+    let w = Worker::start(2);
+    let from_wds = pixels(&w, &wds, FormatChoice::Auto, TransformSpec::train(48)).await;
+    let tfrecord_format = FormatChoice::Given(ShardFormat::TfRecord);
+    let from_tfrecord = pixels(&w, &tfrecord, tfrecord_format, TransformSpec::train(48)).await;
+    assert_eq!(from_wds.len(), 20);
+    assert_eq!(from_tfrecord.len(), 20);
+    for (key, want) in &from_wds {
+        // The same bytes, key and (seed, epoch): the same augmentation.
+        assert!(from_tfrecord.get(key) == Some(want), "{key}: pixels differ");
+    }
+}
+
+/// A RecordIO shard as MXNet's writer left it: its name and size, and per
+/// record in file order the image's key and the record's offset.
+struct RecShard {
+    name: String,
+    size: u64,
+    keys: Vec<String>,
+    offsets: Vec<u64>,
+}
+
+/// Writes `shards` RecordIO shards (`train-<i>.rec` + `.idx`) of the
+/// ImageFolder `images` into `out` with MXNet (`tests/python/write_recordio.py`).
+fn write_recordio(images: &Path, out: &Path, shards: usize, extra: &[&str]) -> Vec<RecShard> {
+    let output = run_ok(
+        mxnet_python()
+            .arg(python_script("write_recordio.py"))
+            .arg(images)
+            .arg(out)
+            .arg(shards.to_string())
+            .args(extra),
     );
-    config.seed = 11;
-    config.format = format;
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    json["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let records = s["records"].as_array().unwrap();
+            RecShard {
+                name: s["name"].as_str().unwrap().to_owned(),
+                size: s["size"].as_u64().unwrap(),
+                keys: records.iter().map(|r| r["key"].as_str().unwrap().to_owned()).collect(),
+                offsets: records.iter().map(|r| r["offset"].as_u64().unwrap()).collect(),
+            }
+        })
+        .collect()
+}
+
+/// RecordIO samples as the worker keys them (`<shard>:<index>`), with the
+/// labels of their images in the ImageFolder `images`.
+fn recordio_keys(shards: &[RecShard], images: &Path) -> Vec<(String, i64)> {
+    let labels: HashMap<String, i64> = image_folder_keys(images).into_iter().collect();
+    shards
+        .iter()
+        .flat_map(|s| {
+            s.keys
+                .iter()
+                .enumerate()
+                .map(|(i, k)| (format!("{}:{i}", s.name), labels[k]))
+        })
+        .collect()
+}
+
+#[test]
+fn recordio_shards_over_s3_arrive_exactly_once_with_their_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 90, 3, 96, 72);
+    let s3 = S3Server::start();
+    // A multi-label record (its first label is the class) and a record the
+    // writer split where its data held the magic number.
+    let shards = write_recordio(
+        &images,
+        &s3.bucket("data").join("rec"),
+        3,
+        &["--multi-label", "0:1", "--magic", "1:0"],
+    );
+    let expected = recordio_keys(&shards, &images);
+    let (w1, w2) = (s3.start_worker(2), s3.start_worker(2));
+    let args: Vec<&str> = ARGS.iter().copied().chain(["--epochs", "2"]).collect();
+    // `auto` knows *.rec, and leaves the .idx files alone.
+    let run = stream(&[&w1, &w2], "s3://data/rec/", &args, &s3.env());
+    assert_exactly_once(&run, &expected, 0..2);
+    assert_eq!(run.num("skipped"), 0, "{}", run.stderr());
+    let workers = run.json.as_ref().unwrap()["workers"].as_array().unwrap().clone();
+    assert!(
+        workers.iter().all(|w| w["samples"].as_u64().unwrap() > 0),
+        "both workers take RecordIO items: {workers:?}"
+    );
+}
+
+#[test]
+fn bad_recordio_records_are_skipped_with_their_reason_without_an_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 24, 2, 64, 48);
+    let shards_dir = dir.path().join("shards");
+    // Shard 0: record 2 holds text. Shard 1: record 1 is five bytes, and
+    // the file is cut in its last record. No .idx: shards are read whole.
+    let shards = write_recordio(
+        &images,
+        &shards_dir,
+        2,
+        &["--not-image", "0:2", "--short", "1:1", "--truncate", "1", "--no-index"],
+    );
+    let w = Worker::start(2);
+    let run = stream(&[&w], shards_dir.to_str().unwrap(), ARGS, &[]);
+    assert!(run.success(), "{}", run.stderr());
+    let stderr = run.stderr();
+    assert!(
+        stderr.contains("train-0.rec:2: record image is not a JPEG or PNG image"),
+        "{stderr}"
+    );
+    let short = format!(
+        "train-1.rec:1: corrupt record at byte {}: record of 5 bytes is shorter than its 24-byte header",
+        shards[1].offsets[1]
+    );
+    assert!(stderr.contains(&short), "{short} not in:\n{stderr}");
+    let json = run.json.as_ref().unwrap();
+    let errors = json["shard_errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let error = errors[0].as_str().unwrap();
+    assert!(
+        error.contains("train-1.rec") && error.contains("recordio truncated at byte"),
+        "{error}"
+    );
+    assert_eq!(run.num("skipped"), 2);
+    let mut want = recordio_keys(&shards, &images);
+    let last = want.len() - 1;
+    for i in [last, 12 + 1, 2] {
+        want.remove(i);
+    }
+    let mut got: Vec<(String, i64)> = run.keys.iter().map(|(_, k, l)| (k.clone(), *l)).collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recordio_pixels_equal_webdataset_pixels_for_the_same_images() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 20, 2, 160, 120);
+    let wds = dir.path().join("wds");
+    pack(&images, wds.to_str().unwrap(), "200K", &[]);
+    let rec = dir.path().join("rec");
+    let shards = write_recordio(&images, &rec, 3, &["--magic", "0:0"]);
+    let w = Worker::start(2);
+    // An eval transform: the same bytes give the same pixels whatever the
+    // key (RecordIO's keys are positions, WebDataset's are names).
+    let from_wds = pixels(&w, &wds, FormatChoice::Auto, TransformSpec::eval(48)).await;
+    let from_rec = pixels(&w, &rec, FormatChoice::Auto, TransformSpec::eval(48)).await;
+    assert_eq!(from_wds.len(), 20);
+    assert_eq!(from_rec.len(), 20);
+    for shard in &shards {
+        for (i, key) in shard.keys.iter().enumerate() {
+            let rec_key = format!("{}:{i}", shard.name);
+            assert!(
+                from_rec.get(&rec_key) == from_wds.get(key),
+                "{rec_key} ({key}): pixels differ"
+            );
+        }
+    }
+}
+
+/// Every sample's pixels by key, one epoch of `dataset` under `spec`.
+async fn pixels(
+    worker: &Worker,
+    dataset: &Path,
+    format: FormatChoice,
+    spec: TransformSpec,
+) -> HashMap<String, Vec<u8>> {
+    let mut config = LoaderConfig::new(vec![worker.addr.clone()], dataset.to_str().unwrap(), 5, spec);
+    (config.format, config.seed) = (format, 11);
     let loader = Loader::connect(config).await.unwrap();
     let mut stream = loader.epoch(3).unwrap();
     let mut out = HashMap::new();
@@ -221,22 +405,127 @@ async fn pixels(worker: &Worker, dataset: &Path, format: FormatChoice) -> HashMa
     out
 }
 
+/// Each of `world` ranks' batches of one epoch.
+async fn rank_batches(worker: &Worker, dataset: &str, format: FormatChoice, world: u32) -> Vec<Vec<Batch>> {
+    let mut out = Vec::new();
+    for rank in 0..world {
+        let mut c = LoaderConfig::new(vec![worker.addr.clone()], dataset, 4, TransformSpec::train(24));
+        (c.rank, c.world_size, c.format, c.seed) = (rank, world, format, 9);
+        let loader = Loader::connect(c).await.unwrap();
+        let mut stream = loader.epoch(1).unwrap();
+        let mut batches = Vec::new();
+        while let Some(b) = stream.next_batch().await {
+            batches.push(b.unwrap());
+        }
+        assert_eq!(Some(batches.len() as u64), loader.batches_per_epoch(), "rank {rank}");
+        out.push(batches);
+    }
+    out
+}
+
+/// Three ranks over `dataset` yield the same number of full batches and
+/// together every sample of `expected` once (the format's record indexes
+/// gave the counts that split the shards into sample ranges).
+async fn assert_equal_rank_batches(worker: &Worker, dataset: &str, format: FormatChoice, expected: &[String]) {
+    let ranks = rank_batches(worker, dataset, format, 3).await;
+    let counts: Vec<usize> = ranks.iter().map(Vec::len).collect();
+    assert!(counts.iter().all(|&c| c == counts[0] && c > 0), "{counts:?}");
+    let keys: Vec<&String> = ranks.iter().flatten().flat_map(|b| b.keys[..b.real()].iter()).collect();
+    let unique: HashSet<&String> = keys.iter().copied().collect();
+    assert_eq!(unique.len(), keys.len(), "a sample was delivered twice");
+    assert_eq!(unique, expected.iter().collect(), "samples missing");
+}
+
+/// `stoker_worker_storage_read_bytes_total` of a worker now.
+fn read_bytes(worker: &Worker) -> u64 {
+    let text = http_get(worker.metrics_url.as_ref().expect("metrics url"));
+    text.lines()
+        .find_map(|l| l.strip_prefix("stoker_worker_storage_read_bytes_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no read bytes in:\n{text}")) as u64
+}
+
+/// Bytes the worker read from S3 for one epoch of `rank` of `world` over
+/// `dataset` (its listing and indexes included).
+async fn bytes_for_share(worker: &Worker, dataset: &str, format: FormatChoice, rank: u32, world: u32) -> u64 {
+    let before = read_bytes(worker);
+    let mut c = LoaderConfig::new(vec![worker.addr.clone()], dataset, 2, TransformSpec::eval(16));
+    (c.rank, c.world_size, c.format) = (rank, world, format);
+    let loader = Loader::connect(c).await.unwrap();
+    let mut stream = loader.epoch(0).unwrap();
+    while let Some(b) = stream.next_batch().await {
+        b.unwrap();
+    }
+    read_bytes(worker) - before
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tfrecord_pixels_equal_webdataset_pixels_for_the_same_images() {
+async fn recordio_ranks_get_equal_batches_and_a_share_reads_only_its_bytes_from_s3() {
     let dir = tempfile::tempdir().unwrap();
     let images = dir.path().join("images");
-    synth_images(&images, 20, 2, 160, 120);
-    let wds = dir.path().join("wds");
-    pack(&images, wds.to_str().unwrap(), "200K", &[]);
-    let tfrecord = dir.path().join("tfrecord");
-    write_tfrecord(&images, &tfrecord, 3, ".tfrecord", &[]);
-    let w = Worker::start(2);
-    let from_wds = pixels(&w, &wds, FormatChoice::Auto).await;
-    let from_tfrecord = pixels(&w, &tfrecord, FormatChoice::Given(ShardFormat::TfRecord)).await;
-    assert_eq!(from_wds.len(), 20);
-    assert_eq!(from_tfrecord.len(), 20);
-    for (key, want) in &from_wds {
-        // The same bytes, key and (seed, epoch): the same augmentation.
-        assert!(from_tfrecord.get(key) == Some(want), "{key}: pixels differ");
+    synth_images(&images, 61, 3, 96, 72);
+    let s3 = S3Server::start();
+    let shards = write_recordio(&images, &s3.bucket("data").join("rec"), 3, &[]);
+    let w = s3.start_worker_with(2, &["--metrics-listen", "127.0.0.1:0"]);
+    let expected: Vec<String> = recordio_keys(&shards, &images).into_iter().map(|(k, _)| k).collect();
+    assert_equal_rank_batches(&w, "s3://data/rec/", FormatChoice::Auto, &expected).await;
+
+    // One shard of the 61 images: a 1/8 share is its first 7 records.
+    let one = write_recordio(&images, &s3.bucket("data").join("one"), 1, &[]);
+    let shard = &one[0];
+    let idx = std::fs::metadata(s3.bucket("data").join("one/train-0.idx"))
+        .unwrap()
+        .len();
+    let whole = bytes_for_share(&w, "s3://data/one/", FormatChoice::Auto, 0, 1).await;
+    let share = bytes_for_share(&w, "s3://data/one/", FormatChoice::Auto, 0, 8).await;
+    let records = shard.offsets.len() as u64;
+    let range = shard.offsets[(records / 8) as usize];
+    eprintln!(
+        "recordio: a 1/8 share read {share} bytes, the whole shard {whole} ({} records, {} bytes, index {idx} bytes)",
+        records, shard.size
+    );
+    // The whole shard: its bytes and its index, read for the listing.
+    assert_eq!(whole, shard.size + idx);
+    // The share: its records' bytes, and the index (listing, then item).
+    assert_eq!(share, range + 2 * idx);
+}
+
+/// Writes `<shard>.idx` beside a TFRecord shard in DALI's layout, with the
+/// tfrecord package's `tfrecord2idx`.
+fn tfrecord2idx(shard: &Path) {
+    let shard = shard.to_str().unwrap();
+    run_ok(python().arg("-c").arg(format!(
+        "from tfrecord.tools.tfrecord2idx import create_index; create_index({shard:?}, {:?})",
+        format!("{shard}.idx")
+    )));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn indexed_tfrecord_ranks_get_equal_batches_and_a_share_reads_only_its_bytes_from_s3() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 61, 3, 96, 72);
+    let s3 = S3Server::start();
+    let root = s3.bucket("data").join("tfr");
+    let shards = write_tfrecord(&images, &root, 3, "", &[]);
+    for (name, _) in &shards {
+        tfrecord2idx(&root.join(name));
     }
+    let w = s3.start_worker_with(2, &["--metrics-listen", "127.0.0.1:0"]);
+    let tfrecord = FormatChoice::Given(ShardFormat::TfRecord);
+    let expected: Vec<String> = image_folder_keys(&images).into_iter().map(|(k, _)| k).collect();
+    assert_equal_rank_batches(&w, "s3://data/tfr/", tfrecord, &expected).await;
+
+    let one_root = s3.bucket("data").join("one");
+    let one = write_tfrecord(&images, &one_root, 1, "", &[]);
+    let (name, offsets) = &one[0];
+    tfrecord2idx(&one_root.join(name));
+    let size = std::fs::metadata(one_root.join(name)).unwrap().len();
+    let idx = std::fs::metadata(one_root.join(format!("{name}.idx"))).unwrap().len();
+    let whole = bytes_for_share(&w, "s3://data/one/", tfrecord, 0, 1).await;
+    let share = bytes_for_share(&w, "s3://data/one/", tfrecord, 0, 8).await;
+    let range = offsets[offsets.len() / 8];
+    eprintln!("tfrecord: a 1/8 share read {share} bytes, the whole shard {whole} ({size} bytes, index {idx} bytes)");
+    assert_eq!(whole, size + idx);
+    assert_eq!(share, range + 2 * idx);
 }

@@ -267,6 +267,19 @@ pub fn python() -> Command {
     c
 }
 
+/// The Python interpreter with MXNet 1.9.1 (and numpy<1.24, which it
+/// needs): MXNet's own RecordIO writer.
+pub fn mxnet_python() -> Command {
+    let py = tool(
+        "STOKER_TEST_MXNET_PYTHON",
+        "target/mxenv/bin/python",
+        "python with mxnet 1.9.1",
+    );
+    let mut c = Command::new(py);
+    c.env("PYTHONDONTWRITEBYTECODE", "1");
+    c
+}
+
 pub fn python_script(name: &str) -> PathBuf {
     repo_root().join("tests/python").join(name)
 }

@@ -8,6 +8,7 @@ are committed; run this again only to change them."""
 import io
 import pathlib
 import shutil
+import struct
 import tarfile
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -132,7 +133,35 @@ tfrecords = {
     "not_protobuf": record(b"\xff\xff\xff"),
 }
 
-seeds = {"tar_stream": {}, "tar_header": {}, "image_header": {}, "tfrecord_stream": {}}
+MAGIC = (0xCED7230A).to_bytes(4, "little")
+
+
+def rec_part(cflag, data):
+    """One RecordIO part: magic, flag and length, data padded to 4 bytes."""
+    lrec = (cflag << 29 | len(data)).to_bytes(4, "little")
+    return MAGIC + lrec + data + b"\0" * (-len(data) % 4)
+
+
+def ir_header(flag, label, image_id=0):
+    """MXNet's IRHeader: flag, float label, id, id2."""
+    return struct.pack("<IfQQ", flag, label, image_id, 0)
+
+
+recordios = {
+    "records": rec_part(0, ir_header(0, 3.0) + JPEG) + rec_part(0, ir_header(2, 0.0) + struct.pack("<ff", 1, 2) + PNG),
+    # A record split where its data held the magic: first and last parts.
+    "split": rec_part(1, ir_header(0, 1.0) + JPEG[:4]) + rec_part(3, JPEG[4:]),
+    "short_and_fraction": rec_part(0, b"short") + rec_part(0, ir_header(0, 1.5) + JPEG),
+    "orphan_continuation": rec_part(2, b"abcd"),
+    "truncated": rec_part(0, ir_header(0, 3.0) + JPEG)[:30],
+}
+
+seeds = {"tar_stream": {}, "tar_header": {}, "image_header": {}, "tfrecord_stream": {}, "recordio_stream": {}}
+for name, data in recordios.items():
+    seeds["recordio_stream"][name] = bytes([0xFF]) + data
+seeds["recordio_stream"]["recordio_index"] = bytes([0xFF]) + b"0\t0\n2\t96\n1\t48\n"
+seeds["recordio_stream"]["tfrecord_index"] = bytes([0xFF]) + b"0 120\n120 98\n"
+seeds["recordio_stream"]["oversized_small_reads"] = bytes([0x80 | 0x10 | 3]) + recordios["split"]
 for name, data in tfrecords.items():
     seeds["tfrecord_stream"][name] = bytes([0xFF]) + data
 seeds["tfrecord_stream"]["oversized_small_reads"] = bytes([0x80 | 0x10 | 3]) + good + png

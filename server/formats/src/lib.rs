@@ -5,7 +5,11 @@
 //!   - [`wds`]: WebDataset tar shards, read as a stream and grouped into
 //!     samples;
 //!   - [`tfrecord`]: TFRecord shards (both checksums verified) of
-//!     `tf.train.Example`s.
+//!     `tf.train.Example`s;
+//!   - [`recordio`]: MXNet RecordIO shards (`IRHeader`, multi-part
+//!     records).
+//! - [`index`]: record index files (RecordIO's and DALI's TFRecord
+//!   `.idx`), from which a sample range's bytes are found.
 //! - [`sample`]: the sample every format yields, before decoding.
 //! - `stream`: exact reads and skips with the offset counted, under both
 //!   shard readers.
@@ -18,6 +22,8 @@
 //! so the fuzzers build in seconds.
 
 pub mod image;
+pub mod index;
+pub mod recordio;
 pub mod sample;
 pub mod shard;
 mod stream;

@@ -3,6 +3,7 @@
 
 use tokio::io::AsyncRead;
 
+use crate::recordio::{RecordIoError, RecordIoReader};
 use crate::sample::RawSample;
 use crate::tfrecord::{ExampleFields, ExampleReader, RecordError};
 use crate::wds::{SampleReader, TarError};
@@ -14,6 +15,17 @@ pub enum ShardKind {
     WebDataset,
     /// TFRecord of `tf.train.Example`s.
     TfRecord(ExampleFields),
+    /// MXNet RecordIO; the offset is added to every label.
+    RecordIo { label_offset: i64 },
+}
+
+/// Where a read of a shard starts: the first sample's position and the
+/// byte it starts at (both 0 for the whole shard, the default). A read
+/// from elsewhere is one a record index located.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SampleStart {
+    pub position: u64,
+    pub offset: u64,
 }
 
 /// Why a shard could not be read to its end.
@@ -23,6 +35,8 @@ pub enum ShardError {
     Tar(#[from] TarError),
     #[error(transparent)]
     Record(#[from] RecordError),
+    #[error(transparent)]
+    RecordIo(#[from] RecordIoError),
 }
 
 impl ShardError {
@@ -31,6 +45,7 @@ impl ShardError {
         match self {
             Self::Tar(e) => e.is_io(),
             Self::Record(e) => e.is_io(),
+            Self::RecordIo(e) => e.is_io(),
         }
     }
 }
@@ -40,25 +55,31 @@ impl ShardError {
 pub enum ShardSamples<R> {
     WebDataset(SampleReader<R>),
     TfRecord(ExampleReader<R>),
+    RecordIo(RecordIoReader<R>),
 }
 
 impl<R: AsyncRead + Unpin> ShardSamples<R> {
-    /// Reads `inner`, the shard `name`, as `kind`. Members or records over
-    /// `max_member_bytes` are read past and become skipped samples.
-    pub fn new(kind: &ShardKind, inner: R, name: &str, max_member_bytes: u64) -> Self {
+    /// Reads `inner`, the shard `name` from `start`, as `kind`. Members or
+    /// records over `max_member_bytes` are read past and become skipped
+    /// samples.
+    pub fn new(kind: &ShardKind, inner: R, name: &str, max_member_bytes: u64, start: SampleStart) -> Self {
         match kind {
-            ShardKind::WebDataset => Self::WebDataset(SampleReader::new(inner, max_member_bytes)),
+            ShardKind::WebDataset => Self::WebDataset(SampleReader::starting(inner, max_member_bytes, start)),
             ShardKind::TfRecord(fields) => {
-                Self::TfRecord(ExampleReader::new(inner, name, fields.clone(), max_member_bytes))
+                Self::TfRecord(ExampleReader::new(inner, name, fields.clone(), max_member_bytes, start))
+            }
+            ShardKind::RecordIo { label_offset } => {
+                Self::RecordIo(RecordIoReader::new(inner, name, start, max_member_bytes, *label_offset))
             }
         }
     }
 
-    /// Bytes of the shard consumed so far.
+    /// Bytes of the shard consumed so far, counted from its beginning.
     pub fn offset(&self) -> u64 {
         match self {
             Self::WebDataset(r) => r.offset(),
             Self::TfRecord(r) => r.offset(),
+            Self::RecordIo(r) => r.offset(),
         }
     }
 
@@ -67,6 +88,7 @@ impl<R: AsyncRead + Unpin> ShardSamples<R> {
         match self {
             Self::WebDataset(r) => Ok(r.next_sample().await?),
             Self::TfRecord(r) => Ok(r.next_sample().await?),
+            Self::RecordIo(r) => Ok(r.next_sample().await?),
         }
     }
 }

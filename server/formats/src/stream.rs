@@ -20,8 +20,10 @@ pub(crate) struct Counted<R> {
 }
 
 impl<R: AsyncRead + Unpin> Counted<R> {
-    pub(crate) fn new(inner: R) -> Self {
-        Self { inner, offset: 0 }
+    /// A stream that starts at byte `offset` of its shard (0 for a read
+    /// from the beginning).
+    pub(crate) fn at(inner: R, offset: u64) -> Self {
+        Self { inner, offset }
     }
 
     /// Bytes consumed so far.

@@ -28,6 +28,7 @@ use tokio::io::AsyncRead;
 
 use crate::image::sniff;
 use crate::sample::{MemberProblem, RawSample};
+use crate::shard::SampleStart;
 use crate::stream::{Counted, Shortfall};
 
 /// Bytes of a record's header: the length and its checksum.
@@ -87,8 +88,13 @@ pub struct RecordReader<R> {
 
 impl<R: AsyncRead + Unpin> RecordReader<R> {
     pub fn new(inner: R, max_record_bytes: u64) -> Self {
+        Self::at(inner, max_record_bytes, 0)
+    }
+
+    /// A reader of a stream that starts at byte `offset` of the shard.
+    fn at(inner: R, max_record_bytes: u64, offset: u64) -> Self {
         Self {
-            stream: Counted::new(inner),
+            stream: Counted::at(inner, offset),
             max_record_bytes,
         }
     }
@@ -225,12 +231,14 @@ pub struct ExampleReader<R> {
 }
 
 impl<R: AsyncRead + Unpin> ExampleReader<R> {
-    pub fn new(inner: R, shard: &str, fields: ExampleFields, max_record_bytes: u64) -> Self {
+    /// Reads `inner`, which starts at `start` of the shard `shard` (the
+    /// default for a whole shard).
+    pub fn new(inner: R, shard: &str, fields: ExampleFields, max_record_bytes: u64, start: SampleStart) -> Self {
         Self {
-            records: RecordReader::new(inner, max_record_bytes),
+            records: RecordReader::at(inner, max_record_bytes, start.offset),
             fields,
             shard: shard.to_owned(),
-            returned: 0,
+            returned: start.position,
         }
     }
 
@@ -413,7 +421,13 @@ mod tests {
     }
 
     async fn read_all(bytes: Vec<u8>, fields: ExampleFields) -> (Vec<RawSample>, Option<RecordError>) {
-        let mut reader = ExampleReader::new(&bytes[..], "train-00000-of-00001", fields, 1 << 20);
+        let mut reader = ExampleReader::new(
+            &bytes[..],
+            "train-00000-of-00001",
+            fields,
+            1 << 20,
+            SampleStart::default(),
+        );
         let mut out = Vec::new();
         loop {
             match reader.next_sample().await {

@@ -14,6 +14,7 @@
 use bytes::Bytes;
 use tokio::io::AsyncRead;
 
+use crate::shard::SampleStart;
 use crate::stream::{Counted, Shortfall};
 
 pub use crate::image::ImageKind;
@@ -146,8 +147,13 @@ pub struct TarReader<R> {
 
 impl<R: AsyncRead + Unpin> TarReader<R> {
     pub fn new(inner: R, max_member_bytes: u64) -> Self {
+        Self::at(inner, max_member_bytes, 0)
+    }
+
+    /// A reader of a stream that starts at byte `offset` of the tar.
+    fn at(inner: R, max_member_bytes: u64, offset: u64) -> Self {
         Self {
-            stream: Counted::new(inner),
+            stream: Counted::at(inner, offset),
             done: false,
             max_member_bytes,
             last_name: None,
@@ -375,11 +381,16 @@ pub struct SampleReader<R> {
 
 impl<R: AsyncRead + Unpin> SampleReader<R> {
     pub fn new(inner: R, max_member_bytes: u64) -> Self {
+        Self::starting(inner, max_member_bytes, SampleStart::default())
+    }
+
+    /// Reads a stream that starts at a sample's first member (`start`).
+    pub fn starting(inner: R, max_member_bytes: u64, start: SampleStart) -> Self {
         Self {
-            tar: TarReader::new(inner, max_member_bytes),
+            tar: TarReader::at(inner, max_member_bytes, start.offset),
             current: None,
             deferred: None,
-            returned: 0,
+            returned: start.position,
         }
     }
 

@@ -140,14 +140,14 @@ impl<'a> ItemRun<'a> {
         item: &'a Item,
         tx: &'a mpsc::Sender<Result<Chunk, ItemError>>,
     ) -> Result<Self, ItemError> {
-        let reader = ctx.storage.open(&item.dataset, &item.shard).await?;
+        let samples = item.open_samples(&ctx.storage, ctx.config.max_member_bytes).await?;
         let gpu_batch = ctx.gpu.as_ref().map_or(0, |g| g.config().max_batch);
         Ok(Self {
             ctx,
             item,
             tx,
             shard_uri: item.dataset.join(&item.shard),
-            samples: ShardSamples::new(&item.shard_kind(), reader, &item.shard, ctx.config.max_member_bytes),
+            samples,
             in_flight: VecDeque::new(),
             in_flight_samples: 0,
             chunk: Chunk::default(),

@@ -11,7 +11,6 @@ use tokio::sync::mpsc;
 use super::item::send;
 use super::{Chunk, Item, ItemError, Processed, WorkerContext};
 use crate::memory::Reservation;
-use stoker_formats::shard::ShardSamples;
 
 /// Samples counted per chunk of a `Read` item.
 const READ_CHUNK_SAMPLES: u64 = 1024;
@@ -25,8 +24,7 @@ pub(super) async fn read_item(
     tx: &mpsc::Sender<Result<Chunk, ItemError>>,
 ) -> Result<bool, ItemError> {
     let shard = item.dataset.join(&item.shard);
-    let reader = ctx.storage.open(&item.dataset, &item.shard).await?;
-    let mut samples = ShardSamples::new(&item.shard_kind(), reader, &item.shard, ctx.config.max_member_bytes);
+    let mut samples = item.open_samples(&ctx.storage, ctx.config.max_member_bytes).await?;
     let mut chunk = Chunk::default();
     loop {
         let raw = match samples.next_sample().await {

@@ -31,8 +31,8 @@ use crate::gpu::RunnerGone;
 use crate::memory::{MemoryBudget, Reservation};
 use crate::metrics::{Clients, WorkerMetrics};
 use crate::pool::{CpuPool, PoolError};
-use crate::storage::{Storage, StorageConfig, StorageError};
-use stoker_formats::shard::{ShardError, ShardKind};
+use crate::storage::{ShardReader, Storage, StorageConfig, StorageError};
+use stoker_formats::shard::{SampleStart, ShardError, ShardKind, ShardSamples};
 use stoker_formats::tfrecord::ExampleFields;
 
 pub use cpu::process_sample;
@@ -224,7 +224,52 @@ impl Item {
                 label_offset: self.fields.label_offset,
                 key: stoker_core::format::DEFAULT_KEY_FIELD.to_owned(),
             }),
+            ShardFormat::RecordIo => ShardKind::RecordIo {
+                label_offset: self.fields.label_offset,
+            },
         }
+    }
+
+    /// Opens the item's samples. A sample range of a shard with a record
+    /// index (RecordIO, indexed TFRecord) is read from its first record's
+    /// byte to the byte after its last one; anything else from the shard's
+    /// beginning, the samples before `start` read past.
+    pub async fn open_samples(
+        &self,
+        storage: &Storage,
+        max_member_bytes: u64,
+    ) -> Result<ShardSamples<ShardReader>, ItemError> {
+        let ranged = self.start > 0 || self.end.is_some();
+        let offsets = match ranged {
+            true => storage.record_offsets(&self.dataset, &self.shard, self.format).await?,
+            false => None,
+        };
+        let (reader, start) = match offsets {
+            Some(offsets) => {
+                let (first, last) = stoker_formats::index::byte_range(&offsets, self.start, self.end).map_err(|e| {
+                    StorageError::BadRecordIndex {
+                        object: self.dataset.join(&self.shard),
+                        reason: e.to_string(),
+                    }
+                })?;
+                let reader = storage.open_range(&self.dataset, &self.shard, first, last).await?;
+                (
+                    reader,
+                    SampleStart {
+                        position: self.start,
+                        offset: first,
+                    },
+                )
+            }
+            None => (storage.open(&self.dataset, &self.shard).await?, SampleStart::default()),
+        };
+        Ok(ShardSamples::new(
+            &self.shard_kind(),
+            reader,
+            &self.shard,
+            max_member_bytes,
+            start,
+        ))
     }
 }
 

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use stoker_core::{DatasetUri, ShardRef};
 
-use super::{Storage, StorageError, local};
+use super::{Storage, StorageError};
 
 /// Name of the optional index file at a dataset's root.
 pub const INDEX_FILE: &str = "stoker-index.json";
@@ -45,14 +45,9 @@ impl Storage {
     /// The dataset's index, or `None` when it has none.
     pub(super) async fn read_index(&self, uri: &DatasetUri) -> Result<Option<Index>, StorageError> {
         let object = uri.join(INDEX_FILE);
-        let bytes = match uri {
-            DatasetUri::S3 { bucket, prefix } => {
-                self.read_s3_if_exists(bucket, &format!("{prefix}{INDEX_FILE}"), &object)
-                    .await?
-            }
-            DatasetUri::Local(dir) => local::read_if_exists(dir, INDEX_FILE, &object).await?,
+        let Some(bytes) = self.read_if_exists(uri, INDEX_FILE).await? else {
+            return Ok(None);
         };
-        let Some(bytes) = bytes else { return Ok(None) };
         serde_json::from_slice(&bytes)
             .map(Some)
             .map_err(|e| StorageError::BadIndex {

@@ -7,17 +7,39 @@ use stoker_core::ShardRef;
 
 use super::{ShardReader, StorageError};
 
-/// Opens the shard `name` in `dir`; `object` names it in errors.
-pub(super) async fn open(dir: &Path, name: &str, object: String) -> Result<ShardReader, StorageError> {
+/// Opens the shard `name` in `dir`, its bytes from `start` up to `end`
+/// (exclusive; `None`: its end); `object` names it in errors.
+pub(super) async fn open(
+    dir: &Path,
+    name: &str,
+    (start, end): (u64, Option<u64>),
+    object: String,
+) -> Result<ShardReader, StorageError> {
     let path = safe_join(dir, name).ok_or_else(|| StorageError::NotFound(object.clone()))?;
-    let file = tokio::fs::File::open(&path).await.map_err(|source| {
+    let mut file = tokio::fs::File::open(&path).await.map_err(|source| {
         if source.kind() == std::io::ErrorKind::NotFound {
             StorageError::NotFound(object.clone())
         } else {
-            StorageError::Io { object, source }
+            StorageError::Io {
+                object: object.clone(),
+                source,
+            }
         }
     })?;
-    Ok(Box::pin(tokio::io::BufReader::with_capacity(1 << 20, file)))
+    if start > 0 {
+        use tokio::io::AsyncSeekExt;
+        file.seek(std::io::SeekFrom::Start(start))
+            .await
+            .map_err(|source| StorageError::Io { object, source })?;
+    }
+    let file = tokio::io::BufReader::with_capacity(1 << 20, file);
+    Ok(match end {
+        Some(end) => {
+            use tokio::io::AsyncReadExt;
+            Box::pin(file.take(end.saturating_sub(start)))
+        }
+        None => Box::pin(file),
+    })
 }
 
 /// The whole file `name` in the folder `dir`, or `None` when the folder is

@@ -21,12 +21,14 @@ mod local;
 mod resume;
 mod s3;
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use futures::StreamExt;
 use stoker_core::{DatasetUri, FormatChoice, ShardFormat, ShardRef};
 use tokio::io::AsyncRead;
 use tokio::sync::OnceCell;
@@ -58,6 +60,9 @@ pub enum StorageError {
     },
     #[error("invalid index {object}: {reason}")]
     BadIndex { object: String, reason: String },
+    /// A record index that does not match its shard.
+    #[error("record index {object} does not fit its shard: {reason}")]
+    BadRecordIndex { object: String, reason: String },
     /// Network trouble, throttling, a server error: worth retrying.
     #[error("{object}: {reason}")]
     Transient { object: String, reason: String },
@@ -113,11 +118,15 @@ impl Default for StorageConfig {
     }
 }
 
+/// Record index files read at once while a listing counts samples.
+const INDEX_READS_AT_ONCE: usize = 16;
+
 /// A dataset's shards as [`Storage::list_shards`] found them.
 #[derive(Debug)]
 pub struct Listing {
     pub shards: Vec<ShardRef>,
-    /// The sample counts came from the dataset's index.
+    /// Every shard's sample count is known: from the dataset's index
+    /// ([`INDEX_FILE`]) or from the shards' record indexes.
     pub indexed: bool,
     pub format: ShardFormat,
 }
@@ -160,13 +169,17 @@ pub fn select_shards(
     };
     if shards.is_empty() {
         let what = match choice {
-            FormatChoice::Auto => {
-                "looked for WebDataset *.tar and TFRecord *.tfrecord, *.tfrecords, *.tfrec; extension-less TFRecord files need --format tfrecord".to_owned()
-            }
-            FormatChoice::Given(ShardFormat::WebDataset) => "looked for WebDataset *.tar".to_owned(),
+            FormatChoice::Auto => format!(
+                "looked for {}; extension-less TFRecord files need --format tfrecord",
+                ShardFormat::ALL.map(ShardFormat::files).join(", ")
+            ),
             FormatChoice::Given(ShardFormat::TfRecord) => {
-                "looked for TFRecord *.tfrecord, *.tfrecords, *.tfrec and files without an extension".to_owned()
+                format!(
+                    "looked for {} and files without an extension",
+                    ShardFormat::TfRecord.files()
+                )
             }
+            FormatChoice::Given(format) => format!("looked for {}", format.files()),
         };
         return Err(StorageError::Empty {
             uri: uri.to_owned(),
@@ -195,6 +208,29 @@ pub struct StorageStats {
     pub retries: AtomicU64,
     /// Shard bodies resumed with a ranged read after a cut or a stall.
     pub resumes: AtomicU64,
+    /// Bytes read from storage: shard bodies, indexes.
+    pub read_bytes: AtomicU64,
+}
+
+/// A shard body that counts the bytes it hands out into
+/// [`StorageStats::read_bytes`].
+struct CountBytes {
+    inner: ShardReader,
+    stats: Arc<StorageStats>,
+}
+
+impl AsyncRead for CountBytes {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = self.inner.as_mut().poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        self.stats.read_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        polled
+    }
 }
 
 impl Storage {
@@ -218,17 +254,54 @@ impl Storage {
 
     /// The dataset's shards, sorted by name, and their format: from its
     /// index when it has one, from a listing otherwise, where `choice`
-    /// says which files are shards ([`select_shards`]).
+    /// says which files are shards ([`select_shards`]). Listed shards of a
+    /// format with record indexes (RecordIO, TFRecord) take their sample
+    /// counts from the indexes beside them; the listing is indexed when
+    /// every shard has one.
     pub async fn list_shards(&self, uri: &DatasetUri, choice: FormatChoice) -> Result<Listing, StorageError> {
-        let (files, indexed) = match self.read_index(uri).await? {
-            Some(index) => (index.into_shard_refs(), true),
-            None => match uri {
-                DatasetUri::S3 { bucket, prefix } => (self.list_s3(bucket, prefix).await?, false),
-                DatasetUri::Local(dir) => (local::list(dir).await?, false),
-            },
+        if let Some(index) = self.read_index(uri).await? {
+            let (mut shards, format) = select_shards(index.into_shard_refs(), choice, &uri.to_string())?;
+            shards.sort_by(|a, b| a.name.cmp(&b.name));
+            return Ok(Listing {
+                shards,
+                indexed: true,
+                format,
+            });
+        }
+        let files = match uri {
+            DatasetUri::S3 { bucket, prefix } => self.list_s3(bucket, prefix).await?,
+            DatasetUri::Local(dir) => local::list(dir).await?,
         };
+        let names: HashSet<String> = files.iter().map(|f| f.name.clone()).collect();
         let (mut shards, format) = select_shards(files, choice, &uri.to_string())?;
         shards.sort_by(|a, b| a.name.cmp(&b.name));
+        // Only the shards whose index the listing holds: no request for
+        // the others.
+        let indexed_names: Vec<Option<String>> = shards
+            .iter()
+            .map(|s| {
+                format
+                    .index_name(&s.name)
+                    .filter(|i| names.contains(i))
+                    .map(|_| s.name.clone())
+            })
+            .collect();
+        let counts = futures::stream::iter(indexed_names.into_iter().map(|name| async move {
+            match name {
+                Some(name) => Ok(self
+                    .record_offsets(uri, &name, format)
+                    .await?
+                    .map(|offsets| offsets.len() as u64)),
+                None => Ok(None),
+            }
+        }))
+        .buffered(INDEX_READS_AT_ONCE)
+        .collect::<Vec<_>>()
+        .await;
+        for (shard, count) in shards.iter_mut().zip(counts) {
+            shard.samples = count?;
+        }
+        let indexed = shards.iter().all(|s| s.samples.is_some());
         Ok(Listing {
             shards,
             indexed,
@@ -238,11 +311,69 @@ impl Storage {
 
     /// Opens one shard for streaming.
     pub async fn open(&self, uri: &DatasetUri, name: &str) -> Result<ShardReader, StorageError> {
+        self.open_range(uri, name, 0, None).await
+    }
+
+    /// Opens one shard's bytes from `start` up to `end` (exclusive;
+    /// `None`: the shard's end) for streaming: a ranged GET on S3.
+    pub async fn open_range(
+        &self,
+        uri: &DatasetUri,
+        name: &str,
+        start: u64,
+        end: Option<u64>,
+    ) -> Result<ShardReader, StorageError> {
         let object = uri.join(name);
-        match uri {
-            DatasetUri::S3 { bucket, prefix } => self.open_s3(bucket, prefix, name, object).await,
-            DatasetUri::Local(dir) => local::open(dir, name, object).await,
+        let inner = match uri {
+            DatasetUri::S3 { bucket, prefix } => self.open_s3(bucket, prefix, name, (start, end), object).await?,
+            DatasetUri::Local(dir) => local::open(dir, name, (start, end), object).await?,
+        };
+        Ok(Box::pin(CountBytes {
+            inner,
+            stats: Arc::clone(&self.stats),
+        }))
+    }
+
+    /// The file `name` under `uri`, whole, or `None` when it does not exist
+    /// (for small files: indexes).
+    pub(super) async fn read_if_exists(&self, uri: &DatasetUri, name: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        let object = uri.join(name);
+        let bytes = match uri {
+            DatasetUri::S3 { bucket, prefix } => {
+                self.read_s3_if_exists(bucket, &format!("{prefix}{name}"), &object)
+                    .await?
+            }
+            DatasetUri::Local(dir) => local::read_if_exists(dir, name, &object).await?,
+        };
+        if let Some(b) = &bytes {
+            self.stats.read_bytes.fetch_add(b.len() as u64, Ordering::Relaxed);
         }
+        Ok(bytes)
+    }
+
+    /// Where each record of the shard `name` starts, in file order, from
+    /// the record index beside it ([`ShardFormat::index_name`]); `None`
+    /// when the format has none or the shard has no index file.
+    pub async fn record_offsets(
+        &self,
+        uri: &DatasetUri,
+        name: &str,
+        format: ShardFormat,
+    ) -> Result<Option<Vec<u64>>, StorageError> {
+        let Some(index) = format.index_name(name) else {
+            return Ok(None);
+        };
+        let Some(bytes) = self.read_if_exists(uri, &index).await? else {
+            return Ok(None);
+        };
+        let parsed = match format {
+            ShardFormat::RecordIo => stoker_formats::index::recordio_offsets(&bytes),
+            _ => stoker_formats::index::tfrecord_offsets(&bytes),
+        };
+        parsed.map(Some).map_err(|e| StorageError::BadIndex {
+            object: uri.join(&index),
+            reason: e.to_string(),
+        })
     }
 
     /// Writes a finished local file to `name` under `uri`.

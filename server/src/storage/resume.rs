@@ -94,9 +94,10 @@ pub(super) struct ResumingReader {
     object: String,
     source: Arc<dyn Reopen>,
     policy: ResumePolicy,
-    /// The object's size, when the first response said.
+    /// One past the last byte to deliver (the object's size for a whole
+    /// read), when the first response said.
     size: Option<u64>,
-    /// Bytes delivered so far.
+    /// The next byte to deliver, counted from the object's beginning.
     offset: u64,
     resumes: u32,
     /// The storage's totals: each resume counts there too.
@@ -105,10 +106,12 @@ pub(super) struct ResumingReader {
 }
 
 impl ResumingReader {
+    /// A reader of `body`, which holds the object's bytes from `start` up
+    /// to `end` (exclusive; `None` when the response did not say).
     pub(super) fn new(
         object: String,
         body: ShardReader,
-        size: Option<u64>,
+        (start, end): (u64, Option<u64>),
         source: Arc<dyn Reopen>,
         policy: ResumePolicy,
         stats: Arc<StorageStats>,
@@ -118,8 +121,8 @@ impl ResumingReader {
             source,
             policy,
             stats,
-            size,
-            offset: 0,
+            size: end,
+            offset: start,
             resumes: 0,
             state: ReadState::Reading { body, stall: None },
         }
@@ -316,7 +319,7 @@ mod tests {
         let reader = ResumingReader::new(
             "s3://b/k.tar".into(),
             body,
-            Some(size as u64),
+            (0, Some(size as u64)),
             Arc::clone(&source) as Arc<dyn Reopen>,
             policy(max_resumes),
             Arc::default(),

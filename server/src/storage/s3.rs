@@ -178,37 +178,50 @@ impl Storage {
         }
     }
 
-    /// Opens the shard `name` under `prefix` as a body that resumes when
-    /// it breaks off; `object` names it in errors.
+    /// Opens the shard `name` under `prefix`, its bytes from `start` up to
+    /// `end` (exclusive; `None`: its end), as a body that resumes when it
+    /// breaks off; `object` names it in errors.
     pub(super) async fn open_s3(
         &self,
         bucket: &str,
         prefix: &str,
         name: &str,
+        (start, end): (u64, Option<u64>),
         object: String,
     ) -> Result<ShardReader, StorageError> {
         let client = self.s3().await.clone();
         let key = format!("{prefix}{name}");
-        let out = client
-            .get_object()
-            .bucket(bucket)
-            .key(&key)
-            .send()
-            .await
-            .map_err(|e| s3_error(&object, e))?;
-        let size = out.content_length().and_then(|n| u64::try_from(n).ok());
+        let mut req = client.get_object().bucket(bucket).key(&key);
+        let ranged = start > 0 || end.is_some();
+        if ranged {
+            req = req.range(range_header(start, end));
+        }
+        let out = req.send().await.map_err(|e| s3_error(&object, e))?;
+        let length = out.content_length().and_then(|n| u64::try_from(n).ok());
+        // The object's size: the total of a ranged response's content-range,
+        // else the body's length.
+        let size = if ranged {
+            check_content_range(out.content_range(), start, None).map_err(|reason| StorageError::Transient {
+                object: object.clone(),
+                reason,
+            })?;
+            out.content_range().and_then(content_range_total)
+        } else {
+            length
+        };
         let source = S3Object {
             client,
             bucket: bucket.to_owned(),
             key,
             etag: out.e_tag().map(str::to_owned),
             size,
+            end,
         };
         let body: ShardReader = Box::pin(out.body.into_async_read());
         Ok(Box::pin(ResumingReader::new(
             object,
             body,
-            size,
+            (start, length.map(|n| start + n)),
             Arc::new(source),
             ResumePolicy::from(&self.config),
             Arc::clone(&self.stats),
@@ -273,7 +286,10 @@ struct S3Object {
     bucket: String,
     key: String,
     etag: Option<String>,
+    /// The whole object's size.
     size: Option<u64>,
+    /// One past the last byte the read wants, when not the object's end.
+    end: Option<u64>,
 }
 
 impl S3Object {
@@ -284,7 +300,7 @@ impl S3Object {
             .get_object()
             .bucket(&self.bucket)
             .key(&self.key)
-            .range(format!("bytes={offset}-"));
+            .range(range_header(offset, self.end));
         if let Some(etag) = &self.etag {
             req = req.if_match(etag);
         }
@@ -326,6 +342,19 @@ impl Reopen for S3Object {
     fn reopen(&self, offset: u64) -> ReopenFuture {
         Box::pin(self.clone().get_from(offset))
     }
+}
+
+/// An HTTP `Range` header for bytes `start` up to `end` (exclusive).
+fn range_header(start: u64, end: Option<u64>) -> String {
+    match end {
+        Some(end) => format!("bytes={start}-{}", end.saturating_sub(1)),
+        None => format!("bytes={start}-"),
+    }
+}
+
+/// The object's size a `Content-Range` header gives, when it does.
+fn content_range_total(header: &str) -> Option<u64> {
+    header.rsplit_once('/')?.1.trim().parse().ok()
 }
 
 /// Checks that a ranged response (`Content-Range: bytes FIRST-LAST/TOTAL`)
@@ -384,5 +413,13 @@ mod tests {
         assert!(check_content_range(Some("bytes 100-299/300"), 100, Some(200)).is_err());
         assert!(check_content_range(Some("items 1-2/3"), 1, None).is_err());
         assert!(check_content_range(Some("bytes x-2/3"), 1, None).is_err());
+    }
+
+    #[test]
+    fn ranges_are_inclusive_on_the_wire() {
+        assert_eq!(range_header(100, Some(200)), "bytes=100-199");
+        assert_eq!(range_header(100, None), "bytes=100-");
+        assert_eq!(content_range_total("bytes 100-199/4096"), Some(4096));
+        assert_eq!(content_range_total("bytes 100-199/*"), None);
     }
 }

@@ -12,6 +12,7 @@ mod common;
 
 use common::{Dribble, limits, now};
 use libfuzzer_sys::fuzz_target;
+use stoker_formats::shard::SampleStart;
 use stoker_formats::tfrecord::{ExampleFields, ExampleReader};
 
 fuzz_target!(|input: &[u8]| {
@@ -25,7 +26,7 @@ fuzz_target!(|input: &[u8]| {
         label_offset: -1,
         key: "image/filename".to_owned(),
     };
-    let mut reader = ExampleReader::new(Dribble { data, step }, "shard", fields, max_record_bytes);
+    let mut reader = ExampleReader::new(Dribble { data, step }, "shard", fields, max_record_bytes, SampleStart::default());
     let mut samples = 0u64;
     loop {
         match now(reader.next_sample()) {
