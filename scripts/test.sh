@@ -8,8 +8,10 @@
 #                               the metrics text), dnslib (the tests' DNS
 #                               server), kubernetes-validate (the Kubernetes
 #                               schemas, offline), tfrecord (an independent
-#                               TFRecord writer, and its tfrecord2idx), and
-#                               the stoker package built from client/python
+#                               TFRecord writer, and its tfrecord2idx),
+#                               datasets and pyarrow (Hugging Face's Parquet
+#                               writer), and the stoker package built from
+#                               client/python
 #   - target/mxenv            : Python with MXNet 1.9.1 (and numpy<1.24, which
 #                               it needs), MXNet's own RecordIO writer
 #   - target/tools/deb/       : promtool and prometheus, kubectl (its
@@ -29,8 +31,8 @@ if [ ! -x target/tools/bin/s3s-fs ]; then
   cargo install --quiet --locked s3s-fs --version "$S3S_VERSION" --features binary --root target/tools
 fi
 
-PY_PACKAGES="pillow numpy webdataset prometheus_client dnslib kubernetes-validate tfrecord"
-if [ ! -x target/pyenv/bin/python ] || ! target/pyenv/bin/python -c 'import PIL, numpy, webdataset, prometheus_client, dnslib, kubernetes_validate, tfrecord' 2>/dev/null; then
+PY_PACKAGES="pillow numpy webdataset prometheus_client dnslib kubernetes-validate tfrecord datasets pyarrow"
+if [ ! -x target/pyenv/bin/python ] || ! target/pyenv/bin/python -c 'import PIL, numpy, webdataset, prometheus_client, dnslib, kubernetes_validate, tfrecord, datasets, pyarrow' 2>/dev/null; then
   echo "==> creating target/pyenv ($PY_PACKAGES)"
   python3 -m venv target/pyenv
   # shellcheck disable=SC2086 # a list of package names

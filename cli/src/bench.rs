@@ -193,6 +193,7 @@ fn run_gpu(args: &BenchArgs, spec: TransformSpec, images: &[(String, ImageKind, 
             &sources,
             vec!["bench".to_owned()],
             &dataset,
+            stoker_core::ShardFormat::WebDataset,
             8 << 20,
             |_, _| {},
         )

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 use stoker_client::{Loader, LoaderConfig, TransformSpec};
-use stoker_core::DatasetUri;
+use stoker_core::{DatasetUri, ShardFormat};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
@@ -63,7 +63,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
 
     let t = Instant::now();
     let uri = DatasetUri::Local(shards.clone());
-    let packed = pack_with_progress(&Storage::new(), &images, &uri, 8 << 20).await?;
+    let packed = pack_with_progress(&Storage::new(), &images, &uri, ShardFormat::WebDataset, 8 << 20).await?;
     println!(
         "  2. packed them into {} WebDataset shards ({}) with an index in {:.1}s",
         packed.shards,

@@ -207,13 +207,16 @@ pub struct FormatArgs {
     /// sample counts and let a rank read only its records' bytes.
     #[arg(long, default_value = "auto", value_name = "auto|wds|tfrecord|recordio")]
     pub format: stoker_core::FormatChoice,
-    /// TFRecord: the bytes feature holding the encoded image.
-    #[arg(long, default_value = stoker_core::format::DEFAULT_IMAGE_FIELD, value_name = "FEATURE")]
-    pub image_key: String,
-    /// TFRecord: the int64 feature holding the label (samples without it
-    /// are unlabelled, -1).
-    #[arg(long, default_value = stoker_core::format::DEFAULT_LABEL_FIELD, value_name = "FEATURE")]
-    pub label_key: String,
+    /// The field holding the encoded image: a bytes feature of TFRecord
+    /// (default image/encoded), a binary or Image column of Parquet
+    /// (default image).
+    #[arg(long, value_name = "FIELD")]
+    pub image_key: Option<String>,
+    /// The field holding the label: an int64 feature of TFRecord (default
+    /// image/class/label), an integer column of Parquet (default label).
+    /// Samples without it are unlabelled (-1).
+    #[arg(long, value_name = "FIELD")]
+    pub label_key: Option<String>,
     /// Added to every label read (TFRecord, RecordIO): -1 turns
     /// TensorFlow's 1-based ImageNet labels into 0-based ones.
     #[arg(long, default_value_t = 0, allow_hyphen_values = true, value_name = "N")]

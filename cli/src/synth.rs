@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use stoker_core::DatasetUri;
+use stoker_core::{DatasetUri, FormatChoice, ShardFormat};
 
 use crate::progress::Progress;
 use crate::{human_bytes, parse_bytes};
@@ -24,19 +24,32 @@ pub struct PackArgs {
     /// Target shard size.
     #[arg(long, default_value = "256M", value_parser = parse_bytes)]
     pub shard_size: u64,
+    /// Shard format: wds (tar), tfrecord (with DALI's .idx), recordio
+    /// (MXNet's .rec + .idx) or parquet (Hugging Face's layout).
+    #[arg(long, default_value = "wds", value_parser = parse_pack_format, value_name = "wds|tfrecord|recordio|parquet")]
+    pub format: ShardFormat,
+}
+
+/// A `--format` for `pack`: a format, not `auto`.
+fn parse_pack_format(s: &str) -> Result<ShardFormat, String> {
+    match s.parse::<FormatChoice>()? {
+        FormatChoice::Given(format) => Ok(format),
+        FormatChoice::Auto => Err("pack needs a format: wds, tfrecord, recordio or parquet".to_owned()),
+    }
 }
 
 pub async fn run_pack(args: PackArgs) -> anyhow::Result<()> {
     let output = DatasetUri::parse(&args.output)?;
     let storage = Storage::new();
     let started = std::time::Instant::now();
-    let summary = pack_with_progress(&storage, &args.input, &output, args.shard_size).await?;
+    let summary = pack_with_progress(&storage, &args.input, &output, args.format, args.shard_size).await?;
     eprintln!(
-        "packed {} samples ({}) of {} classes into {} shard(s) at {output} in {:.1}s",
+        "packed {} samples ({}) of {} classes into {} {} shard(s) at {output} in {:.1}s",
         summary.samples,
         human_bytes(summary.bytes as f64),
         summary.classes.len(),
         summary.shards,
+        args.format,
         started.elapsed().as_secs_f64()
     );
     Ok(())
@@ -47,11 +60,12 @@ pub async fn pack_with_progress(
     storage: &Storage,
     input: &Path,
     output: &DatasetUri,
+    format: ShardFormat,
     shard_size: u64,
 ) -> anyhow::Result<PackSummary> {
     let total = scan_image_folder(input).ok().map(|(i, _)| i.len() as u64);
     let mut progress = Progress::new("pack", total);
-    let summary = pack(storage, input, output, shard_size, |done, bytes| {
+    let summary = pack(storage, input, output, format, shard_size, |done, bytes| {
         progress.update(done, || format!("  {}", human_bytes(bytes as f64)));
     })
     .await

@@ -15,10 +15,18 @@ pub enum ShardFormat {
     TfRecord,
     /// MXNet RecordIO (`*.rec`, with `*.idx` beside it for random access).
     RecordIo,
+    /// Parquet with an image column (`*.parquet`), as Hugging Face
+    /// publishes datasets.
+    Parquet,
 }
 
 impl ShardFormat {
-    pub const ALL: [ShardFormat; 3] = [ShardFormat::WebDataset, ShardFormat::TfRecord, ShardFormat::RecordIo];
+    pub const ALL: [ShardFormat; 4] = [
+        ShardFormat::WebDataset,
+        ShardFormat::TfRecord,
+        ShardFormat::RecordIo,
+        ShardFormat::Parquet,
+    ];
 
     /// The name `--format` takes and reports print.
     pub fn as_str(self) -> &'static str {
@@ -26,6 +34,7 @@ impl ShardFormat {
             Self::WebDataset => "wds",
             Self::TfRecord => "tfrecord",
             Self::RecordIo => "recordio",
+            Self::Parquet => "parquet",
         }
     }
 
@@ -35,6 +44,7 @@ impl ShardFormat {
             Self::WebDataset => "WebDataset *.tar",
             Self::TfRecord => "TFRecord *.tfrecord, *.tfrecords, *.tfrec",
             Self::RecordIo => "RecordIO *.rec",
+            Self::Parquet => "Parquet *.parquet",
         }
     }
 
@@ -44,7 +54,7 @@ impl ShardFormat {
     /// `tfrecord2idx`).
     pub fn index_name(self, name: &str) -> Option<String> {
         match self {
-            Self::WebDataset => None,
+            Self::WebDataset | Self::Parquet => None,
             Self::TfRecord => Some(format!("{name}.idx")),
             Self::RecordIo => Some(match name.rsplit_once('.') {
                 Some((stem, ext)) if ext.eq_ignore_ascii_case("rec") => format!("{stem}.idx"),
@@ -61,6 +71,7 @@ impl ShardFormat {
             "tar" => Some(Self::WebDataset),
             "tfrecord" | "tfrecords" | "tfrec" => Some(Self::TfRecord),
             "rec" => Some(Self::RecordIo),
+            "parquet" => Some(Self::Parquet),
             _ => None,
         }
     }
@@ -101,8 +112,9 @@ impl FromStr for FormatChoice {
             "wds" | "webdataset" | "tar" => Ok(Self::Given(ShardFormat::WebDataset)),
             "tfrecord" | "tfrecords" => Ok(Self::Given(ShardFormat::TfRecord)),
             "recordio" | "rec" => Ok(Self::Given(ShardFormat::RecordIo)),
+            "parquet" => Ok(Self::Given(ShardFormat::Parquet)),
             _ => Err(format!(
-                "unknown shard format {s:?}: use auto, wds, tfrecord or recordio"
+                "unknown shard format {s:?}: use auto, wds, tfrecord, recordio or parquet"
             )),
         }
     }
@@ -123,27 +135,45 @@ pub const DEFAULT_IMAGE_FIELD: &str = "image/encoded";
 pub const DEFAULT_LABEL_FIELD: &str = "image/class/label";
 pub const DEFAULT_KEY_FIELD: &str = "image/filename";
 
+/// Hugging Face's layout of Parquet image datasets: an `Image` feature (a
+/// struct of `bytes` and `path`) and a `ClassLabel`.
+pub const DEFAULT_IMAGE_COLUMN: &str = "image";
+pub const DEFAULT_LABEL_COLUMN: &str = "label";
+
 /// Which fields of a record format's samples hold the image and the label
-/// (`--image-key`, `--label-key`, `--label-offset`). WebDataset ignores
-/// them.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// (`--image-key`, `--label-key`, `--label-offset`), `None` meaning the
+/// format's own default ([`RecordFields::image_for`]). WebDataset and
+/// RecordIO (whose records have no named fields) ignore the names.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct RecordFields {
-    /// The encoded image: a bytes feature.
-    pub image: String,
-    /// The label: an int64 feature. Samples without it are unlabelled (-1).
-    pub label: String,
+    /// The encoded image: a bytes feature (TFRecord), a binary or `Image`
+    /// column (Parquet).
+    pub image: Option<String>,
+    /// The label: an int64 feature or an integer column. Samples without
+    /// it are unlabelled (-1).
+    pub label: Option<String>,
     /// Added to every label read: -1 turns TensorFlow's 1-based ImageNet
     /// labels into 0-based ones.
     pub label_offset: i64,
 }
 
-impl Default for RecordFields {
-    fn default() -> Self {
-        Self {
-            image: DEFAULT_IMAGE_FIELD.to_owned(),
-            label: DEFAULT_LABEL_FIELD.to_owned(),
-            label_offset: 0,
-        }
+impl RecordFields {
+    /// The image field for `format`: the one given, else TensorFlow's
+    /// `image/encoded` or Hugging Face's `image`.
+    pub fn image_for(&self, format: ShardFormat) -> &str {
+        self.image.as_deref().unwrap_or(match format {
+            ShardFormat::Parquet => DEFAULT_IMAGE_COLUMN,
+            _ => DEFAULT_IMAGE_FIELD,
+        })
+    }
+
+    /// The label field for `format`: the one given, else TensorFlow's
+    /// `image/class/label` or Hugging Face's `label`.
+    pub fn label_for(&self, format: ShardFormat) -> &str {
+        self.label.as_deref().unwrap_or(match format {
+            ShardFormat::Parquet => DEFAULT_LABEL_COLUMN,
+            _ => DEFAULT_LABEL_FIELD,
+        })
     }
 }
 
@@ -185,9 +215,22 @@ mod tests {
 
     #[test]
     fn choices_parse_and_print() {
-        for choice in ["auto", "wds", "tfrecord", "recordio"] {
+        for choice in ["auto", "wds", "tfrecord", "recordio", "parquet"] {
             assert_eq!(choice.parse::<FormatChoice>().unwrap().to_string(), choice);
         }
-        assert!("parquet".parse::<FormatChoice>().unwrap_err().contains("parquet"));
+        assert!("lmdb".parse::<FormatChoice>().unwrap_err().contains("lmdb"));
+    }
+
+    #[test]
+    fn fields_default_by_format() {
+        let fields = RecordFields::default();
+        assert_eq!(fields.image_for(ShardFormat::TfRecord), "image/encoded");
+        assert_eq!(fields.image_for(ShardFormat::Parquet), "image");
+        assert_eq!(fields.label_for(ShardFormat::Parquet), "label");
+        let given = RecordFields {
+            image: Some("jpg".into()),
+            ..RecordFields::default()
+        };
+        assert_eq!(given.image_for(ShardFormat::Parquet), "jpg");
     }
 }

@@ -138,6 +138,7 @@ impl From<ShardFormat> for pb::ShardFormat {
             ShardFormat::WebDataset => Self::Webdataset,
             ShardFormat::TfRecord => Self::Tfrecord,
             ShardFormat::RecordIo => Self::Recordio,
+            ShardFormat::Parquet => Self::Parquet,
         }
     }
 }
@@ -159,26 +160,30 @@ pub fn format_from_pb(format: i32) -> Option<FormatChoice> {
         pb::ShardFormat::Webdataset => FormatChoice::Given(ShardFormat::WebDataset),
         pb::ShardFormat::Tfrecord => FormatChoice::Given(ShardFormat::TfRecord),
         pb::ShardFormat::Recordio => FormatChoice::Given(ShardFormat::RecordIo),
+        pb::ShardFormat::Parquet => FormatChoice::Given(ShardFormat::Parquet),
     })
 }
 
 impl From<&RecordFields> for pb::RecordFields {
     fn from(f: &RecordFields) -> Self {
         Self {
-            image: f.image.clone(),
-            label: f.label.clone(),
+            image: f.image.clone().unwrap_or_default(),
+            label: f.label.clone().unwrap_or_default(),
             label_offset: f.label_offset,
         }
     }
 }
 
-/// A wire `RecordFields` as the domain's, empty names meaning the defaults.
+/// A wire `RecordFields` as the domain's, empty names meaning the format's
+/// defaults.
 pub fn fields_from_pb(f: Option<pb::RecordFields>) -> RecordFields {
-    let defaults = RecordFields::default();
-    let Some(f) = f else { return defaults };
+    let Some(f) = f else {
+        return RecordFields::default();
+    };
+    let given = |name: String| (!name.is_empty()).then_some(name);
     RecordFields {
-        image: if f.image.is_empty() { defaults.image } else { f.image },
-        label: if f.label.is_empty() { defaults.label } else { f.label },
+        image: given(f.image),
+        label: given(f.label),
         label_offset: f.label_offset,
     }
 }
@@ -216,8 +221,8 @@ mod tests {
         assert_eq!(format_from_pb(0), Some(FormatChoice::Auto));
         assert_eq!(format_from_pb(99), None);
         let fields = RecordFields {
-            image: "jpeg".into(),
-            label: "class".into(),
+            image: Some("jpeg".into()),
+            label: Some("class".into()),
             label_offset: -1,
         };
         assert_eq!(fields_from_pb(Some(pb::RecordFields::from(&fields))), fields);

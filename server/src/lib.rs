@@ -12,6 +12,7 @@
 //! - [`service`]: the gRPC edge, `serve` and its graceful drain; [`tls`]:
 //!   the worker's certificate and the CA for client certificates.
 //! - [`metrics`]: the worker's Prometheus metrics (`--metrics-listen`).
+//! - [`parquet`]: Parquet shards, read by row groups over ranged reads.
 //! - [`pack`]: ImageFolder trees to WebDataset shards.
 //! - [`synth`]: procedural images for the demo and benchmarks.
 
@@ -26,6 +27,7 @@ pub mod libjpeg;
 pub mod memory;
 pub mod metrics;
 pub mod pack;
+pub mod parquet;
 pub mod pipeline;
 pub mod pool;
 pub mod service;

@@ -204,9 +204,10 @@ fn the_python_loader_reads_tfrecord_with_its_format_keywords() {
             .arg(python_script("format_check.py"))
             .arg(&w.addr)
             .arg(&shards)
-            .arg(&expected),
+            .arg(&expected)
+            .args(["tfrecord", "-1"]),
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("ok: 30 samples"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok: 30 samples from tfrecord"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -528,4 +529,286 @@ async fn indexed_tfrecord_ranks_get_equal_batches_and_a_share_reads_only_its_byt
     eprintln!("tfrecord: a 1/8 share read {share} bytes, the whole shard {whole} ({size} bytes, index {idx} bytes)");
     assert_eq!(whole, size + idx);
     assert_eq!(share, range + 2 * idx);
+}
+
+/// A Parquet shard as the writer left it: its name and size, each row's
+/// key (the image's path), and each row group's rows and bytes.
+struct PqShard {
+    name: String,
+    size: u64,
+    keys: Vec<String>,
+    group_rows: Vec<u64>,
+    group_bytes: Vec<u64>,
+}
+
+/// Writes `shards` Parquet shards (`train-<i>.parquet`) of the ImageFolder
+/// `images` into `out` with Hugging Face `datasets` (`Image()`,
+/// `ClassLabel`, `to_parquet`), `rows_per_group` rows per row group.
+fn write_parquet(images: &Path, out: &Path, shards: usize, rows_per_group: usize, extra: &[&str]) -> Vec<PqShard> {
+    let output = run_ok(
+        python()
+            .arg(python_script("write_parquet.py"))
+            .arg(images)
+            .arg(out)
+            .arg(shards.to_string())
+            .arg(rows_per_group.to_string())
+            .args(extra),
+    );
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let numbers =
+        |v: &serde_json::Value| -> Vec<u64> { v.as_array().unwrap().iter().map(|n| n.as_u64().unwrap()).collect() };
+    json["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| PqShard {
+            name: s["name"].as_str().unwrap().to_owned(),
+            size: s["size"].as_u64().unwrap(),
+            keys: s["keys"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|k| k.as_str().unwrap().to_owned())
+                .collect(),
+            group_rows: numbers(&s["row_groups"]),
+            group_bytes: numbers(&s["group_bytes"]),
+        })
+        .collect()
+}
+
+#[test]
+fn parquet_shards_over_s3_arrive_exactly_once_with_their_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 90, 3, 96, 72);
+    let expected = image_folder_keys(&images);
+    let s3 = S3Server::start();
+    let shards = write_parquet(&images, &s3.bucket("data").join("hf"), 3, 10, &[]);
+    assert_eq!(shards[0].group_rows, [10, 10, 10]);
+    let (w1, w2) = (s3.start_worker(2), s3.start_worker(2));
+    let args: Vec<&str> = ARGS.iter().copied().chain(["--epochs", "2"]).collect();
+    // Hugging Face's layout needs no flag: the image column's path is the
+    // key, the ClassLabel the label.
+    let run = stream(&[&w1, &w2], "s3://data/hf/", &args, &s3.env());
+    assert_exactly_once(&run, &expected, 0..2);
+    assert_eq!(run.num("skipped"), 0, "{}", run.stderr());
+    let workers = run.json.as_ref().unwrap()["workers"].as_array().unwrap().clone();
+    assert!(
+        workers.iter().all(|w| w["samples"].as_u64().unwrap() > 0),
+        "both workers take Parquet items: {workers:?}"
+    );
+}
+
+#[test]
+fn bad_parquet_rows_and_files_are_reported_with_their_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 24, 2, 64, 48);
+    let all = image_folder_keys(&images);
+    let hf = dir.path().join("hf");
+    // Shard 0: row 2 holds text. Shard 1: row 1's image is null.
+    write_parquet(&images, &hf, 2, 5, &["--not-image", "0:2", "--null-image", "1:1"]);
+    // And a file that only says it is Parquet.
+    std::fs::write(hf.join("train-9.parquet"), b"PAR1 but nothing of the rest").unwrap();
+    let w = Worker::start(2);
+    let run = stream(&[&w], hf.to_str().unwrap(), ARGS, &[]);
+    assert!(run.success(), "{}", run.stderr());
+    let stderr = run.stderr();
+    assert!(
+        stderr.contains(&format!("{}: image is not a JPEG or PNG image", all[2].0)),
+        "{stderr}"
+    );
+    assert!(stderr.contains("train-1.parquet:1: no image feature"), "{stderr}");
+    let json = run.json.as_ref().unwrap();
+    let errors = json["shard_errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let error = errors[0].as_str().unwrap();
+    assert!(
+        error.contains("train-9.parquet") && error.contains("not a readable Parquet file"),
+        "{error}"
+    );
+    assert_eq!(run.num("skipped"), 2);
+    let mut want = all.clone();
+    want.remove(12 + 1);
+    want.remove(2);
+    let mut got: Vec<(String, i64)> = run.keys.iter().map(|(_, k, l)| (k.clone(), *l)).collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+
+    // Plain binary columns under other names: unreadable with the
+    // defaults, read once named.
+    let plain = dir.path().join("plain");
+    let shards = write_parquet(&images, &plain, 2, 5, &["--binary"]);
+    let run = stream(&[&w], plain.to_str().unwrap(), ARGS, &[]);
+    let errors = run.json.as_ref().unwrap()["shard_errors"].as_array().unwrap().clone();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[0]
+            .as_str()
+            .unwrap()
+            .contains("no image column image (columns: jpeg, class); name it with --image-key"),
+        "{errors:?}"
+    );
+    let args: Vec<&str> = ARGS
+        .iter()
+        .copied()
+        .chain(["--image-key", "jpeg", "--label-key", "class"])
+        .collect();
+    let run = stream(&[&w], plain.to_str().unwrap(), &args, &[]);
+    let labels: HashMap<String, i64> = all.iter().cloned().collect();
+    let expected: Vec<(String, i64)> = shards
+        .iter()
+        .flat_map(|s| {
+            s.keys
+                .iter()
+                .enumerate()
+                .map(|(i, k)| (format!("{}:{i}", s.name), labels[k]))
+        })
+        .collect();
+    assert_exactly_once(&run, &expected, 0..1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parquet_pixels_equal_webdataset_pixels_for_the_same_images() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 20, 2, 160, 120);
+    let wds = dir.path().join("wds");
+    pack(&images, wds.to_str().unwrap(), "200K", &[]);
+    let hf = dir.path().join("hf");
+    write_parquet(&images, &hf, 3, 3, &[]);
+    let w = Worker::start(2);
+    // The same keys (the images' paths): the same augmentation.
+    let from_wds = pixels(&w, &wds, FormatChoice::Auto, TransformSpec::train(48)).await;
+    let from_parquet = pixels(&w, &hf, FormatChoice::Auto, TransformSpec::train(48)).await;
+    assert_eq!(from_wds.len(), 20);
+    assert_eq!(from_parquet.len(), 20);
+    for (key, want) in &from_wds {
+        assert!(from_parquet.get(key) == Some(want), "{key}: pixels differ");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parquet_ranks_get_equal_batches_and_a_share_reads_only_its_row_groups_from_s3() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 61, 3, 320, 240);
+    let s3 = S3Server::start();
+    write_parquet(&images, &s3.bucket("data").join("hf"), 3, 4, &[]);
+    let w = s3.start_worker_with(2, &["--metrics-listen", "127.0.0.1:0"]);
+    let expected: Vec<String> = image_folder_keys(&images).into_iter().map(|(k, _)| k).collect();
+    assert_equal_rank_batches(&w, "s3://data/hf/", FormatChoice::Auto, &expected).await;
+
+    // One shard of the 61 images in row groups of 4: a 1/8 share (rows
+    // 0..7) is in row groups 0 and 1.
+    let one = write_parquet(&images, &s3.bucket("data").join("one"), 1, 4, &[]);
+    let shard = &one[0];
+    let whole = bytes_for_share(&w, "s3://data/one/", FormatChoice::Auto, 0, 1).await;
+    let share = bytes_for_share(&w, "s3://data/one/", FormatChoice::Auto, 0, 8).await;
+    let footer = shard.size.min(stoker_server::parquet::FOOTER_PREFETCH as u64);
+    let data: u64 = shard.group_bytes.iter().sum();
+    eprintln!(
+        "parquet: a 1/8 share read {share} bytes, the whole shard {whole} ({} bytes, {} row groups, footer read {footer} bytes)",
+        shard.size,
+        shard.group_rows.len()
+    );
+    // Footers (listing, then item) and the row groups' column chunks.
+    assert_eq!(whole, 2 * footer + data);
+    assert_eq!(share, 2 * footer + shard.group_bytes[0] + shard.group_bytes[1]);
+}
+
+#[test]
+fn the_python_loader_reads_parquet_with_its_format_keyword() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 30, 3, 64, 48);
+    let shards = dir.path().join("shards");
+    write_parquet(&images, &shards, 2, 8, &[]);
+    let expected = dir.path().join("expected.tsv");
+    let lines: String = image_folder_keys(&images)
+        .iter()
+        .map(|(k, l)| format!("{k}\t{l}\n"))
+        .collect();
+    std::fs::write(&expected, lines).unwrap();
+    let w = Worker::start(2);
+    let out = run_ok(
+        python()
+            .arg(python_script("format_check.py"))
+            .arg(&w.addr)
+            .arg(&shards)
+            .arg(&expected)
+            .args(["parquet", "0"]),
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok: 30 samples from parquet"));
+}
+
+/// `stoker pack --format FORMAT` of `images` into `out`.
+fn pack_as(images: &Path, out: &Path, format: &str) {
+    run_ok(crate::support::stoker().args([
+        "pack",
+        "--input",
+        images.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+        "--shard-size",
+        "40K",
+        "--format",
+        format,
+    ]));
+}
+
+/// The samples of a packed dataset as its format's own reader sees them
+/// (`tests/python/read_packed.py`).
+fn read_packed(format: &str, dir: &Path) -> Vec<(String, i64)> {
+    let mut cmd = if format == "recordio" { mxnet_python() } else { python() };
+    let out = run_ok(cmd.arg(python_script("read_packed.py")).arg(format).arg(dir));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn pack_writes_every_format_with_its_index_and_each_ecosystem_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 30, 3, 96, 72);
+    let expected = image_folder_keys(&images);
+    let w = Worker::start(2);
+    for format in ["tfrecord", "recordio", "parquet"] {
+        let out = dir.path().join(format);
+        pack_as(&images, &out, format);
+        let index: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("stoker-index.json")).unwrap()).unwrap();
+        let shards = index["shards"].as_array().unwrap();
+        assert!(shards.len() > 1, "{format}: {} shards", shards.len());
+        // RecordIO's records have no names: their keys are positions.
+        let want: Vec<(String, i64)> = if format == "recordio" {
+            let mut keys = Vec::new();
+            for s in shards {
+                for i in 0..s["samples"].as_u64().unwrap() {
+                    keys.push((format!("{}:{i}", s["name"].as_str().unwrap()), expected[keys.len()].1));
+                }
+            }
+            keys
+        } else {
+            expected.clone()
+        };
+        // The format's own reader, with its index.
+        assert_eq!(read_packed(format, &out), want, "{format} read by its own reader");
+        // And a worker, with the format told by the extension.
+        let run = stream(&[&w], out.to_str().unwrap(), ARGS, &[]);
+        assert_exactly_once(&run, &want, 0..1);
+    }
+    // Without the dataset's index, the shards' own indexes give the
+    // counts: equal batches per rank still hold.
+    for format in ["tfrecord", "recordio"] {
+        std::fs::remove_file(dir.path().join(format).join("stoker-index.json")).unwrap();
+        let args: Vec<&str> = ARGS
+            .iter()
+            .copied()
+            .chain(["--world-size", "3", "--rank", "1"])
+            .collect();
+        let run = stream(&[&w], dir.path().join(format).to_str().unwrap(), &args, &[]);
+        assert!(run.success(), "{}", run.stderr());
+        assert_eq!(run.num("samples"), 10, "{format}: rank 1 of 3 gets a third of 30");
+    }
 }

@@ -1,7 +1,8 @@
-"""The Python loader over TFRecord shards: one epoch with format="tfrecord"
-and label_offset=-1 delivers every expected key once, with its label.
+"""The Python loader over shards of another format: one epoch with
+format=FORMAT and label_offset=LABEL_OFFSET delivers every expected key
+once, with its label; an unknown format is refused.
 
-usage: format_check.py WORKER DATASET EXPECTED_TSV
+usage: format_check.py WORKER DATASET EXPECTED_TSV FORMAT LABEL_OFFSET
 (EXPECTED_TSV: key<TAB>label per line)
 """
 
@@ -11,7 +12,7 @@ import stoker
 
 
 def main() -> None:
-    worker, dataset, expected_path = sys.argv[1:4]
+    worker, dataset, expected_path, fmt, label_offset = sys.argv[1:6]
     with open(expected_path) as f:
         expected = dict((k, int(v)) for k, v in (line.rstrip("\n").split("\t") for line in f))
     loader = stoker.Loader(
@@ -20,8 +21,8 @@ def main() -> None:
         batch_size=8,
         image_size=32,
         transform="eval",
-        format="tfrecord",
-        label_offset=-1,
+        format=fmt,
+        label_offset=int(label_offset),
         last_batch="partial",
         rank=0,
         world_size=1,
@@ -33,12 +34,12 @@ def main() -> None:
             got[key] = int(label)
     assert got == expected, f"{len(got)} delivered, {len(expected)} expected; differing: {set(got.items()) ^ set(expected.items())}"
     try:
-        stoker.Loader([worker], dataset, batch_size=8, format="parquet", rank=0, world_size=1)
+        stoker.Loader([worker], dataset, batch_size=8, format="lmdb", rank=0, world_size=1)
     except Exception as e:  # the package's error type
         assert "unknown shard format" in str(e), e
     else:
-        raise AssertionError("format='parquet' was accepted")
-    print(f"ok: {len(got)} samples from TFRecord through the Python loader")
+        raise AssertionError("format='lmdb' was accepted")
+    print(f"ok: {len(got)} samples from {fmt} through the Python loader")
 
 
 if __name__ == "__main__":

@@ -133,10 +133,9 @@ impl Client {
         config.last_batch = last_batch.parse::<LastBatch>().map_err(err)?;
         config.deterministic = deterministic;
         config.format = format.parse::<FormatChoice>().map_err(err)?;
-        let defaults = RecordFields::default();
         config.fields = RecordFields {
-            image: image_key.unwrap_or(defaults.image),
-            label: label_key.unwrap_or(defaults.label),
+            image: image_key,
+            label: label_key,
             label_offset,
         };
         if let Some((ordinal, dtype, layout)) = upload {

@@ -70,6 +70,47 @@ impl RecordIoError {
     }
 }
 
+/// Frames `data` as one record the way MXNet's writer does: split
+/// where the magic number sits at a 4-byte boundary, each part padded
+/// to 4 bytes (the writer's side, for `stoker pack`).
+pub fn frame(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len() + 16);
+    let magic = MAGIC.to_le_bytes();
+    let mut part_start = 0;
+    let aligned = data.len() / 4 * 4;
+    let mut i = 0;
+    while i < aligned {
+        if data[i..i + 4] == magic {
+            let cflag = if part_start == 0 { 1u32 } else { 2 };
+            push_part(&mut out, cflag, &data[part_start..i]);
+            part_start = i + 4;
+        }
+        i += 4;
+    }
+    let cflag = if part_start == 0 { 0u32 } else { 3 };
+    push_part(&mut out, cflag, &data[part_start..]);
+    out
+}
+
+fn push_part(out: &mut Vec<u8>, cflag: u32, part: &[u8]) {
+    out.extend_from_slice(&MAGIC.to_le_bytes());
+    out.extend_from_slice(&((cflag << 29) | part.len() as u32).to_le_bytes());
+    out.extend_from_slice(part);
+    out.resize(out.len() + padding(part.len() as u64) as usize, 0);
+}
+
+/// A record's data as `im2rec` writes it: `IRHeader` (one label, the
+/// image's id) then the encoded image.
+pub fn image_record(label: f32, id: u64, image: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(IR_HEADER + image.len());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&label.to_le_bytes());
+    out.extend_from_slice(&id.to_le_bytes());
+    out.extend_from_slice(&0u64.to_le_bytes());
+    out.extend_from_slice(image);
+    out
+}
+
 fn padding(len: u64) -> u64 {
     (4 - len % 4) % 4
 }
@@ -289,35 +330,6 @@ mod tests {
     use super::*;
 
     const JPEG: &[u8] = &[0xff, 0xd8, 0xff, 0xe0, 0, 0x10];
-
-    /// Frames `data` as one record the way MXNet's writer does: split
-    /// where the magic number sits at a 4-byte boundary, each part padded
-    /// to 4 bytes.
-    fn frame(data: &[u8]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(data.len() + 16);
-        let magic = MAGIC.to_le_bytes();
-        let mut part_start = 0;
-        let aligned = data.len() / 4 * 4;
-        let mut i = 0;
-        while i < aligned {
-            if data[i..i + 4] == magic {
-                let cflag = if part_start == 0 { 1u32 } else { 2 };
-                push_part(&mut out, cflag, &data[part_start..i]);
-                part_start = i + 4;
-            }
-            i += 4;
-        }
-        let cflag = if part_start == 0 { 0u32 } else { 3 };
-        push_part(&mut out, cflag, &data[part_start..]);
-        out
-    }
-
-    fn push_part(out: &mut Vec<u8>, cflag: u32, part: &[u8]) {
-        out.extend_from_slice(&MAGIC.to_le_bytes());
-        out.extend_from_slice(&((cflag << 29) | part.len() as u32).to_le_bytes());
-        out.extend_from_slice(part);
-        out.resize(out.len() + padding(part.len() as u64) as usize, 0);
-    }
 
     fn record(flag: u32, label: f32, labels: &[f32], image: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();

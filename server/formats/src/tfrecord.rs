@@ -68,6 +68,17 @@ pub fn masked_crc32c(data: &[u8]) -> u32 {
     crc.rotate_right(15).wrapping_add(0xa282_ead8)
 }
 
+/// Frames `data` as one record (the writer's side, for `stoker pack`).
+pub fn frame(data: &[u8]) -> Vec<u8> {
+    let len = (data.len() as u64).to_le_bytes();
+    let mut out = Vec::with_capacity(data.len() + 16);
+    out.extend_from_slice(&len);
+    out.extend_from_slice(&masked_crc32c(&len).to_le_bytes());
+    out.extend_from_slice(data);
+    out.extend_from_slice(&masked_crc32c(data).to_le_bytes());
+    out
+}
+
 /// One record as read.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Record {
@@ -407,17 +418,6 @@ mod tests {
             features: Some(proto::Features { feature }),
         }
         .encode_to_vec()
-    }
-
-    /// Frames `data` as one record.
-    fn frame(data: &[u8]) -> Vec<u8> {
-        let len = (data.len() as u64).to_le_bytes();
-        let mut out = Vec::with_capacity(data.len() + 16);
-        out.extend_from_slice(&len);
-        out.extend_from_slice(&masked_crc32c(&len).to_le_bytes());
-        out.extend_from_slice(data);
-        out.extend_from_slice(&masked_crc32c(data).to_le_bytes());
-        out
     }
 
     async fn read_all(bytes: Vec<u8>, fields: ExampleFields) -> (Vec<RawSample>, Option<RecordError>) {

@@ -14,14 +14,13 @@ use tracing::{debug, info, warn};
 use super::measure::{read_item, synthetic_item};
 use super::replay::replay_item;
 use super::route::{InFlight, Route, gpu_sample, on_cpu, on_gpu};
+use super::samples::ItemSamples;
 use super::{Chunk, Item, ItemError, Processed, SkipKind, Skipped, WorkerContext};
 use crate::decode::header_dimensions;
 use crate::gpu::GpuSample;
 use crate::memory::Reservation;
 use crate::metrics::Stage;
-use crate::storage::ShardReader;
 use crate::wds::{ImageKind, RawSample};
-use stoker_formats::shard::ShardSamples;
 
 /// A chunk is sent once it holds this many skips, so a shard of nothing
 /// but bad samples streams its reasons instead of piling them up.
@@ -104,7 +103,7 @@ struct ItemRun<'a> {
     item: &'a Item,
     tx: &'a mpsc::Sender<Result<Chunk, ItemError>>,
     shard_uri: String,
-    samples: ShardSamples<ShardReader>,
+    samples: ItemSamples,
     /// Results to collect, oldest first.
     in_flight: VecDeque<InFlight>,
     /// Samples in `in_flight`.
@@ -140,7 +139,7 @@ impl<'a> ItemRun<'a> {
         item: &'a Item,
         tx: &'a mpsc::Sender<Result<Chunk, ItemError>>,
     ) -> Result<Self, ItemError> {
-        let samples = item.open_samples(&ctx.storage, ctx.config.max_member_bytes).await?;
+        let samples = ItemSamples::open(item, &ctx.storage, ctx.config.max_member_bytes).await?;
         let gpu_batch = ctx.gpu.as_ref().map_or(0, |g| g.config().max_batch);
         Ok(Self {
             ctx,

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::item::send;
+use super::samples::ItemSamples;
 use super::{Chunk, Item, ItemError, Processed, WorkerContext};
 use crate::memory::Reservation;
 
@@ -24,7 +25,7 @@ pub(super) async fn read_item(
     tx: &mpsc::Sender<Result<Chunk, ItemError>>,
 ) -> Result<bool, ItemError> {
     let shard = item.dataset.join(&item.shard);
-    let mut samples = item.open_samples(&ctx.storage, ctx.config.max_member_bytes).await?;
+    let mut samples = ItemSamples::open(item, &ctx.storage, ctx.config.max_member_bytes).await?;
     let mut chunk = Chunk::default();
     loop {
         let raw = match samples.next_sample().await {

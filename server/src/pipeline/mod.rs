@@ -10,14 +10,19 @@
 //! the types an item produces; each job has a file of its own: `item` (one
 //! item's run, [`run_item`]), `route` (where a sample is decoded: the CPU
 //! pool or the GPU lanes, and the CPU's share of the lanes' backlog),
-//! `cpu` (one sample decoded and augmented on the CPU, [`process_sample`])
-//! and `replay` (the `--replay` cache, [`ReplayCache`]).
+//! `cpu` (one sample decoded and augmented on the CPU, [`process_sample`]),
+//! `samples` (where an item's samples come from: a streamed shard or a
+//! Parquet shard's row groups) and `replay` (the `--replay` cache,
+//! [`ReplayCache`]).
 
 mod cpu;
 mod item;
 mod measure;
 mod replay;
 mod route;
+mod samples;
+
+pub use samples::SampleError;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -31,9 +36,7 @@ use crate::gpu::RunnerGone;
 use crate::memory::{MemoryBudget, Reservation};
 use crate::metrics::{Clients, WorkerMetrics};
 use crate::pool::{CpuPool, PoolError};
-use crate::storage::{ShardReader, Storage, StorageConfig, StorageError};
-use stoker_formats::shard::{SampleStart, ShardError, ShardKind, ShardSamples};
-use stoker_formats::tfrecord::ExampleFields;
+use crate::storage::{Storage, StorageConfig, StorageError};
 
 pub use cpu::process_sample;
 pub use item::run_item;
@@ -213,66 +216,6 @@ pub struct Item {
     pub fields: RecordFields,
 }
 
-impl Item {
-    /// The reader the shard's format needs.
-    pub fn shard_kind(&self) -> ShardKind {
-        match self.format {
-            ShardFormat::WebDataset => ShardKind::WebDataset,
-            ShardFormat::TfRecord => ShardKind::TfRecord(ExampleFields {
-                image: self.fields.image.clone(),
-                label: self.fields.label.clone(),
-                label_offset: self.fields.label_offset,
-                key: stoker_core::format::DEFAULT_KEY_FIELD.to_owned(),
-            }),
-            ShardFormat::RecordIo => ShardKind::RecordIo {
-                label_offset: self.fields.label_offset,
-            },
-        }
-    }
-
-    /// Opens the item's samples. A sample range of a shard with a record
-    /// index (RecordIO, indexed TFRecord) is read from its first record's
-    /// byte to the byte after its last one; anything else from the shard's
-    /// beginning, the samples before `start` read past.
-    pub async fn open_samples(
-        &self,
-        storage: &Storage,
-        max_member_bytes: u64,
-    ) -> Result<ShardSamples<ShardReader>, ItemError> {
-        let ranged = self.start > 0 || self.end.is_some();
-        let offsets = match ranged {
-            true => storage.record_offsets(&self.dataset, &self.shard, self.format).await?,
-            false => None,
-        };
-        let (reader, start) = match offsets {
-            Some(offsets) => {
-                let (first, last) = stoker_formats::index::byte_range(&offsets, self.start, self.end).map_err(|e| {
-                    StorageError::BadRecordIndex {
-                        object: self.dataset.join(&self.shard),
-                        reason: e.to_string(),
-                    }
-                })?;
-                let reader = storage.open_range(&self.dataset, &self.shard, first, last).await?;
-                (
-                    reader,
-                    SampleStart {
-                        position: self.start,
-                        offset: first,
-                    },
-                )
-            }
-            None => (storage.open(&self.dataset, &self.shard).await?, SampleStart::default()),
-        };
-        Ok(ShardSamples::new(
-            &self.shard_kind(),
-            reader,
-            &self.shard,
-            max_member_bytes,
-            start,
-        ))
-    }
-}
-
 /// One processed sample: uint8 HWC RGB pixels (a GPU batch's samples share
 /// one allocation).
 #[derive(Clone, Debug)]
@@ -405,8 +348,9 @@ pub enum ItemError {
     Read {
         shard: String,
         #[source]
-        source: ShardError,
+        source: SampleError,
     },
+
     #[error(transparent)]
     Pool(#[from] PoolError),
     /// The GPU lanes stopped (shutting down, or a lane panicked).

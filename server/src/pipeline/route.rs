@@ -238,9 +238,16 @@ mod tests {
         let good = synth::encode_jpeg(&img, 90).unwrap();
         std::fs::write(class.join("040truncated.jpg"), &good[..good.len() / 2]).unwrap();
         let uri = DatasetUri::Local(dir.join("shards"));
-        crate::pack::pack(&Storage::new(), &dir.join("images"), &uri, 64 << 20, |_, _| {})
-            .await
-            .unwrap();
+        crate::pack::pack(
+            &Storage::new(),
+            &dir.join("images"),
+            &uri,
+            stoker_core::ShardFormat::WebDataset,
+            64 << 20,
+            |_, _| {},
+        )
+        .await
+        .unwrap();
         uri
     }
 

@@ -80,7 +80,7 @@ pub(super) async fn create_dir(dir: &Path) -> Result<(), StorageError> {
 }
 
 /// Joins a shard name to a dataset folder, refusing names that climb out.
-fn safe_join(dir: &Path, name: &str) -> Option<PathBuf> {
+pub(super) fn safe_join(dir: &Path, name: &str) -> Option<PathBuf> {
     let rel = Path::new(name);
     let ok = rel.components().all(|c| matches!(c, std::path::Component::Normal(_)));
     ok.then(|| dir.join(rel))

@@ -13,11 +13,13 @@
 //!
 //! This module is the [`Storage`] facade, its configuration and its errors;
 //! each job has a file of its own: `s3` (the S3 backend), `local` (dataset
-//! folders), `index` (the dataset index, [`INDEX_FILE`]) and `resume` (the
-//! resumable shard body).
+//! folders), `index` (the dataset index, [`INDEX_FILE`]), `resume` (the
+//! resumable shard body) and `object` (byte-range reads of one object, for
+//! Parquet).
 
 mod index;
 mod local;
+mod object;
 mod resume;
 mod s3;
 
@@ -34,6 +36,7 @@ use tokio::io::AsyncRead;
 use tokio::sync::OnceCell;
 
 pub use index::{INDEX_FILE, Index, IndexEntry};
+pub use object::Object;
 
 /// A shard body, read as it arrives.
 pub type ShardReader = Pin<Box<dyn AsyncRead + Send>>;
@@ -256,8 +259,8 @@ impl Storage {
     /// index when it has one, from a listing otherwise, where `choice`
     /// says which files are shards ([`select_shards`]). Listed shards of a
     /// format with record indexes (RecordIO, TFRecord) take their sample
-    /// counts from the indexes beside them; the listing is indexed when
-    /// every shard has one.
+    /// counts from the indexes beside them, Parquet shards from their
+    /// footers; the listing is indexed when every shard has a count.
     pub async fn list_shards(&self, uri: &DatasetUri, choice: FormatChoice) -> Result<Listing, StorageError> {
         if let Some(index) = self.read_index(uri).await? {
             let (mut shards, format) = select_shards(index.into_shard_refs(), choice, &uri.to_string())?;
@@ -275,19 +278,19 @@ impl Storage {
         let names: HashSet<String> = files.iter().map(|f| f.name.clone()).collect();
         let (mut shards, format) = select_shards(files, choice, &uri.to_string())?;
         shards.sort_by(|a, b| a.name.cmp(&b.name));
-        // Only the shards whose index the listing holds: no request for
-        // the others.
-        let indexed_names: Vec<Option<String>> = shards
+        // Parquet footers, and the record indexes the listing holds (no
+        // request for the others).
+        let countable: Vec<Option<String>> = shards
             .iter()
             .map(|s| {
-                format
-                    .index_name(&s.name)
-                    .filter(|i| names.contains(i))
-                    .map(|_| s.name.clone())
+                let parquet = format == ShardFormat::Parquet;
+                let indexed = format.index_name(&s.name).is_some_and(|i| names.contains(&i));
+                (parquet || indexed).then(|| s.name.clone())
             })
             .collect();
-        let counts = futures::stream::iter(indexed_names.into_iter().map(|name| async move {
+        let counts = futures::stream::iter(countable.into_iter().map(|name| async move {
             match name {
+                Some(name) if format == ShardFormat::Parquet => self.parquet_rows(uri, &name).await,
                 Some(name) => Ok(self
                     .record_offsets(uri, &name, format)
                     .await?
@@ -349,6 +352,21 @@ impl Storage {
             self.stats.read_bytes.fetch_add(b.len() as u64, Ordering::Relaxed);
         }
         Ok(bytes)
+    }
+
+    /// The rows of the Parquet shard `name`, from its footer; `None`, with
+    /// a warning, when the footer is unreadable (the shard's items then say
+    /// why).
+    async fn parquet_rows(&self, uri: &DatasetUri, name: &str) -> Result<Option<u64>, StorageError> {
+        let object = self.object(uri, name).await?;
+        match crate::parquet::row_count(object).await {
+            Ok(rows) => Ok(Some(rows)),
+            Err(crate::parquet::ParquetShardError::Storage(e)) => Err(e),
+            Err(e) => {
+                tracing::warn!(shard = %uri.join(name), error = %e, "parquet footer unreadable: no sample count");
+                Ok(None)
+            }
+        }
     }
 
     /// Where each record of the shard `name` starts, in file order, from

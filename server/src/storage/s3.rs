@@ -59,7 +59,10 @@ fn s3_reason<E: ProvideErrorMetadata + std::error::Error + 'static>(err: &SdkErr
 }
 
 /// Classifies an S3 error for `object`.
-fn s3_error<E: ProvideErrorMetadata + std::error::Error + 'static>(object: &str, err: SdkError<E>) -> StorageError {
+pub(super) fn s3_error<E: ProvideErrorMetadata + std::error::Error + 'static>(
+    object: &str,
+    err: SdkError<E>,
+) -> StorageError {
     let reason = s3_reason(&err);
     let status = err.raw_response().map(|r| r.status().as_u16());
     let code = err.code().unwrap_or_default();
@@ -80,7 +83,7 @@ fn s3_error<E: ProvideErrorMetadata + std::error::Error + 'static>(object: &str,
 
 impl Storage {
     /// The S3 client, created on first use.
-    async fn s3(&self) -> &aws_sdk_s3::Client {
+    pub(super) async fn s3(&self) -> &aws_sdk_s3::Client {
         self.s3
             .get_or_init(|| async {
                 let shared = aws_config::load_from_env().await;

@@ -1,5 +1,7 @@
-//! `stoker pack`: an ImageFolder tree (one subfolder per class) to
-//! WebDataset shards plus an index, locally or on S3.
+//! `stoker pack`: an ImageFolder tree (one subfolder per class) to shards
+//! of any format Stoker reads (WebDataset, TFRecord, RecordIO, Parquet),
+//! each with its record index ([`writer`]), plus the dataset's index,
+//! locally or on S3.
 //!
 //! Labels are the class folders' positions in sorted order, as torchvision's
 //! `ImageFolder` assigns them. Each image becomes a sample keyed
@@ -7,11 +9,12 @@
 
 use std::path::{Path, PathBuf};
 
-use stoker_core::DatasetUri;
-use tokio::io::{AsyncWriteExt, BufWriter};
+use stoker_core::{DatasetUri, ShardFormat};
 
 use crate::storage::{INDEX_FILE, Index, IndexEntry, Storage, StorageError};
-use crate::wds::{file_header, padding};
+use writer::{Sample, ShardWriter};
+
+pub mod writer;
 
 /// Why packing failed.
 #[derive(Debug, thiserror::Error)]
@@ -110,26 +113,30 @@ pub fn scan_image_folder(input: &Path) -> Result<(Vec<SourceImage>, Vec<String>)
     Ok((images, classes))
 }
 
-/// Packs `input` into shards of about `shard_size` bytes under `output`.
-/// `progress` is called after each sample with (samples done, bytes done).
+/// Packs `input` into `format` shards of about `shard_size` bytes under
+/// `output`. `progress` is called after each shard with (samples done,
+/// bytes done).
 pub async fn pack(
     storage: &Storage,
     input: &Path,
     output: &DatasetUri,
+    format: ShardFormat,
     shard_size: u64,
     progress: impl FnMut(u64, u64),
 ) -> Result<PackSummary, PackError> {
     let (images, classes) = scan_image_folder(input)?;
-    pack_images(storage, &images, classes, output, shard_size, progress).await
+    pack_images(storage, &images, classes, output, format, shard_size, progress).await
 }
 
-/// Packs `images` (labels are positions in `classes`) into shards of about
-/// `shard_size` bytes under `output`, with the index.
+/// Packs `images` (labels are positions in `classes`) into `format` shards
+/// of about `shard_size` bytes under `output`, each with the record index
+/// its format's tools write ([`writer`]), and the dataset's index.
 pub async fn pack_images(
     storage: &Storage,
     images: &[SourceImage],
     classes: Vec<String>,
     output: &DatasetUri,
+    format: ShardFormat,
     shard_size: u64,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<PackSummary, PackError> {
@@ -147,22 +154,42 @@ pub async fn pack_images(
         let mut end = start;
         let mut size = 0u64;
         while end < images.len() {
-            let s = member_bytes(&images[end]);
+            let s = writer::sample_bytes(format, images[end].size, images[end].label);
             if end > start && size + s > shard_size {
                 break;
             }
             size += s;
             end += 1;
         }
-        let name = format!("shard-{:06}.tar", entries.len());
+        let name = writer::shard_name(format, entries.len());
         let local = staging.path().join(&name);
-        let written = write_shard(&local, &images[start..end], |n| {
-            done += 1;
-            bytes += n;
-            progress(done, bytes);
+        // Reading images and encoding the shard is blocking work.
+        let job = (
+            images[start..end].to_vec(),
+            classes.clone(),
+            local.clone(),
+            name.clone(),
+        );
+        let (written, index, image_bytes) = tokio::task::spawn_blocking(move || {
+            let (images, classes, local, name) = job;
+            write_shard(format, &local, &name, &images, start as u64, &classes)
         })
-        .await?;
+        .await
+        .map_err(|e| PackError::Io {
+            path: local.clone(),
+            source: std::io::Error::other(e),
+        })??;
         storage.put_file(output, &name, &local).await?;
+        if let Some((index_name, text)) = index {
+            let index_path = staging.path().join(&index_name);
+            tokio::fs::write(&index_path, &text)
+                .await
+                .map_err(io_err(&index_path))?;
+            storage.put_file(output, &index_name, &index_path).await?;
+        }
+        done += (end - start) as u64;
+        bytes += image_bytes;
+        progress(done, bytes);
         entries.push(IndexEntry {
             name,
             samples: (end - start) as u64,
@@ -190,42 +217,35 @@ pub async fn pack_images(
     })
 }
 
+/// The shard `name` of `images` (the first numbered `first_id`) at `path`:
+/// its size, its record index, and the image bytes it holds.
+fn write_shard(
+    format: ShardFormat,
+    path: &Path,
+    name: &str,
+    images: &[SourceImage],
+    first_id: u64,
+    classes: &[String],
+) -> Result<(u64, Option<(String, bytes::Bytes)>, u64), PackError> {
+    let mut shard = ShardWriter::create(format, path, classes)?;
+    let mut image_bytes = 0u64;
+    for (i, img) in images.iter().enumerate() {
+        let data = std::fs::read(&img.path).map_err(io_err(&img.path))?;
+        shard.add(&Sample {
+            key: &img.key,
+            ext: &img.ext,
+            data: &data,
+            label: img.label,
+            id: first_id + i as u64,
+        })?;
+        image_bytes += data.len() as u64;
+    }
+    let (size, index) = shard.finish(name)?;
+    Ok((size, index, image_bytes))
+}
+
 fn tempfile_dir() -> Result<tempfile::TempDir, PackError> {
     tempfile::tempdir().map_err(io_err(&std::env::temp_dir()))
-}
-
-fn label_bytes(label: i64) -> Vec<u8> {
-    label.to_string().into_bytes()
-}
-
-/// Bytes a sample takes in a tar (headers, data, padding).
-fn member_bytes(img: &SourceImage) -> u64 {
-    let cls = label_bytes(img.label).len() as u64;
-    1024 + img.size + padding(img.size) + 1024 + cls + padding(cls)
-}
-
-async fn write_shard(path: &Path, images: &[SourceImage], mut on_sample: impl FnMut(u64)) -> Result<u64, PackError> {
-    let file = tokio::fs::File::create(path).await.map_err(io_err(path))?;
-    let mut out = BufWriter::with_capacity(1 << 20, file);
-    let mut written = 0u64;
-    for img in images {
-        let data = tokio::fs::read(&img.path).await.map_err(io_err(&img.path))?;
-        for (name, body) in [
-            (format!("{}.{}", img.key, img.ext), data.as_slice()),
-            (format!("{}.cls", img.key), label_bytes(img.label).as_slice()),
-        ] {
-            let header = file_header(&name, body.len() as u64, 0);
-            out.write_all(&header).await.map_err(io_err(path))?;
-            out.write_all(body).await.map_err(io_err(path))?;
-            let pad = padding(body.len() as u64) as usize;
-            out.write_all(&vec![0u8; pad]).await.map_err(io_err(path))?;
-            written += (header.len() + body.len() + pad) as u64;
-        }
-        on_sample(data.len() as u64);
-    }
-    out.write_all(&[0u8; 1024]).await.map_err(io_err(path))?;
-    out.flush().await.map_err(io_err(path))?;
-    Ok(written + 1024)
 }
 
 #[cfg(test)]
@@ -249,7 +269,9 @@ mod tests {
         let out = tempfile::tempdir().unwrap();
         let uri = DatasetUri::Local(out.path().into());
         let storage = Storage::new();
-        let summary = pack(&storage, input.path(), &uri, 10_000, |_, _| {}).await.unwrap();
+        let summary = pack(&storage, input.path(), &uri, ShardFormat::WebDataset, 10_000, |_, _| {})
+            .await
+            .unwrap();
         assert_eq!(summary.samples, 7);
         assert_eq!(summary.classes, ["cat", "dog"]);
         assert!(summary.shards >= 3, "{} shards", summary.shards);
@@ -278,14 +300,28 @@ mod tests {
     async fn refuses_missing_or_empty_input() {
         let storage = Storage::new();
         let uri = DatasetUri::Local("/tmp/stoker-never".into());
-        let err = pack(&storage, Path::new("/nonexistent/x"), &uri, 1 << 20, |_, _| {})
-            .await
-            .unwrap_err();
+        let err = pack(
+            &storage,
+            Path::new("/nonexistent/x"),
+            &uri,
+            ShardFormat::WebDataset,
+            1 << 20,
+            |_, _| {},
+        )
+        .await
+        .unwrap_err();
         assert!(err.to_string().contains("/nonexistent/x"), "{err}");
         let empty = tempfile::tempdir().unwrap();
-        let err = pack(&storage, empty.path(), &uri, 1 << 20, |_, _| {})
-            .await
-            .unwrap_err();
+        let err = pack(
+            &storage,
+            empty.path(),
+            &uri,
+            ShardFormat::WebDataset,
+            1 << 20,
+            |_, _| {},
+        )
+        .await
+        .unwrap_err();
         assert!(matches!(err, PackError::Empty(_)), "{err}");
     }
 }

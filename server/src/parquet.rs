@@ -1,0 +1,422 @@
+//! Parquet shards with an image column, as Hugging Face publishes datasets
+//! (`{"image": {"bytes", "path"}, "label"}`) or with plain binary images.
+//!
+//! A shard is read through the `parquet` crate's async reader over our own
+//! ranged reads ([`Object`]): the footer first, then only the image and
+//! label columns of the row groups that hold the item's samples, one row
+//! group in memory at a time, decoded in batches of [`BATCH_ROWS`] rows. A
+//! rank's sample range therefore reads its row groups and the footer, not
+//! the file.
+//!
+//! - The image column is binary, or a struct with a binary `bytes` field
+//!   (Hugging Face's `Image` feature) and an optional string `path`.
+//! - The label column, when the shard has it, holds integers; a null label
+//!   is unlabelled (-1). Without the column every sample is unlabelled,
+//!   unless `--label-key` named it: then its absence is an error.
+//! - The key is the image's `path` when it has one, else `<shard>:<row>`.
+//!
+//! A shard without the image column, with columns of other types, or with
+//! a row group too large to hold is unreadable, and the error names the
+//! column or the row group. A row whose image is null, empty or not a JPEG
+//! or PNG is a skipped sample with its reason.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type, UInt32Type, UInt64Type};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::DataType;
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::future::{BoxFuture, FutureExt};
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::ArrowReaderOptions;
+use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStream, ParquetRecordBatchStreamBuilder};
+use parquet::errors::ParquetError;
+use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+use stoker_core::{RecordFields, ShardFormat};
+use stoker_formats::image::sniff;
+use stoker_formats::sample::{MemberProblem, RawSample};
+
+use crate::storage::{Object, StorageError};
+
+/// Bytes read from a file's end in the first request for its footer: most
+/// footers fit, so one request does.
+pub const FOOTER_PREFETCH: usize = 64 << 10;
+/// Rows decoded at once.
+pub const BATCH_ROWS: usize = 64;
+/// The most bytes of the columns read that one row group may hold: the
+/// reader keeps one row group in memory.
+pub const MAX_ROW_GROUP_BYTES: u64 = 1 << 30;
+
+/// Why a Parquet shard could not be read (further).
+#[derive(Debug, thiserror::Error)]
+pub enum ParquetShardError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("not a readable Parquet file: {0}")]
+    Parquet(String),
+    /// The columns are missing or of the wrong type.
+    #[error("{0}")]
+    Schema(String),
+    #[error("row group {index} holds {bytes} bytes of the columns read, more than the limit of {limit} bytes")]
+    RowGroupTooLarge { index: usize, bytes: u64, limit: u64 },
+}
+
+impl ParquetShardError {
+    /// Transport trouble, worth another attempt; the rest is the shard's.
+    pub fn is_io(&self) -> bool {
+        matches!(self, Self::Storage(e) if e.is_transient())
+    }
+}
+
+/// A storage error comes back out of the parquet crate as itself.
+fn from_parquet(e: ParquetError) -> ParquetShardError {
+    match e {
+        ParquetError::External(boxed) => match boxed.downcast::<StorageError>() {
+            Ok(storage) => ParquetShardError::Storage(*storage),
+            Err(other) => ParquetShardError::Parquet(other.to_string()),
+        },
+        other => ParquetShardError::Parquet(other.to_string()),
+    }
+}
+
+/// The parquet crate's view of one [`Object`].
+struct ObjectFile(Object);
+
+impl AsyncFileReader for ObjectFile {
+    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        let object = self.0.clone();
+        async move {
+            object
+                .read(range)
+                .await
+                .map_err(|e| ParquetError::External(Box::new(e)))
+        }
+        .boxed()
+    }
+
+    /// The column chunks of a row group, fetched at once.
+    fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        let object = self.0.clone();
+        async move {
+            futures::future::try_join_all(ranges.into_iter().map(|r| {
+                let object = object.clone();
+                async move { object.read(r).await.map_err(|e| ParquetError::External(Box::new(e))) }
+            }))
+            .await
+        }
+        .boxed()
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        _options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        async move {
+            let size = self.0.size();
+            let metadata = ParquetMetaDataReader::new()
+                .with_prefetch_hint(Some(FOOTER_PREFETCH))
+                .load_and_finish(self, size)
+                .await?;
+            Ok(Arc::new(metadata))
+        }
+        .boxed()
+    }
+}
+
+/// Rows in the Parquet shard `object`, from its footer.
+pub async fn row_count(object: Object) -> Result<u64, ParquetShardError> {
+    let metadata = ObjectFile(object).get_metadata(None).await.map_err(from_parquet)?;
+    Ok(u64::try_from(metadata.file_metadata().num_rows()).unwrap_or(0))
+}
+
+fn is_binary(t: &DataType) -> bool {
+    matches!(t, DataType::Binary | DataType::LargeBinary | DataType::BinaryView)
+}
+
+fn is_integer(t: &DataType) -> bool {
+    t.is_integer()
+}
+
+/// Checks the image column's type: binary, or a struct with a binary
+/// `bytes` field (and, when it has one, a string `path`).
+fn check_image_type(name: &str, t: &DataType) -> Result<(), ParquetShardError> {
+    let ok = match t {
+        t if is_binary(t) => true,
+        DataType::Struct(fields) => {
+            let bytes = fields.iter().find(|f| f.name() == "bytes");
+            let path = fields.iter().find(|f| f.name() == "path");
+            bytes.is_some_and(|f| is_binary(f.data_type()))
+                && path
+                    .is_none_or(|f| matches!(f.data_type(), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View))
+        }
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(ParquetShardError::Schema(format!(
+            "column {name} is {t}, not binary or a struct of binary bytes and a string path"
+        )))
+    }
+}
+
+fn binary_at(col: &ArrayRef, row: usize) -> Option<&[u8]> {
+    if col.is_null(row) {
+        return None;
+    }
+    if let Some(a) = col.as_binary_opt::<i32>() {
+        Some(a.value(row))
+    } else if let Some(a) = col.as_binary_opt::<i64>() {
+        Some(a.value(row))
+    } else {
+        col.as_binary_view_opt().map(|a| a.value(row))
+    }
+}
+
+fn string_at(col: &ArrayRef, row: usize) -> Option<&str> {
+    if col.is_null(row) {
+        return None;
+    }
+    if let Some(a) = col.as_string_opt::<i32>() {
+        Some(a.value(row))
+    } else if let Some(a) = col.as_string_opt::<i64>() {
+        Some(a.value(row))
+    } else {
+        col.as_string_view_opt().map(|a| a.value(row))
+    }
+}
+
+/// The integer at `row`, `None` when null.
+fn integer_at(col: &ArrayRef, row: usize) -> Option<Result<i64, String>> {
+    if col.is_null(row) {
+        return None;
+    }
+    fn wide<T: TryInto<i64> + std::fmt::Display + Copy>(v: T) -> Result<i64, String> {
+        v.try_into().map_err(|_| format!("label {v} does not fit in 64 bits"))
+    }
+    Some(match col.data_type() {
+        DataType::Int8 => Ok(i64::from(col.as_primitive::<Int8Type>().value(row))),
+        DataType::Int16 => Ok(i64::from(col.as_primitive::<Int16Type>().value(row))),
+        DataType::Int32 => Ok(i64::from(col.as_primitive::<Int32Type>().value(row))),
+        DataType::Int64 => Ok(col.as_primitive::<Int64Type>().value(row)),
+        DataType::UInt8 => Ok(i64::from(col.as_primitive::<UInt8Type>().value(row))),
+        DataType::UInt16 => Ok(i64::from(col.as_primitive::<UInt16Type>().value(row))),
+        DataType::UInt32 => Ok(i64::from(col.as_primitive::<UInt32Type>().value(row))),
+        DataType::UInt64 => wide(col.as_primitive::<UInt64Type>().value(row)),
+        other => Err(format!("label is {other}, not an integer")),
+    })
+}
+
+/// A Parquet shard's samples, row group by row group.
+pub struct ParquetSamples {
+    stream: ParquetRecordBatchStream<ObjectFile>,
+    shard: String,
+    image: String,
+    /// The label column, when the shard has one.
+    label: Option<String>,
+    label_offset: i64,
+    max_image_bytes: u64,
+    batch: Option<RecordBatch>,
+    /// The next row of `batch`.
+    row: usize,
+    /// The rows still to come, as (position of the next one, rows left) of
+    /// each selected row group, in file order.
+    groups: VecDeque<(u64, u64)>,
+}
+
+impl std::fmt::Debug for ParquetSamples {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParquetSamples")
+            .field("shard", &self.shard)
+            .field("groups", &self.groups)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ParquetSamples {
+    /// Opens the Parquet shard `object` (named `shard`) for the samples
+    /// from `start` up to `end` (or its end): reads its footer, checks the
+    /// columns `fields` names, and picks the row groups that hold them.
+    /// Images over `max_image_bytes` become skipped samples.
+    pub async fn open(
+        object: Object,
+        shard: &str,
+        fields: &RecordFields,
+        (start, end): (u64, Option<u64>),
+        max_image_bytes: u64,
+    ) -> Result<Self, ParquetShardError> {
+        let builder = ParquetRecordBatchStreamBuilder::new(ObjectFile(object))
+            .await
+            .map_err(from_parquet)?;
+        let schema = Arc::clone(builder.schema());
+        let image = fields.image_for(ShardFormat::Parquet).to_owned();
+        let columns = || {
+            let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+            names.join(", ")
+        };
+        let Some((image_index, image_field)) = schema.column_with_name(&image) else {
+            return Err(ParquetShardError::Schema(format!(
+                "no image column {image} (columns: {}); name it with --image-key",
+                columns()
+            )));
+        };
+        check_image_type(&image, image_field.data_type())?;
+        let label_name = fields.label_for(ShardFormat::Parquet);
+        let label_index = match schema.column_with_name(label_name) {
+            Some((i, f)) if is_integer(f.data_type()) => Some(i),
+            Some((_, f)) => {
+                return Err(ParquetShardError::Schema(format!(
+                    "column {label_name} is {}, not an integer label",
+                    f.data_type()
+                )));
+            }
+            None if fields.label.is_some() => {
+                return Err(ParquetShardError::Schema(format!(
+                    "no label column {label_name} (columns: {})",
+                    columns()
+                )));
+            }
+            None => None,
+        };
+        let mask = ProjectionMask::roots(builder.parquet_schema(), [image_index].into_iter().chain(label_index));
+        let mut selected = Vec::new();
+        let mut groups = VecDeque::new();
+        let mut first = 0u64;
+        for (index, group) in builder.metadata().row_groups().iter().enumerate() {
+            let rows = u64::try_from(group.num_rows()).unwrap_or(0);
+            let (lo, hi) = (first, first + rows);
+            first = hi;
+            if rows == 0 || hi <= start || end.is_some_and(|end| lo >= end) {
+                continue;
+            }
+            let bytes: u64 = group
+                .columns()
+                .iter()
+                .enumerate()
+                .filter(|(leaf, _)| mask.leaf_included(*leaf))
+                .map(|(_, c)| u64::try_from(c.compressed_size()).unwrap_or(0))
+                .sum();
+            if bytes > MAX_ROW_GROUP_BYTES {
+                return Err(ParquetShardError::RowGroupTooLarge {
+                    index,
+                    bytes,
+                    limit: MAX_ROW_GROUP_BYTES,
+                });
+            }
+            selected.push(index);
+            groups.push_back((lo, rows));
+        }
+        let stream = builder
+            .with_projection(mask)
+            .with_row_groups(selected)
+            .with_batch_size(BATCH_ROWS)
+            .build()
+            .map_err(from_parquet)?;
+        Ok(Self {
+            stream,
+            shard: shard.to_owned(),
+            image,
+            label: label_index.map(|_| label_name.to_owned()),
+            label_offset: fields.label_offset,
+            max_image_bytes,
+            batch: None,
+            row: 0,
+            groups,
+        })
+    }
+
+    /// The next sample, or `None` after the last selected row group.
+    pub async fn next_sample(&mut self) -> Result<Option<RawSample>, ParquetShardError> {
+        loop {
+            if let Some(batch) = self.batch.take() {
+                if self.row < batch.num_rows() {
+                    let position = self.next_position();
+                    let sample = self.sample(&batch, self.row, position);
+                    self.row += 1;
+                    self.batch = Some(batch);
+                    return Ok(Some(sample));
+                }
+            }
+            match self.stream.next().await {
+                None => return Ok(None),
+                Some(Err(e)) => return Err(from_parquet(e)),
+                Some(Ok(batch)) => {
+                    self.batch = Some(batch);
+                    self.row = 0;
+                }
+            }
+        }
+    }
+
+    /// The position in the shard of the next row read.
+    fn next_position(&mut self) -> u64 {
+        let Some((next, left)) = self.groups.front_mut() else {
+            // More rows than the footer said: number them on.
+            return u64::MAX;
+        };
+        let position = *next;
+        *next += 1;
+        *left -= 1;
+        if *left == 0 {
+            self.groups.pop_front();
+        }
+        position
+    }
+
+    fn sample(&self, batch: &RecordBatch, row: usize, position: u64) -> RawSample {
+        let (bytes, path) = match batch.column_by_name(&self.image) {
+            Some(col) => match col.as_struct_opt() {
+                Some(s) if s.is_null(row) => (None, None),
+                Some(s) => (
+                    s.column_by_name("bytes").and_then(|c| binary_at(c, row)),
+                    s.column_by_name("path").and_then(|c| string_at(c, row)),
+                ),
+                None => (binary_at(col, row), None),
+            },
+            None => (None, None),
+        };
+        let key = match path {
+            Some(p) if !p.is_empty() => p.to_owned(),
+            _ => format!("{}:{position}", self.shard),
+        };
+        let image = match bytes {
+            None => Err(MemberProblem::MissingField {
+                field: self.image.clone(),
+            }),
+            Some([]) => Err(MemberProblem::Empty {
+                ext: self.image.clone(),
+            }),
+            Some(b) if b.len() as u64 > self.max_image_bytes => Err(MemberProblem::TooLarge {
+                ext: self.image.clone(),
+                size: b.len() as u64,
+                limit: self.max_image_bytes,
+            }),
+            Some(b) => match sniff(b) {
+                Some(kind) => Ok((kind, Bytes::copy_from_slice(b))),
+                None => Err(MemberProblem::NotImage {
+                    field: self.image.clone(),
+                }),
+            },
+        };
+        let label = match self.label.as_ref().and_then(|l| batch.column_by_name(l)) {
+            None => Ok(-1),
+            Some(col) => match integer_at(col, row) {
+                None => Ok(-1),
+                Some(Ok(v)) => v
+                    .checked_add(self.label_offset)
+                    .ok_or_else(|| format!("label {v} + offset {} overflows", self.label_offset)),
+                Some(Err(e)) => Err(e),
+            },
+        };
+        RawSample {
+            key,
+            position,
+            image,
+            label,
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! Where an item's samples come from: a shard streamed through the
+//! fuzzed readers of `stoker-formats` (WebDataset, TFRecord, RecordIO),
+//! or a Parquet shard read by row groups.
+
+use stoker_formats::sample::RawSample;
+use stoker_formats::shard::{SampleStart, ShardError, ShardKind, ShardSamples};
+use stoker_formats::tfrecord::ExampleFields;
+
+use super::{Item, ItemError};
+use crate::parquet::{ParquetSamples, ParquetShardError};
+use crate::storage::{ShardReader, Storage, StorageError};
+use stoker_core::ShardFormat;
+
+/// An item's samples, in shard order.
+pub(crate) enum ItemSamples {
+    Stream(ShardSamples<ShardReader>),
+    Parquet(Box<ParquetSamples>),
+    /// A shard unreadable from its start (a Parquet file without the image
+    /// column, say): the error comes as the first read's, so that the item
+    /// reports it like any shard that goes bad, and no sample is read.
+    Unreadable(Option<SampleError>),
+}
+
+/// Why a shard's samples stopped coming.
+#[derive(Debug, thiserror::Error)]
+pub enum SampleError {
+    #[error(transparent)]
+    Shard(#[from] ShardError),
+    #[error(transparent)]
+    Parquet(#[from] ParquetShardError),
+}
+
+impl SampleError {
+    /// The transport failed (another attempt may succeed); otherwise the
+    /// shard itself is bad from here on.
+    pub fn is_io(&self) -> bool {
+        match self {
+            Self::Shard(e) => e.is_io(),
+            Self::Parquet(e) => e.is_io(),
+        }
+    }
+}
+
+impl ItemSamples {
+    /// Opens the item's samples. Parquet reads the row groups that hold
+    /// them. A sample range of a shard with a record index (RecordIO,
+    /// indexed TFRecord) is read from its first record's byte to the byte
+    /// after its last one; anything else from the shard's beginning, the
+    /// samples before `start` read past.
+    pub(crate) async fn open(item: &Item, storage: &Storage, max_member_bytes: u64) -> Result<Self, ItemError> {
+        let kind = match item.format {
+            ShardFormat::WebDataset => ShardKind::WebDataset,
+            ShardFormat::TfRecord => ShardKind::TfRecord(ExampleFields {
+                image: item.fields.image_for(item.format).to_owned(),
+                label: item.fields.label_for(item.format).to_owned(),
+                label_offset: item.fields.label_offset,
+                key: stoker_core::format::DEFAULT_KEY_FIELD.to_owned(),
+            }),
+            ShardFormat::RecordIo => ShardKind::RecordIo {
+                label_offset: item.fields.label_offset,
+            },
+            ShardFormat::Parquet => return Self::open_parquet(item, storage, max_member_bytes).await,
+        };
+        let ranged = item.start > 0 || item.end.is_some();
+        let offsets = match ranged {
+            true => storage.record_offsets(&item.dataset, &item.shard, item.format).await?,
+            false => None,
+        };
+        let (reader, start) = match offsets {
+            Some(offsets) => {
+                let (first, last) = stoker_formats::index::byte_range(&offsets, item.start, item.end).map_err(|e| {
+                    StorageError::BadRecordIndex {
+                        object: item.dataset.join(&item.shard),
+                        reason: e.to_string(),
+                    }
+                })?;
+                let reader = storage.open_range(&item.dataset, &item.shard, first, last).await?;
+                (
+                    reader,
+                    SampleStart {
+                        position: item.start,
+                        offset: first,
+                    },
+                )
+            }
+            None => (storage.open(&item.dataset, &item.shard).await?, SampleStart::default()),
+        };
+        Ok(Self::Stream(ShardSamples::new(
+            &kind,
+            reader,
+            &item.shard,
+            max_member_bytes,
+            start,
+        )))
+    }
+
+    /// A Parquet shard's row groups that hold the item's samples.
+    async fn open_parquet(item: &Item, storage: &Storage, max_member_bytes: u64) -> Result<Self, ItemError> {
+        let object = storage.object(&item.dataset, &item.shard).await?;
+        let range = (item.start, item.end);
+        match ParquetSamples::open(object, &item.shard, &item.fields, range, max_member_bytes).await {
+            Ok(samples) => Ok(Self::Parquet(Box::new(samples))),
+            Err(ParquetShardError::Storage(e)) => Err(e.into()),
+            Err(e) => Ok(Self::Unreadable(Some(e.into()))),
+        }
+    }
+
+    /// The next sample, or `None` at the end of what the item reads.
+    pub(crate) async fn next_sample(&mut self) -> Result<Option<RawSample>, SampleError> {
+        match self {
+            Self::Stream(s) => Ok(s.next_sample().await?),
+            Self::Parquet(p) => Ok(p.next_sample().await?),
+            Self::Unreadable(e) => e.take().map_or(Ok(None), Err),
+        }
+    }
+}
