@@ -149,6 +149,49 @@ PY
     grep -h "worker stopped" "$out/worker-$device.log" | sed "s/^.*worker stopped/$device worker stopped:/"
 done
 
+# Every shard format through one GPU worker: the same images packed as
+# TFRecord, RecordIO and Parquet, one epoch each with --keys-out; each must
+# deliver every image once, and the worker's metrics must show the JPEGs
+# decoded on the GPU (the formats share the pipeline after the reader).
+STOKER_LOG=info .carry/stoker worker --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --device cuda \
+    >"$work/worker.out" 2>"$out/worker-formats.log" &
+wpid=$!
+for _ in $(seq 100); do grep -q listening "$work/worker.out" 2>/dev/null && break; sleep 0.2; done
+addr=$(sed -n 's/.*listening on //p' "$work/worker.out")
+murl=$(sed -n 's/.*metrics on //p' "$work/worker.out")
+for format in tfrecord recordio parquet; do
+    .carry/stoker pack --input "$imgs" --output "$work/$format" --shard-size 8M --format "$format" >>"$out/pack.log" 2>&1
+    timeout 120 .carry/stoker stream --workers "$addr" --dataset "$work/$format" --batch-size 256 --image-size 224 \
+        --keys-out "$work/$format.keys" --json 2>>"$out/stream.log" | tail -n 1 >"$work/$format.json"
+    python3 - "$format" "$work/$format.keys" "$work/$format.json" "$nimages" <<'PY' 2>&1 | tee -a "$out/formats.log"
+import json, sys
+fmt, keys_path, json_path, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+keys = [line.split("\t")[1] for line in open(keys_path) if line.strip()]
+summary = json.load(open(json_path))
+ok = len(keys) == n and len(set(keys)) == n and summary["skipped"] == 0
+print(f"format {fmt}: {'ok' if ok else 'MISMATCH'}: {len(set(keys))} distinct of {len(keys)} delivered, {n} expected, "
+      f"{summary['skipped']} skipped, {summary['images_per_sec']:.0f} images/s")
+sys.exit(0 if ok else 1)
+PY
+    [[ ${PIPESTATUS[0]} == 0 ]] || exits_rc=1
+done
+python3 - "$murl" $((3 * nimages)) <<'PY' 2>&1 | tee -a "$out/formats.log"
+import sys, urllib.request
+url, expected = sys.argv[1], int(sys.argv[2])
+m = {}
+for line in urllib.request.urlopen(url, timeout=10).read().decode().splitlines():
+    if line and not line.startswith("#"):
+        series, value = line.rsplit(" ", 1)
+        m[series] = float(value)
+sent, gpu, cpu = m["stoker_worker_samples_sent_total"], m['stoker_worker_samples_total{path="gpu"}'], m['stoker_worker_samples_total{path="cpu"}']
+ok = sent == expected and gpu + cpu == sent and gpu > 0
+print(f"formats worker-metrics: {'ok' if ok else 'MISMATCH'}: sent {sent:.0f} of {expected}, gpu {gpu:.0f}, cpu {cpu:.0f}")
+sys.exit(0 if ok else 1)
+PY
+[[ ${PIPESTATUS[0]} == 0 ]] || exits_rc=1
+kill -INT $wpid; wait $wpid 2>/dev/null
+worker_exit "formats cuda worker" $?
+
 # Client ingest: workers replaying cached samples (--replay: each shard is
 # processed once, then resent from memory), so only transport, batch
 # assembly in the pinned ring, the copy to the GPU and the bfloat16 NCHW
@@ -230,6 +273,7 @@ echo "=== gpu-check summary ==="
 grep -E "^test result|^gpu-vs-cpu worst|^gpu-worker|^decoded |^client-upload" "$out/gpu-tests.log"
 cat "$out/worker-exits.log" 2>/dev/null
 cat "$out/worker-metrics.log" 2>/dev/null
+cat "$out/formats.log" 2>/dev/null
 sed 's/^/doctor: /' "$out/doctor.log" 2>/dev/null
 awk '/^gpu-backends/ { if ($NF > m) m = $NF } END { if (m != "") printf "cuda vs hardware backend decode, worst mad %s\n", m }' "$out/gpu-tests.log"
 grep -E "^skipped" "$out/gpu-tests.log"

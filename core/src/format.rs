@@ -63,15 +63,17 @@ impl ShardFormat {
         }
     }
 
-    /// The format a shard's file name says by its extension, if any.
+    /// The format a shard's file name says by its extension, if any; a
+    /// gzipped WebDataset or TFRecord shard ends in `.gz` ([`gzipped`]).
     pub fn from_name(name: &str) -> Option<Self> {
         let file = name.rsplit('/').next().unwrap_or(name);
-        let ext = file.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase())?;
-        match ext.as_str() {
-            "tar" => Some(Self::WebDataset),
-            "tfrecord" | "tfrecords" | "tfrec" => Some(Self::TfRecord),
-            "rec" => Some(Self::RecordIo),
-            "parquet" => Some(Self::Parquet),
+        let (stem, gz) = strip_gz(file);
+        let ext = stem.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase())?;
+        match (ext.as_str(), gz) {
+            ("tar", _) => Some(Self::WebDataset),
+            ("tfrecord" | "tfrecords" | "tfrec", _) => Some(Self::TfRecord),
+            ("rec", false) => Some(Self::RecordIo),
+            ("parquet", false) => Some(Self::Parquet),
             _ => None,
         }
     }
@@ -82,11 +84,27 @@ impl ShardFormat {
     /// `train-00000-of-01024`).
     pub fn lists(self, name: &str) -> bool {
         let file = name.rsplit('/').next().unwrap_or(name);
+        let stem = strip_gz(file).0;
         match Self::from_name(file) {
             Some(f) => f == self,
-            None => self == Self::TfRecord && !file.contains('.') && !file.is_empty(),
+            None => self == Self::TfRecord && !stem.contains('.') && !stem.is_empty(),
         }
     }
+}
+
+/// A file name without its `.gz`, and whether it had one.
+fn strip_gz(file: &str) -> (&str, bool) {
+    match file.len().checked_sub(3) {
+        Some(at) if file.is_char_boundary(at) && file[at..].eq_ignore_ascii_case(".gz") => (&file[..at], true),
+        _ => (file, false),
+    }
+}
+
+/// Whether the shard `name` is gzip-compressed as a whole (`.gz`, as
+/// TensorFlow's `compression_type="GZIP"` writes TFRecord, or a
+/// `.tar.gz`): read through a decompressor, from its beginning.
+pub fn gzipped(name: &str) -> bool {
+    strip_gz(name).1
 }
 
 impl fmt::Display for ShardFormat {
@@ -198,6 +216,11 @@ mod tests {
         assert!(!ShardFormat::WebDataset.lists("train-00000-of-01024"));
         assert_eq!(ShardFormat::from_name("data/train.rec"), Some(ShardFormat::RecordIo));
         assert!(!ShardFormat::RecordIo.lists("train.idx"));
+        assert_eq!(ShardFormat::from_name("a.tfrecord.GZ"), Some(ShardFormat::TfRecord));
+        assert_eq!(ShardFormat::from_name("a.tar.gz"), Some(ShardFormat::WebDataset));
+        assert_eq!(ShardFormat::from_name("a.rec.gz"), None);
+        assert!(ShardFormat::TfRecord.lists("train-00000-of-01024.gz"));
+        assert!(gzipped("train-00000-of-01024.gz") && !gzipped("a.tfrecord"));
     }
 
     #[test]

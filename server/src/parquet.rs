@@ -164,16 +164,23 @@ fn check_image_type(name: &str, t: &DataType) -> Result<(), ParquetShardError> {
     }
 }
 
-fn binary_at(col: &ArrayRef, row: usize) -> Option<&[u8]> {
+/// The binary cell at `row`, sharing the column's buffer (no copy) where
+/// it is one: a row's image lives as long as its sample does.
+fn binary_at(col: &ArrayRef, row: usize) -> Option<Bytes> {
+    fn shared<O: arrow_array::OffsetSizeTrait>(a: &arrow_array::GenericBinaryArray<O>, row: usize) -> Bytes {
+        let offsets = a.value_offsets();
+        let (start, end) = (offsets[row].as_usize(), offsets[row + 1].as_usize());
+        Bytes::from(a.values().clone()).slice(start..end)
+    }
     if col.is_null(row) {
         return None;
     }
     if let Some(a) = col.as_binary_opt::<i32>() {
-        Some(a.value(row))
+        Some(shared(a, row))
     } else if let Some(a) = col.as_binary_opt::<i64>() {
-        Some(a.value(row))
+        Some(shared(a, row))
     } else {
-        col.as_binary_view_opt().map(|a| a.value(row))
+        col.as_binary_view_opt().map(|a| Bytes::copy_from_slice(a.value(row)))
     }
 }
 
@@ -387,7 +394,7 @@ impl ParquetSamples {
             None => Err(MemberProblem::MissingField {
                 field: self.image.clone(),
             }),
-            Some([]) => Err(MemberProblem::Empty {
+            Some(b) if b.is_empty() => Err(MemberProblem::Empty {
                 ext: self.image.clone(),
             }),
             Some(b) if b.len() as u64 > self.max_image_bytes => Err(MemberProblem::TooLarge {
@@ -395,8 +402,8 @@ impl ParquetSamples {
                 size: b.len() as u64,
                 limit: self.max_image_bytes,
             }),
-            Some(b) => match sniff(b) {
-                Some(kind) => Ok((kind, Bytes::copy_from_slice(b))),
+            Some(b) => match sniff(&b) {
+                Some(kind) => Ok((kind, b)),
                 None => Err(MemberProblem::NotImage {
                     field: self.image.clone(),
                 }),

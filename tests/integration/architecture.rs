@@ -16,12 +16,15 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
         "stoker-server",
         &["stoker-client", "stoker", "clap", "tracing-subscriber"],
     ),
-    // The client (and through it the Python package): no worker code.
+    // The client (and through it the Python package): no worker code, and
+    // none of the worker's shard readers (the parquet crate and arrow).
     (
         "stoker-client",
         &[
             "stoker-server",
             "stoker-formats",
+            "parquet",
+            "arrow-array",
             "stoker",
             "clap",
             "tracing-subscriber",

@@ -792,8 +792,13 @@ fn pack_writes_every_format_with_its_index_and_each_ecosystem_reads_it() {
         } else {
             expected.clone()
         };
-        // The format's own reader, with its index.
-        assert_eq!(read_packed(format, &out), want, "{format} read by its own reader");
+        // The format's own reader, with its index (in its own order: the
+        // tfrecord package's indexed loader starts mid-file).
+        let mut read = read_packed(format, &out);
+        read.sort();
+        let mut sorted = want.clone();
+        sorted.sort();
+        assert_eq!(read, sorted, "{format} read by its own reader");
         // And a worker, with the format told by the extension.
         let run = stream(&[&w], out.to_str().unwrap(), ARGS, &[]);
         assert_exactly_once(&run, &want, 0..1);
@@ -811,4 +816,58 @@ fn pack_writes_every_format_with_its_index_and_each_ecosystem_reads_it() {
         assert!(run.success(), "{}", run.stderr());
         assert_eq!(run.num("samples"), 10, "{format}: rank 1 of 3 gets a third of 30");
     }
+}
+
+/// Gzips the file at `path` into `<path>.gz` (Python's gzip: the stream
+/// TensorFlow's `compression_type="GZIP"` writes) and removes it.
+fn gzip_file(path: &Path) {
+    let path = path.to_str().unwrap();
+    run_ok(python().arg("-c").arg(format!(
+        "import gzip, os, shutil\nwith open({path:?}, 'rb') as i, gzip.open({path:?} + '.gz', 'wb') as o: shutil.copyfileobj(i, o)\nos.remove({path:?})"
+    )));
+}
+
+#[test]
+fn gzipped_tfrecord_and_tar_shards_are_read_and_a_cut_one_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 30, 3, 64, 48);
+    let expected = image_folder_keys(&images);
+    let s3 = S3Server::start();
+    let root = s3.bucket("data").join("gz");
+    let shards = write_tfrecord(&images, &root, 3, ".tfrecord", &[]);
+    for (name, _) in &shards {
+        gzip_file(&root.join(name));
+    }
+    let w = s3.start_worker(2);
+    // `auto` knows .tfrecord.gz; every sample once, over S3.
+    let run = stream(&[&w], "s3://data/gz/", ARGS, &s3.env());
+    assert_exactly_once(&run, &expected, 0..1);
+
+    // WebDataset's .tar.gz too.
+    let wds = dir.path().join("wds");
+    pack(&images, wds.to_str().unwrap(), "40K", &[]);
+    std::fs::remove_file(wds.join("stoker-index.json")).unwrap();
+    for entry in std::fs::read_dir(&wds).unwrap() {
+        gzip_file(&entry.unwrap().path());
+    }
+    let w = Worker::start(2);
+    let run = stream(&[&w], wds.to_str().unwrap(), ARGS, &[]);
+    assert_exactly_once(&run, &expected, 0..1);
+
+    // A gzip stream cut short: the shard's error says so, the rest arrives.
+    let cut = root.join(format!("{}.gz", shards[2].0));
+    let bytes = std::fs::read(&cut).unwrap();
+    std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let w = s3.start_worker(2);
+    let run = stream(&[&w], "s3://data/gz/", ARGS, &s3.env());
+    assert!(run.success(), "{}", run.stderr());
+    let errors = run.json.as_ref().unwrap()["shard_errors"].as_array().unwrap().clone();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let error = errors[0].as_str().unwrap();
+    assert!(
+        error.contains(&shards[2].0) && error.contains("not a valid gzip stream"),
+        "{error}"
+    );
+    assert!(run.num("samples") >= 20, "the two whole shards arrive");
 }

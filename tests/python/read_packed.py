@@ -2,7 +2,8 @@
 reader, and prints one JSON line: each sample's key and label, in order.
 
 - tfrecord: the `tfrecord` package's `tfrecord_loader`, driven by the DALI
-  index written beside each shard (so the index is read too);
+  index written beside each shard (so the index is read too; but for a
+  one-record shard, which that loader cannot index);
 - recordio: MXNet's `MXIndexedRecordIO` through the `.idx`, records
   unpacked with `mx.recordio.unpack` (the key is <shard>:<index>);
 - parquet: Hugging Face `datasets.Dataset.from_parquet`, which must see an
@@ -26,7 +27,12 @@ def main() -> None:
 
         for path in sorted(glob.glob(os.path.join(root, "*.tfrecord"))):
             description = {"image/encoded": "byte", "image/class/label": "int", "image/filename": "byte"}
-            for ex in tfrecord_loader(path, path + ".idx", description):
+            index = path + ".idx"
+            with open(index) as f:
+                lines = len(f.read().splitlines())
+            # The loader reads the index with numpy.loadtxt, which flattens
+            # a one-line file: a one-record shard is read without it.
+            for ex in tfrecord_loader(path, index if lines > 1 else None, description):
                 assert bytes(ex["image/encoded"][:2]) in (b"\xff\xd8", b"\x89P"), "not an image"
                 out.append([bytes(ex["image/filename"]).decode(), int(ex["image/class/label"][0])])
     elif fmt == "recordio":

@@ -59,6 +59,7 @@ impl From<Shortfall> for RecordIoError {
         match s {
             Shortfall::Truncated { offset, what } => Self::Truncated { offset, what },
             Shortfall::Io { offset, reason } => Self::Io { offset, reason },
+            Shortfall::Corrupt { offset, reason } => Self::Corrupt { offset, reason },
         }
     }
 }

@@ -10,6 +10,9 @@ pub(crate) enum Shortfall {
     Truncated { offset: u64, what: &'static str },
     /// The transport failed.
     Io { offset: u64, reason: String },
+    /// The stream's bytes are not what they claim to be: a compressed
+    /// shard that does not decompress (`InvalidData` from the reader).
+    Corrupt { offset: u64, reason: String },
 }
 
 /// A stream read in exact amounts, counting the bytes consumed.
@@ -36,9 +39,12 @@ impl<R: AsyncRead + Unpin> Counted<R> {
     pub(crate) async fn fill(&mut self, buf: &mut [u8], what: &'static str, eof_ok: bool) -> Result<bool, Shortfall> {
         let mut got = 0;
         while got < buf.len() {
-            let n = self.inner.read(&mut buf[got..]).await.map_err(|e| Shortfall::Io {
-                offset: self.offset + got as u64,
-                reason: e.to_string(),
+            let n = self.inner.read(&mut buf[got..]).await.map_err(|e| {
+                let (offset, reason) = (self.offset + got as u64, e.to_string());
+                match e.kind() {
+                    std::io::ErrorKind::InvalidData => Shortfall::Corrupt { offset, reason },
+                    _ => Shortfall::Io { offset, reason },
+                }
             })?;
             if n == 0 {
                 if got == 0 && eof_ok {

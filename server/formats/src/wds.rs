@@ -27,7 +27,7 @@ const BLOCK: usize = 512;
 pub enum TarError {
     #[error("tar truncated at byte {offset}: {what}")]
     Truncated { offset: u64, what: &'static str },
-    #[error("corrupt tar header at byte {offset}: {reason}")]
+    #[error("corrupt tar at byte {offset}: {reason}")]
     Corrupt { offset: u64, reason: String },
     #[error("read failed at byte {offset}: {reason}")]
     Io { offset: u64, reason: String },
@@ -38,6 +38,7 @@ impl From<Shortfall> for TarError {
         match s {
             Shortfall::Truncated { offset, what } => Self::Truncated { offset, what },
             Shortfall::Io { offset, reason } => Self::Io { offset, reason },
+            Shortfall::Corrupt { offset, reason } => Self::Corrupt { offset, reason },
         }
     }
 }

@@ -61,7 +61,10 @@ impl ItemSamples {
             },
             ShardFormat::Parquet => return Self::open_parquet(item, storage, max_member_bytes).await,
         };
-        let ranged = item.start > 0 || item.end.is_some();
+        // A gzipped shard's index, if any, counts its records but its
+        // offsets are in the decompressed stream: it is read from the start.
+        let gzipped = stoker_core::format::gzipped(&item.shard);
+        let ranged = (item.start > 0 || item.end.is_some()) && !gzipped;
         let offsets = match ranged {
             true => storage.record_offsets(&item.dataset, &item.shard, item.format).await?,
             false => None,
@@ -84,6 +87,11 @@ impl ItemSamples {
                 )
             }
             None => (storage.open(&item.dataset, &item.shard).await?, SampleStart::default()),
+        };
+        let reader = if gzipped {
+            crate::storage::gunzip(reader)
+        } else {
+            reader
         };
         Ok(Self::Stream(ShardSamples::new(
             &kind,

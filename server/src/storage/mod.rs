@@ -14,9 +14,11 @@
 //! This module is the [`Storage`] facade, its configuration and its errors;
 //! each job has a file of its own: `s3` (the S3 backend), `local` (dataset
 //! folders), `index` (the dataset index, [`INDEX_FILE`]), `resume` (the
-//! resumable shard body) and `object` (byte-range reads of one object, for
-//! Parquet).
+//! resumable shard body), `object` (byte-range reads of one object, for
+//! Parquet) and `gzip` (gzipped shard bodies, decompressed as they
+//! stream).
 
+mod gzip;
 mod index;
 mod local;
 mod object;
@@ -35,6 +37,7 @@ use stoker_core::{DatasetUri, FormatChoice, ShardFormat, ShardRef};
 use tokio::io::AsyncRead;
 use tokio::sync::OnceCell;
 
+pub use gzip::gunzip;
 pub use index::{INDEX_FILE, Index, IndexEntry};
 pub use object::Object;
 

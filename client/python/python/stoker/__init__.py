@@ -84,12 +84,14 @@ class Loader:
     are drained, and nothing is lost or delivered twice.
 
     ``format``: the shards' format, ``"auto"`` (by the files' extensions:
-    ``.tar``, ``.tfrecord`` / ``.tfrecords`` / ``.tfrec``, ``.rec``),
-    ``"wds"``, ``"tfrecord"`` (needed for TensorFlow's extension-less
-    ``train-00000-of-01024``) or ``"recordio"`` (MXNet). For TFRecord,
-    ``image_key`` and ``label_key`` name the features (default
-    ``image/encoded`` and ``image/class/label``); ``label_offset`` is added
-    to every label (``-1`` for TensorFlow's 1-based ImageNet labels).
+    ``.tar``, ``.tfrecord`` / ``.tfrecords`` / ``.tfrec``, ``.rec``,
+    ``.parquet``), ``"wds"``, ``"tfrecord"`` (needed for TensorFlow's
+    extension-less ``train-00000-of-01024``), ``"recordio"`` (MXNet) or
+    ``"parquet"`` (Hugging Face). ``image_key`` and ``label_key`` name the
+    image and label fields: TFRecord features (default ``image/encoded``
+    and ``image/class/label``) or Parquet columns (default ``image`` and
+    ``label``); ``label_offset`` is added to every label (``-1`` for
+    TensorFlow's 1-based ImageNet labels).
 
     ``metrics_port=PORT`` (or ``"HOST:PORT"``) serves the loader's Prometheus
     metrics at ``/metrics``: time the training loop waited for batches,
