@@ -339,14 +339,15 @@ impl ParquetSamples {
     /// The next sample, or `None` after the last selected row group.
     pub async fn next_sample(&mut self) -> Result<Option<RawSample>, ParquetShardError> {
         loop {
-            if let Some(batch) = self.batch.take() {
-                if self.row < batch.num_rows() {
-                    let position = self.next_position();
-                    let sample = self.sample(&batch, self.row, position);
-                    self.row += 1;
-                    self.batch = Some(batch);
-                    return Ok(Some(sample));
-                }
+            // A batch read to its end is dropped here.
+            if let Some(batch) = self.batch.take()
+                && self.row < batch.num_rows()
+            {
+                let position = self.next_position();
+                let sample = self.sample(&batch, self.row, position);
+                self.row += 1;
+                self.batch = Some(batch);
+                return Ok(Some(sample));
             }
             match self.stream.next().await {
                 None => return Ok(None),

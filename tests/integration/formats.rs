@@ -840,8 +840,10 @@ fn gzipped_tfrecord_and_tar_shards_are_read_and_a_cut_one_is_reported() {
         gzip_file(&root.join(name));
     }
     let w = s3.start_worker(2);
-    // `auto` knows .tfrecord.gz; every sample once, over S3.
-    let run = stream(&[&w], "s3://data/gz/", ARGS, &s3.env());
+    // `auto` knows .tfrecord.gz; every sample once, over S3 (the writer's
+    // labels are TensorFlow's, 1-based).
+    let tf_args: Vec<&str> = ARGS.iter().copied().chain(["--label-offset", "-1"]).collect();
+    let run = stream(&[&w], "s3://data/gz/", &tf_args, &s3.env());
     assert_exactly_once(&run, &expected, 0..1);
 
     // WebDataset's .tar.gz too.
@@ -860,7 +862,7 @@ fn gzipped_tfrecord_and_tar_shards_are_read_and_a_cut_one_is_reported() {
     let bytes = std::fs::read(&cut).unwrap();
     std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
     let w = s3.start_worker(2);
-    let run = stream(&[&w], "s3://data/gz/", ARGS, &s3.env());
+    let run = stream(&[&w], "s3://data/gz/", &tf_args, &s3.env());
     assert!(run.success(), "{}", run.stderr());
     let errors = run.json.as_ref().unwrap()["shard_errors"].as_array().unwrap().clone();
     assert_eq!(errors.len(), 1, "{errors:?}");

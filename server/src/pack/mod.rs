@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use stoker_core::{DatasetUri, ShardFormat};
 
 use crate::storage::{INDEX_FILE, Index, IndexEntry, Storage, StorageError};
-use writer::{Sample, ShardWriter};
+use writer::{RecordIndex, Sample, ShardWriter};
 
 pub mod writer;
 
@@ -170,7 +170,7 @@ pub async fn pack_images(
             local.clone(),
             name.clone(),
         );
-        let (written, index, image_bytes) = tokio::task::spawn_blocking(move || {
+        let written = tokio::task::spawn_blocking(move || {
             let (images, classes, local, name) = job;
             write_shard(format, &local, &name, &images, start as u64, &classes)
         })
@@ -180,20 +180,20 @@ pub async fn pack_images(
             source: std::io::Error::other(e),
         })??;
         storage.put_file(output, &name, &local).await?;
-        if let Some((index_name, text)) = index {
-            let index_path = staging.path().join(&index_name);
-            tokio::fs::write(&index_path, &text)
+        if let Some(index) = written.index {
+            let index_path = staging.path().join(&index.name);
+            tokio::fs::write(&index_path, &index.text)
                 .await
                 .map_err(io_err(&index_path))?;
-            storage.put_file(output, &index_name, &index_path).await?;
+            storage.put_file(output, &index.name, &index_path).await?;
         }
         done += (end - start) as u64;
-        bytes += image_bytes;
+        bytes += written.image_bytes;
         progress(done, bytes);
         entries.push(IndexEntry {
             name,
             samples: (end - start) as u64,
-            size_bytes: written,
+            size_bytes: written.size,
         });
         start = end;
     }
@@ -226,7 +226,7 @@ fn write_shard(
     images: &[SourceImage],
     first_id: u64,
     classes: &[String],
-) -> Result<(u64, Option<(String, bytes::Bytes)>, u64), PackError> {
+) -> Result<WrittenShard, PackError> {
     let mut shard = ShardWriter::create(format, path, classes)?;
     let mut image_bytes = 0u64;
     for (i, img) in images.iter().enumerate() {
@@ -241,7 +241,20 @@ fn write_shard(
         image_bytes += data.len() as u64;
     }
     let (size, index) = shard.finish(name)?;
-    Ok((size, index, image_bytes))
+    Ok(WrittenShard {
+        size,
+        index,
+        image_bytes,
+    })
+}
+
+/// What [`write_shard`] wrote.
+struct WrittenShard {
+    /// The shard's bytes.
+    size: u64,
+    index: Option<RecordIndex>,
+    /// The images' bytes in it.
+    image_bytes: u64,
 }
 
 fn tempfile_dir() -> Result<tempfile::TempDir, PackError> {

@@ -71,6 +71,12 @@ pub(super) fn shard_name(format: ShardFormat, index: usize) -> String {
     format!("shard-{index:06}.{ext}")
 }
 
+/// A shard's record index file: its name and text.
+pub(super) struct RecordIndex {
+    pub name: String,
+    pub text: Bytes,
+}
+
 /// A shard being written to a local file.
 pub(super) struct ShardWriter {
     format: ShardFormat,
@@ -212,8 +218,8 @@ impl ShardWriter {
 
     /// Ends the shard: the tar's end, the Parquet footer, or the last
     /// buffered bytes. Returns its size and, for the formats that have
-    /// one, its record index file's name and text.
-    pub(super) fn finish(mut self, name: &str) -> Result<(u64, Option<(String, Bytes)>), PackError> {
+    /// one, its record index.
+    pub(super) fn finish(mut self, name: &str) -> Result<(u64, Option<RecordIndex>), PackError> {
         self.flush_row_group()?;
         match self.out {
             Output::Parquet { writer, .. } => {
@@ -241,7 +247,10 @@ impl ShardWriter {
                     .map(|(offset, len)| format!("{offset} {len}\n"))
                     .collect(),
             };
-            (index, Bytes::from(text))
+            RecordIndex {
+                name: index,
+                text: Bytes::from(text),
+            }
         });
         Ok((size, index))
     }
