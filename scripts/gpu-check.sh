@@ -6,7 +6,9 @@
 #   .carry/integration   the integration test binary (cargo test --release --no-run)
 #   .carry/photos/       the photos (../shared/photos); procedural JPEGs without
 #
-# Build and stage them with `scripts/gpu-check.sh --stage` on the build machine.
+# Build and stage them with `scripts/gpu-check.sh --stage` on the build machine;
+# it also packs them into .carry-xz/carry.tar.xz, which is what to carry to
+# the device (under its 64 MiB limit), and which this script unpacks.
 # Full logs go to $OUT (or ./gpu-check-out); a short table is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +30,18 @@ for l in sys.stdin:
     rm -rf .carry/wheels
     target/pyenv/bin/pip wheel --quiet --no-deps ./client/python -w .carry/wheels
     du -sh .carry
+    # The device takes at most 64 MiB of carried files: .carry itself is
+    # larger (the binaries hold the parquet and arrow readers), so it also
+    # goes compressed. Carry .carry-xz; this script unpacks it there.
+    rm -rf .carry-xz
+    mkdir -p .carry-xz
+    tar -cf - .carry | xz -T0 -6 >.carry-xz/carry.tar.xz
+    du -sh .carry-xz
     exit 0
+fi
+
+if [[ ! -x .carry/stoker && -f .carry-xz/carry.tar.xz ]]; then
+    tar -xJf .carry-xz/carry.tar.xz
 fi
 
 out=${OUT:-gpu-check-out}
