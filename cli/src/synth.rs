@@ -4,20 +4,37 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use stoker_core::{DatasetUri, FormatChoice, ShardFormat};
+use stoker_core::{DatasetUri, FormatChoice, RecordFields, ShardFormat};
 
 use crate::progress::Progress;
 use crate::{human_bytes, parse_bytes};
-use stoker_server::pack::{PackSummary, pack, scan_image_folder};
+use stoker_server::pack::{ConvertFrom, PackError, PackSummary, convert, pack, scan_image_folder};
 use stoker_server::pool::CpuPool;
 use stoker_server::storage::Storage;
 use stoker_server::synth::{encode_jpeg, imagenet_like_from_photo, procedural};
 
 #[derive(Debug, Args)]
 pub struct PackArgs {
-    /// ImageFolder tree: one subfolder per class.
+    /// An ImageFolder tree (one subfolder per class), or a dataset to
+    /// convert: s3://bucket/prefix/ or a folder of shards in any format
+    /// stoker reads.
     #[arg(long)]
-    pub input: PathBuf,
+    pub input: String,
+    /// The input dataset's format (converting): auto goes by the files'
+    /// extensions. Giving it also says the input is a dataset.
+    #[arg(long, value_name = "auto|wds|tfrecord|recordio|parquet")]
+    pub input_format: Option<FormatChoice>,
+    /// Converting: the input's image field (TFRecord feature, Parquet
+    /// column); its format's default without it.
+    #[arg(long, value_name = "FIELD")]
+    pub image_key: Option<String>,
+    /// Converting: the input's label field.
+    #[arg(long, value_name = "FIELD")]
+    pub label_key: Option<String>,
+    /// Converting: added to every label read (-1 for TensorFlow's 1-based
+    /// ImageNet labels).
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true, value_name = "N")]
+    pub label_offset: i64,
     /// s3://bucket/prefix/, file:///abs/dir/ or a path.
     #[arg(long)]
     pub output: String,
@@ -40,9 +57,47 @@ fn parse_pack_format(s: &str) -> Result<ShardFormat, String> {
 
 pub async fn run_pack(args: PackArgs) -> anyhow::Result<()> {
     let output = DatasetUri::parse(&args.output)?;
+    let input = DatasetUri::parse(&args.input)?;
     let storage = Storage::new();
     let started = std::time::Instant::now();
-    let summary = pack_with_progress(&storage, &args.input, &output, args.format, args.shard_size).await?;
+    // An ImageFolder is a local folder with class subfolders of images;
+    // anything else is a dataset to convert.
+    let image_folder = match (&input, args.input_format) {
+        (DatasetUri::Local(dir), None) => match scan_image_folder(dir) {
+            Ok(_) => Some(dir.clone()),
+            Err(PackError::Empty(_)) => None,
+            Err(e) => return Err(e).with_context(|| format!("cannot pack {}", dir.display())),
+        },
+        _ => None,
+    };
+    let summary = match image_folder {
+        Some(dir) => pack_with_progress(&storage, &dir, &output, args.format, args.shard_size).await?,
+        None => {
+            let from = ConvertFrom {
+                dataset: input.clone(),
+                format: args.input_format.unwrap_or_default(),
+                fields: RecordFields {
+                    image: args.image_key.clone(),
+                    label: args.label_key.clone(),
+                    label_offset: args.label_offset,
+                },
+            };
+            let mut progress = Progress::new("convert", None);
+            let summary = convert(&storage, &from, &output, args.format, args.shard_size, |done, bytes| {
+                progress.update(done, || format!("  {}", human_bytes(bytes as f64)));
+            })
+            .await
+            .with_context(|| format!("cannot convert {input} into {output}"))?;
+            progress.finish();
+            summary
+        }
+    };
+    if !summary.skipped.is_empty() {
+        eprintln!("left out {} sample(s) of the input:", summary.skipped.len());
+        for reason in summary.skipped.iter().take(10) {
+            eprintln!("  {reason}");
+        }
+    }
     eprintln!(
         "packed {} samples ({}) of {} classes into {} {} shard(s) at {output} in {:.1}s",
         summary.samples,

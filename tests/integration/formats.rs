@@ -873,3 +873,83 @@ fn gzipped_tfrecord_and_tar_shards_are_read_and_a_cut_one_is_reported() {
     );
     assert!(run.num("samples") >= 20, "the two whole shards arrive");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pack_converts_datasets_between_formats_keeping_keys_labels_and_pixels() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 30, 3, 96, 72);
+    let expected = image_folder_keys(&images);
+    let w = Worker::start(2);
+
+    // TFRecord from the tfrecord package (1-based labels; one record holds
+    // text) to WebDataset: the text is left out, and said so.
+    let tfr = dir.path().join("tfr");
+    write_tfrecord(&images, &tfr, 2, ".tfrecord", &["--not-image", "0:1"]);
+    let wds = dir.path().join("wds");
+    let out = run_ok(crate::support::stoker().args([
+        "pack",
+        "--input",
+        tfr.to_str().unwrap(),
+        "--output",
+        wds.to_str().unwrap(),
+        "--format",
+        "wds",
+        "--shard-size",
+        "40K",
+        "--label-offset",
+        "-1",
+    ]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("left out 1 sample(s)")
+            && stderr.contains(&format!("{}: image/encoded is not a JPEG or PNG image", expected[1].0)),
+        "{stderr}"
+    );
+    let mut want = expected.clone();
+    want.remove(1);
+    let run = stream(&[&w], wds.to_str().unwrap(), ARGS, &[]);
+    assert_exactly_once(&run, &want, 0..1);
+    // The same bytes under the same keys: the same pixels.
+    let spec = || TransformSpec::train(48);
+    let from_tfr = pixels(&w, &tfr, FormatChoice::Given(ShardFormat::TfRecord), spec()).await;
+    let from_wds = pixels(&w, &wds, FormatChoice::Auto, spec()).await;
+    assert_eq!(from_wds.len(), 29);
+    for (key, pixels) in &from_wds {
+        assert!(from_tfr.get(key) == Some(pixels), "{key}: pixels differ");
+    }
+
+    // ImageFolder -> WebDataset -> Parquet -> RecordIO, each read back by
+    // its own ecosystem; class names travel in the dataset index.
+    let packed = dir.path().join("packed");
+    pack(&images, packed.to_str().unwrap(), "40K", &[]);
+    let mut from = packed;
+    for format in ["parquet", "recordio"] {
+        let to = dir.path().join(format!("converted-{format}"));
+        run_ok(crate::support::stoker().args([
+            "pack",
+            "--input",
+            from.to_str().unwrap(),
+            "--output",
+            to.to_str().unwrap(),
+            "--format",
+            format,
+            "--shard-size",
+            "40K",
+        ]));
+        let mut read = read_packed(format, &to);
+        read.sort();
+        let labels: Vec<i64> = read.iter().map(|(_, l)| *l).collect();
+        if format == "parquet" {
+            // Hugging Face sees an Image and a ClassLabel, keys as paths.
+            assert_eq!(read, expected, "{format}");
+        } else {
+            let mut want: Vec<i64> = expected.iter().map(|(_, l)| *l).collect();
+            want.sort();
+            let mut got = labels.clone();
+            got.sort();
+            assert_eq!(got, want, "{format}: labels");
+        }
+        from = to;
+    }
+}

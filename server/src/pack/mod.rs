@@ -1,7 +1,7 @@
-//! `stoker pack`: an ImageFolder tree (one subfolder per class) to shards
-//! of any format Stoker reads (WebDataset, TFRecord, RecordIO, Parquet),
-//! each with its record index ([`writer`]), plus the dataset's index,
-//! locally or on S3.
+//! `stoker pack`: an ImageFolder tree (one subfolder per class), or a
+//! dataset in any format Stoker reads ([`convert`]), to shards of any
+//! format (WebDataset, TFRecord, RecordIO, Parquet), each with its record
+//! index ([`writer`]), plus the dataset's index, locally or on S3.
 //!
 //! Labels are the class folders' positions in sorted order, as torchvision's
 //! `ImageFolder` assigns them. Each image becomes a sample keyed
@@ -9,7 +9,10 @@
 
 use std::path::{Path, PathBuf};
 
-use stoker_core::{DatasetUri, ShardFormat};
+use stoker_core::{DatasetUri, FormatChoice, RecordFields, ShardFormat};
+use stoker_formats::image::ImageKind;
+
+use crate::pipeline::{ItemSamples, ShardRead};
 
 use crate::storage::{INDEX_FILE, Index, IndexEntry, Storage, StorageError};
 use writer::{RecordIndex, Sample, ShardWriter};
@@ -33,6 +36,11 @@ pub enum PackError {
     Storage(#[from] StorageError),
     #[error("shard size must be at least 1 KiB, got {0}")]
     ShardSize(u64),
+    /// A shard of the input that cannot be read to its end.
+    #[error("cannot read {shard} to its end: {reason}")]
+    Unreadable { shard: String, reason: String },
+    #[error("{dataset} holds no sample to convert ({skipped} skipped)")]
+    NothingToConvert { dataset: String, skipped: usize },
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> PackError + '_ {
@@ -59,6 +67,8 @@ pub struct PackSummary {
     pub samples: u64,
     pub bytes: u64,
     pub classes: Vec<String>,
+    /// Samples of the input left out (`convert`), each with its reason.
+    pub skipped: Vec<String>,
 }
 
 /// Lists an ImageFolder tree: class folders sorted, images sorted within.
@@ -140,14 +150,7 @@ pub async fn pack_images(
     shard_size: u64,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<PackSummary, PackError> {
-    if shard_size < 1024 {
-        return Err(PackError::ShardSize(shard_size));
-    }
-    storage.check_writable(output).await?;
-    let staging = tempfile_dir()?;
-    let mut entries: Vec<IndexEntry> = Vec::new();
-    let mut done = 0u64;
-    let mut bytes = 0u64;
+    let mut sink = ShardSink::new(storage, output, format, shard_size, classes).await?;
     let mut start = 0;
     while start < images.len() {
         // Greedy: fill this shard up to shard_size (at least one sample).
@@ -161,84 +164,172 @@ pub async fn pack_images(
             size += s;
             end += 1;
         }
-        let name = writer::shard_name(format, entries.len());
-        let local = staging.path().join(&name);
-        // Reading images and encoding the shard is blocking work.
+        sink.put(ShardInput::Files(images[start..end].to_vec())).await?;
+        progress(sink.samples, sink.image_bytes);
+        start = end;
+    }
+    sink.finish().await
+}
+
+/// What a shard is written from: image files, or samples read from a
+/// dataset.
+enum ShardInput {
+    Files(Vec<SourceImage>),
+    Samples(Vec<OwnedSample>),
+}
+
+impl ShardInput {
+    fn len(&self) -> usize {
+        match self {
+            Self::Files(f) => f.len(),
+            Self::Samples(s) => s.len(),
+        }
+    }
+}
+
+/// A sample read from a dataset, to write again.
+struct OwnedSample {
+    key: String,
+    ext: &'static str,
+    data: bytes::Bytes,
+    label: i64,
+}
+
+/// The shards written so far under `output`, and the staging folder they
+/// pass through.
+struct ShardSink<'a> {
+    storage: &'a Storage,
+    output: &'a DatasetUri,
+    format: ShardFormat,
+    classes: Vec<String>,
+    staging: tempfile::TempDir,
+    entries: Vec<IndexEntry>,
+    samples: u64,
+    image_bytes: u64,
+}
+
+impl<'a> ShardSink<'a> {
+    async fn new(
+        storage: &'a Storage,
+        output: &'a DatasetUri,
+        format: ShardFormat,
+        shard_size: u64,
+        classes: Vec<String>,
+    ) -> Result<Self, PackError> {
+        if shard_size < 1024 {
+            return Err(PackError::ShardSize(shard_size));
+        }
+        storage.check_writable(output).await?;
+        Ok(Self {
+            storage,
+            output,
+            format,
+            classes,
+            staging: tempfile_dir()?,
+            entries: Vec::new(),
+            samples: 0,
+            image_bytes: 0,
+        })
+    }
+
+    /// Writes one shard of `input` (blocking work, off the runtime) and
+    /// uploads it with its record index.
+    async fn put(&mut self, input: ShardInput) -> Result<(), PackError> {
+        let name = writer::shard_name(self.format, self.entries.len());
+        let local = self.staging.path().join(&name);
+        let count = input.len() as u64;
         let job = (
-            images[start..end].to_vec(),
-            classes.clone(),
+            self.format,
             local.clone(),
             name.clone(),
+            self.samples,
+            self.classes.clone(),
         );
         let written = tokio::task::spawn_blocking(move || {
-            let (images, classes, local, name) = job;
-            write_shard(format, &local, &name, &images, start as u64, &classes)
+            let (format, local, name, first_id, classes) = job;
+            write_shard(format, &local, &name, input, first_id, &classes)
         })
         .await
         .map_err(|e| PackError::Io {
             path: local.clone(),
             source: std::io::Error::other(e),
         })??;
-        storage.put_file(output, &name, &local).await?;
+        self.storage.put_file(self.output, &name, &local).await?;
         if let Some(index) = written.index {
-            let index_path = staging.path().join(&index.name);
+            let index_path = self.staging.path().join(&index.name);
             tokio::fs::write(&index_path, &index.text)
                 .await
                 .map_err(io_err(&index_path))?;
-            storage.put_file(output, &index.name, &index_path).await?;
+            self.storage.put_file(self.output, &index.name, &index_path).await?;
         }
-        done += (end - start) as u64;
-        bytes += written.image_bytes;
-        progress(done, bytes);
-        entries.push(IndexEntry {
+        self.samples += count;
+        self.image_bytes += written.image_bytes;
+        self.entries.push(IndexEntry {
             name,
-            samples: (end - start) as u64,
+            samples: count,
             size_bytes: written.size,
         });
-        start = end;
+        Ok(())
     }
-    let index = Index {
-        version: 1,
-        shards: entries,
-        classes: classes.clone(),
-    };
-    let index_path = staging.path().join(INDEX_FILE);
-    let json = serde_json::to_vec_pretty(&index).map_err(|e| PackError::Io {
-        path: index_path.clone(),
-        source: std::io::Error::other(e),
-    })?;
-    tokio::fs::write(&index_path, json).await.map_err(io_err(&index_path))?;
-    storage.put_file(output, INDEX_FILE, &index_path).await?;
-    Ok(PackSummary {
-        shards: index.shards.len(),
-        samples: done,
-        bytes,
-        classes,
-    })
+
+    /// Writes the dataset's index.
+    async fn finish(self) -> Result<PackSummary, PackError> {
+        let index = Index {
+            version: 1,
+            shards: self.entries,
+            classes: self.classes.clone(),
+        };
+        let index_path = self.staging.path().join(INDEX_FILE);
+        let json = serde_json::to_vec_pretty(&index).map_err(|e| PackError::Io {
+            path: index_path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        tokio::fs::write(&index_path, json).await.map_err(io_err(&index_path))?;
+        self.storage.put_file(self.output, INDEX_FILE, &index_path).await?;
+        Ok(PackSummary {
+            shards: index.shards.len(),
+            samples: self.samples,
+            bytes: self.image_bytes,
+            classes: self.classes,
+            skipped: Vec::new(),
+        })
+    }
 }
 
-/// The shard `name` of `images` (the first numbered `first_id`) at `path`:
-/// its size, its record index, and the image bytes it holds.
+/// The shard `name` of `input` (its first sample numbered `first_id`) at
+/// `path`: its size, its record index, and the image bytes it holds.
 fn write_shard(
     format: ShardFormat,
     path: &Path,
     name: &str,
-    images: &[SourceImage],
+    input: ShardInput,
     first_id: u64,
     classes: &[String],
 ) -> Result<WrittenShard, PackError> {
     let mut shard = ShardWriter::create(format, path, classes)?;
     let mut image_bytes = 0u64;
-    for (i, img) in images.iter().enumerate() {
-        let data = std::fs::read(&img.path).map_err(io_err(&img.path))?;
-        shard.add(&Sample {
-            key: &img.key,
-            ext: &img.ext,
-            data: &data,
-            label: img.label,
-            id: first_id + i as u64,
-        })?;
+    let mut add = |i: usize, key: &str, ext: &str, data: &[u8], label: i64| {
         image_bytes += data.len() as u64;
+        shard.add(&Sample {
+            key,
+            ext,
+            data,
+            label,
+            id: first_id + i as u64,
+        })
+    };
+    match input {
+        ShardInput::Files(images) => {
+            for (i, img) in images.iter().enumerate() {
+                let data = std::fs::read(&img.path).map_err(io_err(&img.path))?;
+                add(i, &img.key, &img.ext, &data, img.label)?;
+            }
+        }
+        ShardInput::Samples(samples) => {
+            for (i, s) in samples.iter().enumerate() {
+                add(i, &s.key, s.ext, &s.data, s.label)?;
+            }
+        }
     }
     let (size, index) = shard.finish(name)?;
     Ok(WrittenShard {
@@ -255,6 +346,101 @@ struct WrittenShard {
     index: Option<RecordIndex>,
     /// The images' bytes in it.
     image_bytes: u64,
+}
+
+/// Where `convert` reads: a dataset in any format Stoker reads.
+#[derive(Clone, Debug)]
+pub struct ConvertFrom {
+    pub dataset: DatasetUri,
+    pub format: FormatChoice,
+    pub fields: RecordFields,
+}
+
+/// Converts the dataset `from` into `format` shards of about `shard_size`
+/// bytes under `output`, with their record indexes and the dataset index
+/// (class names carried over when the input's index has them). Every
+/// sample keeps its key, image bytes and label (plus `--label-offset`). A
+/// sample the readers skip (not an image, a corrupt record...) is left out
+/// and listed in the summary with its reason; a shard that cannot be read
+/// to its end stops the conversion, naming it.
+pub async fn convert(
+    storage: &Storage,
+    from: &ConvertFrom,
+    output: &DatasetUri,
+    format: ShardFormat,
+    shard_size: u64,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<PackSummary, PackError> {
+    let listing = storage.list_shards(&from.dataset, from.format).await?;
+    let classes = storage.classes(&from.dataset).await?;
+    let mut sink = ShardSink::new(storage, output, format, shard_size, classes).await?;
+    let mut pending: Vec<OwnedSample> = Vec::new();
+    let mut pending_bytes = 0u64;
+    let mut skipped = Vec::new();
+    for shard in &listing.shards {
+        let read = ShardRead {
+            dataset: &from.dataset,
+            shard: &shard.name,
+            format: listing.format,
+            fields: &from.fields,
+            start: 0,
+            end: None,
+            max_member_bytes: crate::pipeline::DEFAULT_MAX_MEMBER_BYTES,
+        };
+        let mut samples = ItemSamples::open_shard(read, storage).await?;
+        loop {
+            let raw = match samples.next_sample().await {
+                Ok(Some(raw)) => raw,
+                Ok(None) => break,
+                Err(e) => {
+                    return Err(PackError::Unreadable {
+                        shard: from.dataset.join(&shard.name),
+                        reason: e.to_string(),
+                    });
+                }
+            };
+            let (kind, data, label) = match (raw.image, raw.label) {
+                (Ok((kind, data)), Ok(label)) => (kind, data, label),
+                (Err(problem), _) => {
+                    skipped.push(format!("{}: {problem}", raw.key));
+                    continue;
+                }
+                (_, Err(reason)) => {
+                    skipped.push(format!("{}: {reason}", raw.key));
+                    continue;
+                }
+            };
+            let size = writer::sample_bytes(format, data.len() as u64, label);
+            if !pending.is_empty() && pending_bytes + size > shard_size {
+                sink.put(ShardInput::Samples(std::mem::take(&mut pending))).await?;
+                pending_bytes = 0;
+                progress(sink.samples, sink.image_bytes);
+            }
+            pending_bytes += size;
+            pending.push(OwnedSample {
+                key: raw.key,
+                ext: match kind {
+                    ImageKind::Jpeg => "jpg",
+                    ImageKind::Png => "png",
+                },
+                data,
+                label,
+            });
+        }
+    }
+    if !pending.is_empty() {
+        sink.put(ShardInput::Samples(pending)).await?;
+        progress(sink.samples, sink.image_bytes);
+    }
+    if sink.samples == 0 {
+        return Err(PackError::NothingToConvert {
+            dataset: from.dataset.to_string(),
+            skipped: skipped.len(),
+        });
+    }
+    let mut summary = sink.finish().await?;
+    summary.skipped = skipped;
+    Ok(summary)
 }
 
 fn tempfile_dir() -> Result<tempfile::TempDir, PackError> {

@@ -114,11 +114,17 @@ fn image_fields() -> Fields {
 
 /// Hugging Face's schema of an image classification dataset.
 fn parquet_schema(classes: &[String]) -> Schema {
+    // Without class names (a converted dataset that had none), the label
+    // is a plain integer.
+    let label = match classes {
+        [] => serde_json::json!({"dtype": "int64", "_type": "Value"}),
+        names => serde_json::json!({"names": names, "_type": "ClassLabel"}),
+    };
     let features = serde_json::json!({
         "info": {
             "features": {
                 "image": {"_type": "Image"},
-                "label": {"names": classes, "_type": "ClassLabel"},
+                "label": label,
             }
         }
     });

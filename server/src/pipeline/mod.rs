@@ -23,6 +23,7 @@ mod route;
 mod samples;
 
 pub use samples::SampleError;
+pub(crate) use samples::{ItemSamples, ShardRead};
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -9,7 +9,7 @@ use stoker_formats::tfrecord::ExampleFields;
 use super::{Item, ItemError};
 use crate::parquet::{ParquetSamples, ParquetShardError};
 use crate::storage::{ShardReader, Storage, StorageError};
-use stoker_core::ShardFormat;
+use stoker_core::{DatasetUri, RecordFields, ShardFormat};
 
 /// An item's samples, in shard order.
 pub(crate) enum ItemSamples {
@@ -41,52 +41,81 @@ impl SampleError {
     }
 }
 
+/// Which samples of which shard to read, and how.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ShardRead<'a> {
+    pub dataset: &'a DatasetUri,
+    pub shard: &'a str,
+    pub format: ShardFormat,
+    pub fields: &'a RecordFields,
+    /// Samples from `start` up to `end` (or the shard's end).
+    pub start: u64,
+    pub end: Option<u64>,
+    /// Members or records over this are skipped samples.
+    pub max_member_bytes: u64,
+}
+
 impl ItemSamples {
-    /// Opens the item's samples. Parquet reads the row groups that hold
+    /// Opens the item's samples ([`ItemSamples::open_shard`]).
+    pub(crate) async fn open(item: &Item, storage: &Storage, max_member_bytes: u64) -> Result<Self, ItemError> {
+        let read = ShardRead {
+            dataset: &item.dataset,
+            shard: &item.shard,
+            format: item.format,
+            fields: &item.fields,
+            start: item.start,
+            end: item.end,
+            max_member_bytes,
+        };
+        Ok(Self::open_shard(read, storage).await?)
+    }
+
+    /// Opens a shard's samples. Parquet reads the row groups that hold
     /// them. A sample range of a shard with a record index (RecordIO,
     /// indexed TFRecord) is read from its first record's byte to the byte
     /// after its last one; anything else from the shard's beginning, the
     /// samples before `start` read past.
-    pub(crate) async fn open(item: &Item, storage: &Storage, max_member_bytes: u64) -> Result<Self, ItemError> {
-        let kind = match item.format {
+    pub(crate) async fn open_shard(read: ShardRead<'_>, storage: &Storage) -> Result<Self, StorageError> {
+        let fields = read.fields;
+        let kind = match read.format {
             ShardFormat::WebDataset => ShardKind::WebDataset,
             ShardFormat::TfRecord => ShardKind::TfRecord(ExampleFields {
-                image: item.fields.image_for(item.format).to_owned(),
-                label: item.fields.label_for(item.format).to_owned(),
-                label_offset: item.fields.label_offset,
+                image: fields.image_for(read.format).to_owned(),
+                label: fields.label_for(read.format).to_owned(),
+                label_offset: fields.label_offset,
                 key: stoker_core::format::DEFAULT_KEY_FIELD.to_owned(),
             }),
             ShardFormat::RecordIo => ShardKind::RecordIo {
-                label_offset: item.fields.label_offset,
+                label_offset: fields.label_offset,
             },
-            ShardFormat::Parquet => return Self::open_parquet(item, storage, max_member_bytes).await,
+            ShardFormat::Parquet => return Self::open_parquet(read, storage).await,
         };
         // A gzipped shard's index, if any, counts its records but its
         // offsets are in the decompressed stream: it is read from the start.
-        let gzipped = stoker_core::format::gzipped(&item.shard);
-        let ranged = (item.start > 0 || item.end.is_some()) && !gzipped;
+        let gzipped = stoker_core::format::gzipped(read.shard);
+        let ranged = (read.start > 0 || read.end.is_some()) && !gzipped;
         let offsets = match ranged {
-            true => storage.record_offsets(&item.dataset, &item.shard, item.format).await?,
+            true => storage.record_offsets(read.dataset, read.shard, read.format).await?,
             false => None,
         };
         let (reader, start) = match offsets {
             Some(offsets) => {
-                let (first, last) = stoker_formats::index::byte_range(&offsets, item.start, item.end).map_err(|e| {
+                let (first, last) = stoker_formats::index::byte_range(&offsets, read.start, read.end).map_err(|e| {
                     StorageError::BadRecordIndex {
-                        object: item.dataset.join(&item.shard),
+                        object: read.dataset.join(read.shard),
                         reason: e.to_string(),
                     }
                 })?;
-                let reader = storage.open_range(&item.dataset, &item.shard, first, last).await?;
+                let reader = storage.open_range(read.dataset, read.shard, first, last).await?;
                 (
                     reader,
                     SampleStart {
-                        position: item.start,
+                        position: read.start,
                         offset: first,
                     },
                 )
             }
-            None => (storage.open(&item.dataset, &item.shard).await?, SampleStart::default()),
+            None => (storage.open(read.dataset, read.shard).await?, SampleStart::default()),
         };
         let reader = if gzipped {
             crate::storage::gunzip(reader)
@@ -96,19 +125,19 @@ impl ItemSamples {
         Ok(Self::Stream(ShardSamples::new(
             &kind,
             reader,
-            &item.shard,
-            max_member_bytes,
+            read.shard,
+            read.max_member_bytes,
             start,
         )))
     }
 
-    /// A Parquet shard's row groups that hold the item's samples.
-    async fn open_parquet(item: &Item, storage: &Storage, max_member_bytes: u64) -> Result<Self, ItemError> {
-        let object = storage.object(&item.dataset, &item.shard).await?;
-        let range = (item.start, item.end);
-        match ParquetSamples::open(object, &item.shard, &item.fields, range, max_member_bytes).await {
+    /// A Parquet shard's row groups that hold the samples asked for.
+    async fn open_parquet(read: ShardRead<'_>, storage: &Storage) -> Result<Self, StorageError> {
+        let object = storage.object(read.dataset, read.shard).await?;
+        let range = (read.start, read.end);
+        match ParquetSamples::open(object, read.shard, read.fields, range, read.max_member_bytes).await {
             Ok(samples) => Ok(Self::Parquet(Box::new(samples))),
-            Err(ParquetShardError::Storage(e)) => Err(e.into()),
+            Err(ParquetShardError::Storage(e)) => Err(e),
             Err(e) => Ok(Self::Unreadable(Some(e.into()))),
         }
     }
