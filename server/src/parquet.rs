@@ -4,7 +4,8 @@
 //! A shard is read through the `parquet` crate's async reader over our own
 //! ranged reads ([`Object`]): the footer first, then only the image and
 //! label columns of the row groups that hold the item's samples, one row
-//! group in memory at a time, decoded in batches of [`BATCH_ROWS`] rows. A
+//! group in memory at a time, decoded on a blocking thread in batches of
+//! [`BATCH_ROWS`] rows. A
 //! rank's sample range therefore reads its row groups and the footer, not
 //! the file.
 //!
@@ -29,7 +30,6 @@ use arrow_array::types::{Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, U
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::DataType;
 use bytes::Bytes;
-use futures::StreamExt;
 use futures::future::{BoxFuture, FutureExt};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ArrowReaderOptions;
@@ -227,7 +227,9 @@ pub struct ParquetSamples {
     label: Option<String>,
     label_offset: i64,
     max_image_bytes: u64,
+    /// The batch being read, and those decoded after it.
     batch: Option<RecordBatch>,
+    decoded: VecDeque<RecordBatch>,
     /// The next row of `batch`.
     row: usize,
     /// The rows still to come, as (position of the next one, rows left) of
@@ -331,6 +333,7 @@ impl ParquetSamples {
             label_offset: fields.label_offset,
             max_image_bytes,
             batch: None,
+            decoded: VecDeque::new(),
             row: 0,
             groups,
         })
@@ -349,14 +352,23 @@ impl ParquetSamples {
                 self.batch = Some(batch);
                 return Ok(Some(sample));
             }
-            match self.stream.next().await {
-                None => return Ok(None),
-                Some(Err(e)) => return Err(from_parquet(e)),
-                Some(Ok(batch)) => {
-                    self.batch = Some(batch);
-                    self.row = 0;
-                }
+            if let Some(batch) = self.decoded.pop_front() {
+                self.batch = Some(batch);
+                self.row = 0;
+                continue;
             }
+            // The next row group: fetched here, decoded on a blocking
+            // thread (page decoding and decompression are CPU work that
+            // must not hold up the runtime; a panic in the decoder comes
+            // back as an error there).
+            let Some(reader) = self.stream.next_row_group().await.map_err(from_parquet)? else {
+                return Ok(None);
+            };
+            let decoded = tokio::task::spawn_blocking(move || reader.collect::<Result<Vec<RecordBatch>, _>>())
+                .await
+                .map_err(|e| ParquetShardError::Parquet(format!("the row group's decoding failed: {e}")))?
+                .map_err(|e| ParquetShardError::Parquet(e.to_string()))?;
+            self.decoded = decoded.into();
         }
     }
 
