@@ -137,10 +137,6 @@ fn is_binary(t: &DataType) -> bool {
     matches!(t, DataType::Binary | DataType::LargeBinary | DataType::BinaryView)
 }
 
-fn is_integer(t: &DataType) -> bool {
-    t.is_integer()
-}
-
 /// Checks the image column's type: binary, or a struct with a binary
 /// `bytes` field (and, when it has one, a string `path`).
 fn check_image_type(name: &str, t: &DataType) -> Result<(), ParquetShardError> {
@@ -276,7 +272,7 @@ impl ParquetSamples {
         check_image_type(&image, image_field.data_type())?;
         let label_name = fields.label_for(ShardFormat::Parquet);
         let label_index = match schema.column_with_name(label_name) {
-            Some((i, f)) if is_integer(f.data_type()) => Some(i),
+            Some((i, f)) if f.data_type().is_integer() => Some(i),
             Some((_, f)) => {
                 return Err(ParquetShardError::Schema(format!(
                     "column {label_name} is {}, not an integer label",

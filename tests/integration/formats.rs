@@ -19,8 +19,8 @@ use stoker_client::{Batch, Loader, LoaderConfig, TransformSpec};
 use stoker_core::{FormatChoice, ShardFormat};
 
 use crate::support::{
-    S3Server, Worker, assert_exactly_once, http_get, image_folder_keys, mxnet_python, pack, python, python_script,
-    run_ok, stream, synth_images,
+    S3Server, StreamRun, Worker, assert_exactly_once, http_get, image_folder_keys, mxnet_python, pack, python,
+    python_script, run_ok, stream, synth_images,
 };
 
 /// Writes `shards` TFRecord shards of the ImageFolder `images` into `out`
@@ -57,6 +57,15 @@ fn write_tfrecord(images: &Path, out: &Path, shards: usize, suffix: &str, extra:
 
 const ARGS: &[&str] = &["--batch-size", "8", "--image-size", "32"];
 
+/// Every worker of `run` delivered some of its `format` samples.
+fn assert_every_worker_served(run: &StreamRun, format: &str) {
+    let workers = run.json.as_ref().unwrap()["workers"].as_array().unwrap().clone();
+    assert!(
+        workers.iter().all(|w| w["samples"].as_u64().unwrap() > 0),
+        "every worker takes {format} items: {workers:?}"
+    );
+}
+
 #[test]
 fn tfrecord_shards_over_s3_arrive_exactly_once_with_their_labels() {
     let dir = tempfile::tempdir().unwrap();
@@ -89,11 +98,7 @@ fn tfrecord_shards_over_s3_arrive_exactly_once_with_their_labels() {
         .collect();
     let run = stream(&[&w1, &w2], dataset, &args, &s3.env());
     assert_exactly_once(&run, &expected, 0..2);
-    let workers = run.json.as_ref().unwrap()["workers"].as_array().unwrap().clone();
-    assert!(
-        workers.iter().all(|w| w["samples"].as_u64().unwrap() > 0),
-        "both workers take TFRecord items: {workers:?}"
-    );
+    assert_every_worker_served(&run, "TFRecord");
 }
 
 #[test]
@@ -304,11 +309,7 @@ fn recordio_shards_over_s3_arrive_exactly_once_with_their_labels() {
     let run = stream(&[&w1, &w2], "s3://data/rec/", &args, &s3.env());
     assert_exactly_once(&run, &expected, 0..2);
     assert_eq!(run.num("skipped"), 0, "{}", run.stderr());
-    let workers = run.json.as_ref().unwrap()["workers"].as_array().unwrap().clone();
-    assert!(
-        workers.iter().all(|w| w["samples"].as_u64().unwrap() > 0),
-        "both workers take RecordIO items: {workers:?}"
-    );
+    assert_every_worker_served(&run, "RecordIO");
 }
 
 #[test]
@@ -592,11 +593,7 @@ fn parquet_shards_over_s3_arrive_exactly_once_with_their_labels() {
     let run = stream(&[&w1, &w2], "s3://data/hf/", &args, &s3.env());
     assert_exactly_once(&run, &expected, 0..2);
     assert_eq!(run.num("skipped"), 0, "{}", run.stderr());
-    let workers = run.json.as_ref().unwrap()["workers"].as_array().unwrap().clone();
-    assert!(
-        workers.iter().all(|w| w["samples"].as_u64().unwrap() > 0),
-        "both workers take Parquet items: {workers:?}"
-    );
+    assert_every_worker_served(&run, "Parquet");
 }
 
 #[test]

@@ -26,6 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from datasets import ClassLabel, Dataset, Features, Image
 
+from image_folder import read_image_folder
+
 
 def spot(value):
     return tuple(map(int, value.split(":"))) if value else None
@@ -42,13 +44,7 @@ def main() -> None:
     p.add_argument("--binary", action="store_true")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    classes = sorted(d for d in os.listdir(a.src) if os.path.isdir(os.path.join(a.src, d)))
-    samples = []
-    for label, cls in enumerate(classes):
-        for name in sorted(os.listdir(os.path.join(a.src, cls))):
-            stem = os.path.splitext(name)[0]
-            with open(os.path.join(a.src, cls, name), "rb") as f:
-                samples.append((f"{cls}/{stem}", f.read(), label))
+    classes, samples = read_image_folder(a.src)
     per_shard = -(-len(samples) // a.shards)
     shards = []
     for shard in range(a.shards):

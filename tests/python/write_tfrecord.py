@@ -22,6 +22,8 @@ import os
 
 from tfrecord import TFRecordWriter
 
+from image_folder import read_image_folder
+
 
 def records(path):
     """Byte offsets and lengths of each record of a TFRecord file."""
@@ -47,13 +49,9 @@ def main() -> None:
     p.add_argument("--truncate", type=int)
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    classes = sorted(d for d in os.listdir(a.src) if os.path.isdir(os.path.join(a.src, d)))
-    samples = []
-    for label, cls in enumerate(classes):
-        for name in sorted(os.listdir(os.path.join(a.src, cls))):
-            stem = os.path.splitext(name)[0]
-            with open(os.path.join(a.src, cls, name), "rb") as f:
-                samples.append((f"{cls}/{stem}", f.read(), label + 1))
+    _, samples = read_image_folder(a.src)
+    # TensorFlow's ImageNet labels are 1-based.
+    samples = [(key, data, label + 1) for key, data, label in samples]
     not_image = tuple(map(int, a.not_image.split(":"))) if a.not_image else None
     names = []
     per_shard = -(-len(samples) // a.shards)

@@ -372,8 +372,7 @@ pub async fn convert(
     mut progress: impl FnMut(u64, u64),
 ) -> Result<PackSummary, PackError> {
     let listing = storage.list_shards(&from.dataset, from.format).await?;
-    let classes = storage.classes(&from.dataset).await?;
-    let mut sink = ShardSink::new(storage, output, format, shard_size, classes).await?;
+    let mut sink = ShardSink::new(storage, output, format, shard_size, listing.classes.clone()).await?;
     let mut pending: Vec<OwnedSample> = Vec::new();
     let mut pending_bytes = 0u64;
     let mut skipped = Vec::new();

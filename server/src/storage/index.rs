@@ -42,11 +42,6 @@ impl Index {
 }
 
 impl Storage {
-    /// The class names the dataset's index holds (none without one).
-    pub async fn classes(&self, uri: &DatasetUri) -> Result<Vec<String>, StorageError> {
-        Ok(self.read_index(uri).await?.map(|i| i.classes).unwrap_or_default())
-    }
-
     /// The dataset's index, or `None` when it has none.
     pub(super) async fn read_index(&self, uri: &DatasetUri) -> Result<Option<Index>, StorageError> {
         let object = uri.join(INDEX_FILE);

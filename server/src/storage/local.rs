@@ -7,6 +7,21 @@ use stoker_core::ShardRef;
 
 use super::{ShardReader, StorageError};
 
+/// How opening (or looking at) the file `object` failed: missing, or
+/// another I/O error.
+pub(super) fn open_error(object: &str) -> impl FnOnce(std::io::Error) -> StorageError + '_ {
+    move |source| {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            StorageError::NotFound(object.to_owned())
+        } else {
+            StorageError::Io {
+                object: object.to_owned(),
+                source,
+            }
+        }
+    }
+}
+
 /// Opens the shard `name` in `dir`, its bytes from `start` up to `end`
 /// (exclusive; `None`: its end); `object` names it in errors.
 pub(super) async fn open(
@@ -16,16 +31,7 @@ pub(super) async fn open(
     object: String,
 ) -> Result<ShardReader, StorageError> {
     let path = safe_join(dir, name).ok_or_else(|| StorageError::NotFound(object.clone()))?;
-    let mut file = tokio::fs::File::open(&path).await.map_err(|source| {
-        if source.kind() == std::io::ErrorKind::NotFound {
-            StorageError::NotFound(object.clone())
-        } else {
-            StorageError::Io {
-                object: object.clone(),
-                source,
-            }
-        }
-    })?;
+    let mut file = tokio::fs::File::open(&path).await.map_err(open_error(&object))?;
     if start > 0 {
         use tokio::io::AsyncSeekExt;
         file.seek(std::io::SeekFrom::Start(start))

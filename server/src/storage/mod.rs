@@ -135,6 +135,8 @@ pub struct Listing {
     /// ([`INDEX_FILE`]) or from the shards' record indexes.
     pub indexed: bool,
     pub format: ShardFormat,
+    /// Class names by label, from the dataset's index (none without one).
+    pub classes: Vec<String>,
 }
 
 /// Keeps the shards among a listing's `files`. With a format given, the
@@ -265,13 +267,15 @@ impl Storage {
     /// counts from the indexes beside them, Parquet shards from their
     /// footers; the listing is indexed when every shard has a count.
     pub async fn list_shards(&self, uri: &DatasetUri, choice: FormatChoice) -> Result<Listing, StorageError> {
-        if let Some(index) = self.read_index(uri).await? {
+        if let Some(mut index) = self.read_index(uri).await? {
+            let classes = std::mem::take(&mut index.classes);
             let (mut shards, format) = select_shards(index.into_shard_refs(), choice, &uri.to_string())?;
             shards.sort_by(|a, b| a.name.cmp(&b.name));
             return Ok(Listing {
                 shards,
                 indexed: true,
                 format,
+                classes,
             });
         }
         let files = match uri {
@@ -283,18 +287,18 @@ impl Storage {
         shards.sort_by(|a, b| a.name.cmp(&b.name));
         // Parquet footers, and the record indexes the listing holds (no
         // request for the others).
-        let countable: Vec<Option<String>> = shards
+        let countable: Vec<Option<(String, u64)>> = shards
             .iter()
             .map(|s| {
                 let parquet = format == ShardFormat::Parquet;
                 let indexed = format.index_name(&s.name).is_some_and(|i| names.contains(&i));
-                (parquet || indexed).then(|| s.name.clone())
+                (parquet || indexed).then(|| (s.name.clone(), s.size_bytes))
             })
             .collect();
-        let counts = futures::stream::iter(countable.into_iter().map(|name| async move {
-            match name {
-                Some(name) if format == ShardFormat::Parquet => self.parquet_rows(uri, &name).await,
-                Some(name) => Ok(self
+        let counts = futures::stream::iter(countable.into_iter().map(|shard| async move {
+            match shard {
+                Some((name, size)) if format == ShardFormat::Parquet => self.parquet_rows(uri, &name, size).await,
+                Some((name, _)) => Ok(self
                     .record_offsets(uri, &name, format)
                     .await?
                     .map(|offsets| offsets.len() as u64)),
@@ -312,6 +316,7 @@ impl Storage {
             shards,
             indexed,
             format,
+            classes: Vec::new(),
         })
     }
 
@@ -360,8 +365,8 @@ impl Storage {
     /// The rows of the Parquet shard `name`, from its footer; `None`, with
     /// a warning, when the footer is unreadable (the shard's items then say
     /// why).
-    async fn parquet_rows(&self, uri: &DatasetUri, name: &str) -> Result<Option<u64>, StorageError> {
-        let object = self.object(uri, name).await?;
+    async fn parquet_rows(&self, uri: &DatasetUri, name: &str, size: u64) -> Result<Option<u64>, StorageError> {
+        let object = self.object_of_size(uri, name, size).await?;
         match crate::parquet::row_count(object).await {
             Ok(rows) => Ok(Some(rows)),
             Err(crate::parquet::ParquetShardError::Storage(e)) => Err(e),

@@ -40,46 +40,54 @@ impl Storage {
     /// on S3 for its size).
     pub async fn object(&self, uri: &DatasetUri, name: &str) -> Result<Object, StorageError> {
         let object = uri.join(name);
-        let (location, size) = match uri {
-            DatasetUri::S3 { bucket, prefix } => {
-                let client = self.s3().await.clone();
-                let key = format!("{prefix}{name}");
+        let location = self.location(uri, name, &object).await?;
+        let size = match &location {
+            Location::S3 { client, bucket, key } => {
                 let head = client
                     .head_object()
                     .bucket(bucket)
-                    .key(&key)
+                    .key(key)
                     .send()
                     .await
                     .map_err(|e| s3_error(&object, e))?;
-                let size = head.content_length().and_then(|n| u64::try_from(n).ok()).unwrap_or(0);
-                let location = Location::S3 {
-                    client,
-                    bucket: bucket.clone(),
-                    key,
-                };
-                (location, size)
+                head.content_length().and_then(|n| u64::try_from(n).ok()).unwrap_or(0)
             }
-            DatasetUri::Local(dir) => {
-                let path = local::safe_join(dir, name).ok_or_else(|| StorageError::NotFound(object.clone()))?;
-                let meta = tokio::fs::metadata(&path).await.map_err(|source| {
-                    if source.kind() == std::io::ErrorKind::NotFound {
-                        StorageError::NotFound(object.clone())
-                    } else {
-                        StorageError::Io {
-                            object: object.clone(),
-                            source,
-                        }
-                    }
-                })?;
-                (Location::Local(path), meta.len())
+            Location::Local(path) => {
+                let meta = tokio::fs::metadata(path).await.map_err(local::open_error(&object))?;
+                meta.len()
             }
         };
-        Ok(Object {
+        Ok(self.object_at(location, object, size))
+    }
+
+    /// The shard `name` under `uri` for ranged reads, its `size` known
+    /// (from a listing): no request.
+    pub(super) async fn object_of_size(&self, uri: &DatasetUri, name: &str, size: u64) -> Result<Object, StorageError> {
+        let object = uri.join(name);
+        let location = self.location(uri, name, &object).await?;
+        Ok(self.object_at(location, object, size))
+    }
+
+    async fn location(&self, uri: &DatasetUri, name: &str, object: &str) -> Result<Location, StorageError> {
+        Ok(match uri {
+            DatasetUri::S3 { bucket, prefix } => Location::S3 {
+                client: self.s3().await.clone(),
+                bucket: bucket.clone(),
+                key: format!("{prefix}{name}"),
+            },
+            DatasetUri::Local(dir) => {
+                Location::Local(local::safe_join(dir, name).ok_or_else(|| StorageError::NotFound(object.to_owned()))?)
+            }
+        })
+    }
+
+    fn object_at(&self, location: Location, object: String, size: u64) -> Object {
+        Object {
             location,
             object,
             size,
             stats: Arc::clone(&self.stats),
-        })
+        }
     }
 }
 
@@ -87,11 +95,6 @@ impl Object {
     /// The object's size when it was opened.
     pub fn size(&self) -> u64 {
         self.size
-    }
-
-    /// The object's name, for errors.
-    pub fn name(&self) -> &str {
-        &self.object
     }
 
     /// The bytes in `range`: a ranged GET on S3 (retried by the SDK).
