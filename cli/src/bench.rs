@@ -347,14 +347,15 @@ fn run_cpu(args: &BenchArgs, spec: &TransformSpec, images: &[(String, ImageKind,
                 s.spawn(move || {
                     let (mut done, mut skipped) = (0u64, 0u64);
                     for epoch in 0..args.passes {
-                        for (key, kind, data) in images.iter().skip(t).step_by(threads) {
+                        let seed = stoker_core::ItemSeed::new(0, epoch, "bench");
+                        for (position, (key, kind, data)) in images.iter().enumerate().skip(t).step_by(threads) {
                             let raw = RawSample {
                                 key: key.clone(),
-                                position: 0,
+                                position: position as u64,
                                 image: Ok((*kind, data.clone())),
                                 label: Ok(0),
                             };
-                            match process_sample(raw, spec, 0, epoch, 100_000_000, metrics) {
+                            match process_sample(raw, spec, seed, 100_000_000, metrics) {
                                 Ok(p) => {
                                     std::hint::black_box(&p.pixels);
                                     done += 1;

@@ -95,8 +95,10 @@ pub struct Batch<D> {
     /// The last `padded` samples repeat an earlier one, to fill the batch
     /// (see [`LastBatch`]); a training step should mask them out.
     pub padded: usize,
-    /// The plan item of each sample that is not padding.
+    /// The plan item of each sample that is not padding, and its position
+    /// in the item's shard: the sample's identity.
     pub(crate) items: Vec<u32>,
+    pub(crate) positions: Vec<u64>,
     /// Plan items whose samples are all in this batch or before it.
     pub(crate) completes: Vec<u32>,
 }
@@ -180,6 +182,7 @@ impl<D> Assembler<D> {
             keys: Vec::with_capacity(self.batch_size),
             padded: 0,
             items: Vec::with_capacity(self.batch_size),
+            positions: Vec::with_capacity(self.batch_size),
             completes: Vec::new(),
         })
     }
@@ -212,6 +215,7 @@ impl<D> Assembler<D> {
         }
         batch.labels.push(sample.label);
         batch.items.push(sample.item);
+        batch.positions.push(sample.position);
         batch.keys.push(sample.key.clone());
         // Kept for padding: a reference to the received bytes, no copy.
         self.last = Some((sample.pixels, sample.label, sample.key));

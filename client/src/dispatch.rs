@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 use tracing::{debug, warn};
 
+use crate::budget::ReasonTally;
 use crate::config::{DEFAULT_INFLIGHT_ITEMS, LoaderConfig, MAX_LANES_PER_WORKER};
 use crate::error::{ClientError, describe_status, is_permanent};
 use crate::event::Event;
@@ -150,6 +151,28 @@ enum Outcome {
     Refused(String),
     /// The attempt failed or stalled part-way.
     Failed(String),
+    /// The worker broke the protocol (a sample outside the item's range):
+    /// it is set aside for the rest of the epoch, and the item goes to
+    /// another worker, its attempt not counted against it.
+    Violation(String),
+}
+
+/// One item's skips, logged once when its stream ends: the count and the
+/// reasons by kind with the first key of each. Each sample's reason is at
+/// DEBUG, and in the epoch's report.
+struct ItemSkips {
+    addr: String,
+    shard: String,
+    count: u64,
+    tally: ReasonTally,
+}
+
+impl Drop for ItemSkips {
+    fn drop(&mut self) {
+        if self.count > 0 {
+            warn!(worker = %self.addr, shard = %self.shard, skipped = self.count, reasons = %self.tally.summary(), "samples skipped");
+        }
+    }
 }
 
 /// How often the idle lanes of a retired worker look at the ledger.
@@ -238,6 +261,13 @@ impl WorkerLane {
                     ledger.release(&lease);
                     ledger.worker_failed(self.worker, &message, self.config.worker_patience);
                 }
+                Outcome::Violation(message) => {
+                    warn!(worker = %self.addr, shard = %lease.shard, error = %message, "worker broke the protocol: set aside for the rest of the epoch, its item reassigned");
+                    self.counters.add_retry();
+                    self.counters.set_aside(self.worker, &message);
+                    ledger.release(&lease);
+                    ledger.set_aside(self.worker, &message, self.config.worker_patience);
+                }
                 Outcome::Failed(message) => {
                     warn!(worker = %self.addr, shard = %lease.shard, error = %message, "work item failed, reassigning");
                     self.counters.add_retry();
@@ -266,9 +296,7 @@ impl WorkerLane {
     }
 
     async fn stream(&mut self, lease: &Lease) -> Outcome {
-        let request = self
-            .template
-            .request(&lease.shard, lease.skip.clone(), lease.start, lease.end);
+        let request = self.template.request(&lease.shard, &lease.skip, lease.start, lease.end);
         debug!(worker = %self.addr, shard = %lease.shard, skip = lease.skip.len(), "item sent");
         let timeout = self.config.progress_timeout;
         let started = tokio::time::timeout(timeout, self.client.process_shard(request)).await;
@@ -281,6 +309,12 @@ impl WorkerLane {
                 };
             }
             Ok(Ok(chunks)) => chunks,
+        };
+        let mut skips = ItemSkips {
+            addr: self.addr.clone(),
+            shard: lease.shard.clone(),
+            count: 0,
+            tally: ReasonTally::default(),
         };
         loop {
             let mut chunk = match tokio::time::timeout(timeout, chunks.next()).await {
@@ -295,30 +329,31 @@ impl WorkerLane {
             let mut samples = Vec::with_capacity(received.len());
             for s in received {
                 let checked = s.and_then(|s| {
-                    let in_range = s.position >= lease.start && lease.end.is_none_or(|end| s.position < end);
-                    if in_range {
+                    if lease.holds(s.position) {
                         Ok(s)
                     } else {
                         Err(format!(
-                            "sample {} at position {} of shard {} is outside the item's range {}..{}",
+                            "sample {} at position {} of shard {} is outside the item's range {}",
                             s.key,
                             s.position,
                             lease.shard,
-                            lease.start,
-                            lease.end.map_or_else(|| "end".to_owned(), |e| e.to_string())
+                            lease.range()
                         ))
                     }
                 });
                 match checked {
                     Ok(s) => samples.push(s),
-                    Err(message) => {
-                        self.ledger.fail(ClientError::Protocol {
-                            addr: self.addr.clone(),
-                            message,
-                        });
-                        return Outcome::Closed;
-                    }
+                    Err(message) => return Outcome::Violation(message),
                 }
+            }
+            if let Some(s) = chunk.skipped.iter().find(|s| !lease.holds(s.position)) {
+                return Outcome::Violation(format!(
+                    "skipped sample {} at position {} of shard {} is outside the item's range {}",
+                    s.key,
+                    s.position,
+                    lease.shard,
+                    lease.range()
+                ));
             }
             let Some(fresh) = self.ledger.accept(lease, samples, &chunk.skipped) else {
                 // Given up on (stalled, then reassigned): discard the rest.
@@ -326,7 +361,9 @@ impl WorkerLane {
                 return Outcome::Done;
             };
             for s in &chunk.skipped {
-                warn!(worker = %self.addr, shard = %lease.shard, key = %s.key, reason = %s.reason, "sample skipped");
+                debug!(worker = %self.addr, shard = %lease.shard, key = %s.key, position = s.position, reason = %s.reason, "sample skipped");
+                skips.count += 1;
+                skips.tally.add(&s.key, &s.reason);
                 self.counters.record_skip(&s.key, &s.reason);
             }
             if !chunk.shard_error.is_empty() {

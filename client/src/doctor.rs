@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
-use stoker_core::ItemMode;
+use stoker_core::{ItemMode, PositionSet};
 
 use crate::assemble::{Assembler, LastBatch};
 use crate::batch::upload;
@@ -402,7 +402,7 @@ async fn run_stage(
                     };
                     let result = async {
                         let part = &parts[i];
-                        let request = template.request(&part.shard, Vec::new(), part.start, part.end);
+                        let request = template.request(&part.shard, &PositionSet::new(), part.start, part.end);
                         let fail = |message: String| ClientError::Stage {
                             stage: stage.as_str(),
                             addr: addr.clone(),

@@ -12,11 +12,11 @@
 //! received samples as the skip list, and whatever the abandoned attempt
 //! still sends is discarded.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use stoker_core::PlanItem;
+use stoker_core::{PlanItem, PositionSet};
 use tokio::sync::Notify;
 use tokio::sync::futures::{Notified, OwnedNotified};
 
@@ -27,8 +27,9 @@ use crate::sample::{Sample, Skipped};
 #[derive(Debug)]
 struct ItemState {
     item: PlanItem,
-    /// Keys handed to the assembler or reported skipped.
-    received: HashSet<String>,
+    /// Positions of the samples handed to the assembler or reported
+    /// skipped: a range or a few per item, whatever its size.
+    received: PositionSet,
     /// Samples accepted for delivery, over every attempt of this run.
     accepted: u64,
     /// The attempt allowed to deliver samples; `None` while queued.
@@ -56,6 +57,9 @@ struct WorkerHealth {
     retired: bool,
     /// Its credit went from used up to available.
     credit_freed: Arc<Notify>,
+    /// It broke the protocol: retired for the rest of the epoch, whatever
+    /// its DNS name says.
+    set_aside: bool,
 }
 
 impl WorkerHealth {
@@ -71,6 +75,7 @@ impl WorkerHealth {
             },
             retired: false,
             credit_freed: Arc::new(Notify::new()),
+            set_aside: false,
         }
     }
 }
@@ -146,8 +151,24 @@ pub(crate) struct Lease {
     /// with `end: None`.
     pub start: u64,
     pub end: Option<u64>,
-    /// Keys delivered (or reported skipped) by earlier attempts.
-    pub skip: Vec<String>,
+    /// Positions delivered (or reported skipped) by earlier attempts.
+    pub skip: PositionSet,
+}
+
+impl Lease {
+    /// Whether `position` is one of the item's samples.
+    pub fn holds(&self, position: u64) -> bool {
+        position >= self.start && self.end.is_none_or(|end| position < end) && position < u64::MAX
+    }
+
+    /// The item's range, for messages: `start..end`, or `start..end` of
+    /// the shard.
+    pub fn range(&self) -> String {
+        match self.end {
+            Some(end) => format!("{}..{end}", self.start),
+            None => format!("{}..(the shard's end)", self.start),
+        }
+    }
 }
 
 impl Ledger {
@@ -160,7 +181,7 @@ impl Ledger {
                     .into_iter()
                     .map(|item| ItemState {
                         item,
-                        received: HashSet::new(),
+                        received: PositionSet::new(),
                         accepted: 0,
                         owner: None,
                         attempts: 0,
@@ -204,10 +225,27 @@ impl Ledger {
         self.changed.notify_waiters();
     }
 
-    /// Worker `w` is back in its name's set.
+    /// Worker `w` broke the protocol, as `why` says: like a retired worker
+    /// it takes no new item (those it holds come back as from any failed
+    /// worker), and unlike one it stays so for the rest of the epoch.
+    pub fn set_aside(&self, w: usize, why: &str, patience: Duration) {
+        let mut st = self.lock();
+        let h = &mut st.workers[w];
+        h.set_aside = true;
+        h.retired = true;
+        h.failing_since.get_or_insert_with(Instant::now);
+        h.last_error = why.to_owned();
+        self.check_patience(st, patience);
+        self.changed.notify_waiters();
+    }
+
+    /// Worker `w` is back in its name's set (unless it was set aside).
     pub fn restore(&self, w: usize) {
         let mut st = self.lock();
         let h = &mut st.workers[w];
+        if h.set_aside {
+            return;
+        }
         h.retired = false;
         h.failing_since = None;
         drop(st);
@@ -251,8 +289,8 @@ impl Ledger {
     }
 
     /// Resumes an epoch: items in `done` were delivered whole, and the
-    /// keys of `partial` items were delivered already.
-    pub fn resume(&self, done: &[u32], partial: &[(u32, Vec<String>)]) {
+    /// positions of `partial` items were delivered already.
+    pub fn resume(&self, done: &[u32], partial: &[(u32, PositionSet)]) {
         let mut st = self.lock();
         for &i in done {
             if let Some(item) = st.items.get_mut(i as usize)
@@ -262,9 +300,9 @@ impl Ledger {
                 st.remaining -= 1;
             }
         }
-        for (i, keys) in partial {
+        for (i, positions) in partial {
             if let Some(item) = st.items.get_mut(*i as usize) {
-                item.received.extend(keys.iter().cloned());
+                item.received.union_with(positions);
             }
         }
         let LedgerState { items, pending, .. } = &mut *st;
@@ -290,6 +328,13 @@ impl Ledger {
     fn lock(&self) -> MutexGuard<'_, LedgerState> {
         // A panic while holding the lock is a bug; the state stays usable.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Heap bytes the items' received positions hold (O(items), however
+    /// many samples: see `stoker_core::positions`).
+    #[cfg(test)]
+    pub fn received_heap_bytes(&self) -> usize {
+        self.lock().items.iter().map(|i| i.received.heap_bytes()).sum()
     }
 
     /// The error that ended the epoch, if any.
@@ -351,7 +396,7 @@ impl Ledger {
         // earlier attempts delivered; else the average of items done so
         // far, or, before any, a share of the limit.
         let expected = match st.items[index].item.samples() {
-            Some(n) => n.saturating_sub(st.items[index].received.len() as u64),
+            Some(n) => n.saturating_sub(st.items[index].received.len()),
             None if st.completed_items > 0 => st.completed_samples / st.completed_items,
             None => match st.workers[worker].credit.limit {
                 CreditLimit::Samples(want) => want / DEFAULT_INFLIGHT_ITEMS as u64,
@@ -372,7 +417,7 @@ impl Ledger {
             shard: item.item.shard.name.clone(),
             start: item.item.start,
             end: item.item.end,
-            skip: item.received.iter().cloned().collect(),
+            skip: item.received.clone(),
         })
     }
 
@@ -385,11 +430,11 @@ impl Ledger {
             return None;
         }
         for s in skipped {
-            item.received.insert(s.key.clone());
+            item.received.insert(s.position);
         }
         let fresh: Vec<Sample> = samples
             .into_iter()
-            .filter(|s| item.received.insert(s.key.clone()))
+            .filter(|s| item.received.insert(s.position))
             .map(|mut s| {
                 s.item = lease.index as u32;
                 s

@@ -49,5 +49,5 @@ pub use health::worker_health;
 pub use loader::{EpochStream, EpochWatch, Loader};
 pub use report::{EpochReport, WorkerReport};
 pub use state::{EpochState, Fingerprint};
-pub use stoker_core::{FormatChoice, RecordFields, Secret, ShardFormat, ShardRef, TransformSpec};
+pub use stoker_core::{FormatChoice, PositionSet, RecordFields, Secret, ShardFormat, ShardRef, TransformSpec};
 pub use tls::TlsOptions;

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use stoker_core::plan::EpochPlan;
-use stoker_core::{ShardFormat, ShardRef};
+use stoker_core::{PositionSet, ShardFormat, ShardRef};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
@@ -308,7 +308,7 @@ impl Loader {
         let lanes = self.workers.start_epoch(|workers| {
             let limits: Vec<(String, CreditLimit)> = workers.iter().map(|w| (w.addr.clone(), w.limit)).collect();
             let ledger = Arc::new(Ledger::new(plan.items.clone(), &limits));
-            let (done, partial): (&[u32], &[(u32, Vec<String>)]) = match resumed {
+            let (done, partial): (&[u32], &[(u32, PositionSet)]) = match resumed {
                 Some(s) => (&s.done_items, &s.partial),
                 None => (&[], &[]),
             };

@@ -45,6 +45,8 @@ struct WorkerTally {
     addr: String,
     samples: AtomicU64,
     metric: Counter,
+    /// Why the worker was set aside for the rest of the epoch, if it was.
+    set_aside: OnceLock<String>,
 }
 
 /// Skip reasons kept for the report (the log has all of them).
@@ -74,6 +76,7 @@ impl EpochCounters {
                         addr: addr.clone(),
                         samples: AtomicU64::new(0),
                         metric: metrics.worker(addr),
+                        set_aside: OnceLock::new(),
                     })
                     .collect(),
             ),
@@ -101,8 +104,18 @@ impl EpochCounters {
             addr: addr.to_owned(),
             samples: AtomicU64::new(0),
             metric: self.metrics.worker(addr),
+            set_aside: OnceLock::new(),
         });
         workers.len() - 1
+    }
+
+    /// Worker `worker` broke the protocol and takes no more work this
+    /// epoch, because `why` (the first reason is kept).
+    pub fn set_aside(&self, worker: usize, why: &str) {
+        let workers = self.workers.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(w) = workers.get(worker) {
+            let _ = w.set_aside.set(why.to_owned());
+        }
     }
 
     /// The epoch is over for the consumer (its last batch, or an error).
@@ -185,6 +198,7 @@ impl EpochCounters {
             .map(|w| WorkerReport {
                 addr: w.addr.clone(),
                 samples: w.samples.load(Ordering::Relaxed),
+                set_aside: w.set_aside.get().cloned(),
             })
             .collect();
         let per_worker: Vec<u64> = workers.iter().map(|w| w.samples).collect();
@@ -211,6 +225,10 @@ impl EpochCounters {
 pub struct WorkerReport {
     pub addr: String,
     pub samples: u64,
+    /// Why the worker was set aside for the rest of the epoch (it broke
+    /// the protocol: a sample outside its item's range...); its items went
+    /// to other workers.
+    pub set_aside: Option<String>,
 }
 
 /// What happened in an epoch so far.

@@ -20,6 +20,8 @@ pub(crate) struct Sample {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Skipped {
     pub key: String,
+    /// Position in its shard: with the shard, the sample's identity.
+    pub position: u64,
     /// e.g. "jpeg decode failed: ...".
     pub reason: String,
 }

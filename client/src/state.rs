@@ -7,12 +7,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use stoker_core::PositionSet;
+
 use crate::assemble::{Batch, LastBatch};
 
 /// A resumable position in an epoch.
 ///
 /// `done_items` are plan items every sample of which was delivered;
-/// `partial` lists, for items delivered in part, the keys delivered. With
+/// `partial` lists, for items delivered in part, the positions (in the
+/// item's shard) delivered: a sample's identity, where keys may repeat. With
 /// deterministic order the resumed epoch yields batch `batches` onwards
 /// exactly as the interrupted one would have; in arrival order it yields
 /// every sample not yet delivered, once.
@@ -22,7 +25,7 @@ pub struct EpochState {
     /// Batches delivered: the index of the next batch.
     pub batches: u64,
     pub done_items: Vec<u32>,
-    pub partial: Vec<(u32, Vec<String>)>,
+    pub partial: Vec<(u32, PositionSet)>,
     /// What the positions refer to, checked on resume: the plan must be
     /// the same.
     pub fingerprint: Fingerprint,
@@ -78,7 +81,7 @@ pub(crate) struct Progress {
     epoch: u64,
     batches: u64,
     done: BTreeSet<u32>,
-    partial: BTreeMap<u32, Vec<String>>,
+    partial: BTreeMap<u32, PositionSet>,
     fingerprint: Fingerprint,
 }
 
@@ -102,8 +105,8 @@ impl Progress {
     /// Records a batch handed to the consumer.
     pub fn delivered<D>(&mut self, batch: &Batch<D>) {
         self.batches = batch.index + 1;
-        for (item, key) in batch.items.iter().zip(&batch.keys) {
-            self.partial.entry(*item).or_default().push(key.clone());
+        for (item, position) in batch.items.iter().zip(&batch.positions) {
+            self.partial.entry(*item).or_default().insert(*position);
         }
         for item in &batch.completes {
             self.partial.remove(item);

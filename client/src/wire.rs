@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use stoker_core::{FormatChoice, RecordFields, Secret, ShardFormat, ShardRef, TransformSpec};
+use stoker_core::{FormatChoice, PositionSet, RecordFields, Secret, ShardFormat, ShardRef, TransformSpec};
 use tonic_health::ServingStatus;
 use tonic_health::pb::HealthCheckRequest;
 
@@ -199,11 +199,18 @@ impl ItemTemplate {
     }
 
     /// The request for the samples of `shard` from position `start` up to
-    /// `end` (the shard's end with `None`), less those in `skip`.
-    pub fn request(&self, shard: &str, skip: Vec<String>, start: u64, end: Option<u64>) -> WorkRequest {
+    /// `end` (the shard's end with `None`), less the positions in `skip`.
+    pub fn request(&self, shard: &str, skip: &PositionSet, start: u64, end: Option<u64>) -> WorkRequest {
         WorkRequest(pb::WorkItem {
             shard: shard.to_owned(),
-            skip_keys: skip,
+            skip: skip
+                .ranges()
+                .iter()
+                .map(|r| pb::PositionRange {
+                    start: r.start,
+                    end: r.end,
+                })
+                .collect(),
             start,
             end: end.unwrap_or(0),
             ..self.base.clone()
@@ -229,6 +236,7 @@ impl Chunks {
                 .map(|s| Skipped {
                     key: s.key,
                     reason: s.reason,
+                    position: s.position,
                 })
                 .collect(),
             done: c.done,

@@ -5,10 +5,13 @@
 //!
 //! - [`uri`]: where a dataset lives (`s3://`, `file://`, a plain path).
 //! - [`transform`]: what a worker does to each image, and its validation.
-//! - [`rng`]: per-sample randomness derived from (seed, epoch, key) only.
+//! - [`rng`]: per-sample randomness derived from (seed, epoch, shard,
+//!   position) only.
 //! - [`params`]: a transform spec resolved into concrete steps for one sample.
 //! - [`format`]: shard formats, `--format auto`'s rule, record fields.
 //! - [`mode`]: what a worker does with an item's samples ([`ItemMode`]).
+//! - [`positions`]: sets of sample positions ([`PositionSet`]): a sample's
+//!   identity is (shard, position).
 //! - [`plan`]: which shards a rank reads in an epoch, and in what order.
 //! - [`secret`]: bearer tokens that never reach a log.
 //! - [`pem`]: a sanity check on certificate and key files.
@@ -22,6 +25,7 @@ pub mod mode;
 pub mod params;
 pub mod pem;
 pub mod plan;
+pub mod positions;
 pub mod rng;
 pub mod secret;
 pub mod transform;
@@ -30,9 +34,10 @@ pub mod uri;
 pub use error::error_chain;
 pub use format::{FormatChoice, RecordFields, ShardFormat};
 pub use mode::ItemMode;
-pub use params::{Rect, Step, resolve_steps};
+pub use params::{Rect, Step, TooLarge, footprint, resolve_steps};
 pub use plan::{EpochPlan, PlanItem, ShardRef, indexed_samples};
-pub use rng::SampleRng;
+pub use positions::PositionSet;
+pub use rng::{ItemSeed, SampleRng};
 pub use secret::Secret;
 pub use transform::{Op, TransformSpec};
 pub use uri::DatasetUri;

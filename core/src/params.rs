@@ -128,11 +128,91 @@ fn random_resized_crop_box(
     )
 }
 
-/// Resolves `spec` for one sample whose decoded image is `width` x `height`.
+/// torchvision's `Resize(shorter)`: the shorter side becomes `shorter`, the
+/// longer one `int(shorter * long / short)`. Saturates at `u32::MAX` rather
+/// than wrapping, so an absurd aspect ratio stays absurd for
+/// [`footprint`] to refuse.
+fn resize_dims(shorter: u32, w: u32, h: u32) -> (u32, u32) {
+    let (w, h) = (w.max(1), h.max(1));
+    let long = |long: u32, short: u32| {
+        u32::try_from(u64::from(shorter) * u64::from(long) / u64::from(short)).unwrap_or(u32::MAX)
+    };
+    let (nw, nh) = if w <= h {
+        (shorter, long(h, w))
+    } else {
+        (long(w, h), shorter)
+    };
+    (nw.max(1), nh.max(1))
+}
+
+/// A transform that would make an image over the pixel limit: the stage
+/// (the op's position and name) and the size it would have made.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "transform step {index} ({op}) would make a {width}x{height} image ({pixels} pixels), over the limit of {limit} pixels"
+)]
+pub struct TooLarge {
+    pub index: usize,
+    pub op: &'static str,
+    pub width: u64,
+    pub height: u64,
+    pub pixels: u64,
+    pub limit: u64,
+}
+
+/// The most memory, in bytes, that running `spec` on a decoded `width` x
+/// `height` RGB image holds at once (the decoded image included), or the
+/// stage that would make an image over `max_pixels`.
+///
+/// It depends on the sizes alone, never on a random draw: every op's output
+/// size is fixed by its arguments and its input's size, and a random crop's
+/// box lies within its input. So the worker can refuse a sample, or reserve
+/// its memory, from the image header, before anything is decoded. A step
+/// holds its input, its output and a scratch buffer (a separable resize's
+/// pass between the two, at most the larger of them; a blur's float copy,
+/// four bytes a channel).
+pub fn footprint(spec: &TransformSpec, width: u32, height: u32, max_pixels: u64) -> Result<u64, TooLarge> {
+    let bytes = |w: u32, h: u32| u64::from(w) * u64::from(h) * 3;
+    let (mut w, mut h) = (width, height);
+    let mut peak = bytes(w, h);
+    for (index, op) in spec.ops.iter().enumerate() {
+        let (nw, nh) = match *op {
+            Op::RandomResizedCrop { size, .. } | Op::CenterCrop { size } | Op::RandomCrop { size, .. } => (size, size),
+            Op::Resize { shorter } => resize_dims(shorter, w, h),
+            Op::HorizontalFlip { .. }
+            | Op::VerticalFlip { .. }
+            | Op::RandomRotation { .. }
+            | Op::ColorJitter { .. }
+            | Op::GaussianBlur { .. } => (w, h),
+        };
+        let pixels = u64::from(nw) * u64::from(nh);
+        if pixels > max_pixels {
+            return Err(TooLarge {
+                index,
+                op: op.name(),
+                width: u64::from(nw),
+                height: u64::from(nh),
+                pixels,
+                limit: max_pixels,
+            });
+        }
+        let (input, output) = (bytes(w, h), bytes(nw, nh));
+        let scratch = match op {
+            Op::GaussianBlur { .. } => 4 * input,
+            Op::HorizontalFlip { .. } | Op::VerticalFlip { .. } => 0,
+            _ => input.max(output),
+        };
+        peak = peak.max(input + output + scratch);
+        (w, h) = (nw, nh);
+    }
+    Ok(peak)
+}
+
+/// Resolves `spec` for one sample whose decoded image is `width` x `height`,
+/// drawing from the sample's generator `base` ([`crate::rng::ItemSeed::sample`]).
 ///
 /// The spec must have passed [`TransformSpec::validate`].
-pub fn resolve_steps(spec: &TransformSpec, seed: u64, epoch: u64, key: &str, width: u32, height: u32) -> Vec<Step> {
-    let base = SampleRng::for_sample(seed, epoch, key);
+pub fn resolve_steps(spec: &TransformSpec, base: &SampleRng, width: u32, height: u32) -> Vec<Step> {
     let (mut w, mut h) = (width, height);
     let mut steps = Vec::with_capacity(spec.ops.len());
     for (i, op) in spec.ops.iter().enumerate() {
@@ -148,14 +228,7 @@ pub fn resolve_steps(spec: &TransformSpec, seed: u64, epoch: u64, key: &str, wid
                 (w, h) = (size, size);
             }
             Op::Resize { shorter } => {
-                // torchvision: the shorter side becomes `shorter`, the longer
-                // one int(shorter * long / short).
-                let (nw, nh) = if w <= h {
-                    (shorter, ((u64::from(shorter) * u64::from(h)) / u64::from(w)) as u32)
-                } else {
-                    (((u64::from(shorter) * u64::from(w)) / u64::from(h)) as u32, shorter)
-                };
-                let (nw, nh) = (nw.max(1), nh.max(1));
+                let (nw, nh) = resize_dims(shorter, w, h);
                 if (nw, nh) != (w, h) {
                     steps.push(Step::CropResize {
                         crop: Rect::whole(w, h),
@@ -242,6 +315,11 @@ pub fn resolve_steps(spec: &TransformSpec, seed: u64, epoch: u64, key: &str, wid
 mod tests {
     use super::*;
 
+    /// The generator of sample `position` of shard "s", seed 1, epoch 2.
+    fn rng(position: u64) -> SampleRng {
+        SampleRng::for_sample(1, 2, "s", position)
+    }
+
     #[test]
     fn a_box_is_inside_only_when_every_edge_is() {
         assert!(Rect::whole(10, 8).inside(10, 8));
@@ -269,9 +347,8 @@ mod tests {
     fn train_crop_stays_inside_and_is_deterministic() {
         let spec = TransformSpec::train(224);
         for i in 0..2000 {
-            let key = format!("sample{i}");
-            let a = resolve_steps(&spec, 1, 2, &key, 500, 375);
-            assert_eq!(a, resolve_steps(&spec, 1, 2, &key, 500, 375));
+            let a = resolve_steps(&spec, &rng(i), 500, 375);
+            assert_eq!(a, resolve_steps(&spec, &SampleRng::for_sample(1, 2, "s", i), 500, 375));
             match a[0] {
                 Step::CropResize { crop, out_w, out_h } => {
                     assert!(crop.left >= 0 && crop.top >= 0);
@@ -288,7 +365,7 @@ mod tests {
     fn flips_about_half_the_time() {
         let spec = TransformSpec::train(32);
         let flips = (0..4000)
-            .filter(|i| resolve_steps(&spec, 0, 0, &i.to_string(), 64, 64).contains(&Step::FlipHorizontal))
+            .filter(|&i| resolve_steps(&spec, &rng(i), 64, 64).contains(&Step::FlipHorizontal))
             .count();
         assert!((1800..2200).contains(&flips), "{flips} flips of 4000");
     }
@@ -296,7 +373,7 @@ mod tests {
     #[test]
     fn eval_matches_torchvision_geometry() {
         // 500x375 -> shorter side 256 -> 341x256 -> centre 224.
-        let steps = resolve_steps(&TransformSpec::eval(224), 0, 0, "k", 500, 375);
+        let steps = resolve_steps(&TransformSpec::eval(224), &rng(0), 500, 375);
         assert_eq!(
             steps,
             vec![
@@ -315,6 +392,55 @@ mod tests {
     }
 
     #[test]
+    fn footprint_refuses_a_resize_bomb_from_its_size_alone() {
+        let eval = TransformSpec::eval(224);
+        // 65000x1: the shorter side to 256 makes the long side 16.6 M.
+        for (w, h) in [(65000, 1), (1, 65000)] {
+            let err = footprint(&eval, w, h, 100_000_000).unwrap_err();
+            assert_eq!((err.index, err.op), (0, "resize"));
+            assert_eq!(err.pixels, 65000 * 256 * 256);
+            assert!(err.to_string().contains("16640000"), "{err}");
+        }
+        // An ordinary photo: decoded, resized, and the resize's scratch
+        // (as large as the larger of the two).
+        let peak = footprint(&eval, 500, 375, 100_000_000).unwrap();
+        assert_eq!(peak, 2 * 500 * 375 * 3 + 341 * 256 * 3);
+        // Train crops first, so the decoded image is the largest part.
+        let train = footprint(&TransformSpec::train(224), 65000, 1, 100_000_000).unwrap();
+        assert_eq!(train, 2 * 65000 * 3 + 224 * 224 * 3);
+    }
+
+    #[test]
+    fn footprint_bounds_what_the_steps_make() {
+        let spec = TransformSpec {
+            size: 64,
+            ops: vec![
+                Op::Resize { shorter: 80 },
+                Op::RandomRotation { degrees: 30.0 },
+                Op::GaussianBlur {
+                    kernel_size: 3,
+                    sigma: (0.1, 2.0),
+                },
+                Op::RandomCrop { size: 64, padding: 4 },
+            ],
+        };
+        for (w, h) in [(500, 375), (7, 3000), (1, 1)] {
+            let peak = footprint(&spec, w, h, 100_000_000).unwrap();
+            let steps = resolve_steps(&spec, &rng(0), w, h);
+            let (mut cw, mut ch) = (u64::from(w), u64::from(h));
+            for s in &steps {
+                if let Step::CropResize { out_w, out_h, .. } = *s {
+                    assert!(
+                        3 * (cw * ch + u64::from(out_w) * u64::from(out_h)) <= peak,
+                        "{s:?} of {w}x{h}"
+                    );
+                    (cw, ch) = (u64::from(out_w), u64::from(out_h));
+                }
+            }
+        }
+    }
+
+    #[test]
     fn random_crop_with_padding_reaches_past_the_edge() {
         let spec = TransformSpec {
             size: 32,
@@ -325,7 +451,7 @@ mod tests {
             if let Step::CropResize {
                 crop: Rect { left, top, .. },
                 ..
-            } = resolve_steps(&spec, 0, 0, &i.to_string(), 32, 32)[0]
+            } = resolve_steps(&spec, &rng(i), 32, 32)[0]
             {
                 assert!((-4..=4).contains(&left) && (-4..=4).contains(&top));
                 lefts.insert(left);

@@ -1,10 +1,14 @@
 //! Deterministic per-sample randomness.
 //!
-//! A sample's augmentation parameters derive from (seed, epoch, sample key)
-//! and nothing else, so any worker, CPU or GPU, on any machine, produces the
-//! same crop and flips for it. The hash and generator below are part of that
-//! contract: changing them changes every augmentation, so they are written
-//! out here rather than taken from a crate whose output may change.
+//! A sample's augmentation parameters derive from (seed, epoch, sample
+//! identity) and nothing else, so any worker, CPU or GPU, on any machine,
+//! produces the same crop and flips for it. A sample's identity is its
+//! shard and its position in the shard, never its key: keys repeat in real
+//! datasets (merged WebDataset shards, Hugging Face `path` columns), and two
+//! samples with one key are two samples, with augmentations of their own.
+//! The hash and generator below are part of that contract: changing them
+//! changes every augmentation, so they are written out here rather than
+//! taken from a crate whose output may change.
 
 /// 64-bit FNV-1a over bytes: stable, and fast enough for keys.
 pub fn fnv1a(bytes: &[u8]) -> u64 {
@@ -29,10 +33,29 @@ pub struct SampleRng {
     state: u64,
 }
 
+/// The randomness of one shard's samples in one epoch: (seed, epoch,
+/// shard), to which each sample adds its position ([`ItemSeed::sample`]).
+/// The shard is its name within the dataset, so a dataset gets the same
+/// augmentations wherever it is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ItemSeed(u64);
+
+impl ItemSeed {
+    pub fn new(seed: u64, epoch: u64, shard: &str) -> Self {
+        Self(mix64(seed ^ mix64(epoch ^ mix64(fnv1a(shard.as_bytes())))))
+    }
+
+    /// The generator of the sample at `position` in the shard.
+    pub fn sample(self, position: u64) -> SampleRng {
+        SampleRng::from_seed(mix64(self.0 ^ mix64(position)))
+    }
+}
+
 impl SampleRng {
-    /// The generator for one sample of one epoch.
-    pub fn for_sample(seed: u64, epoch: u64, key: &str) -> Self {
-        Self::from_seed(mix64(seed ^ mix64(epoch ^ mix64(fnv1a(key.as_bytes())))))
+    /// The generator for one sample of one epoch: the sample at `position`
+    /// in `shard`.
+    pub fn for_sample(seed: u64, epoch: u64, shard: &str, position: u64) -> Self {
+        ItemSeed::new(seed, epoch, shard).sample(position)
     }
 
     pub fn from_seed(state: u64) -> Self {
@@ -81,8 +104,8 @@ mod tests {
 
     #[test]
     fn same_inputs_same_stream() {
-        let mut a = SampleRng::for_sample(7, 3, "n01440764/img_0001");
-        let mut b = SampleRng::for_sample(7, 3, "n01440764/img_0001");
+        let mut a = SampleRng::for_sample(7, 3, "train-0001.tar", 12);
+        let mut b = ItemSeed::new(7, 3, "train-0001.tar").sample(12);
         for _ in 0..100 {
             assert_eq!(a.next_u64(), b.next_u64());
         }
@@ -90,10 +113,11 @@ mod tests {
 
     #[test]
     fn each_input_matters() {
-        let base = SampleRng::for_sample(7, 3, "k").next_u64();
-        assert_ne!(base, SampleRng::for_sample(8, 3, "k").next_u64());
-        assert_ne!(base, SampleRng::for_sample(7, 4, "k").next_u64());
-        assert_ne!(base, SampleRng::for_sample(7, 3, "k2").next_u64());
+        let base = SampleRng::for_sample(7, 3, "s", 0).next_u64();
+        assert_ne!(base, SampleRng::for_sample(8, 3, "s", 0).next_u64());
+        assert_ne!(base, SampleRng::for_sample(7, 4, "s", 0).next_u64());
+        assert_ne!(base, SampleRng::for_sample(7, 3, "s2", 0).next_u64());
+        assert_ne!(base, SampleRng::for_sample(7, 3, "s", 1).next_u64());
     }
 
     #[test]
@@ -102,7 +126,7 @@ mod tests {
         assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
         // Computed independently (a Python transcription of fnv1a, mix64 and
         // SplitMix64), so a change to any of them fails here.
-        assert_eq!(SampleRng::for_sample(0, 0, "a").next_u64(), 0x1eb8_9966_02bc_ea72);
+        assert_eq!(SampleRng::for_sample(0, 0, "a", 0).next_u64(), 0xa7cd_d6b5_450b_9bac);
     }
 
     #[test]

@@ -53,7 +53,7 @@ impl Op {
         }
     }
 
-    fn name(&self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             Self::RandomResizedCrop { .. } => "random_resized_crop",
             Self::Resize { .. } => "resize",

@@ -2,7 +2,6 @@
 //! protobuf messages, errors become status codes. Nothing past this module
 //! sees a protobuf type.
 
-use std::collections::HashSet;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -11,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use stoker_core::{DatasetUri, FormatChoice, ItemMode, Secret, ShardFormat};
+use stoker_core::{DatasetUri, FormatChoice, ItemMode, PositionSet, Secret, ShardFormat};
 use stoker_proto::pb::worker_server::{Worker, WorkerServer};
 use stoker_proto::{pb, spec_from_pb};
 use tokio::net::TcpListener;
@@ -160,6 +159,7 @@ fn chunk_to_pb(mut chunk: Chunk, mode: ItemMode) -> pb::SampleChunk {
             .map(|s| pb::SkippedSample {
                 key: s.key,
                 reason: s.reason,
+                position: s.position,
             })
             .collect(),
         done: chunk.done,
@@ -262,7 +262,7 @@ impl Worker for WorkerService {
             seed: req.seed,
             epoch: req.epoch,
             spec: Arc::new(spec),
-            skip: req.skip_keys.into_iter().collect::<HashSet<_>>(),
+            skip: PositionSet::from_ranges(req.skip.iter().map(|r| r.start..r.end)),
             chunk_bytes,
             start: req.start,
             end: (req.end != 0).then_some(req.end),

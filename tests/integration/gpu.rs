@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use stoker_core::{Op, TransformSpec, resolve_steps};
+use stoker_core::{ItemSeed, Op, SampleRng, TransformSpec, resolve_steps};
 use stoker_server::augment::Augmenter;
 use stoker_server::decode::{ImageKind, RgbImage, decode};
 use stoker_server::gpu::{self, Backend, Gpu, GpuCrop};
@@ -81,10 +81,16 @@ fn mad(a: &[u8], b: &[u8]) -> f64 {
     sum as f64 / a.len() as f64
 }
 
+/// The generator of the photo `key` in `epoch` (the photo stands for its
+/// own shard, at position 0), for tests that drive the kernels directly.
+fn rng(key: &str, epoch: u64) -> SampleRng {
+    SampleRng::for_sample(SEED, epoch, key, 0)
+}
+
 /// The CPU worker's output for one sample: decode, resolve, augment.
 fn cpu_train(data: &[u8], key: &str, epoch: u64) -> RgbImage {
     let img = decode(ImageKind::Jpeg, data, MAX_PIXELS).unwrap();
-    let steps = resolve_steps(&TransformSpec::train(SIZE), SEED, epoch, key, img.width, img.height);
+    let steps = resolve_steps(&TransformSpec::train(SIZE), &rng(key, epoch), img.width, img.height);
     Augmenter::new().run(img, &steps).unwrap()
 }
 
@@ -135,7 +141,7 @@ fn gpu_decode_and_train_crop_match_the_cpu_worker() {
     let mut cases = Vec::new();
     for epoch in 0..2u64 {
         for ((name, _), img) in photos.iter().zip(&decoded) {
-            let steps = resolve_steps(&spec, SEED, epoch, name, img.width, img.height);
+            let steps = resolve_steps(&spec, &rng(name, epoch), img.width, img.height);
             let crop = GpuCrop::from_steps(&steps, img.width, img.height, SIZE).expect("train steps fit the kernel");
             images.push(img);
             crops.push(crop);
@@ -323,7 +329,7 @@ fn gpu_throughput_decode_and_train_pipeline() {
                     .iter()
                     .zip(k.iter())
                     .map(|(img, key)| {
-                        let steps = resolve_steps(&spec, SEED, epoch, key, img.width, img.height);
+                        let steps = resolve_steps(&spec, &rng(key, epoch), img.width, img.height);
                         GpuCrop::from_steps(&steps, img.width, img.height, SIZE).unwrap()
                     })
                     .collect();
@@ -461,14 +467,18 @@ async fn gpu_runner_matches_the_cpu_on_every_transform() {
         for epoch in 0..2 {
             let samples = photos
                 .iter()
-                .map(|(key, data)| gpu::GpuSample {
+                .enumerate()
+                .map(|(position, (key, data))| gpu::GpuSample {
                     key: key.clone(),
-                    position: 0,
+                    position: position as u64,
                     label: 0,
                     data: bytes::Bytes::from(data.clone()),
                 })
                 .collect();
-            let results = runner.run(samples, Arc::clone(&spec), SEED, epoch).await.unwrap();
+            let results = runner
+                .run(samples, Arc::clone(&spec), ItemSeed::new(SEED, epoch, "photos"))
+                .await
+                .unwrap();
             assert_eq!(results.len(), photos.len());
             for r in results {
                 let gpu::GpuResult::Done(p) = r else {
@@ -476,7 +486,12 @@ async fn gpu_runner_matches_the_cpu_on_every_transform() {
                 };
                 let data = &photos.iter().find(|(k, _)| *k == p.key).unwrap().1;
                 let img = decode(ImageKind::Jpeg, data, MAX_PIXELS).unwrap();
-                let steps = resolve_steps(&spec, SEED, epoch, &p.key, img.width, img.height);
+                let steps = resolve_steps(
+                    &spec,
+                    &ItemSeed::new(SEED, epoch, "photos").sample(p.position),
+                    img.width,
+                    img.height,
+                );
                 let cpu = Augmenter::new().run(img, &steps).unwrap();
                 assert_eq!((p.width, p.height), (cpu.width, cpu.height), "{name} {}", p.key);
                 let m = mad(&p.pixels, &cpu.pixels);

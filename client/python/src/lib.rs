@@ -19,6 +19,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 use stoker_client::device::{DType, Layout, UploadSpec};
 use stoker_client::{
     DeviceTarget, EpochState, EpochStream, EpochWatch, ErrorBudget, Fingerprint, FormatChoice, LastBatch, Loader,
+    PositionSet,
     LoaderConfig, RecordFields, Secret, TransformSpec,
 };
 
@@ -406,16 +407,19 @@ impl Client {
 
 fn state_to_py<'py>(py: Python<'py>, s: &EpochState) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
+    d.set_item("version", STATE_VERSION)?;
     d.set_item("epoch", s.epoch)?;
     d.set_item("batches", s.batches)?;
     d.set_item("done_items", s.done_items.clone())?;
     // Lists, not tuples: the state survives a JSON round trip.
-    let partial: Vec<(u32, Vec<String>)> = s.partial.clone();
     let partial = PyList::new(
         py,
-        partial
-            .into_iter()
-            .map(|(item, keys)| PyList::new(py, [item.into_pyobject(py)?.into_any(), keys.into_pyobject(py)?]))
+        s.partial
+            .iter()
+            .map(|(item, positions)| {
+                let ranges: Vec<[u64; 2]> = positions.ranges().iter().map(|r| [r.start, r.end]).collect();
+                PyList::new(py, [item.into_pyobject(py)?.into_any(), ranges.into_pyobject(py)?])
+            })
             .collect::<PyResult<Vec<_>>>()?,
     )?;
     d.set_item("partial", partial)?;
@@ -444,26 +448,56 @@ fn field<'py, T: FromPyObject<'py>>(d: &Bound<'py, PyDict>, key: &str) -> PyResu
         .map_err(|e| err(format!("saved loader state: {key:?} is invalid: {e}")))
 }
 
-/// `[[item, [key, ...]], ...]`, as lists or tuples.
-fn partial_from_py(v: &Bound<'_, PyAny>) -> PyResult<Vec<(u32, Vec<String>)>> {
+/// The saved state's format. 2: items delivered in part list the
+/// positions delivered, as `[start, end)` ranges; 1 (no `version` key)
+/// listed their keys, which cannot tell two samples with one key apart.
+const STATE_VERSION: u32 = 2;
+
+/// `[[item, [[start, end], ...]], ...]`, as lists or tuples.
+fn partial_from_py(v: &Bound<'_, PyAny>) -> PyResult<Vec<(u32, PositionSet)>> {
     let bad = |e: PyErr| err(format!("saved loader state: \"partial\" is invalid: {e}"));
     let mut out = Vec::new();
     for entry in v.try_iter().map_err(bad)? {
         let entry = entry.map_err(bad)?;
         let item: u32 = entry.get_item(0).and_then(|x| x.extract()).map_err(bad)?;
-        let keys: Vec<String> = entry.get_item(1).and_then(|x| x.extract()).map_err(bad)?;
-        out.push((item, keys));
+        let ranges: Vec<(u64, u64)> = entry.get_item(1).and_then(|x| x.extract()).map_err(bad)?;
+        out.push((item, PositionSet::from_ranges(ranges.into_iter().map(|(a, b)| a..b))));
     }
     Ok(out)
 }
 
 fn state_from_py(d: &Bound<'_, PyDict>) -> PyResult<EpochState> {
+    let version: u32 = match d.get_item("version")? {
+        Some(v) => v
+            .extract()
+            .map_err(|e| err(format!("saved loader state: \"version\" is invalid: {e}")))?,
+        None => 1,
+    };
+    let partial_saved = field::<Bound<'_, PyAny>>(d, "partial")?;
+    if version == 1 && partial_saved.len().unwrap_or(0) > 0 {
+        return Err(err(
+            "saved loader state is from a stoker that named the samples of partly delivered items by key; \
+             samples are now identified by their position in the shard (keys repeat), so it cannot resume \
+             mid-item: start the epoch afresh (load_state_dict of a state saved between epochs still works)"
+                .to_owned(),
+        ));
+    }
+    if version > STATE_VERSION {
+        return Err(err(format!(
+            "saved loader state has version {version}, newer than this stoker's {STATE_VERSION}"
+        )));
+    }
+    let partial = if version == 1 {
+        Vec::new()
+    } else {
+        partial_from_py(&partial_saved)?
+    };
     let f: Bound<'_, PyDict> = field(d, "fingerprint")?;
     Ok(EpochState {
         epoch: field(d, "epoch")?,
         batches: field(d, "batches")?,
         done_items: field(d, "done_items")?,
-        partial: partial_from_py(&field::<Bound<'_, PyAny>>(d, "partial")?)?,
+        partial,
         fingerprint: Fingerprint {
             seed: field(&f, "seed")?,
             rank: field(&f, "rank")?,

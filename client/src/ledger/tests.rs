@@ -1,4 +1,8 @@
 //! The ledger's bookkeeping, driven without a network.
+#![allow(
+    clippy::single_range_in_vec_init,
+    reason = "position sets are compared with their ranges, one range or several"
+)]
 
 use super::*;
 use crate::config::MAX_LANES_PER_WORKER;
@@ -38,9 +42,18 @@ fn indexed_ledger(items: usize, samples: u64, limit: CreditLimit) -> Ledger {
     Ledger::new(shards, &[("w0".to_owned(), limit)])
 }
 
-fn named(keys: std::ops::Range<usize>) -> Vec<Sample> {
-    let names: Vec<String> = keys.map(|k| format!("k{k}")).collect();
-    samples(&names.iter().map(String::as_str).collect::<Vec<_>>())
+/// Samples at `positions`, keyed `k<position>`.
+fn named(positions: std::ops::Range<u64>) -> Vec<Sample> {
+    let names: Vec<(String, u64)> = positions.map(|p| (format!("k{p}"), p)).collect();
+    samples(&names.iter().map(|(k, p)| (k.as_str(), *p)).collect::<Vec<_>>())
+}
+
+fn skipped(key: &str, position: u64) -> Skipped {
+    Skipped {
+        key: key.into(),
+        position,
+        reason: "corrupt".into(),
+    }
 }
 
 #[test]
@@ -52,14 +65,10 @@ fn credit_in_samples_takes_items_until_their_samples_reach_the_worker_s_need() {
     let _c = l.take(0).unwrap();
     assert!(l.take(0).is_none(), "120 samples expected: over the 100 needed");
     // 30 of a's samples arrive (or are skipped): 90 outstanding, room again.
-    let skipped = [Skipped {
-        key: "k29".into(),
-        reason: "corrupt".into(),
-    }];
-    l.accept(&a, named(0..29), &skipped).unwrap();
+    l.accept(&a, named(0..29), &[skipped("k29", 29)]).unwrap();
     let d = l.take(0).unwrap();
     assert!(l.take(0).is_none());
-    // A duplicate key brings no credit back; a completed item all it held.
+    // A duplicate sample brings no credit back; a completed item all it held.
     l.accept(&d, named(0..1), &[]).unwrap();
     l.accept(&d, named(0..1), &[]).unwrap();
     assert!(l.take(0).is_none());
@@ -109,13 +118,14 @@ fn a_fixed_limit_counts_items_and_unknown_sizes_learn_from_completed_items() {
     assert!(l.take(0).is_none());
 }
 
-fn samples(keys: &[&str]) -> Vec<Sample> {
-    keys.iter()
-        .map(|k| Sample {
-            key: (*k).to_owned(),
+/// Samples of (key, position).
+fn samples(list: &[(&str, u64)]) -> Vec<Sample> {
+    list.iter()
+        .map(|&(key, position)| Sample {
+            key: key.to_owned(),
             label: 0,
             pixels: Bytes::new(),
-            position: 0,
+            position,
             item: 0,
         })
         .collect()
@@ -129,23 +139,21 @@ fn keys(v: &[Sample]) -> Vec<&str> {
 fn a_reassigned_item_skips_what_arrived_and_the_old_attempt_is_ignored() {
     let l = ledger(1, 2);
     let first = l.take(0).unwrap();
-    let got = l.accept(&first, samples(&["a", "b"]), &[]).unwrap();
+    let got = l.accept(&first, samples(&[("a", 0), ("b", 1)]), &[]).unwrap();
     assert_eq!(keys(&got), ["a", "b"]);
     l.requeue(&first, Some(0), "w0", "stalled", 5);
 
     // Worker 0 failed it: it goes to worker 1, with a and b to skip.
     assert!(l.take(0).is_none());
     let second = l.take(1).unwrap();
-    let mut skip = second.skip.clone();
-    skip.sort();
-    assert_eq!(skip, ["a", "b"]);
+    assert_eq!(second.skip.ranges(), &[0..2]);
 
     // The stalled attempt wakes up: everything it sends is discarded.
-    assert!(l.accept(&first, samples(&["c"]), &[]).is_none());
+    assert!(l.accept(&first, samples(&[("c", 2)]), &[]).is_none());
     assert!(l.complete(&first).is_none());
 
-    // The new attempt delivers only new keys, then completes the epoch.
-    let got = l.accept(&second, samples(&["b", "c"]), &[]).unwrap();
+    // The new attempt delivers only new samples, then completes the epoch.
+    let got = l.accept(&second, samples(&[("b", 1), ("c", 2)]), &[]).unwrap();
     assert_eq!(keys(&got), ["c"]);
     // a, b and c were accepted for delivery, over both attempts.
     assert_eq!(l.complete(&second), Some(3));
@@ -180,12 +188,12 @@ fn an_item_goes_back_to_a_worker_it_failed_on_when_the_others_are_down() {
 #[test]
 fn a_window_holds_lanes_back_until_the_frontier_moves() {
     let l = ledger(5, 1);
-    l.resume(&[0], &[(1, vec!["a".into()])]);
+    l.resume(&[0], &[(1, PositionSet::from_ranges([4..5]))]);
     assert_eq!(l.remaining(), 4);
     l.set_window(2);
     l.advance(1);
     let a = l.take(0).unwrap();
-    assert_eq!((a.index, a.skip.clone()), (1, vec!["a".to_owned()]));
+    assert_eq!((a.index, a.skip.ranges()), (1, &[4..5][..]));
     assert_eq!(l.take(0).unwrap().index, 2);
     assert!(l.take(0).is_none(), "item 3 is past the window");
     l.advance(2);
@@ -196,14 +204,10 @@ fn a_window_holds_lanes_back_until_the_frontier_moves() {
 fn skipped_samples_are_not_reported_twice() {
     let l = ledger(1, 2);
     let first = l.take(0).unwrap();
-    let bad = Skipped {
-        key: "x".into(),
-        reason: "corrupt".into(),
-    };
-    l.accept(&first, Vec::new(), std::slice::from_ref(&bad)).unwrap();
+    l.accept(&first, Vec::new(), &[skipped("x", 7)]).unwrap();
     l.requeue(&first, Some(0), "w0", "reset", 5);
     let second = l.take(1).unwrap();
-    assert_eq!(second.skip, ["x"]);
+    assert_eq!(second.skip.ranges(), &[7..8]);
 }
 
 #[test]
@@ -243,4 +247,77 @@ fn a_worker_added_mid_epoch_gets_the_next_number_and_pending_items() {
     let second = l.take(w).unwrap();
     assert_ne!(first.index, second.index);
     assert!(l.take(w).is_none(), "the new worker's credit is one item");
+}
+
+#[test]
+fn samples_with_one_key_are_told_apart_by_position() {
+    // Merged WebDataset shards repeat keys: "k" at 0 and at 2, "j" at 1.
+    let l = ledger(1, 2);
+    let first = l.take(0).unwrap();
+    let got = l.accept(&first, samples(&[("k", 0), ("j", 1), ("k", 2)]), &[]).unwrap();
+    assert_eq!(keys(&got), ["k", "j", "k"]);
+    // The same position again is a duplicate, whatever its key.
+    assert!(
+        l.accept(&first, samples(&[("k", 2), ("other", 0)]), &[])
+            .unwrap()
+            .is_empty()
+    );
+    l.requeue(&first, Some(0), "w0", "killed", 5);
+    // The retry skips positions 0..3; a fourth sample with the key "k"
+    // is new.
+    let second = l.take(1).unwrap();
+    assert_eq!(second.skip.ranges(), &[0..3]);
+    let got = l.accept(&second, samples(&[("k", 3)]), &[]).unwrap();
+    assert_eq!(keys(&got), ["k"]);
+    assert_eq!(l.complete(&second), Some(4));
+}
+
+#[test]
+fn a_worker_set_aside_takes_nothing_for_the_rest_of_the_epoch() {
+    let l = ledger(3, 2);
+    let held = l.take(0).unwrap();
+    l.set_aside(
+        0,
+        "sample at position 9 is outside the item's range 0..5",
+        Duration::from_secs(60),
+    );
+    l.release(&held);
+    assert!(l.take(0).is_none(), "a worker set aside took an item");
+    // Neither its DNS name coming back nor a good answer restores it.
+    l.restore(0);
+    l.worker_ok(0);
+    assert!(l.take(0).is_none());
+    // Its item goes to the other worker, not counted against the item.
+    assert_eq!(l.take(1).map(|lease| lease.index), Some(held.index));
+    // Alone, it ends the epoch once the patience runs out, saying why.
+    let alone = ledger(1, 1);
+    alone.set_aside(0, "sample outside the item's range", Duration::ZERO);
+    let err = alone.fatal().unwrap().to_string();
+    assert!(err.contains("w0 (sample outside the item's range)"), "{err}");
+}
+
+#[test]
+fn the_ledger_of_a_10m_sample_epoch_holds_a_few_bytes_per_item() {
+    // 10,000 items of 1,000 samples (an index), as a 10 M-sample epoch:
+    // every sample arrives, in order within a chunk, chunks out of order.
+    const ITEMS: usize = 10_000;
+    const SAMPLES: u64 = 1_000;
+    let l = indexed_ledger(ITEMS, SAMPLES, CreditLimit::Items(ITEMS));
+    let leases: Vec<Lease> = (0..ITEMS).map(|_| l.take(0).unwrap()).collect();
+    let mut peak = 0;
+    for lease in &leases {
+        // A GPU worker's stragglers: the second half before the first.
+        l.accept(lease, named(SAMPLES / 2..SAMPLES), &[]).unwrap();
+        peak = peak.max(l.received_heap_bytes());
+        l.accept(lease, named(0..SAMPLES / 2), &[]).unwrap();
+    }
+    let after = l.received_heap_bytes();
+    println!(
+        "ledger of {} samples in {ITEMS} items: {after} bytes of received positions ({:.1} per item), peak {peak}",
+        ITEMS as u64 * SAMPLES,
+        after as f64 / ITEMS as f64
+    );
+    // One range per item (16 bytes, in a vector of capacity 4 at most).
+    assert!(after <= ITEMS * 64, "{after} bytes");
+    assert!(peak <= ITEMS * 64, "{peak} bytes");
 }

@@ -426,15 +426,14 @@ impl GpuCrop {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stoker_core::{TransformSpec, resolve_steps};
+    use stoker_core::{SampleRng, TransformSpec, resolve_steps};
 
     #[test]
     fn train_steps_map_to_a_gpu_crop() {
         let spec = TransformSpec::train(224);
         let mut flips = 0;
         for i in 0..200 {
-            let key = format!("k{i}");
-            let steps = resolve_steps(&spec, 3, 1, &key, 500, 375);
+            let steps = resolve_steps(&spec, &SampleRng::for_sample(3, 1, "s", i), 500, 375);
             let crop = GpuCrop::from_steps(&steps, 500, 375, 224).expect("train steps fit the kernel");
             assert!(!crop.pad && crop.rect.inside(500, 375), "{crop:?}");
             flips += usize::from(crop.flip);
@@ -445,7 +444,7 @@ mod tests {
     #[test]
     fn other_steps_are_not_fused() {
         let spec = TransformSpec::eval(224);
-        let steps = resolve_steps(&spec, 3, 1, "k", 500, 375);
+        let steps = resolve_steps(&spec, &SampleRng::for_sample(3, 1, "s", 0), 500, 375);
         assert_eq!(GpuCrop::from_steps(&steps, 500, 375, 224), None);
         assert_eq!(GpuCrop::from_steps(&[], 500, 375, 224), None);
         let outside = [Step::CropResize {

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use stoker_core::TransformSpec;
+use stoker_core::{ItemSeed, TransformSpec};
 use tokio::sync::oneshot;
 
 use super::runner::{GpuResult, GpuSample};
@@ -15,8 +15,7 @@ use super::runner::{GpuResult, GpuSample};
 pub(super) struct Job {
     pub(super) samples: Vec<GpuSample>,
     pub(super) spec: Arc<TransformSpec>,
-    pub(super) seed: u64,
-    pub(super) epoch: u64,
+    pub(super) seed: ItemSeed,
     pub(super) reply: Arc<Reply>,
 }
 
@@ -65,8 +64,7 @@ impl Reply {
 pub struct Stolen {
     pub sample: GpuSample,
     pub spec: Arc<TransformSpec>,
-    pub seed: u64,
-    pub epoch: u64,
+    pub seed: ItemSeed,
     reply: Arc<Reply>,
 }
 
@@ -181,7 +179,6 @@ impl JobQueue {
             sample,
             spec: Arc::clone(&job.spec),
             seed: job.seed,
-            epoch: job.epoch,
             reply: Arc::clone(&job.reply),
         };
         if job.samples.is_empty() {

@@ -33,7 +33,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use cudarc::driver::PinnedHostSlice;
-use stoker_core::{Step, TransformSpec, resolve_steps};
+use stoker_core::{ItemSeed, Step, TransformSpec, footprint, resolve_steps};
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
@@ -234,7 +234,7 @@ impl GpuRunner {
     #[cfg(test)]
     pub(crate) fn emulated(
         config: GpuRunnerConfig,
-        answer: impl Fn(GpuSample, &TransformSpec, u64, u64) -> GpuResult + Send + Sync + 'static,
+        answer: impl Fn(GpuSample, &TransformSpec, ItemSeed) -> GpuResult + Send + Sync + 'static,
     ) -> Self {
         let queue = Arc::new(JobQueue::new(config.max_batch));
         let counters = Arc::new(GpuCounters::default());
@@ -248,7 +248,7 @@ impl GpuRunner {
                         let results: Vec<GpuResult> = job
                             .samples
                             .into_iter()
-                            .map(|s| answer(s, &job.spec, job.seed, job.epoch))
+                            .map(|s| answer(s, &job.spec, job.seed))
                             .collect();
                         for r in &results {
                             let counter = match r {
@@ -317,8 +317,7 @@ impl GpuRunner {
         &self,
         samples: Vec<GpuSample>,
         spec: Arc<TransformSpec>,
-        seed: u64,
-        epoch: u64,
+        seed: ItemSeed,
     ) -> Result<Vec<GpuResult>, RunnerGone> {
         if samples.is_empty() {
             return Ok(Vec::new());
@@ -329,7 +328,6 @@ impl GpuRunner {
             samples,
             spec,
             seed,
-            epoch,
         };
         self.queue.push(job)?;
         rx.await.map_err(|_| RunnerGone)
@@ -425,7 +423,7 @@ impl Lane {
             replies.push(job.reply);
             results.push(Vec::with_capacity(job.samples.len()));
             for sample in job.samples {
-                match self.plan(sample, &job.spec, job.seed, job.epoch) {
+                match self.plan(sample, &job.spec, job.seed) {
                     Ok(p) => {
                         planned.push(p);
                         owner.push(j);
@@ -470,13 +468,18 @@ impl Lane {
 
     /// Reads the header and resolves the sample's crop, or says why the
     /// GPU does not take it.
-    fn plan(&self, sample: GpuSample, spec: &TransformSpec, seed: u64, epoch: u64) -> Result<PlannedSample, GpuResult> {
+    fn plan(&self, sample: GpuSample, spec: &TransformSpec, seed: ItemSeed) -> Result<PlannedSample, GpuResult> {
         let back = |sample: GpuSample, reason: String| GpuResult::Cpu { sample, reason };
         let (w, h) = match check_jpeg(&sample.data, self.config.max_image_pixels) {
             Ok(dims) => dims,
             Err(e) => return Err(back(sample, e.to_string())),
         };
-        let steps = resolve_steps(spec, seed, epoch, &sample.key, w, h);
+        // What the CPU would refuse as too large the GPU does not try: the
+        // CPU path skips it with the reason.
+        if let Err(e) = footprint(spec, w, h, self.config.max_image_pixels) {
+            return Err(back(sample, e.to_string()));
+        }
+        let steps = resolve_steps(spec, &seed.sample(sample.position), w, h);
         // The largest image the steps make, held twice while a step runs
         // (a blur's float intermediate counts four times).
         let largest = steps

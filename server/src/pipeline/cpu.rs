@@ -3,12 +3,12 @@
 //! with its reason.
 
 use bytes::Bytes;
-use stoker_core::{Rect, Step, TransformSpec, resolve_steps};
+use stoker_core::{ItemSeed, Rect, SampleRng, Step, TransformSpec, footprint, resolve_steps};
 use tracing::debug;
 
 use super::{Processed, SkipKind, Skipped};
 use crate::augment::Augmenter;
-use crate::decode::{DecodeError, RgbImage, check_jpeg, decode, sniff};
+use crate::decode::{DecodeError, RgbImage, check_jpeg, decode, header_dimensions, sniff};
 use crate::libjpeg;
 use crate::metrics::{Stage, WorkerMetrics};
 use crate::wds::{ImageKind, RawSample};
@@ -22,13 +22,14 @@ thread_local! {
 pub fn process_sample(
     raw: RawSample,
     spec: &TransformSpec,
-    seed: u64,
-    epoch: u64,
+    seed: ItemSeed,
     max_pixels: u64,
     metrics: &WorkerMetrics,
 ) -> Result<Processed, Skipped> {
+    let position = raw.position;
     let skip = |key: &str, kind: SkipKind, reason: String| Skipped {
         key: key.to_owned(),
+        position,
         reason,
         kind,
     };
@@ -37,9 +38,15 @@ pub fn process_sample(
         Err(problem) => return Err(skip(&raw.key, SkipKind::from(&problem), problem.to_string())),
     };
     let label = raw.label.map_err(|reason| skip(&raw.key, SkipKind::Label, reason))?;
+    // A transform that would make an image over the pixel limit is refused
+    // from the header, before anything is decoded. (An image whose header
+    // does not parse fails in the decoder, which reads the same header.)
+    if let Ok((w, h)) = header_dimensions(kind, &data) {
+        footprint(spec, w, h, max_pixels).map_err(|e| skip(&raw.key, SkipKind::TooLarge, e.to_string()))?;
+    }
     let (img, steps) = metrics
         .time(Stage::Decode, || {
-            decode_for(kind, &data, spec, seed, epoch, &raw.key, max_pixels)
+            decode_for(kind, &data, spec, &seed.sample(position), &raw.key, max_pixels)
         })
         .map_err(|e| skip(&raw.key, SkipKind::from(&e), e.to_string()))?;
     let out = metrics
@@ -75,14 +82,13 @@ fn decode_for(
     kind: ImageKind,
     data: &[u8],
     spec: &TransformSpec,
-    seed: u64,
-    epoch: u64,
+    rng: &SampleRng,
     key: &str,
     max_pixels: u64,
 ) -> Result<(RgbImage, Vec<Step>), DecodeError> {
     if libjpeg::enabled() && kind == ImageKind::Jpeg && sniff(data) == Some(ImageKind::Jpeg) {
         let (w, h) = check_jpeg(data, max_pixels)?;
-        let mut steps = resolve_steps(spec, seed, epoch, key, w, h);
+        let mut steps = resolve_steps(spec, rng, w, h);
         if let Some(Step::CropResize { crop, .. }) = steps.first_mut()
             && crop.inside(w, h)
         {
@@ -97,6 +103,6 @@ fn decode_for(
         }
     }
     let img = decode(kind, data, max_pixels)?;
-    let steps = resolve_steps(spec, seed, epoch, key, img.width, img.height);
+    let steps = resolve_steps(spec, rng, img.width, img.height);
     Ok((img, steps))
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use stoker_core::ItemMode;
+use stoker_core::{ItemMode, TransformSpec, footprint};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
@@ -15,7 +15,7 @@ use super::measure::{read_item, synthetic_item};
 use super::replay::replay_item;
 use super::route::{InFlight, Route, gpu_sample, on_cpu, on_gpu};
 use super::samples::ItemSamples;
-use super::{Chunk, Item, ItemError, Processed, SkipKind, Skipped, WorkerContext};
+use super::{Chunk, Item, ItemError, Processed, SkipKind, SkipTally, Skipped, WorkerContext};
 use crate::decode::header_dimensions;
 use crate::gpu::GpuSample;
 use crate::memory::Reservation;
@@ -27,28 +27,32 @@ use crate::wds::{ImageKind, RawSample};
 const MAX_SKIPS_PER_CHUNK: usize = 256;
 
 /// Bytes a sample may hold while it is processed: its encoded bytes, the
-/// decoded image (twice, for decoder planes and scratch) and the result.
-/// Images whose header cannot be read, or that are over the pixel limit,
-/// count only their bytes: they fail before decoding. On a GPU worker a
+/// most its decode and transform hold at once ([`footprint`], worked out
+/// from the image header) and the result. Images whose header cannot be
+/// read, that are over the pixel limit or whose transform would be, count
+/// only their bytes: they are skipped before decoding. On a GPU worker a
 /// JPEG is decoded in device memory, so it holds only its bytes and the
 /// result in host memory; a JPEG the GPU hands back to the CPU, or that a
 /// CPU thread takes from the lanes' backlog, is decoded there outside the
 /// budget (at most one per pool thread at once).
-fn memory_need(raw: &RawSample, output_bytes: u64, max_pixels: u64, gpu: bool) -> u64 {
+fn memory_need(raw: &RawSample, spec: &TransformSpec, max_pixels: u64, gpu: bool) -> u64 {
+    let output = u64::from(spec.size).pow(2) * 3;
     if gpu && let Ok((ImageKind::Jpeg, data)) = &raw.image {
-        return data.len() as u64 + output_bytes;
+        return data.len() as u64 + output;
     }
-    let (len, decoded) = match &raw.image {
+    let (len, working) = match &raw.image {
         Ok((kind, data)) => (
             data.len() as u64,
             match header_dimensions(*kind, data) {
-                Ok((w, h)) if u64::from(w) * u64::from(h) <= max_pixels => u64::from(w) * u64::from(h) * 3 * 2,
+                Ok((w, h)) if u64::from(w) * u64::from(h) <= max_pixels => {
+                    footprint(spec, w, h, max_pixels).unwrap_or(0)
+                }
                 _ => 0,
             },
         ),
         Err(_) => (0, 0),
     };
-    len + decoded + output_bytes
+    len + working + output
 }
 
 /// Runs one item, sending chunks to `tx`. Returns when the item is done, it
@@ -127,6 +131,8 @@ struct ItemRun<'a> {
     gpu_held: Reservation,
     /// With `--replay`, the results of a whole, clean first pass are kept.
     record: Option<Vec<Processed>>,
+    /// The item's skips, logged once when it ends.
+    skips: SkipTally,
     /// Samples kept in flight: the read-ahead, with room for one batch on
     /// the GPU while the next one is read.
     ahead: usize,
@@ -145,6 +151,7 @@ impl<'a> ItemRun<'a> {
             ctx,
             item,
             tx,
+            skips: SkipTally::new(&item.dataset.join(&item.shard)),
             shard_uri: item.dataset.join(&item.shard),
             samples,
             in_flight: VecDeque::new(),
@@ -198,6 +205,7 @@ impl<'a> ItemRun<'a> {
                         self.ctx.budget.capacity() >> 20
                     ),
                     key: next.raw.key,
+                    position: next.raw.position,
                 };
                 self.skip(s);
                 continue;
@@ -240,13 +248,13 @@ impl<'a> ItemRun<'a> {
                         self.exhausted = true;
                         break;
                     }
-                    if raw.position < self.item.start || self.item.skip.contains(&raw.key) {
+                    if raw.position < self.item.start || self.item.skip.contains(raw.position) {
                         continue;
                     }
                     let route = self.ctx.route(&raw);
                     let need = memory_need(
                         &raw,
-                        self.output_bytes,
+                        &self.item.spec,
                         self.ctx.config.max_image_pixels,
                         route == Route::Gpu,
                     );
@@ -355,7 +363,7 @@ impl<'a> ItemRun<'a> {
     }
 
     fn skip(&mut self, s: Skipped) {
-        warn!(shard = %self.shard_uri, key = %s.key, reason = %s.reason, "sample skipped");
+        self.skips.add(&s);
         self.ctx.counters.skipped.fetch_add(1, Ordering::Relaxed);
         self.ctx.metrics.skipped(s.kind);
         self.chunk.skipped.push(s);

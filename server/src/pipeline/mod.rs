@@ -25,12 +25,11 @@ mod samples;
 pub use samples::SampleError;
 pub(crate) use samples::{ItemSamples, ShardRead};
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use bytes::Bytes;
-use stoker_core::{DatasetUri, ItemMode, RecordFields, ShardFormat, TransformSpec};
+use stoker_core::{DatasetUri, ItemMode, ItemSeed, PositionSet, RecordFields, ShardFormat, TransformSpec};
 
 use crate::gpu::GpuRunner;
 use crate::gpu::RunnerGone;
@@ -204,7 +203,9 @@ pub struct Item {
     pub seed: u64,
     pub epoch: u64,
     pub spec: Arc<TransformSpec>,
-    pub skip: HashSet<String>,
+    /// Positions of the samples the client holds already: neither decoded
+    /// nor sent.
+    pub skip: PositionSet,
     pub chunk_bytes: usize,
     /// The samples to process, by position in the shard: from `start`, up
     /// to (not including) `end`, or to the shard's end.
@@ -215,6 +216,14 @@ pub struct Item {
     /// How to read the shard.
     pub format: ShardFormat,
     pub fields: RecordFields,
+}
+
+impl Item {
+    /// Where the randomness of the item's samples comes from: (seed,
+    /// epoch, shard), and each sample's position.
+    pub fn item_seed(&self) -> ItemSeed {
+        ItemSeed::new(self.seed, self.epoch, &self.shard)
+    }
 }
 
 /// One processed sample: uint8 HWC RGB pixels (a GPU batch's samples share
@@ -234,8 +243,62 @@ pub struct Processed {
 #[derive(Debug)]
 pub struct Skipped {
     pub key: String,
+    /// Position in its shard: with the shard, the sample's identity.
+    pub position: u64,
     pub reason: String,
     pub kind: SkipKind,
+}
+
+/// An item's skips, logged once when the item ends (at WARN: counts by
+/// kind, and the first sample's key and reason); each sample's reason goes
+/// to DEBUG as it happens, and to the client in full. A bad shard thus
+/// costs one line, not one per sample.
+#[derive(Debug)]
+pub(crate) struct SkipTally {
+    shard: String,
+    counts: std::collections::BTreeMap<&'static str, u64>,
+    first: Option<(String, String)>,
+}
+
+impl SkipTally {
+    pub(crate) fn new(shard: &str) -> Self {
+        Self {
+            shard: shard.to_owned(),
+            counts: Default::default(),
+            first: None,
+        }
+    }
+
+    pub(crate) fn add(&mut self, s: &Skipped) {
+        tracing::debug!(shard = %self.shard, key = %s.key, position = s.position, reason = %s.reason, "sample skipped");
+        *self.counts.entry(s.kind.as_str()).or_default() += 1;
+        self.first.get_or_insert_with(|| (s.key.clone(), s.reason.clone()));
+    }
+
+    /// "3 decode, 1 too_large".
+    fn counts(&self) -> String {
+        self.counts
+            .iter()
+            .map(|(kind, n)| format!("{n} {kind}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl Drop for SkipTally {
+    fn drop(&mut self) {
+        if let Some((key, reason)) = &self.first {
+            let total: u64 = self.counts.values().sum();
+            tracing::warn!(
+                shard = %self.shard,
+                skipped = total,
+                by_kind = %self.counts(),
+                first_key = %key,
+                first_reason = %reason,
+                "samples skipped"
+            );
+        }
+    }
 }
 
 /// What kind of problem made a sample unusable: the few values of the

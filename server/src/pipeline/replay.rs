@@ -45,7 +45,7 @@ pub(super) async fn replay_item(
     tx: &mpsc::Sender<Result<Chunk, ItemError>>,
 ) -> bool {
     let mut chunk = Chunk::default();
-    for p in cached.iter().filter(|p| !item.skip.contains(&p.key)) {
+    for p in cached.iter().filter(|p| !item.skip.contains(p.position)) {
         chunk.push(p.clone(), Reservation::default());
         if chunk.pixel_bytes >= item.chunk_bytes && !send(ctx, tx, std::mem::take(&mut chunk)).await {
             return false;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use stoker_core::TransformSpec;
+use stoker_core::{ItemSeed, TransformSpec};
 use tracing::debug;
 
 use super::{Item, ItemError, Processed, Skipped, WorkerContext, process_sample};
@@ -69,7 +69,6 @@ fn steal_one(ctx: &Arc<WorkerContext>) {
         raw,
         &stolen.spec,
         stolen.seed,
-        stolen.epoch,
         ctx.config.max_image_pixels,
         &ctx.metrics,
     ) {
@@ -122,13 +121,12 @@ fn on_pool(
     ctx: &Arc<WorkerContext>,
     raw: RawSample,
     spec: &Arc<TransformSpec>,
-    seed: u64,
-    epoch: u64,
+    seed: ItemSeed,
 ) -> impl Future<Output = Result<Outcome, PoolError>> + Send + 'static {
     let (spec, worker) = (Arc::clone(spec), Arc::clone(ctx));
     let max_pixels = ctx.config.max_image_pixels;
     ctx.pool.spawn(move || {
-        let outcome = process_sample(raw, &spec, seed, epoch, max_pixels, &worker.metrics);
+        let outcome = process_sample(raw, &spec, seed, max_pixels, &worker.metrics);
         if outcome.is_ok() {
             worker.counters.cpu_samples.fetch_add(1, Ordering::Relaxed);
         }
@@ -139,7 +137,7 @@ fn on_pool(
 /// Queues one sample on the CPU pool now, holding `held` until its result
 /// is collected.
 pub(super) fn on_cpu(ctx: &Arc<WorkerContext>, item: &Item, raw: RawSample, held: Reservation) -> InFlight {
-    let one = on_pool(ctx, raw, &item.spec, item.seed, item.epoch);
+    let one = on_pool(ctx, raw, &item.spec, item.item_seed());
     InFlight {
         results: Box::pin(async move { Ok(vec![one.await?]) }),
         samples: 1,
@@ -159,13 +157,13 @@ pub(super) fn on_gpu(ctx: &Arc<WorkerContext>, item: &Item, samples: Vec<GpuSamp
     let n = samples.len();
     let ctx = Arc::clone(ctx);
     let spec = Arc::clone(&item.spec);
-    let (seed, epoch) = (item.seed, item.epoch);
+    let seed = item.item_seed();
     let task = tokio::spawn(async move {
         let gpu = ctx.gpu.as_ref().ok_or(RunnerGone)?;
         // A lane panicked or the runner stopped: the item fails and the
         // client reassigns it.
         let queued = std::time::Instant::now();
-        let results = gpu.run(samples, Arc::clone(&spec), seed, epoch);
+        let results = gpu.run(samples, Arc::clone(&spec), seed);
         share_backlog(&ctx);
         let results = results.await?;
         ctx.metrics.observe(Stage::GpuBatch, queued.elapsed());
@@ -177,7 +175,7 @@ pub(super) fn on_gpu(ctx: &Arc<WorkerContext>, item: &Item, samples: Vec<GpuSamp
                 GpuResult::Skipped(s) => out.push(Err(s)),
                 GpuResult::Cpu { sample, reason } => {
                     debug!(key = %sample.key, reason, "gpu handed the sample to the cpu");
-                    back.push(on_pool(&ctx, sample.into_raw(), &spec, seed, epoch));
+                    back.push(on_pool(&ctx, sample.into_raw(), &spec, seed));
                 }
             }
         }
@@ -201,7 +199,7 @@ mod tests {
     //! paths an item's samples take, each comes back exactly once, with
     //! the CPU worker's pixels and skip reasons.
 
-    use std::collections::{HashMap, HashSet};
+    use std::collections::HashMap;
     use std::sync::Arc;
     use std::sync::atomic::Ordering;
     use std::time::Duration;
@@ -260,7 +258,7 @@ mod tests {
             seed: 3,
             epoch: 1,
             spec: Arc::new(TransformSpec::train(32)),
-            skip: HashSet::new(),
+            skip: Default::default(),
             chunk_bytes: 4096,
             start,
             end,
@@ -321,11 +319,11 @@ mod tests {
             max_batch: 4,
             ..GpuRunnerConfig::default()
         };
-        GpuRunner::emulated(lanes, move |sample: GpuSample, spec, seed, epoch| {
+        GpuRunner::emulated(lanes, move |sample: GpuSample, spec, seed| {
             std::thread::sleep(delay);
             let n: u64 = sample.key.bytes().map(u64::from).sum();
             if n.is_multiple_of(3)
-                && let Ok(p) = process_sample(sample.clone_raw(), spec, seed, epoch, 100_000_000, &Default::default())
+                && let Ok(p) = process_sample(sample.clone_raw(), spec, seed, 100_000_000, &Default::default())
             {
                 return GpuResult::Done(p);
             }
