@@ -9,7 +9,8 @@ use stoker_server::decode::{ImageKind, header_dimensions};
 use stoker_server::wds::{file_header, padding};
 
 use crate::support::{
-    Worker, assert_exactly_once, image_folder_keys, pack, peak_rss, stoker_bin, stream, synth_images,
+    StreamChild, Worker, assert_exactly_once, image_folder_keys, pack, peak_rss, signal, stoker_bin, stream,
+    synth_images,
 };
 
 #[test]
@@ -305,4 +306,133 @@ fn truncated_shards_deliver_what_came_before_and_name_the_shard() {
     let stderr = run.stderr();
     assert!(stderr.contains("shard-000001.tar"), "{stderr}");
     assert!(stderr.contains("shard-000002.tar"), "{stderr}");
+}
+
+/// One sample per key in `keys`, in that order, each with its own JPEG
+/// and label (`labels[i]`): a WebDataset shard whose keys may repeat.
+fn shard_of(keys: &[String], labels: &[i64], jpeg: &[u8]) -> Vec<u8> {
+    let members: Vec<Member> = keys
+        .iter()
+        .zip(labels)
+        .flat_map(|(key, label)| sample(key, "jpg", jpeg, label.to_string().as_bytes()))
+        .collect();
+    tar(&members)
+}
+
+#[test]
+fn resize_bombs_are_skipped_as_too_large_before_any_allocation() {
+    // 65000x1 and 1x65000: tiny files, far under the pixel limit, but
+    // `eval` resizes the shorter side to 256, which makes 16.6 M x 256.
+    use stoker_server::synth::{encode_jpeg, procedural};
+    let dir = tempfile::tempdir().unwrap();
+    let good = jpegs(&dir.path().join("images"), 24);
+    let wide = encode_jpeg(&procedural(65000, 1, 1), 90).unwrap();
+    let tall = encode_jpeg(&procedural(1, 65000, 2), 90).unwrap();
+    let mut members: Vec<Member> = Vec::new();
+    for (i, jpeg) in good.iter().enumerate() {
+        members.extend(sample(&format!("ok{i:02}"), "jpg", jpeg, b"1"));
+        if i == 8 {
+            members.extend(sample("bomb_wide", "jpg", &wide, b"1"));
+        }
+        if i == 16 {
+            members.extend(sample("bomb_tall", "jpg", &tall, b"1"));
+        }
+    }
+    let shards = dir.path().join("shards");
+    std::fs::create_dir(&shards).unwrap();
+    std::fs::write(shards.join("bombs-000000.tar"), tar(&members)).unwrap();
+
+    let w = Worker::start_with(2, &["--memory-limit", "1G"], &[]);
+    let started = std::time::Instant::now();
+    let run = stream(
+        &[&w],
+        shards.to_str().unwrap(),
+        &["--batch-size", "5", "--transform", "eval", "--image-size", "224"],
+        &[],
+    );
+    let seconds = started.elapsed().as_secs_f64();
+    assert!(run.success(), "{}", run.stderr());
+    assert_eq!(run.num("samples"), 24);
+    assert_eq!(run.num("skipped"), 2);
+    let stderr = run.stderr();
+    assert_named(&stderr, "bomb_wide", "(resize) would make a 16640000x256 image");
+    assert_named(&stderr, "bomb_tall", "(resize) would make a 256x16640000 image");
+    let peak = peak_rss(w.child.0.id());
+    println!(
+        "two resize bombs under eval: {seconds:.1}s, worker peak RSS {} MiB",
+        peak >> 20
+    );
+    assert!(peak < 1536 << 20, "worker peak RSS {} MiB", peak >> 20);
+    assert!(seconds < 60.0, "the epoch took {seconds:.1}s");
+    // The worker serves on; under `train`, which crops first, the two
+    // thin images are small work and arrive too.
+    let again = stream(
+        &[&w],
+        shards.to_str().unwrap(),
+        &["--batch-size", "5", "--image-size", "64"],
+        &[],
+    );
+    assert!(again.success(), "{}", again.stderr());
+    assert_eq!(again.num("samples"), 26);
+}
+
+#[test]
+fn repeated_keys_each_arrive_exactly_once_through_a_worker_kill() {
+    // Six shards merged from several sources: each repeats its first 20
+    // keys, not consecutively, and every shard uses the same key names.
+    // Labels tell the samples apart: (shard, position) is the identity.
+    let dir = tempfile::tempdir().unwrap();
+    let jpeg = jpegs(&dir.path().join("images"), 1).remove(0);
+    let shards = dir.path().join("shards");
+    std::fs::create_dir(&shards).unwrap();
+    let mut expected: Vec<(String, i64)> = Vec::new();
+    for s in 0..6i64 {
+        let keys: Vec<String> = (0..40).map(|i| format!("k{:03}", i % 20)).collect();
+        let labels: Vec<i64> = (0..40).map(|i| s * 100 + i).collect();
+        std::fs::write(
+            shards.join(format!("merged-{s:06}.tar")),
+            shard_of(&keys, &labels, &jpeg),
+        )
+        .unwrap();
+        expected.extend(keys.into_iter().zip(labels));
+    }
+    expected.sort();
+
+    let small_chunks = ["--chunk-bytes", "8K"];
+    let (w1, w2) = (
+        Worker::start_with(1, &small_chunks, &[]),
+        Worker::start_with(1, &small_chunks, &[]),
+    );
+    let mut run = StreamChild::spawn(
+        &[&w1, &w2],
+        shards.to_str().unwrap(),
+        &[
+            "--batch-size",
+            "4",
+            "--image-size",
+            "32",
+            "--prefetch",
+            "1",
+            "--epochs",
+            "2",
+        ],
+    );
+    run.wait_for_samples(8, std::time::Duration::from_secs(30));
+    signal(w1.child.0.id(), "-KILL");
+    let run = run.finish();
+    // Each (key, label) once per epoch: 240 samples under 20 key names.
+    assert_exactly_once(&run, &expected, 0..2);
+    assert!(
+        run.num("retries") >= 1,
+        "the killed worker's items were never reassigned"
+    );
+    assert_eq!(run.num("skipped"), 0);
+    for epoch in 0..2 {
+        let mut per_key = std::collections::BTreeMap::<&str, usize>::new();
+        for (_, key, _) in run.keys.iter().filter(|(e, _, _)| *e == epoch) {
+            *per_key.entry(key.as_str()).or_default() += 1;
+        }
+        assert_eq!(per_key.len(), 20);
+        assert!(per_key.values().all(|&n| n == 12), "epoch {epoch}: {per_key:?}");
+    }
 }
