@@ -23,6 +23,7 @@ mod gpu;
 mod lifecycle;
 mod memory;
 mod metrics;
+mod protocol;
 mod python;
 mod ranks;
 mod s3;

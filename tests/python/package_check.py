@@ -129,6 +129,23 @@ def main():
         assert "seed" in str(e), str(e)
     else:
         raise AssertionError("a state saved with another seed was accepted")
+    # A sample's identity is its position in the shard: partly delivered
+    # items list position ranges, and a state from before (no version,
+    # keys) cannot resume mid-item, and says why.
+    assert state["position"]["version"] == 2, state
+    for item, ranges in state["position"]["partial"]:
+        assert all(len(r) == 2 and r[0] < r[1] for r in ranges), state
+    old = json.loads(json.dumps(state))
+    del old["position"]["version"]
+    old["position"]["partial"] = [[0, ["class_000/img_000000"]]]
+    try:
+        stale = det()
+        stale.load_state_dict(old)
+        next(iter(stale))
+    except stoker.StokerError as e:
+        assert "identified by their position" in str(e), str(e)
+    else:
+        raise AssertionError("a state naming samples by key was accepted")
 
     # Normalisation: float32, scaled to [0, 1] then (x - mean) / std.
     mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]

@@ -19,8 +19,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 use stoker_client::device::{DType, Layout, UploadSpec};
 use stoker_client::{
     DeviceTarget, EpochState, EpochStream, EpochWatch, ErrorBudget, Fingerprint, FormatChoice, LastBatch, Loader,
-    PositionSet,
-    LoaderConfig, RecordFields, Secret, TransformSpec,
+    LoaderConfig, PositionSet, RecordFields, Secret, TransformSpec,
 };
 
 use crate::dlpack::DeviceTensor;
@@ -460,8 +459,20 @@ fn partial_from_py(v: &Bound<'_, PyAny>) -> PyResult<Vec<(u32, PositionSet)>> {
     for entry in v.try_iter().map_err(bad)? {
         let entry = entry.map_err(bad)?;
         let item: u32 = entry.get_item(0).and_then(|x| x.extract()).map_err(bad)?;
-        let ranges: Vec<(u64, u64)> = entry.get_item(1).and_then(|x| x.extract()).map_err(bad)?;
-        out.push((item, PositionSet::from_ranges(ranges.into_iter().map(|(a, b)| a..b))));
+        // Lists after a JSON round trip, so not tuples.
+        let ranges: Vec<Vec<u64>> = entry.get_item(1).and_then(|x| x.extract()).map_err(bad)?;
+        let mut set = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            match r[..] {
+                [start, end] if start < end => set.push(start..end),
+                _ => {
+                    return Err(err(format!(
+                        "saved loader state: \"partial\" is invalid: item {item} has range {r:?}, not [start, end] with start < end"
+                    )));
+                }
+            }
+        }
+        out.push((item, PositionSet::from_ranges(set)));
     }
     Ok(out)
 }
