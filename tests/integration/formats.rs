@@ -225,13 +225,15 @@ async fn tfrecord_pixels_equal_webdataset_pixels_for_the_same_images() {
     let tfrecord = dir.path().join("tfrecord");
     write_tfrecord(&images, &tfrecord, 3, ".tfrecord", &[]);
     let w = Worker::start(2);
-    let from_wds = pixels(&w, &wds, FormatChoice::Auto, TransformSpec::train(48)).await;
+    // `eval` draws nothing: the same image bytes give the same pixels,
+    // whatever the shard layout. (Random ops draw from the sample's shard
+    // and position, which differ between these two layouts.)
+    let from_wds = pixels(&w, &wds, FormatChoice::Auto, TransformSpec::eval(48)).await;
     let tfrecord_format = FormatChoice::Given(ShardFormat::TfRecord);
-    let from_tfrecord = pixels(&w, &tfrecord, tfrecord_format, TransformSpec::train(48)).await;
+    let from_tfrecord = pixels(&w, &tfrecord, tfrecord_format, TransformSpec::eval(48)).await;
     assert_eq!(from_wds.len(), 20);
     assert_eq!(from_tfrecord.len(), 20);
     for (key, want) in &from_wds {
-        // The same bytes, key and (seed, epoch): the same augmentation.
         assert!(from_tfrecord.get(key) == Some(want), "{key}: pixels differ");
     }
 }
@@ -676,9 +678,10 @@ async fn parquet_pixels_equal_webdataset_pixels_for_the_same_images() {
     let hf = dir.path().join("hf");
     write_parquet(&images, &hf, 3, 3, &[]);
     let w = Worker::start(2);
-    // The same keys (the images' paths): the same augmentation.
-    let from_wds = pixels(&w, &wds, FormatChoice::Auto, TransformSpec::train(48)).await;
-    let from_parquet = pixels(&w, &hf, FormatChoice::Auto, TransformSpec::train(48)).await;
+    // The same image bytes under the same keys (the images' paths): the
+    // same pixels, through `eval`, which draws nothing.
+    let from_wds = pixels(&w, &wds, FormatChoice::Auto, TransformSpec::eval(48)).await;
+    let from_parquet = pixels(&w, &hf, FormatChoice::Auto, TransformSpec::eval(48)).await;
     assert_eq!(from_wds.len(), 20);
     assert_eq!(from_parquet.len(), 20);
     for (key, want) in &from_wds {
@@ -907,8 +910,10 @@ async fn pack_converts_datasets_between_formats_keeping_keys_labels_and_pixels()
     want.remove(1);
     let run = stream(&[&w], wds.to_str().unwrap(), ARGS, &[]);
     assert_exactly_once(&run, &want, 0..1);
-    // The same bytes under the same keys: the same pixels.
-    let spec = || TransformSpec::train(48);
+    // The same bytes under the same keys: the same pixels (through `eval`:
+    // random ops draw from the shard and position, and conversion may lay
+    // the samples out in other shards).
+    let spec = || TransformSpec::eval(48);
     let from_tfr = pixels(&w, &tfr, FormatChoice::Given(ShardFormat::TfRecord), spec()).await;
     let from_wds = pixels(&w, &wds, FormatChoice::Auto, spec()).await;
     assert_eq!(from_wds.len(), 29);
