@@ -88,6 +88,11 @@ impl Reservation {
         Reservation(self.0.as_mut().and_then(|p| p.split(n.min(p.num_permits()))))
     }
 
+    /// Bytes this reservation holds (whole budget units).
+    pub fn bytes(&self) -> u64 {
+        self.0.as_ref().map_or(0, |p| p.num_permits() as u64 * UNIT)
+    }
+
     /// Adds `other` to this reservation.
     pub fn absorb(&mut self, other: Reservation) {
         match (&mut self.0, other.0) {
@@ -114,8 +119,11 @@ mod tests {
         // 1 MiB still held by `kept`.
         assert!(b.try_reserve(9 << 20).is_some());
         assert!(b.try_reserve((9 << 20) + UNIT).is_none());
+        assert_eq!(kept.bytes(), 1 << 20);
         let mut all = Reservation::default();
+        assert_eq!(all.bytes(), 0);
         all.absorb(kept);
+        assert_eq!(all.bytes(), 1 << 20);
         drop(all);
         let _ten = b.reserve(10 << 20).await;
     }

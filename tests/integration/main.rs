@@ -23,6 +23,9 @@ mod gpu;
 mod lifecycle;
 mod memory;
 mod metrics;
+// Needs the worker's fault-injection points: --features stoker/failpoints.
+#[cfg(feature = "failpoints")]
+mod panics;
 mod python;
 mod ranks;
 mod s3;

@@ -238,6 +238,18 @@ pub struct Skipped {
     pub kind: SkipKind,
 }
 
+impl Skipped {
+    /// The sample `key`, whose `stage` panicked with `message` (caught):
+    /// an [`SkipKind::Internal`] skip whose reason names both.
+    pub fn panicked(key: &str, stage: &str, message: &str) -> Self {
+        Self {
+            key: key.to_owned(),
+            reason: format!("internal error: {stage} of {key} panicked: {message}"),
+            kind: SkipKind::Internal,
+        }
+    }
+}
+
 /// What kind of problem made a sample unusable: the few values of the
 /// `reason` label of `stoker_worker_skipped_total` (the full reason, with
 /// the key, goes to the client and the log).
@@ -259,10 +271,14 @@ pub enum SkipKind {
     /// A record whose checksum does not match, or that does not parse
     /// (TFRecord).
     Corrupt,
+    /// A panic in the worker's own code (a decoder's or a transform's, on
+    /// the CPU pool or a GPU lane's host work), caught: the reason says
+    /// where, with the panic's message. A bug to report, not bad data.
+    Internal,
 }
 
 impl SkipKind {
-    pub const ALL: [SkipKind; 7] = [
+    pub const ALL: [SkipKind; 8] = [
         SkipKind::NotImage,
         SkipKind::TooLarge,
         SkipKind::Decode,
@@ -270,6 +286,7 @@ impl SkipKind {
         SkipKind::Transform,
         SkipKind::Memory,
         SkipKind::Corrupt,
+        SkipKind::Internal,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -281,6 +298,7 @@ impl SkipKind {
             SkipKind::Transform => "transform",
             SkipKind::Memory => "memory",
             SkipKind::Corrupt => "corrupt",
+            SkipKind::Internal => "internal",
         }
     }
 }
