@@ -1,11 +1,17 @@
 //! The worker's memory budget: sample data held at once (shard bytes read
 //! ahead, decoded images, results waiting to be sent), across all items.
 //!
-//! Each sample reserves an estimate of what it will hold before it goes to
-//! the CPU pool. When it is done, only the result's share stays reserved,
-//! until its chunk is handed to the network. A sample that could never fit
-//! is skipped with the reason; one that does not fit *now* waits until
-//! others finish, after its item has sent what it held.
+//! Bytes are reserved before they are read: a WebDataset image member
+//! before the tar reader reads it (the reservation travels with its
+//! sample), a Parquet row group before it is fetched (until its last row is
+//! read; one larger than the whole budget is the shard's error). Each
+//! sample then reserves the rest of an estimate of what it will hold
+//! before it goes to the CPU pool. When it is done, only the result's share
+//! stays reserved, until its chunk is handed to the network. A sample that
+//! could never fit is skipped with the reason; one that does not fit *now*
+//! waits until others finish, after its item has sent what it held (and let
+//! go of the sample's own bytes, so that two waiting items never wait for
+//! each other).
 
 use std::sync::Arc;
 

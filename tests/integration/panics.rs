@@ -38,8 +38,10 @@ fn a_decode_panic_skips_its_sample_as_internal_and_the_worker_serves_on() {
     let stderr = run.stderr();
     let reason =
         format!("internal error: decode of {bad} panicked: failpoint stoker-decode-panic: injected panic on {bad}");
+    // The summary lists each skip as "KEY: REASON".
+    let listed = format!("{bad}: {reason}");
     assert_eq!(
-        stderr.lines().filter(|l| l.contains(&reason)).count(),
+        stderr.lines().filter(|l| l.trim() == listed).count(),
         2,
         "the skip not reported with its reason in:\n{stderr}"
     );
@@ -109,12 +111,12 @@ fn a_panic_in_a_gpu_lanes_host_work_hands_the_sample_to_the_cpu() {
     );
     assert_exactly_once(&run, &expected, 0..2);
     assert_eq!(run.num("skipped"), 2, "{}", run.stderr());
-    let reason = format!("internal error: decode of {on_cpu} panicked");
+    let listed = format!("{on_cpu}: internal error: decode of {on_cpu} panicked");
+    let stderr = run.stderr();
     assert_eq!(
-        run.stderr().lines().filter(|l| l.contains(&reason)).count(),
+        stderr.lines().filter(|l| l.trim().starts_with(&listed)).count(),
         2,
-        "{}",
-        run.stderr()
+        "{stderr}"
     );
     assert!(w.child.0.try_wait().unwrap().is_none(), "the worker exited");
     // The one lane still takes batches.
