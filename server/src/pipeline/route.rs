@@ -493,6 +493,43 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn items_sharing_a_small_budget_read_and_wait_without_deadlock() {
+        let dir = tempfile::tempdir().unwrap();
+        let class = dir.path().join("images/a");
+        std::fs::create_dir_all(&class).unwrap();
+        for i in 0..40u64 {
+            let img = synth::procedural(320, 240, i);
+            std::fs::write(class.join(format!("{i:03}.jpg")), synth::encode_jpeg(&img, 95).unwrap()).unwrap();
+        }
+        let uri = DatasetUri::Local(dir.path().join("shards"));
+        crate::pack::pack(
+            &Storage::new(),
+            &dir.path().join("images"),
+            &uri,
+            stoker_core::ShardFormat::WebDataset,
+            64 << 20,
+            |_, _| {},
+        )
+        .await
+        .unwrap();
+        // Room for about three samples at once (each holds its bytes and
+        // twice its 230 KB decoded image), shared by four items: members
+        // wait to be read, samples wait for the rest of their estimate.
+        let mut small = config(2);
+        small.memory_limit = crate::memory::RESERVE + (1600 << 10);
+        let ctx = Arc::new(WorkerContext::new(small).unwrap());
+        let runs = (0..4).map(|_| tokio::spawn(run(Arc::clone(&ctx), uri.clone(), 0, None)));
+        let all = tokio::time::timeout(Duration::from_secs(120), futures::future::join_all(runs))
+            .await
+            .expect("items waiting for the budget never finished");
+        for got in all {
+            let got = got.unwrap();
+            assert_eq!(got.samples.len(), 40, "skipped: {:?}", got.skipped);
+        }
+        assert_eq!(ctx.budget.used(), 0, "every reservation came back");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn without_cpu_jpegs_only_what_the_gpu_hands_back_runs_on_the_cpu() {
         let dir = tempfile::tempdir().unwrap();
         let uri = dataset(dir.path()).await;
