@@ -2,8 +2,9 @@
 # Runs the GPU tests and the GPU benchmark on a CUDA machine, in one call,
 # from the repository root, with binaries built elsewhere:
 #
-#   .carry/stoker        the stoker binary (cargo build --release)
-#   .carry/integration   the integration test binary (cargo test --release --no-run)
+#   .carry/stoker        the stoker binary (cargo build --release --features failpoints)
+#   .carry/integration   the integration test binary (cargo test --release --no-run,
+#                        the same features)
 #   .carry/photos/       the photos (../shared/photos); procedural JPEGs without
 #
 # Build and stage them with `scripts/gpu-check.sh --stage` on the build machine;
@@ -15,8 +16,10 @@ cd "$(dirname "$0")/.."
 
 if [[ "${1:-}" == "--stage" ]]; then
     set -e
-    cargo build --release --bin stoker
-    bin=$(cargo test --release --no-run -p stoker --test integration --message-format=json 2>/dev/null |
+    # With the fault-injection points, as scripts/test.sh builds them: the
+    # GPU lanes' panic test needs them (they cost nothing unless set).
+    cargo build --release --bin stoker --features failpoints
+    bin=$(cargo test --release --no-run -p stoker --test integration --features failpoints --message-format=json 2>/dev/null |
         python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)

@@ -21,7 +21,9 @@
 #                               debootstrap), where Docker runs and we are root,
 #     stoker-prometheus:local   and Prometheus on it (scripts/prometheus.sh)
 # then runs every unit and integration test with cargo-nextest (cargo test
-# when nextest is not installed). Extra arguments go to the test runner.
+# when nextest is not installed), built with the worker's fault-injection
+# points (`--features stoker/failpoints`). Extra arguments go to the test
+# runner.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -70,9 +72,13 @@ export STOKER_TEST_S3S_FS="$PWD/target/tools/bin/s3s-fs"
 export STOKER_TEST_PYTHON="$PWD/target/pyenv/bin/python"
 export STOKER_TEST_MXNET_PYTHON="$PWD/target/mxenv/bin/python"
 
+# The worker's fault-injection points (FAILPOINTS) are compiled into the
+# `stoker` binary the integration tests run, and only there: a release
+# build (`cargo build --release`) carries none of them.
+FEATURES=(--features stoker/failpoints)
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --release --workspace --no-fail-fast "$@"
+  cargo nextest run --release --workspace "${FEATURES[@]}" --no-fail-fast "$@"
 else
   echo "==> cargo-nextest not found, using cargo test"
-  cargo test --release --workspace --no-fail-fast "$@"
+  cargo test --release --workspace "${FEATURES[@]}" --no-fail-fast "$@"
 fi

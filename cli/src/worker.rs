@@ -241,6 +241,10 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     // Read before anything binds: a bad --token-file fails at once.
     let token = args.token.secret()?;
     let config = args.config()?;
+    #[cfg(feature = "failpoints")]
+    for point in stoker_server::failpoint::configure_from_env().map_err(anyhow::Error::msg)? {
+        warn!(%point, "failpoint set: this worker injects faults (tests only)");
+    }
     let gpu = start_gpu(&args, &config)?;
     let device = if gpu.is_some() { "cuda" } else { "cpu" };
     let listener = TcpListener::bind(&args.listen)

@@ -15,6 +15,7 @@
 //! - [`parquet`]: Parquet shards, read by row groups over ranged reads.
 //! - [`pack`]: ImageFolder trees to WebDataset shards.
 //! - [`synth`]: procedural images for the demo and benchmarks.
+//! - `failpoint` (feature `failpoints`, tests only): fault injection.
 
 // Items are `pub` only where other crates use them; the rest is
 // `pub(crate)`, so the public surface shows what the CLI and tests need.
@@ -22,6 +23,8 @@
 
 pub mod augment;
 pub mod decode;
+#[cfg(feature = "failpoints")]
+pub mod failpoint;
 pub mod gpu;
 pub mod libjpeg;
 pub mod memory;

@@ -1,11 +1,17 @@
 //! The worker's memory budget: sample data held at once (shard bytes read
 //! ahead, decoded images, results waiting to be sent), across all items.
 //!
-//! Each sample reserves an estimate of what it will hold before it goes to
-//! the CPU pool. When it is done, only the result's share stays reserved,
-//! until its chunk is handed to the network. A sample that could never fit
-//! is skipped with the reason; one that does not fit *now* waits until
-//! others finish, after its item has sent what it held.
+//! Bytes are reserved before they are read: a WebDataset image member
+//! before the tar reader reads it (the reservation travels with its
+//! sample), a Parquet row group before it is fetched (until its last row is
+//! read; one larger than the whole budget is the shard's error). Each
+//! sample then reserves the rest of an estimate of what it will hold
+//! before it goes to the CPU pool. When it is done, only the result's share
+//! stays reserved, until its chunk is handed to the network. A sample that
+//! could never fit is skipped with the reason; one that does not fit *now*
+//! waits until others finish, after its item has sent what it held (and let
+//! go of the sample's own bytes, so that two waiting items never wait for
+//! each other).
 
 use std::sync::Arc;
 
@@ -88,6 +94,11 @@ impl Reservation {
         Reservation(self.0.as_mut().and_then(|p| p.split(n.min(p.num_permits()))))
     }
 
+    /// Bytes this reservation holds (whole budget units).
+    pub fn bytes(&self) -> u64 {
+        self.0.as_ref().map_or(0, |p| p.num_permits() as u64 * UNIT)
+    }
+
     /// Adds `other` to this reservation.
     pub fn absorb(&mut self, other: Reservation) {
         match (&mut self.0, other.0) {
@@ -114,8 +125,11 @@ mod tests {
         // 1 MiB still held by `kept`.
         assert!(b.try_reserve(9 << 20).is_some());
         assert!(b.try_reserve((9 << 20) + UNIT).is_none());
+        assert_eq!(kept.bytes(), 1 << 20);
         let mut all = Reservation::default();
+        assert_eq!(all.bytes(), 0);
         all.absorb(kept);
+        assert_eq!(all.bytes(), 1 << 20);
         drop(all);
         let _ten = b.reserve(10 << 20).await;
     }

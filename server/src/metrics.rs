@@ -121,6 +121,12 @@ impl WorkerMetrics {
     pub fn skipped(&self, kind: SkipKind) {
         self.skipped.get_or_create(&[("reason", kind.as_str())]).inc();
     }
+
+    /// Skips of `kind` counted so far.
+    #[cfg(test)]
+    pub(crate) fn skips(&self, kind: SkipKind) -> u64 {
+        self.skipped.get_or_create(&[("reason", kind.as_str())]).get()
+    }
 }
 
 /// Clients with work items in progress, by address.

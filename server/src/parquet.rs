@@ -16,10 +16,18 @@
 //!   unless `--label-key` named it: then its absence is an error.
 //! - The key is the image's `path` when it has one, else `<shard>:<row>`.
 //!
+//! A row group is held in the worker's memory budget: before it is fetched
+//! the reader asks for what fetching and decoding its columns need (their
+//! compressed and uncompressed sizes, from the footer), keeps what the
+//! decoded batches hold once decoded, and releases it when its last row has
+//! been read. Rows' images are copied out of the batches, so a sample
+//! outlives its row group with only its own bytes (reserved by the sample).
+//!
 //! A shard without the image column, with columns of other types, or with
-//! a row group too large to hold is unreadable, and the error names the
-//! column or the row group. A row whose image is null, empty or not a JPEG
-//! or PNG is a skipped sample with its reason.
+//! a row group too large to hold (more than the whole budget) is
+//! unreadable, and the error names the column or the row group. A row whose
+//! image is null, empty or not a JPEG or PNG is a skipped sample with its
+//! reason.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -38,8 +46,9 @@ use parquet::errors::ParquetError;
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 use stoker_core::{RecordFields, ShardFormat};
 use stoker_formats::image::sniff;
-use stoker_formats::sample::{MemberProblem, RawSample};
+use stoker_formats::sample::{MemberProblem, RawSample, Step};
 
+use crate::memory::Reservation;
 use crate::storage::{Object, StorageError};
 
 /// Bytes read from a file's end in the first request for its footer: most
@@ -47,9 +56,36 @@ use crate::storage::{Object, StorageError};
 pub const FOOTER_PREFETCH: usize = 64 << 10;
 /// Rows decoded at once.
 pub const BATCH_ROWS: usize = 64;
-/// The most bytes of the columns read that one row group may hold: the
-/// reader keeps one row group in memory.
+/// The most bytes a row group may need to be read (its columns read,
+/// fetched and decoded) outside a worker's budget (`pack`): the reader
+/// keeps one row group in memory.
 pub const MAX_ROW_GROUP_BYTES: u64 = 1 << 30;
+
+/// What bounds the row group a reader holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowGroupLimit {
+    /// The worker's memory budget, of this many bytes.
+    Budget(u64),
+    /// A fixed number of bytes (`pack`).
+    Fixed(u64),
+}
+
+impl RowGroupLimit {
+    fn bytes(self) -> u64 {
+        match self {
+            Self::Budget(b) | Self::Fixed(b) => b,
+        }
+    }
+}
+
+impl std::fmt::Display for RowGroupLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Budget(b) => write!(f, "the worker's whole memory budget of {b} bytes"),
+            Self::Fixed(b) => write!(f, "the limit of {b} bytes"),
+        }
+    }
+}
 
 /// Why a Parquet shard could not be read (further).
 #[derive(Debug, thiserror::Error)]
@@ -61,8 +97,12 @@ pub enum ParquetShardError {
     /// The columns are missing or of the wrong type.
     #[error("{0}")]
     Schema(String),
-    #[error("row group {index} holds {bytes} bytes of the columns read, more than the limit of {limit} bytes")]
-    RowGroupTooLarge { index: usize, bytes: u64, limit: u64 },
+    #[error("row group {index} needs {bytes} bytes to fetch and decode the columns read, more than {limit}")]
+    RowGroupTooLarge {
+        index: usize,
+        bytes: u64,
+        limit: RowGroupLimit,
+    },
 }
 
 impl ParquetShardError {
@@ -127,6 +167,23 @@ impl AsyncFileReader for ObjectFile {
     }
 }
 
+/// What reading a row group's columns in `mask` needs, by its footer: the
+/// column chunks fetched (compressed) and decoded (uncompressed), both held
+/// while the chunks decode.
+fn row_group_need(group: &parquet::file::metadata::RowGroupMetaData, mask: &ProjectionMask) -> u64 {
+    group
+        .columns()
+        .iter()
+        .enumerate()
+        .filter(|(leaf, _)| mask.leaf_included(*leaf))
+        .map(|(_, c)| {
+            let fetched = u64::try_from(c.compressed_size()).unwrap_or(0);
+            let decoded = u64::try_from(c.uncompressed_size()).unwrap_or(0);
+            fetched.saturating_add(decoded)
+        })
+        .fold(0u64, u64::saturating_add)
+}
+
 /// Rows in the Parquet shard `object`, from its footer.
 pub async fn row_count(object: Object) -> Result<u64, ParquetShardError> {
     let metadata = ObjectFile(object).get_metadata(None).await.map_err(from_parquet)?;
@@ -160,21 +217,17 @@ fn check_image_type(name: &str, t: &DataType) -> Result<(), ParquetShardError> {
     }
 }
 
-/// The binary cell at `row`, sharing the column's buffer (no copy) where
-/// it is one: a row's image lives as long as its sample does.
+/// A copy of the binary cell at `row`. A copy, not a slice of the
+/// column's buffer: a slice would keep the whole batch alive as long as its
+/// sample, after the row group's budget is released.
 fn binary_at(col: &ArrayRef, row: usize) -> Option<Bytes> {
-    fn shared<O: arrow_array::OffsetSizeTrait>(a: &arrow_array::GenericBinaryArray<O>, row: usize) -> Bytes {
-        let offsets = a.value_offsets();
-        let (start, end) = (offsets[row].as_usize(), offsets[row + 1].as_usize());
-        Bytes::from(a.values().clone()).slice(start..end)
-    }
     if col.is_null(row) {
         return None;
     }
     if let Some(a) = col.as_binary_opt::<i32>() {
-        Some(shared(a, row))
+        Some(Bytes::copy_from_slice(a.value(row)))
     } else if let Some(a) = col.as_binary_opt::<i64>() {
-        Some(shared(a, row))
+        Some(Bytes::copy_from_slice(a.value(row)))
     } else {
         col.as_binary_view_opt().map(|a| Bytes::copy_from_slice(a.value(row)))
     }
@@ -231,6 +284,10 @@ pub struct ParquetSamples {
     /// The rows still to come, as (position of the next one, rows left) of
     /// each selected row group, in file order.
     groups: VecDeque<(u64, u64)>,
+    /// The bytes each selected row group not yet fetched needs, in order.
+    needs: VecDeque<u64>,
+    /// The budget the row group being read holds.
+    held: Reservation,
 }
 
 impl std::fmt::Debug for ParquetSamples {
@@ -246,13 +303,15 @@ impl ParquetSamples {
     /// Opens the Parquet shard `object` (named `shard`) for the samples
     /// from `start` up to `end` (or its end): reads its footer, checks the
     /// columns `fields` names, and picks the row groups that hold them.
-    /// Images over `max_image_bytes` become skipped samples.
+    /// Images over `max_image_bytes` become skipped samples; a row group
+    /// that needs more than `limit` to read makes the shard unreadable.
     pub async fn open(
         object: Object,
         shard: &str,
         fields: &RecordFields,
         (start, end): (u64, Option<u64>),
         max_image_bytes: u64,
+        limit: RowGroupLimit,
     ) -> Result<Self, ParquetShardError> {
         let builder = ParquetRecordBatchStreamBuilder::new(ObjectFile(object))
             .await
@@ -290,6 +349,7 @@ impl ParquetSamples {
         let mask = ProjectionMask::roots(builder.parquet_schema(), [image_index].into_iter().chain(label_index));
         let mut selected = Vec::new();
         let mut groups = VecDeque::new();
+        let mut needs = VecDeque::new();
         let mut first = 0u64;
         for (index, group) in builder.metadata().row_groups().iter().enumerate() {
             let rows = u64::try_from(group.num_rows()).unwrap_or(0);
@@ -298,22 +358,13 @@ impl ParquetSamples {
             if rows == 0 || hi <= start || end.is_some_and(|end| lo >= end) {
                 continue;
             }
-            let bytes: u64 = group
-                .columns()
-                .iter()
-                .enumerate()
-                .filter(|(leaf, _)| mask.leaf_included(*leaf))
-                .map(|(_, c)| u64::try_from(c.compressed_size()).unwrap_or(0))
-                .sum();
-            if bytes > MAX_ROW_GROUP_BYTES {
-                return Err(ParquetShardError::RowGroupTooLarge {
-                    index,
-                    bytes,
-                    limit: MAX_ROW_GROUP_BYTES,
-                });
+            let bytes = row_group_need(group, &mask);
+            if bytes > limit.bytes() {
+                return Err(ParquetShardError::RowGroupTooLarge { index, bytes, limit });
             }
             selected.push(index);
             groups.push_back((lo, rows));
+            needs.push_back(bytes);
         }
         let stream = builder
             .with_projection(mask)
@@ -332,11 +383,30 @@ impl ParquetSamples {
             decoded: VecDeque::new(),
             row: 0,
             groups,
+            needs,
+            held: Reservation::default(),
         })
     }
 
-    /// The next sample, or `None` after the last selected row group.
+    /// The next sample, or `None` after the last selected row group, read
+    /// outside any budget.
     pub async fn next_sample(&mut self) -> Result<Option<RawSample>, ParquetShardError> {
+        loop {
+            if let Step::Sample(s) = self.next_sample_within(&mut |_| Some(Reservation::default())).await? {
+                return Ok(s);
+            }
+        }
+    }
+
+    /// The next sample, or `None` after the last selected row group. The
+    /// next row group is fetched only once `admit` gives a reservation for
+    /// what it needs; without one nothing is read and the answer is
+    /// [`Step::Blocked`]. The row group's reservation is released when its
+    /// last row has been read.
+    pub async fn next_sample_within(
+        &mut self,
+        admit: &mut impl FnMut(u64) -> Option<Reservation>,
+    ) -> Result<Step, ParquetShardError> {
         loop {
             // A batch read to its end is dropped here.
             if let Some(batch) = self.batch.take()
@@ -346,24 +416,36 @@ impl ParquetSamples {
                 let sample = self.sample(&batch, self.row, position);
                 self.row += 1;
                 self.batch = Some(batch);
-                return Ok(Some(sample));
+                return Ok(Step::Sample(Some(sample)));
             }
             if let Some(batch) = self.decoded.pop_front() {
                 self.batch = Some(batch);
                 self.row = 0;
                 continue;
             }
+            // The row group's batches are all read and dropped.
+            self.held = Reservation::default();
+            let Some(&need) = self.needs.front() else {
+                return Ok(Step::Sample(None));
+            };
+            let Some(mut held) = admit(need) else {
+                return Ok(Step::Blocked { bytes: need });
+            };
+            self.needs.pop_front();
             // The next row group: fetched here, decoded on a blocking
             // thread (page decoding and decompression are CPU work that
             // must not hold up the runtime; a panic in the decoder comes
             // back as an error there).
             let Some(reader) = self.stream.next_row_group().await.map_err(from_parquet)? else {
-                return Ok(None);
+                return Ok(Step::Sample(None));
             };
             let decoded = tokio::task::spawn_blocking(move || reader.collect::<Result<Vec<RecordBatch>, _>>())
                 .await
                 .map_err(|e| ParquetShardError::Parquet(format!("the row group's decoding failed: {e}")))?
                 .map_err(|e| ParquetShardError::Parquet(e.to_string()))?;
+            // The fetched column chunks are gone: only the batches stay.
+            let decoded_bytes: usize = decoded.iter().map(RecordBatch::get_array_memory_size).sum();
+            self.held = held.keep(decoded_bytes as u64);
             self.decoded = decoded.into();
         }
     }

@@ -1,5 +1,11 @@
 //! The CPU pool: decode and augmentation run here, never on the async
 //! runtime's threads.
+//!
+//! A job that panics never takes the process down (rayon aborts the
+//! process when a spawned job panics): [`CpuPool::spawn`] catches the
+//! panic and returns it as [`PoolError::Panicked`], [`CpuPool::execute`]
+//! logs it. The pipeline's own jobs catch their panics closer still, per
+//! sample (`pipeline::process_sample`), so a panic costs one skipped sample.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,11 +21,39 @@ pub struct CpuPool {
     load: Arc<AtomicUsize>,
 }
 
-/// The CPU pool is gone (shutting down) or the job panicked. (A GPU runner
-/// that is gone is `RunnerGone`, an error of its own.)
+/// A CPU job that did not complete. (A GPU runner that is gone is
+/// `RunnerGone`, an error of its own.)
 #[derive(Debug, thiserror::Error)]
-#[error("cpu decode job did not complete (pool shut down or job panicked)")]
-pub struct PoolError;
+pub enum PoolError {
+    /// The pool is shutting down: the job was dropped unrun.
+    #[error("cpu job did not complete: the pool shut down")]
+    Gone,
+    /// The job panicked; the pool thread caught it and lives on.
+    #[error("cpu job panicked: {0}")]
+    Panicked(String),
+}
+
+/// The message a panic carries (`panic!`'s formatted text), or a stand-in
+/// when its payload is not a string.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&'static str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic with a non-string payload".to_owned()
+    }
+}
+
+/// Runs `f`, returning its panic's message if it panics.
+///
+/// `f` is asserted unwind-safe: what a job shares with the rest of the
+/// worker is atomics, channels and `Arc`s of immutable data, and the
+/// thread-local scratch it may leave half-written (the augmenter's) is
+/// overwritten before it is next read.
+pub fn catch_panic<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| panic_message(&*payload))
+}
 
 /// Takes a job off the pool's load when dropped, also when the job panics.
 struct LoadGuard(Arc<AtomicUsize>);
@@ -78,19 +112,24 @@ impl CpuPool {
     }
 
     /// Queues `f` on the pool, to run whoever waits for it (nobody does).
+    /// A panic in `f` is logged; the thread lives on.
     pub fn execute(&self, f: impl FnOnce() + Send + 'static) {
         self.load.fetch_add(1, Ordering::AcqRel);
         let guard = LoadGuard(Arc::clone(&self.load));
         self.pool.spawn(move || {
             let _guard = guard;
-            f();
+            if let Err(message) = catch_panic(f) {
+                tracing::error!(panic = %message, "cpu pool job panicked");
+            }
         });
     }
 
     /// Queues `f` on the pool at once; the returned future yields its
     /// result without blocking the runtime. Dropping the future does not
     /// cancel a job already running, but a job whose future was dropped
-    /// before it started is not run (the requester has gone).
+    /// before it started is not run (the requester has gone). A panic in
+    /// `f` is caught on the pool thread and yields
+    /// [`PoolError::Panicked`] with its message.
     pub fn spawn<T, F>(&self, f: F) -> impl Future<Output = Result<T, PoolError>> + Send + 'static
     where
         F: FnOnce() -> T + Send + 'static,
@@ -105,9 +144,15 @@ impl CpuPool {
                 return;
             }
             // The receiver may be gone meanwhile (client left): nothing to do then.
-            let _ = tx.send(f());
+            let _ = tx.send(catch_panic(f));
         });
-        async move { rx.await.map_err(|_| PoolError) }
+        async move {
+            match rx.await {
+                Ok(Ok(out)) => Ok(out),
+                Ok(Err(message)) => Err(PoolError::Panicked(message)),
+                Err(_) => Err(PoolError::Gone),
+            }
+        }
     }
 }
 
@@ -177,6 +222,34 @@ mod tests {
         // Idle again: every job queued has been taken off the pool.
         assert!(becomes_idle(&pool).await, "the pool's load did not drop back");
         assert!(!ran.load(Ordering::SeqCst), "the job ran with nobody waiting for it");
+    }
+
+    #[tokio::test]
+    async fn a_panicking_job_is_an_error_and_the_pool_keeps_working() {
+        // One thread: if the panic killed it (or the process), nothing
+        // after it would run.
+        let pool = CpuPool::new(1).unwrap();
+        let err = pool
+            .spawn(|| -> u32 { panic!("decoder blew up on k007") })
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, PoolError::Panicked(m) if m == "decoder blew up on k007"),
+            "{err:?}"
+        );
+        assert_eq!(err.to_string(), "cpu job panicked: decoder blew up on k007");
+        let formatted = pool
+            .spawn(|| -> u32 { panic!("{} at {}", "bad", 3) })
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&formatted, PoolError::Panicked(m) if m == "bad at 3"),
+            "{formatted:?}"
+        );
+        // A fire-and-forget job that panics is logged, not fatal either.
+        pool.execute(|| panic!("stolen job panicked"));
+        assert_eq!(pool.spawn(|| 41 + 1).await.unwrap(), 42);
+        assert!(becomes_idle(&pool).await, "a panicked job's load did not drop");
     }
 
     /// Whether the pool's load drops below its threads within a second.

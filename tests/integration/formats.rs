@@ -536,18 +536,24 @@ async fn indexed_tfrecord_ranks_get_equal_batches_and_a_share_reads_only_its_byt
 
 /// A Parquet shard as the writer left it: its name and size, each row's
 /// key (the image's path), and each row group's rows and bytes.
-struct PqShard {
+pub(crate) struct PqShard {
     name: String,
     size: u64,
     keys: Vec<String>,
-    group_rows: Vec<u64>,
-    group_bytes: Vec<u64>,
+    pub(crate) group_rows: Vec<u64>,
+    pub(crate) group_bytes: Vec<u64>,
 }
 
 /// Writes `shards` Parquet shards (`train-<i>.parquet`) of the ImageFolder
 /// `images` into `out` with Hugging Face `datasets` (`Image()`,
 /// `ClassLabel`, `to_parquet`), `rows_per_group` rows per row group.
-fn write_parquet(images: &Path, out: &Path, shards: usize, rows_per_group: usize, extra: &[&str]) -> Vec<PqShard> {
+pub(crate) fn write_parquet(
+    images: &Path,
+    out: &Path,
+    shards: usize,
+    rows_per_group: usize,
+    extra: &[&str],
+) -> Vec<PqShard> {
     let output = run_ok(
         python()
             .arg(python_script("write_parquet.py"))

@@ -24,6 +24,9 @@ mod lifecycle;
 mod memory;
 mod metrics;
 mod protocol;
+// Needs the worker's fault-injection points: --features stoker/failpoints.
+#[cfg(feature = "failpoints")]
+mod panics;
 mod python;
 mod ranks;
 mod s3;

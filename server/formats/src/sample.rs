@@ -33,3 +33,14 @@ pub enum MemberProblem {
     #[error("corrupt record at byte {offset}: {reason}")]
     Corrupt { offset: u64, reason: String },
 }
+
+/// How far a reader that asks before it reads got
+/// (`SampleReader::next_sample_within`).
+#[derive(Debug)]
+pub enum Step {
+    /// The next sample, or `None` at the end of the shard.
+    Sample(Option<RawSample>),
+    /// The next thing to read into memory has `bytes` bytes, and the
+    /// caller did not admit them: nothing was read; ask again.
+    Blocked { bytes: u64 },
+}

@@ -4,7 +4,7 @@
 use tokio::io::AsyncRead;
 
 use crate::recordio::{RecordIoError, RecordIoReader};
-use crate::sample::RawSample;
+use crate::sample::{RawSample, Step};
 use crate::tfrecord::{ExampleFields, ExampleReader, RecordError};
 use crate::wds::{SampleReader, TarError};
 
@@ -89,6 +89,19 @@ impl<R: AsyncRead + Unpin> ShardSamples<R> {
             Self::WebDataset(r) => Ok(r.next_sample().await?),
             Self::TfRecord(r) => Ok(r.next_sample().await?),
             Self::RecordIo(r) => Ok(r.next_sample().await?),
+        }
+    }
+
+    /// As [`ShardSamples::next_sample`], but a WebDataset image member is
+    /// read into memory only once `admit` accepts its size
+    /// ([`SampleReader::next_sample_within`]). TFRecord and RecordIO
+    /// records are read whole, each under the record size limit, without
+    /// asking.
+    pub async fn next_sample_within(&mut self, admit: &mut impl FnMut(u64) -> bool) -> Result<Step, ShardError> {
+        match self {
+            Self::WebDataset(r) => Ok(r.next_sample_within(admit).await?),
+            Self::TfRecord(r) => Ok(Step::Sample(r.next_sample().await?)),
+            Self::RecordIo(r) => Ok(Step::Sample(r.next_sample().await?)),
         }
     }
 }

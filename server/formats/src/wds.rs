@@ -7,6 +7,13 @@
 //! sample. Images come from `jpg`, `jpeg` or `png`, the label from `cls`;
 //! other members are ignored.
 //!
+//! Only the members a sample uses are read into memory: its first image
+//! (`jpg`, `jpeg`, `png`) and its label (`cls`, at most
+//! [`MAX_LABEL_BYTES`]); the rest is read past. Before it reads an image,
+//! [`SampleReader::next_sample_within`] asks its caller, with the member's
+//! size, whether it may: that is where the worker reserves the bytes in its
+//! memory budget (this crate knows nothing of budgets).
+//!
 //! The header parser is a pure function over one 512-byte block so that it
 //! can be fuzzed on its own (`fuzz/fuzz_targets/tar_header.rs`); the reader
 //! and the grouping are fuzzed together over whole streams (`tar_stream`).
@@ -18,9 +25,13 @@ use crate::shard::SampleStart;
 use crate::stream::{Counted, Shortfall};
 
 pub use crate::image::ImageKind;
-pub use crate::sample::{MemberProblem, RawSample};
+pub use crate::sample::{MemberProblem, RawSample, Step};
 
 const BLOCK: usize = 512;
+
+/// The largest `cls` member read: a label is an integer, so anything
+/// longer is a label error, read past without being held.
+pub const MAX_LABEL_BYTES: u64 = 4096;
 
 /// Why a shard could not be read to its end.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -135,6 +146,13 @@ pub struct Member {
     pub size: u64,
 }
 
+/// A regular file's header, read before its data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileHeader {
+    pub name: String,
+    pub size: u64,
+}
+
 /// Reads tar members from a stream, one at a time.
 #[derive(Debug)]
 pub struct TarReader<R> {
@@ -144,6 +162,9 @@ pub struct TarReader<R> {
     /// Path of the last regular-file header read, also when its data then
     /// failed to arrive.
     last_name: Option<String>,
+    /// A regular file whose header was read ([`TarReader::peek_file`]) and
+    /// whose data was not, yet.
+    pending: Option<FileHeader>,
 }
 
 impl<R: AsyncRead + Unpin> TarReader<R> {
@@ -158,6 +179,7 @@ impl<R: AsyncRead + Unpin> TarReader<R> {
             done: false,
             max_member_bytes,
             last_name: None,
+            pending: None,
         }
     }
 
@@ -190,6 +212,53 @@ impl<R: AsyncRead + Unpin> TarReader<R> {
 
     /// The next regular file, or `None` at the end of the archive.
     pub async fn next_member(&mut self) -> Result<Option<Member>, TarError> {
+        if self.peek_file().await?.is_none() {
+            return Ok(None);
+        }
+        self.read_file().await.map(Some)
+    }
+
+    /// The next regular file's header, its data not read yet: the same one
+    /// until [`TarReader::read_file`] or [`TarReader::skip_file`] takes it.
+    /// `None` at the end of the archive.
+    pub async fn peek_file(&mut self) -> Result<Option<&FileHeader>, TarError> {
+        if self.pending.is_none() {
+            self.pending = self.next_file_header().await?;
+        }
+        Ok(self.pending.as_ref())
+    }
+
+    /// Reads the data of the file [`TarReader::peek_file`] returned: `None`
+    /// data when it is over the size limit (read past).
+    pub async fn read_file(&mut self) -> Result<Member, TarError> {
+        let Some(FileHeader { name, size }) = self.pending.take() else {
+            return Err(TarError::Corrupt {
+                offset: self.offset(),
+                reason: "no member header to read the data of".to_owned(),
+            });
+        };
+        if size > self.max_member_bytes {
+            self.skip_member(size, "oversized member").await?;
+            return Ok(Member { name, data: None, size });
+        }
+        let data = self.read_data(size, "member data").await?;
+        Ok(Member {
+            name,
+            data: Some(Bytes::from(data)),
+            size,
+        })
+    }
+
+    /// Reads past the data of the file [`TarReader::peek_file`] returned.
+    pub async fn skip_file(&mut self) -> Result<(), TarError> {
+        match self.pending.take() {
+            Some(file) => self.skip_member(file.size, "member data").await,
+            None => Ok(()),
+        }
+    }
+
+    /// Reads headers up to the next regular file's.
+    async fn next_file_header(&mut self) -> Result<Option<FileHeader>, TarError> {
         let mut long_name: Option<String> = None;
         loop {
             if self.done {
@@ -236,18 +305,8 @@ impl<R: AsyncRead + Unpin> TarReader<R> {
                 b'0' | b'\0' | b'7' => {
                     let name = long_name.take().unwrap_or(header.name);
                     self.last_name = Some(name.clone());
-                    if header.size > self.max_member_bytes {
-                        self.skip_member(header.size, "oversized member").await?;
-                        return Ok(Some(Member {
-                            name,
-                            data: None,
-                            size: header.size,
-                        }));
-                    }
-                    let data = self.read_data(header.size, "member data").await?;
-                    return Ok(Some(Member {
+                    return Ok(Some(FileHeader {
                         name,
-                        data: Some(Bytes::from(data)),
                         size: header.size,
                     }));
                 }
@@ -406,41 +465,50 @@ impl<R: AsyncRead + Unpin> SampleReader<R> {
         group.finish(position)
     }
 
-    /// The next sample, or `None` at the end of the shard.
+    /// The next sample, or `None` at the end of the shard, with every
+    /// member read as soon as it comes (no caller to ask).
     ///
     /// On a tar error, a sample whose members were all read (the failing
     /// member has another key) is still returned, and the error comes with
     /// the next call. A sample cut in the middle is lost with the rest of the
     /// shard; the error says where.
     pub async fn next_sample(&mut self) -> Result<Option<RawSample>, TarError> {
+        match self.next_sample_within(&mut |_| true).await? {
+            Step::Sample(sample) => Ok(sample),
+            // Never: every member is admitted.
+            Step::Blocked { bytes } => Err(TarError::Corrupt {
+                offset: self.offset(),
+                reason: format!("a member of {bytes} bytes was refused"),
+            }),
+        }
+    }
+
+    /// As [`SampleReader::next_sample`], but before it reads an image
+    /// member into memory it calls `admit` with the member's size. If
+    /// `admit` says no, nothing is read: the call returns
+    /// [`Step::Blocked`], and the next call asks again for the same member.
+    /// A sample is returned before any byte of the next sample is read, so
+    /// what was admitted since the previous sample belongs to this one.
+    pub async fn next_sample_within(&mut self, admit: &mut impl FnMut(u64) -> bool) -> Result<Step, TarError> {
         if let Some(err) = self.deferred.take() {
             return Err(err);
         }
         loop {
-            let member = match self.tar.next_member().await {
-                Ok(m) => m,
-                Err(err) => {
-                    let failing_key = self.tar.last_name.as_deref().and_then(split_key).map(|(k, _)| k);
-                    return match self.current.take() {
-                        Some(g) if failing_key.is_some_and(|k| k != g.key) => {
-                            self.deferred = Some(err);
-                            Ok(Some(self.finish(g)))
-                        }
-                        _ => Err(err),
-                    };
-                }
+            let file = match self.tar.peek_file().await {
+                Ok(Some(file)) => file.clone(),
+                Ok(None) => return Ok(Step::Sample(self.current.take().map(|g| self.finish(g)))),
+                Err(err) => return self.fail(err),
             };
-            let Some(member) = member else {
-                return Ok(self.current.take().map(|g| self.finish(g)));
-            };
-            let Some((key, ext)) = split_key(&member.name) else {
+            let Some((key, ext)) = split_key(&file.name) else {
+                self.skip_file().await?;
                 continue;
             };
+            if let Some(g) = self.current.take_if(|g| g.key != key) {
+                // The next member starts another sample: this one is
+                // complete, and the next member stays unread.
+                return Ok(Step::Sample(Some(self.finish(g))));
+            }
             let ext = ext.to_ascii_lowercase();
-            let finished = match &self.current {
-                Some(g) if g.key != key => self.current.take().map(|g| self.finish(g)),
-                _ => None,
-            };
             let group = self.current.get_or_insert_with(|| Group {
                 key: key.to_owned(),
                 ..Group::default()
@@ -451,33 +519,70 @@ impl<R: AsyncRead + Unpin> SampleReader<R> {
                 "png" => Some(ImageKind::Png),
                 _ => None,
             };
-            match (kind, member.data) {
-                (Some(kind), Some(data)) if group.image.is_none() => {
-                    if data.is_empty() {
-                        group.problem = Some(MemberProblem::Empty { ext: ext.clone() });
+            match kind {
+                // The sample's image, if it has none yet.
+                Some(kind) if group.image.is_none() => {
+                    if file.size > limit {
+                        group.problem = Some(MemberProblem::TooLarge {
+                            ext,
+                            size: file.size,
+                            limit,
+                        });
+                        self.skip_file().await?;
+                    } else if file.size == 0 {
+                        group.problem = Some(MemberProblem::Empty { ext });
+                        self.skip_file().await?;
+                    } else if !admit(file.size) {
+                        return Ok(Step::Blocked { bytes: file.size });
                     } else {
-                        group.image = Some((kind, data));
+                        let data = self.read_file().await?.data;
+                        if let (Some(data), Some(group)) = (data, self.current.as_mut()) {
+                            group.image = Some((kind, data));
+                        }
                     }
                 }
-                (Some(_), None) if group.image.is_none() => {
-                    group.problem = Some(MemberProblem::TooLarge {
-                        ext: ext.clone(),
-                        size: member.size,
-                        limit,
-                    });
+                None if ext == "cls" => {
+                    if file.size > MAX_LABEL_BYTES.min(limit) {
+                        group.label = Some(Err(format!(
+                            "cls member of {} bytes exceeds the label size limit of {} bytes",
+                            file.size,
+                            MAX_LABEL_BYTES.min(limit)
+                        )));
+                        self.skip_file().await?;
+                    } else {
+                        let label = self.read_file().await?.data.map(|d| parse_label(&d));
+                        if let (Some(label), Some(group)) = (label, self.current.as_mut()) {
+                            group.label = Some(label);
+                        }
+                    }
                 }
-                (None, Some(data)) if ext == "cls" => group.label = Some(parse_label(&data)),
-                (None, None) if ext == "cls" => {
-                    group.label = Some(Err(format!(
-                        "cls member of {} bytes exceeds the member size limit of {limit} bytes",
-                        member.size
-                    )));
-                }
-                _ => {}
+                // A second image, or a member no sample uses.
+                _ => self.skip_file().await?,
             }
-            if finished.is_some() {
-                return Ok(finished);
+        }
+    }
+
+    /// Reads the data of the member peeked at. A failure loses the sample
+    /// being read (the member is one of its own).
+    async fn read_file(&mut self) -> Result<Member, TarError> {
+        self.tar.read_file().await
+    }
+
+    async fn skip_file(&mut self) -> Result<(), TarError> {
+        self.tar.skip_file().await
+    }
+
+    /// A header failed to read with `err`: the sample being read is lost
+    /// with it, unless the last member read belongs to another sample,
+    /// which is then returned first (the error comes with the next call).
+    fn fail(&mut self, err: TarError) -> Result<Step, TarError> {
+        let failing_key = self.tar.last_name.as_deref().and_then(split_key).map(|(k, _)| k);
+        match self.current.take() {
+            Some(g) if failing_key.is_some_and(|k| k != g.key) => {
+                self.deferred = Some(err);
+                Ok(Step::Sample(Some(self.finish(g))))
             }
+            _ => Err(err),
         }
     }
 }
@@ -616,6 +721,89 @@ mod tests {
                 assert!(matches!(err, Some(TarError::Truncated { offset: 512, .. })), "{err:?}");
             }
         }
+    }
+
+    #[tokio::test]
+    async fn image_members_are_read_only_once_admitted_and_the_rest_not_held() {
+        let big_txt = vec![b't'; 50_000];
+        let tar = tar_bytes(&[
+            ("a.jpg", &[1u8; 1000]),
+            ("a.cls", b"3"),
+            ("a.txt", &big_txt),
+            ("a.png", &[2u8; 700]),
+            ("b.jpg", &[3u8; 2000]),
+            ("b.cls", b"4"),
+        ]);
+        let mut r = SampleReader::new(&tar[..], 1 << 20);
+        let asked = std::cell::RefCell::new(Vec::new());
+        let mut yes = |bytes| {
+            asked.borrow_mut().push(bytes);
+            true
+        };
+        let Step::Sample(Some(a)) = r.next_sample_within(&mut yes).await.unwrap() else {
+            panic!("no first sample");
+        };
+        // Its image was asked for; the text and the second image were
+        // read past, never asked for; b's header is read, not its data.
+        assert_eq!((a.key.as_str(), a.label.clone()), ("a", Ok(3)));
+        assert_eq!(a.image.as_ref().unwrap().1.len(), 1000);
+        assert_eq!(*asked.borrow(), vec![1000]);
+        let before_b = r.offset();
+        let mut no = |_| false;
+        for _ in 0..2 {
+            assert!(matches!(
+                r.next_sample_within(&mut no).await.unwrap(),
+                Step::Blocked { bytes: 2000 }
+            ));
+            assert_eq!(r.offset(), before_b, "nothing read while blocked");
+        }
+        let Step::Sample(Some(b)) = r.next_sample_within(&mut yes).await.unwrap() else {
+            panic!("no second sample");
+        };
+        assert_eq!((b.key.as_str(), b.label.clone(), b.position), ("b", Ok(4), 1));
+        assert_eq!(b.image.as_ref().unwrap().1[..], [3u8; 2000]);
+        assert!(matches!(
+            r.next_sample_within(&mut no).await.unwrap(),
+            Step::Sample(None)
+        ));
+    }
+
+    #[tokio::test]
+    async fn oversized_empty_and_label_members_are_never_asked_for() {
+        let long_label = vec![b'7'; MAX_LABEL_BYTES as usize + 1];
+        let tar = tar_bytes(&[
+            ("a.jpg", &[1u8; 5000]),
+            ("b.jpg", b""),
+            ("c.jpg", b"ok"),
+            ("c.cls", &long_label),
+        ]);
+        let mut r = SampleReader::new(&tar[..], 4096);
+        let mut asked = Vec::new();
+        let mut samples = Vec::new();
+        loop {
+            match r
+                .next_sample_within(&mut |bytes| {
+                    asked.push(bytes);
+                    true
+                })
+                .await
+                .unwrap()
+            {
+                Step::Sample(Some(s)) => samples.push(s),
+                Step::Sample(None) => break,
+                Step::Blocked { .. } => unreachable!("everything asked for is admitted"),
+            }
+        }
+        assert_eq!(asked, vec![2], "only c's image, of 2 bytes");
+        assert!(matches!(
+            samples[0].image,
+            Err(MemberProblem::TooLarge { size: 5000, .. })
+        ));
+        assert!(matches!(samples[1].image, Err(MemberProblem::Empty { .. })));
+        assert_eq!(
+            samples[2].label,
+            Err("cls member of 4097 bytes exceeds the label size limit of 4096 bytes".to_owned())
+        );
     }
 
     #[test]

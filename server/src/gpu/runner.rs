@@ -21,6 +21,12 @@
 //! Two lanes overlap one batch's host work (header reads, copies out of
 //! the page-locked buffer) with the other's decode and kernels.
 //!
+//! A panic never takes a lane down: one in a sample's host work (header,
+//! steps) hands that sample to the CPU path, one in a batch's work hands
+//! the batch's samples there, with the panic's message as the reason. The
+//! CPU path runs them, or skips them as `internal` if it panics too (it
+//! runs the same header and step code): the GPU never skips on its own.
+//!
 //! Device memory is bounded: a batch holds at most `batch_memory` bytes of
 //! decoded images and outputs; an image that alone is over it goes to the
 //! CPU. Decoded images come from the stream-ordered pool, which keeps up to
@@ -43,9 +49,10 @@ use super::queue::{Job, JobQueue, Reply};
 use super::{DeviceImage, Gpu, GpuCrop, GpuDecoder, GpuError, GpuInfo};
 use crate::decode::check_jpeg;
 use crate::pipeline::{Processed, Skipped};
+use crate::pool::catch_panic;
 
-/// A JPEG sample for the GPU.
-#[derive(Debug)]
+/// A JPEG sample for the GPU. A clone shares the image bytes.
+#[derive(Clone, Debug)]
 pub struct GpuSample {
     pub key: String,
     /// Position in its shard (see `RawSample::position`).
@@ -245,10 +252,16 @@ impl GpuRunner {
             lanes.push(std::thread::spawn(move || {
                 while let Some(jobs) = queue.take() {
                     for job in jobs {
+                        // Each answer is a sample's host work, caught as
+                        // a lane catches it.
                         let results: Vec<GpuResult> = job
                             .samples
                             .into_iter()
-                            .map(|s| answer(s, &job.spec, job.seed))
+                            .map(|s| {
+                                let back = s.clone();
+                                catch_panic(|| answer(s, &job.spec, job.seed))
+                                    .unwrap_or_else(|message| hand_back_after_panic(back, "emulated lane", &message))
+                            })
                             .collect();
                         for r in &results {
                             let counter = match r {
@@ -362,6 +375,37 @@ fn pool_memory(ctx: &cudarc::driver::CudaContext) -> Result<GpuMemory, cudarc::d
     })
 }
 
+/// `sample`, whose host work in `what` panicked with `message`, handed to
+/// the CPU path with that reason.
+fn hand_back_after_panic(sample: GpuSample, what: &str, message: &str) -> GpuResult {
+    warn!(key = %sample.key, panic = %message, "{what} panicked; the sample goes to the cpu");
+    GpuResult::Cpu {
+        reason: format!("{what} panicked on {}: {message}", sample.key),
+        sample,
+    }
+}
+
+/// Runs a batch's work, `batch`, whose samples are `copies` (sharing their
+/// bytes): if it panics, every sample goes to the CPU path with the panic's
+/// message (counted in `to_cpu`), and the lane carries on.
+fn run_caught(copies: Vec<GpuSample>, to_cpu: &AtomicU64, batch: impl FnOnce() -> Vec<GpuResult>) -> Vec<GpuResult> {
+    match catch_panic(batch) {
+        Ok(results) => results,
+        Err(message) => {
+            warn!(images = copies.len(), panic = %message, "gpu batch panicked; its images go to the cpu");
+            to_cpu.fetch_add(copies.len() as u64, Ordering::Relaxed);
+            let reason = format!("gpu batch panicked: {message}");
+            copies
+                .into_iter()
+                .map(|sample| GpuResult::Cpu {
+                    sample,
+                    reason: reason.clone(),
+                })
+                .collect()
+        }
+    }
+}
+
 /// What the lane does to a decoded image.
 enum Plan {
     /// The fused kernel, with the batch's other fused images.
@@ -409,7 +453,13 @@ impl Lane {
             return;
         }
         while let Some(jobs) = queue.take() {
-            self.run_jobs(jobs);
+            // Samples and batches catch their own panics; this is the last
+            // line, for the lane's bookkeeping: the jobs' items then fail
+            // (their replies are dropped: `RunnerGone`) and go to another
+            // attempt, and the lane takes the next jobs.
+            if let Err(message) = catch_panic(|| self.run_jobs(jobs)) {
+                tracing::error!(panic = %message, "gpu lane panicked outside a sample or batch; its jobs fail");
+            }
         }
     }
 
@@ -423,12 +473,14 @@ impl Lane {
             replies.push(job.reply);
             results.push(Vec::with_capacity(job.samples.len()));
             for sample in job.samples {
-                match self.plan(sample, &job.spec, job.seed) {
-                    Ok(p) => {
+                let copy = sample.clone();
+                match catch_panic(|| self.plan(sample, &job.spec, job.seed)) {
+                    Ok(Ok(p)) => {
                         planned.push(p);
                         owner.push(j);
                     }
-                    Err(back) => results[j].push(back),
+                    Ok(Err(back)) => results[j].push(back),
+                    Err(message) => results[j].push(hand_back_after_panic(copy, "gpu host work", &message)),
                 }
             }
         }
@@ -457,7 +509,10 @@ impl Lane {
                 .collect();
             start = end;
             let (owners, batch): (Vec<usize>, Vec<PlannedSample>) = batch.into_iter().unzip();
-            for (j, r) in owners.into_iter().zip(self.run_batch(batch, size)) {
+            let copies: Vec<GpuSample> = batch.iter().map(|p| p.sample.clone()).collect();
+            let counters = Arc::clone(&self.counters);
+            let done = run_caught(copies, &counters.to_cpu, || self.run_batch(batch, size));
+            for (j, r) in owners.into_iter().zip(done) {
                 results[j].push(r);
             }
         }
@@ -469,6 +524,8 @@ impl Lane {
     /// Reads the header and resolves the sample's crop, or says why the
     /// GPU does not take it.
     fn plan(&self, sample: GpuSample, spec: &TransformSpec, seed: ItemSeed) -> Result<PlannedSample, GpuResult> {
+        #[cfg(feature = "failpoints")]
+        crate::failpoint::panic_if_chosen(crate::failpoint::GPU_PLAN_PANIC, &sample.key);
         let back = |sample: GpuSample, reason: String| GpuResult::Cpu { sample, reason };
         let (w, h) = match check_jpeg(&sample.data, self.config.max_image_pixels) {
             Ok(dims) => dims,
@@ -657,5 +714,60 @@ impl Lane {
             .collect();
         add_elapsed(&self.counters.unpack_ns, started);
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(key: &str) -> GpuSample {
+        GpuSample {
+            key: key.to_owned(),
+            position: 0,
+            label: 1,
+            data: Bytes::from_static(b"\xff\xd8 not really a jpeg"),
+        }
+    }
+
+    #[test]
+    fn a_batch_that_panics_hands_every_sample_to_the_cpu_with_the_message() {
+        let to_cpu = AtomicU64::new(0);
+        let copies = vec![sample("a"), sample("b")];
+        let out = run_caught(copies, &to_cpu, || panic!("kernel wrapper bug"));
+        let back: Vec<(String, String)> = out
+            .into_iter()
+            .map(|r| match r {
+                GpuResult::Cpu { sample, reason } => (sample.key, reason),
+                other => panic!("not handed back: {other:?}"),
+            })
+            .collect();
+        let reason = "gpu batch panicked: kernel wrapper bug".to_owned();
+        assert_eq!(back, vec![("a".to_owned(), reason.clone()), ("b".to_owned(), reason)]);
+        assert_eq!(to_cpu.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn a_batch_that_does_not_panic_keeps_its_results() {
+        let to_cpu = AtomicU64::new(0);
+        let out = run_caught(vec![sample("a")], &to_cpu, || {
+            vec![GpuResult::Cpu {
+                sample: sample("a"),
+                reason: "progressive".to_owned(),
+            }]
+        });
+        assert!(matches!(&out[..], [GpuResult::Cpu { reason, .. }] if reason == "progressive"));
+        assert_eq!(to_cpu.load(Ordering::Relaxed), 0, "the batch counts its own hand-backs");
+    }
+
+    #[test]
+    fn a_sample_whose_host_work_panicked_goes_to_the_cpu_naming_it() {
+        match hand_back_after_panic(sample("k7"), "gpu host work", "index out of bounds") {
+            GpuResult::Cpu { sample, reason } => {
+                assert_eq!(sample.key, "k7");
+                assert_eq!(reason, "gpu host work panicked on k7: index out of bounds");
+            }
+            other => panic!("not handed back: {other:?}"),
+        }
     }
 }

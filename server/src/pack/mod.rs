@@ -385,6 +385,7 @@ pub async fn convert(
             start: 0,
             end: None,
             max_member_bytes: crate::pipeline::DEFAULT_MAX_MEMBER_BYTES,
+            row_group_limit: crate::parquet::RowGroupLimit::Fixed(crate::parquet::MAX_ROW_GROUP_BYTES),
         };
         let mut samples = ItemSamples::open_shard(read, storage).await?;
         loop {

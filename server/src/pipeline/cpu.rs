@@ -1,6 +1,7 @@
 //! One sample on the CPU: decode (only the crop's box where libjpeg-turbo
 //! can) and augment it, on a pool thread; what fails becomes a [`Skipped`]
-//! with its reason.
+//! with its reason, and so does a panic in the decoder or the transform
+//! ([`SkipKind::Internal`]).
 
 use bytes::Bytes;
 use stoker_core::{ItemSeed, Rect, SampleRng, Step, TransformSpec, footprint, resolve_steps};
@@ -11,6 +12,7 @@ use crate::augment::Augmenter;
 use crate::decode::{DecodeError, RgbImage, check_jpeg, decode, header_dimensions, sniff};
 use crate::libjpeg;
 use crate::metrics::{Stage, WorkerMetrics};
+use crate::pool::catch_panic;
 use crate::wds::{ImageKind, RawSample};
 
 thread_local! {
@@ -18,7 +20,9 @@ thread_local! {
 }
 
 /// Decodes and augments one sample (runs on the CPU pool). Failures become
-/// a [`Skipped`] with the reason.
+/// a [`Skipped`] with the reason; a panic in decode or transform is caught
+/// here and becomes an [`SkipKind::Internal`] skip naming the key, the
+/// stage and the panic's message, so the thread and the worker live on.
 pub fn process_sample(
     raw: RawSample,
     spec: &TransformSpec,
@@ -46,11 +50,22 @@ pub fn process_sample(
     }
     let (img, steps) = metrics
         .time(Stage::Decode, || {
-            decode_for(kind, &data, spec, &seed.sample(position), &raw.key, max_pixels)
+            catch_panic(|| {
+                inject_decode_fault(&raw.key);
+                decode_for(kind, &data, spec, &seed.sample(position), &raw.key, max_pixels)
+            })
         })
+        .map_err(|message| Skipped::panicked(&raw.key, position, "decode", &message))?
         .map_err(|e| skip(&raw.key, SkipKind::from(&e), e.to_string()))?;
     let out = metrics
-        .time(Stage::Transform, || AUGMENTER.with(|a| a.borrow_mut().run(img, &steps)))
+        .time(Stage::Transform, || {
+            catch_panic(|| AUGMENTER.with(|a| a.borrow_mut().run(img, &steps)))
+        })
+        .map_err(|message| {
+            // Its scratch may be half-written: the next sample gets a new one.
+            AUGMENTER.with(|a| *a.borrow_mut() = Augmenter::new());
+            Skipped::panicked(&raw.key, position, "transform", &message)
+        })?
         .map_err(|e| skip(&raw.key, SkipKind::Transform, e.to_string()))?;
     if (out.width, out.height) != (spec.size, spec.size) {
         return Err(skip(
@@ -72,6 +87,23 @@ pub fn process_sample(
         height: out.height,
         pixels: Bytes::from(out.pixels),
     })
+}
+
+/// Unit tests make a sample's decode panic by ending its key with this.
+#[cfg(test)]
+pub(crate) const TEST_PANIC_SUFFIX: &str = "__panics_in_decode";
+
+/// Fault injection, in test builds only: decoding the chosen key panics
+/// (the `failpoints` feature's `stoker-decode-panic`, or in unit tests a
+/// key ending in [`TEST_PANIC_SUFFIX`]).
+#[cfg_attr(not(any(test, feature = "failpoints")), allow(unused_variables))]
+fn inject_decode_fault(key: &str) {
+    #[cfg(feature = "failpoints")]
+    crate::failpoint::panic_if_chosen(crate::failpoint::DECODE_PANIC, key);
+    #[cfg(test)]
+    if key.ends_with(TEST_PANIC_SUFFIX) {
+        panic!("test: injected panic decoding {key}");
+    }
 }
 
 /// Decodes `data` and resolves the sample's steps. When the first step

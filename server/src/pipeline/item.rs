@@ -14,7 +14,7 @@ use tracing::{debug, info, warn};
 use super::measure::{read_item, synthetic_item};
 use super::replay::replay_item;
 use super::route::{InFlight, Route, gpu_sample, on_cpu, on_gpu};
-use super::samples::ItemSamples;
+use super::samples::{ItemSamples, Read};
 use super::{Chunk, Item, ItemError, Processed, SkipKind, SkipTally, Skipped, WorkerContext};
 use crate::decode::header_dimensions;
 use crate::gpu::GpuSample;
@@ -90,12 +90,14 @@ pub async fn run_item(ctx: Arc<WorkerContext>, item: Item, tx: mpsc::Sender<Resu
     }
 }
 
-/// A sample read from the shard, with where it goes and the budget it
-/// needs ([`memory_need`]).
+/// A sample read from the shard, with where it goes, the budget it needs
+/// ([`memory_need`]) and the part of it its bytes have held since they were
+/// read (`held`, carried into the sample's reservation).
 struct ReadSample {
     raw: RawSample,
     need: u64,
     route: Route,
+    held: Reservation,
 }
 
 /// One item's state while it runs: the shard's sample reader, the samples
@@ -121,6 +123,9 @@ struct ItemRun<'a> {
     exhausted: bool,
     /// A sample read but not yet started: the budget had no room for it.
     waiting: Option<ReadSample>,
+    /// The reader is waiting for budget to read on (a member, a row group)
+    /// while this item's own samples in flight will free some.
+    reader_blocked: bool,
     /// Bytes of one result (`size` x `size` RGB).
     output_bytes: u64,
     /// JPEGs for the GPU, sent as one batch once there are `gpu_batch` of
@@ -145,7 +150,7 @@ impl<'a> ItemRun<'a> {
         item: &'a Item,
         tx: &'a mpsc::Sender<Result<Chunk, ItemError>>,
     ) -> Result<Self, ItemError> {
-        let samples = ItemSamples::open(item, &ctx.storage, ctx.config.max_member_bytes).await?;
+        let samples = ItemSamples::open(item, &ctx.storage, ctx.config.max_member_bytes, &ctx.budget).await?;
         let gpu_batch = ctx.gpu.as_ref().map_or(0, |g| g.config().max_batch);
         Ok(Self {
             ctx,
@@ -160,6 +165,7 @@ impl<'a> ItemRun<'a> {
             shard_error: None,
             exhausted: false,
             waiting: None,
+            reader_blocked: false,
             output_bytes: u64::from(item.spec.size).pow(2) * 3,
             gpu_batch,
             gpu_pending: Vec::new(),
@@ -194,6 +200,7 @@ impl<'a> ItemRun<'a> {
     /// Keeps the pool and the GPU fed: reads ahead until `ahead` samples
     /// are in flight or the memory budget is spent.
     async fn fill(&mut self) -> Result<bool, ItemError> {
+        self.reader_blocked = false;
         while self.in_flight_samples + self.gpu_pending.len() < self.ahead {
             let Some(next) = self.next_sample().await? else { break };
             if !self.ctx.budget.fits(next.need) {
@@ -210,18 +217,28 @@ impl<'a> ItemRun<'a> {
                 self.skip(s);
                 continue;
             }
-            let held = match self.ctx.budget.try_reserve(next.need) {
-                Some(r) => r,
+            // The bytes read already hold their share: reserve the rest.
+            let rest = next.need.saturating_sub(next.held.bytes());
+            let held = match self.ctx.budget.try_reserve(rest) {
+                Some(mut r) => {
+                    r.absorb(next.held);
+                    r
+                }
                 // Our own samples in flight will free room: finish them first.
                 None if !self.in_flight.is_empty() || !self.gpu_pending.is_empty() => {
                     self.waiting = Some(next);
                     break;
                 }
                 None => {
-                    // Hold nothing while waiting for others to finish.
+                    // Hold nothing while waiting for others to finish, not
+                    // even this sample's bytes: two items each holding a
+                    // sample's bytes while waiting for the rest could wait
+                    // for each other forever. (Those bytes are this item's
+                    // only ones outside the budget while it waits.)
                     if !self.send_chunk().await {
                         return Ok(false);
                     }
+                    drop(next.held);
                     debug!(shard = %self.shard_uri, need = next.need, "waiting for memory budget");
                     self.ctx.budget.reserve(next.need).await
                 }
@@ -239,8 +256,24 @@ impl<'a> ItemRun<'a> {
         }
         while !self.exhausted {
             let reading = Instant::now();
-            match self.samples.next_sample().await {
-                Ok(Some(raw)) => {
+            match self.samples.next_within(&self.ctx.budget).await {
+                Ok(Read::Blocked(bytes)) => {
+                    // Our own samples in flight will free room: collect
+                    // them, then read on. Otherwise wait, holding nothing.
+                    if !self.in_flight.is_empty() || !self.gpu_pending.is_empty() {
+                        self.reader_blocked = true;
+                        return Ok(None);
+                    }
+                    if !self.send_chunk().await {
+                        // The client left: read no more; the last send fails too.
+                        self.exhausted = true;
+                        return Ok(None);
+                    }
+                    debug!(shard = %self.shard_uri, need = bytes, "reader waiting for memory budget");
+                    let granted = self.ctx.budget.reserve(bytes).await;
+                    self.samples.grant(granted);
+                }
+                Ok(Read::Sample(raw, held)) => {
                     self.ctx.metrics.observe(Stage::Read, reading.elapsed());
                     if self.item.end.is_some_and(|end| raw.position >= end) {
                         // Past the item's range: the rest of the shard
@@ -258,9 +291,9 @@ impl<'a> ItemRun<'a> {
                         self.ctx.config.max_image_pixels,
                         route == Route::Gpu,
                     );
-                    return Ok(Some(ReadSample { raw, need, route }));
+                    return Ok(Some(ReadSample { raw, need, route, held }));
                 }
-                Ok(None) => self.exhausted = true,
+                Ok(Read::End) => self.exhausted = true,
                 Err(e) if e.is_io() => {
                     return Err(ItemError::Read {
                         shard: self.shard_uri.clone(),
@@ -302,7 +335,8 @@ impl<'a> ItemRun<'a> {
 
     /// A partial GPU batch goes once nothing else is coming for now.
     fn partial_batch_due(&self) -> bool {
-        !self.gpu_pending.is_empty() && (self.exhausted || self.waiting.is_some() || self.in_flight.is_empty())
+        !self.gpu_pending.is_empty()
+            && (self.exhausted || self.waiting.is_some() || self.reader_blocked || self.in_flight.is_empty())
     }
 
     /// Sends the pending JPEGs to the GPU as one batch, with the budget

@@ -25,7 +25,7 @@ pub(super) async fn read_item(
     tx: &mpsc::Sender<Result<Chunk, ItemError>>,
 ) -> Result<bool, ItemError> {
     let shard = item.dataset.join(&item.shard);
-    let mut samples = ItemSamples::open(item, &ctx.storage, ctx.config.max_member_bytes).await?;
+    let mut samples = ItemSamples::open(item, &ctx.storage, ctx.config.max_member_bytes, &ctx.budget).await?;
     let mut chunk = Chunk::default();
     loop {
         let raw = match samples.next_sample().await {

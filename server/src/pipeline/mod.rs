@@ -301,6 +301,20 @@ impl Drop for SkipTally {
     }
 }
 
+impl Skipped {
+    /// The sample `key` at `position`, whose `stage` panicked with
+    /// `message` (caught): an [`SkipKind::Internal`] skip whose reason
+    /// names both.
+    pub fn panicked(key: &str, position: u64, stage: &str, message: &str) -> Self {
+        Self {
+            key: key.to_owned(),
+            position,
+            reason: format!("internal error: {stage} of {key} panicked: {message}"),
+            kind: SkipKind::Internal,
+        }
+    }
+}
+
 /// What kind of problem made a sample unusable: the few values of the
 /// `reason` label of `stoker_worker_skipped_total` (the full reason, with
 /// the key, goes to the client and the log).
@@ -322,10 +336,14 @@ pub enum SkipKind {
     /// A record whose checksum does not match, or that does not parse
     /// (TFRecord).
     Corrupt,
+    /// A panic in the worker's own code (a decoder's or a transform's, on
+    /// the CPU pool or a GPU lane's host work), caught: the reason says
+    /// where, with the panic's message. A bug to report, not bad data.
+    Internal,
 }
 
 impl SkipKind {
-    pub const ALL: [SkipKind; 7] = [
+    pub const ALL: [SkipKind; 8] = [
         SkipKind::NotImage,
         SkipKind::TooLarge,
         SkipKind::Decode,
@@ -333,6 +351,7 @@ impl SkipKind {
         SkipKind::Transform,
         SkipKind::Memory,
         SkipKind::Corrupt,
+        SkipKind::Internal,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -344,6 +363,7 @@ impl SkipKind {
             SkipKind::Transform => "transform",
             SkipKind::Memory => "memory",
             SkipKind::Corrupt => "corrupt",
+            SkipKind::Internal => "internal",
         }
     }
 }

@@ -125,13 +125,23 @@ fn on_pool(
 ) -> impl Future<Output = Result<Outcome, PoolError>> + Send + 'static {
     let (spec, worker) = (Arc::clone(spec), Arc::clone(ctx));
     let max_pixels = ctx.config.max_image_pixels;
-    ctx.pool.spawn(move || {
+    // `process_sample` catches a panic in decode or transform itself; one
+    // anywhere else in the job is caught by the pool, and is this sample's
+    // internal skip too.
+    let (key, position) = (raw.key.clone(), raw.position);
+    let job = ctx.pool.spawn(move || {
         let outcome = process_sample(raw, &spec, seed, max_pixels, &worker.metrics);
         if outcome.is_ok() {
             worker.counters.cpu_samples.fetch_add(1, Ordering::Relaxed);
         }
         outcome
-    })
+    });
+    async move {
+        match job.await {
+            Err(PoolError::Panicked(message)) => Ok(Err(Skipped::panicked(&key, position, "cpu job", &message))),
+            other => other,
+        }
+    }
 }
 
 /// Queues one sample on the CPU pool now, holding `held` until its result
@@ -207,7 +217,7 @@ mod tests {
     use stoker_core::{DatasetUri, TransformSpec};
     use tokio::sync::mpsc;
 
-    use super::super::{Item, WorkerConfig, WorkerContext, process_sample, run_item};
+    use super::super::{Item, SkipKind, WorkerConfig, WorkerContext, process_sample, run_item};
     use crate::gpu::{GpuResult, GpuRunner, GpuRunnerConfig, GpuSample};
     use crate::storage::Storage;
     use crate::synth;
@@ -388,6 +398,133 @@ mod tests {
         let mut keys: Vec<&String> = part.samples.keys().chain(part.skipped.keys()).collect();
         keys.sort();
         assert_eq!(keys, expected);
+    }
+
+    /// A shard of 12 JPEGs, one of which panics when decoded (its key
+    /// ends in `TEST_PANIC_SUFFIX`); returns the shard and that key.
+    async fn dataset_with_a_panic(dir: &std::path::Path) -> (DatasetUri, String) {
+        let class = dir.join("images/a");
+        std::fs::create_dir_all(&class).unwrap();
+        for i in 0..11u64 {
+            let img = synth::procedural(96, 80, i);
+            std::fs::write(class.join(format!("{i:03}.jpg")), synth::encode_jpeg(&img, 90).unwrap()).unwrap();
+        }
+        let img = synth::procedural(96, 80, 42);
+        let name = format!("005{}", super::super::cpu::TEST_PANIC_SUFFIX);
+        std::fs::write(class.join(format!("{name}.jpg")), synth::encode_jpeg(&img, 90).unwrap()).unwrap();
+        let uri = DatasetUri::Local(dir.join("shards"));
+        crate::pack::pack(
+            &Storage::new(),
+            &dir.join("images"),
+            &uri,
+            stoker_core::ShardFormat::WebDataset,
+            64 << 20,
+            |_, _| {},
+        )
+        .await
+        .unwrap();
+        (uri, format!("a/{name}"))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panic_in_decode_skips_that_sample_as_internal_and_the_worker_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let (uri, bad) = dataset_with_a_panic(dir.path()).await;
+        // One pool thread: had the panic killed it (or the process),
+        // nothing after it would run.
+        let cpu = Arc::new(WorkerContext::new(config(1)).unwrap());
+        for round in 1..=2u64 {
+            let got = run(Arc::clone(&cpu), uri.clone(), 0, None).await;
+            assert_eq!(got.samples.len(), 11, "round {round}: every other sample arrives");
+            let reason = got
+                .skipped
+                .get(&bad)
+                .unwrap_or_else(|| panic!("{bad} not skipped: {:?}", got.skipped));
+            assert_eq!(
+                reason,
+                &format!("internal error: decode of {bad} panicked: test: injected panic decoding {bad}")
+            );
+            assert_eq!(got.skipped.len(), 1);
+            assert_eq!(cpu.metrics.skips(SkipKind::Internal), round);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panic_in_a_lanes_host_work_hands_the_sample_to_the_cpu_and_the_lane_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let (uri, bad) = dataset_with_a_panic(dir.path()).await;
+        let reference = run(Arc::new(WorkerContext::new(config(1)).unwrap()), uri.clone(), 0, None).await;
+        // One lane, whose host work panics on a sample the CPU decodes
+        // well ("a/003") and finishes the others as the GPU would: the
+        // panicking decode's sample too, whose CPU decode then panics.
+        let lanes = GpuRunnerConfig {
+            lanes: 1,
+            max_batch: 4,
+            ..GpuRunnerConfig::default()
+        };
+        let runner = GpuRunner::emulated(lanes, |sample: GpuSample, spec, seed| {
+            if sample.key == "a/003" {
+                panic!("lane bug on {}", sample.key);
+            }
+            match process_sample(sample.clone_raw(), spec, seed, 100_000_000, &Default::default()) {
+                Ok(p) => GpuResult::Done(p),
+                Err(s) => GpuResult::Cpu {
+                    sample,
+                    reason: s.reason,
+                },
+            }
+        });
+        let mut gpu_only = config(1);
+        gpu_only.cpu_jpegs = false;
+        let ctx = Arc::new(WorkerContext::with_gpu(gpu_only, runner).unwrap());
+        for _ in 0..2 {
+            let got = run(Arc::clone(&ctx), uri.clone(), 0, None).await;
+            assert_eq!(got.skipped, reference.skipped, "the cpu worker's skip, with its reason");
+            assert!(got.skipped[&bad].starts_with("internal error: decode of"));
+            assert_eq!(got.samples, reference.samples, "a/003 too, from the cpu");
+        }
+        let lanes = &ctx.gpu.as_ref().unwrap().counters;
+        // Per round: a/003 and the panicking decode handed back, the rest
+        // finished by the (one, still running) lane.
+        assert_eq!(lanes.to_cpu.load(Ordering::Relaxed), 4);
+        assert_eq!(lanes.images.load(Ordering::Relaxed), 20);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn items_sharing_a_small_budget_read_and_wait_without_deadlock() {
+        let dir = tempfile::tempdir().unwrap();
+        let class = dir.path().join("images/a");
+        std::fs::create_dir_all(&class).unwrap();
+        for i in 0..40u64 {
+            let img = synth::procedural(320, 240, i);
+            std::fs::write(class.join(format!("{i:03}.jpg")), synth::encode_jpeg(&img, 95).unwrap()).unwrap();
+        }
+        let uri = DatasetUri::Local(dir.path().join("shards"));
+        crate::pack::pack(
+            &Storage::new(),
+            &dir.path().join("images"),
+            &uri,
+            stoker_core::ShardFormat::WebDataset,
+            64 << 20,
+            |_, _| {},
+        )
+        .await
+        .unwrap();
+        // Room for about three samples at once (each holds its bytes and
+        // twice its 230 KB decoded image), shared by four items: members
+        // wait to be read, samples wait for the rest of their estimate.
+        let mut small = config(2);
+        small.memory_limit = crate::memory::RESERVE + (1600 << 10);
+        let ctx = Arc::new(WorkerContext::new(small).unwrap());
+        let runs = (0..4).map(|_| tokio::spawn(run(Arc::clone(&ctx), uri.clone(), 0, None)));
+        let all = tokio::time::timeout(Duration::from_secs(120), futures::future::join_all(runs))
+            .await
+            .expect("items waiting for the budget never finished");
+        for got in all {
+            let got = got.unwrap();
+            assert_eq!(got.samples.len(), 40, "skipped: {:?}", got.skipped);
+        }
+        assert_eq!(ctx.budget.used(), 0, "every reservation came back");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

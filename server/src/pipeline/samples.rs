@@ -1,24 +1,55 @@
 //! Where an item's samples come from: a shard streamed through the
 //! fuzzed readers of `stoker-formats` (WebDataset, TFRecord, RecordIO),
 //! or a Parquet shard read by row groups.
+//!
+//! Read within the worker's memory budget ([`ItemSamples::next_within`]):
+//! a WebDataset image member is reserved before it is read, and the
+//! reservation travels with its sample; a Parquet row group is reserved
+//! before it is fetched, and released once its last row is read.
 
-use stoker_formats::sample::RawSample;
+use std::mem::take;
+
+use stoker_formats::sample::{RawSample, Step};
 use stoker_formats::shard::{SampleStart, ShardError, ShardKind, ShardSamples};
 use stoker_formats::tfrecord::ExampleFields;
 
 use super::{Item, ItemError};
-use crate::parquet::{ParquetSamples, ParquetShardError};
+use crate::memory::{MemoryBudget, Reservation};
+use crate::parquet::{ParquetSamples, ParquetShardError, RowGroupLimit};
 use crate::storage::{ShardReader, Storage, StorageError};
 use stoker_core::{DatasetUri, RecordFields, ShardFormat};
 
-/// An item's samples, in shard order.
-pub(crate) enum ItemSamples {
+/// An item's samples, in shard order, with the budget they hold.
+pub(crate) struct ItemSamples {
+    source: Source,
+    /// Reserved for the sample being read (its image member), handed out
+    /// with it.
+    held: Reservation,
+    /// Reserved by the item for what the reader said it was blocked on
+    /// ([`ItemSamples::grant`]), used at the reader's next ask.
+    granted: Reservation,
+}
+
+enum Source {
     Stream(ShardSamples<ShardReader>),
     Parquet(Box<ParquetSamples>),
     /// A shard unreadable from its start (a Parquet file without the image
     /// column, say): the error comes as the first read's, so that the item
     /// reports it like any shard that goes bad, and no sample is read.
     Unreadable(Option<SampleError>),
+}
+
+/// What [`ItemSamples::next_within`] got to.
+pub(crate) enum Read {
+    /// A sample, with the budget its bytes have held since they were read
+    /// (carried into its own reservation).
+    Sample(RawSample, Reservation),
+    /// The reader needs `bytes` of the budget before it reads on, and they
+    /// are not free: ask again once they may be, or [`ItemSamples::grant`]
+    /// them.
+    Blocked(u64),
+    /// No sample is left.
+    End,
 }
 
 /// Why a shard's samples stopped coming.
@@ -53,11 +84,21 @@ pub(crate) struct ShardRead<'a> {
     pub end: Option<u64>,
     /// Members or records over this are skipped samples.
     pub max_member_bytes: u64,
+    /// A Parquet row group that needs more bytes than this to read is the
+    /// shard's error.
+    pub row_group_limit: RowGroupLimit,
 }
 
 impl ItemSamples {
-    /// Opens the item's samples ([`ItemSamples::open_shard`]).
-    pub(crate) async fn open(item: &Item, storage: &Storage, max_member_bytes: u64) -> Result<Self, ItemError> {
+    /// Opens the item's samples ([`ItemSamples::open_shard`]), to be read
+    /// within `budget`: a member or a row group that could never fit it is
+    /// a skipped sample or the shard's error.
+    pub(crate) async fn open(
+        item: &Item,
+        storage: &Storage,
+        max_member_bytes: u64,
+        budget: &MemoryBudget,
+    ) -> Result<Self, ItemError> {
         let read = ShardRead {
             dataset: &item.dataset,
             shard: &item.shard,
@@ -65,9 +106,18 @@ impl ItemSamples {
             fields: &item.fields,
             start: item.start,
             end: item.end,
-            max_member_bytes,
+            max_member_bytes: max_member_bytes.min(budget.capacity()),
+            row_group_limit: RowGroupLimit::Budget(budget.capacity()),
         };
         Ok(Self::open_shard(read, storage).await?)
+    }
+
+    fn new(source: Source) -> Self {
+        Self {
+            source,
+            held: Reservation::default(),
+            granted: Reservation::default(),
+        }
     }
 
     /// Opens a shard's samples. Parquet reads the row groups that hold
@@ -88,7 +138,7 @@ impl ItemSamples {
             ShardFormat::RecordIo => ShardKind::RecordIo {
                 label_offset: fields.label_offset,
             },
-            ShardFormat::Parquet => return Self::open_parquet(read, storage).await,
+            ShardFormat::Parquet => return Self::open_parquet(read, storage).await.map(Self::new),
         };
         // A gzipped shard's index, if any, counts its records but its
         // offsets are in the decompressed stream: it is read from the start.
@@ -122,32 +172,275 @@ impl ItemSamples {
         } else {
             reader
         };
-        Ok(Self::Stream(ShardSamples::new(
+        Ok(Self::new(Source::Stream(ShardSamples::new(
             &kind,
             reader,
             read.shard,
             read.max_member_bytes,
             start,
-        )))
+        ))))
     }
 
     /// A Parquet shard's row groups that hold the samples asked for.
-    async fn open_parquet(read: ShardRead<'_>, storage: &Storage) -> Result<Self, StorageError> {
+    async fn open_parquet(read: ShardRead<'_>, storage: &Storage) -> Result<Source, StorageError> {
         let object = storage.object(read.dataset, read.shard).await?;
         let range = (read.start, read.end);
-        match ParquetSamples::open(object, read.shard, read.fields, range, read.max_member_bytes).await {
-            Ok(samples) => Ok(Self::Parquet(Box::new(samples))),
+        let opened = ParquetSamples::open(
+            object,
+            read.shard,
+            read.fields,
+            range,
+            read.max_member_bytes,
+            read.row_group_limit,
+        )
+        .await;
+        match opened {
+            Ok(samples) => Ok(Source::Parquet(Box::new(samples))),
             Err(ParquetShardError::Storage(e)) => Err(e),
-            Err(e) => Ok(Self::Unreadable(Some(e.into()))),
+            Err(e) => Ok(Source::Unreadable(Some(e.into()))),
         }
     }
 
-    /// The next sample, or `None` at the end of what the item reads.
+    /// The next sample, or `None` at the end of what the item reads, read
+    /// outside any budget (`pack`, and `Read` items, which hold one sample
+    /// at a time).
     pub(crate) async fn next_sample(&mut self) -> Result<Option<RawSample>, SampleError> {
-        match self {
-            Self::Stream(s) => Ok(s.next_sample().await?),
-            Self::Parquet(p) => Ok(p.next_sample().await?),
-            Self::Unreadable(e) => e.take().map_or(Ok(None), Err),
+        let mut admit = |_| Some(Reservation::default());
+        loop {
+            match read(&mut self.source, &mut self.held, &mut admit).await? {
+                Read::Sample(raw, _) => return Ok(Some(raw)),
+                Read::End => return Ok(None),
+                // Never: every ask is admitted.
+                Read::Blocked(_) => continue,
+            }
         }
+    }
+
+    /// The next sample, reading only what `budget` has room for: a
+    /// WebDataset image member is reserved before it is read (the sample
+    /// comes with that reservation), a Parquet row group before it is
+    /// fetched. When the room is not free, nothing is read and the answer
+    /// is [`Read::Blocked`].
+    pub(crate) async fn next_within(&mut self, budget: &MemoryBudget) -> Result<Read, SampleError> {
+        let Self { source, held, granted } = self;
+        let mut admit = |bytes| match take(granted) {
+            r if r.bytes() > 0 => Some(r),
+            _ => budget.try_reserve(bytes),
+        };
+        read(source, held, &mut admit).await
+    }
+
+    /// Gives the reader `reservation`, which the item waited for after
+    /// [`Read::Blocked`]: its next ask takes it.
+    pub(crate) fn grant(&mut self, reservation: Reservation) {
+        self.granted.absorb(reservation);
+    }
+}
+
+/// The next sample of `source`, asking `admit` for the budget of what it
+/// reads into memory; `held` gathers what the sample being read holds.
+async fn read(
+    source: &mut Source,
+    held: &mut Reservation,
+    admit: &mut impl FnMut(u64) -> Option<Reservation>,
+) -> Result<Read, SampleError> {
+    let step = match source {
+        Source::Stream(s) => {
+            let mut take_into_held = |bytes| match admit(bytes) {
+                Some(r) => {
+                    held.absorb(r);
+                    true
+                }
+                None => false,
+            };
+            s.next_sample_within(&mut take_into_held).await?
+        }
+        Source::Parquet(p) => p.next_sample_within(admit).await?,
+        Source::Unreadable(e) => match e.take() {
+            Some(e) => return Err(e),
+            None => Step::Sample(None),
+        },
+    };
+    Ok(match step {
+        Step::Sample(Some(raw)) => Read::Sample(raw, take(held)),
+        Step::Sample(None) => Read::End,
+        Step::Blocked { bytes } => Read::Blocked(bytes),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::RESERVE;
+    use crate::parquet::MAX_ROW_GROUP_BYTES;
+    use crate::synth;
+    use stoker_formats::wds::{file_header, padding};
+
+    fn tar(members: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (name, data) in members {
+            out.extend_from_slice(&file_header(name, data.len() as u64, 0));
+            out.extend_from_slice(data);
+            out.resize(out.len() + padding(data.len() as u64) as usize, 0);
+        }
+        out.extend_from_slice(&[0u8; 1024]);
+        out
+    }
+
+    async fn open(dataset: &DatasetUri, shard: &str, format: ShardFormat, budget: &MemoryBudget) -> ItemSamples {
+        let fields = RecordFields::default();
+        let read = ShardRead {
+            dataset,
+            shard,
+            format,
+            fields: &fields,
+            start: 0,
+            end: None,
+            max_member_bytes: 64 << 20,
+            row_group_limit: RowGroupLimit::Budget(budget.capacity()),
+        };
+        ItemSamples::open_shard(read, &Storage::new()).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_member_is_reserved_before_it_is_read_and_its_sample_carries_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = tar(&[
+            ("a.jpg", &[1u8; 300 << 10]),
+            ("a.cls", b"1"),
+            ("b.jpg", &[2u8; 600 << 10]),
+        ]);
+        std::fs::write(dir.path().join("s.tar"), shard).unwrap();
+        let uri = DatasetUri::Local(dir.path().to_owned());
+        let budget = MemoryBudget::for_limit(RESERVE + (1 << 20));
+        let mut samples = open(&uri, "s.tar", ShardFormat::WebDataset, &budget).await;
+        let Read::Sample(a, a_held) = samples.next_within(&budget).await.unwrap() else {
+            panic!("no first sample");
+        };
+        assert_eq!(a.key, "a");
+        assert_eq!(a_held.bytes(), 300 << 10, "its image's bytes, reserved at read");
+        assert_eq!(budget.used(), 300 << 10);
+        // b's 600 KiB do not fit beside a's 300 KiB and 200 KiB held
+        // elsewhere: nothing is read, and the reader asks for them again.
+        let elsewhere = budget.try_reserve(200 << 10).unwrap();
+        for _ in 0..2 {
+            assert!(matches!(samples.next_within(&budget).await.unwrap(), Read::Blocked(n) if n == 600 << 10));
+        }
+        // The item waits for them and grants them to the reader.
+        drop(elsewhere);
+        samples.grant(budget.try_reserve(600 << 10).unwrap());
+        let Read::Sample(b, b_held) = samples.next_within(&budget).await.unwrap() else {
+            panic!("no second sample");
+        };
+        assert_eq!((b.key.as_str(), b_held.bytes()), ("b", 600 << 10));
+        assert_eq!(budget.used(), 900 << 10, "the grant was used, not reserved again");
+        assert!(matches!(samples.next_within(&budget).await.unwrap(), Read::End));
+        drop((a_held, b_held));
+        assert_eq!(budget.used(), 0);
+    }
+
+    /// 250 JPEGs of about 10 KB packed as Parquet: three row groups (100
+    /// rows each, the last 50), each needing about 2 MB to read.
+    async fn parquet_shard(dir: &std::path::Path) -> (DatasetUri, String) {
+        let class = dir.join("images/a");
+        std::fs::create_dir_all(&class).unwrap();
+        for i in 0..250u64 {
+            let img = synth::procedural(96, 96, i);
+            std::fs::write(class.join(format!("{i:03}.jpg")), synth::encode_jpeg(&img, 95).unwrap()).unwrap();
+        }
+        let uri = DatasetUri::Local(dir.join("pq"));
+        crate::pack::pack(
+            &Storage::new(),
+            &dir.join("images"),
+            &uri,
+            ShardFormat::Parquet,
+            1 << 30,
+            |_, _| {},
+        )
+        .await
+        .unwrap();
+        let name = std::fs::read_dir(dir.join("pq"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .find(|n| n.ends_with(".parquet"))
+            .unwrap();
+        (uri, name)
+    }
+
+    #[tokio::test]
+    async fn a_parquet_row_group_is_held_in_the_budget_while_its_rows_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let (uri, shard) = parquet_shard(dir.path()).await;
+        let budget = MemoryBudget::for_limit(RESERVE + (64 << 20));
+        let mut samples = open(&uri, &shard, ShardFormat::Parquet, &budget).await;
+        // All but 1 MiB of the budget taken: no row group fits.
+        let elsewhere = budget.try_reserve(63 << 20).unwrap();
+        let need = match samples.next_within(&budget).await.unwrap() {
+            Read::Blocked(need) => need,
+            _ => panic!("a row group was read without room for it"),
+        };
+        assert!(need > 1 << 20, "a row group needs {need} bytes");
+        drop(elsewhere);
+        let elsewhere = budget.try_reserve(8 << 20).unwrap();
+        let mut rows = Vec::new();
+        let mut peak = 0;
+        loop {
+            match samples.next_within(&budget).await.unwrap() {
+                Read::Sample(raw, held) => {
+                    assert_eq!(held.bytes(), 0, "a row's bytes are the row group's");
+                    // The row group's decoded batches, not the fetched chunks too.
+                    let group = budget.used() - (8 << 20);
+                    assert!(group > 0 && group < need, "{group} of {need}");
+                    peak = peak.max(group);
+                    rows.push(raw);
+                }
+                Read::End => break,
+                Read::Blocked(n) => panic!("blocked on {n} bytes with the room free"),
+            }
+        }
+        assert_eq!(rows.len(), 250);
+        assert!(peak > 100 * 1000, "a row group's batches hold its images: {peak}");
+        drop(elsewhere);
+        assert_eq!(budget.used(), 0, "the last row group went with its last row");
+        // The rows own their bytes (copies): they outlive the row group.
+        assert!(rows.iter().all(|r| r.image.as_ref().is_ok_and(|(_, b)| b.len() > 1000)));
+    }
+
+    #[tokio::test]
+    async fn a_parquet_row_group_larger_than_the_whole_budget_is_the_shards_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let (uri, shard) = parquet_shard(dir.path()).await;
+        let budget = MemoryBudget::for_limit(RESERVE + (1 << 20));
+        let mut samples = open(&uri, &shard, ShardFormat::Parquet, &budget).await;
+        let err = match samples.next_within(&budget).await {
+            Err(e) => e,
+            Ok(_) => panic!("a row group over the budget was read"),
+        };
+        assert!(!err.is_io(), "the shard's error, not the transport's");
+        let text = err.to_string();
+        assert!(
+            text.starts_with("row group 0 needs ")
+                && text.ends_with("more than the worker's whole memory budget of 1048576 bytes"),
+            "{text}"
+        );
+        assert_eq!(budget.used(), 0);
+        // Outside a worker (pack), the fixed limit applies.
+        let fields = RecordFields::default();
+        let read = ShardRead {
+            dataset: &uri,
+            shard: &shard,
+            format: ShardFormat::Parquet,
+            fields: &fields,
+            start: 0,
+            end: None,
+            max_member_bytes: 64 << 20,
+            row_group_limit: RowGroupLimit::Fixed(MAX_ROW_GROUP_BYTES),
+        };
+        let mut all = ItemSamples::open_shard(read, &Storage::new()).await.unwrap();
+        let mut n = 0;
+        while all.next_sample().await.unwrap().is_some() {
+            n += 1;
+        }
+        assert_eq!(n, 250);
     }
 }

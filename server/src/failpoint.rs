@@ -1,0 +1,41 @@
+//! Fault injection for tests, compiled only with the `failpoints` feature
+//! (`scripts/test.sh` builds the integration tests' `stoker` with
+//! `--features stoker/failpoints`; release builds carry none of it).
+//!
+//! A worker sets its points at start from the `FAILPOINTS` environment
+//! variable, in the `fail` crate's syntax (`NAME=ACTIONS;...`). The points
+//! here take a sample key as their argument:
+//! `FAILPOINTS='stoker-decode-panic=return(KEY)'` makes decoding the sample
+//! `KEY` panic, as a decoder bug on a crafted image would.
+
+/// CPU decode of the chosen key panics (`pipeline::process_sample`).
+pub const DECODE_PANIC: &str = "stoker-decode-panic";
+/// A GPU lane's header read of the chosen key panics (`gpu::runner`).
+pub const GPU_PLAN_PANIC: &str = "stoker-gpu-plan-panic";
+
+/// Panics if the point `point` is set to `return(KEY)` with this `key`.
+pub(crate) fn panic_if_chosen(point: &str, key: &str) {
+    fail::fail_point!(point, |chosen: Option<String>| {
+        if chosen.as_deref() == Some(key) {
+            panic!("failpoint {point}: injected panic on {key}");
+        }
+    });
+}
+
+/// Sets the points `FAILPOINTS` names, if any, and returns them as
+/// `NAME=ACTIONS` for the log.
+pub fn configure_from_env() -> Result<Vec<String>, String> {
+    let Ok(spec) = std::env::var("FAILPOINTS") else {
+        return Ok(Vec::new());
+    };
+    let mut set = Vec::new();
+    for entry in spec.split(';').map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, actions) = entry
+            .split_once('=')
+            .ok_or_else(|| format!("invalid failpoint {entry:?} in FAILPOINTS: expected NAME=ACTIONS"))?;
+        fail::cfg(name.trim(), actions.trim())
+            .map_err(|e| format!("invalid failpoint {entry:?} in FAILPOINTS: {e}"))?;
+        set.push(entry.to_owned());
+    }
+    Ok(set)
+}
