@@ -165,7 +165,10 @@ fn the_base_image_takes_its_mirror_from_the_machines_apt_sources() {
     let list_d = etc.path().join("sources.list.d");
     std::fs::create_dir(&list_d).unwrap();
     let err = base_mirror(etc.path()).unwrap_err();
-    assert!(err.contains("no apt source for bookworm") && err.contains("STOKER_DEBIAN_MIRROR"), "{err}");
+    assert!(
+        err.contains("no apt source for bookworm") && err.contains("STOKER_DEBIAN_MIRROR"),
+        "{err}"
+    );
 
     // deb822: disabled entries, deb-src only and other suites are passed
     // over; a folded URIs field keeps its first URI.
@@ -195,7 +198,11 @@ fn the_base_image_takes_its_mirror_from_the_machines_apt_sources() {
     // And a `.list` file under sources.list.d.
     std::fs::remove_file(etc.path().join("sources.list")).unwrap();
     std::fs::remove_file(list_d.join("debian.sources")).unwrap();
-    std::fs::write(list_d.join("mirror.list"), "deb file:///srv/mirror/debian bookworm main\n").unwrap();
+    std::fs::write(
+        list_d.join("mirror.list"),
+        "deb file:///srv/mirror/debian bookworm main\n",
+    )
+    .unwrap();
     assert_eq!(base_mirror(etc.path()).unwrap(), "file:///srv/mirror/debian");
 
     // No mirror is named in the script itself.
