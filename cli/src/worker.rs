@@ -240,6 +240,12 @@ fn start_gpu(args: &WorkerArgs, config: &WorkerConfig) -> anyhow::Result<Option<
 pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     // Read before anything binds: a bad --token-file fails at once.
     let token = args.token.secret()?;
+    // So is a bad CA file for S3 (AWS_CA_BUNDLE, SSL_CERT_FILE), though
+    // the S3 client is made at first use.
+    let s3_trust = stoker_server::storage::S3Trust::from_env()?;
+    if s3_trust.is_custom() {
+        info!(trusted = %s3_trust.describe(), "s3 tls: ca files from the environment");
+    }
     let config = args.config()?;
     #[cfg(feature = "failpoints")]
     for point in stoker_server::failpoint::configure_from_env().map_err(anyhow::Error::msg)? {

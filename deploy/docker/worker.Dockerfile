@@ -15,6 +15,12 @@
 #                    start) and nvJPEG, about 115 MB, instead of the 2+ GB
 #                    `runtime` image. Empty adds nothing.
 #
+# Both flavours carry the distribution's CA certificates (ca-certificates,
+# /etc/ssl/certs), which the worker's TLS to S3 trusts; it is installed
+# where the base lacks it (debian:bookworm-slim; NVIDIA's images have it).
+# A private CA is added at run time: mount its PEM file and point
+# AWS_CA_BUNDLE at it (README, "S3 over TLS").
+#
 # The tests cannot pull, so they pass a local Debian base for both bases
 # and no CUDA packages (scripts/docker-base.sh). The worker loads every CUDA
 # library at run time by soname: the GPU image on a host without a GPU, or
@@ -38,6 +44,13 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 
 FROM base-${FLAVOR}
+# The distribution's CA certificates, unless the base has them.
+RUN if ! dpkg-query -W -f '${Status}' ca-certificates 2>/dev/null | grep -q 'ok installed'; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends ca-certificates \
+        && apt-get clean && rm -rf /var/lib/apt/lists/*; \
+    fi \
+    && test -s /etc/ssl/certs/ca-certificates.crt
 COPY stoker /usr/local/bin/stoker
 # /run/stoker holds the token file of the compose cluster (a volume).
 RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin stoker \

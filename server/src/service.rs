@@ -117,7 +117,11 @@ fn storage_status(err: &StorageError) -> Status {
         StorageError::NotFound(_) | StorageError::Empty { .. } => Status::not_found(msg),
         StorageError::MixedFormats { .. } => Status::invalid_argument(msg),
         StorageError::Denied { .. } => Status::permission_denied(msg),
-        StorageError::BadIndex { .. } | StorageError::BadRecordIndex { .. } => Status::failed_precondition(msg),
+        // The worker's own set-up: another worker like it would fail alike.
+        StorageError::BadIndex { .. }
+        | StorageError::BadRecordIndex { .. }
+        | StorageError::Certificate { .. }
+        | StorageError::Ca(_) => Status::failed_precondition(msg),
         StorageError::Transient { .. } | StorageError::Io { .. } => Status::unavailable(msg),
     }
 }

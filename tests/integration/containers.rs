@@ -5,7 +5,8 @@
 //! non-root user, and a stream from the host through the container delivers
 //! every sample once; the GPU image, on a host without a GPU, falls back to
 //! the CPU, says so, and serves. Without Docker or the base image the tests
-//! say why and skip.
+//! say why and skip. The base image's Debian mirror comes from the
+//! machine's apt sources, both formats (checked without Docker).
 
 use std::time::{Duration, Instant};
 
@@ -139,4 +140,75 @@ fn the_gpu_image_without_a_gpu_falls_back_to_the_cpu_says_so_and_serves() {
         &["--batch-size", "8", "--image-size", "32"],
     );
     assert_exactly_once(&run, &expected, 0..1);
+}
+
+/// `scripts/docker-base.sh --print-mirror` with `etc` as /etc/apt: the
+/// mirror it would debootstrap from, or its error.
+fn base_mirror(etc: &std::path::Path) -> Result<String, String> {
+    let out = std::process::Command::new(crate::support::repo_root().join("scripts/docker-base.sh"))
+        .arg("--print-mirror")
+        .env("APT_ETC", etc)
+        .env_remove("STOKER_DEBIAN_MIRROR")
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).trim().to_owned();
+    if out.status.success() {
+        Ok(text(&out.stdout))
+    } else {
+        Err(text(&out.stderr))
+    }
+}
+
+#[test]
+fn the_base_image_takes_its_mirror_from_the_machines_apt_sources() {
+    let etc = tempfile::tempdir().unwrap();
+    let list_d = etc.path().join("sources.list.d");
+    std::fs::create_dir(&list_d).unwrap();
+    let err = base_mirror(etc.path()).unwrap_err();
+    assert!(
+        err.contains("no apt source for bookworm") && err.contains("STOKER_DEBIAN_MIRROR"),
+        "{err}"
+    );
+
+    // deb822: disabled entries, deb-src only and other suites are passed
+    // over; a folded URIs field keeps its first URI.
+    std::fs::write(
+        list_d.join("debian.sources"),
+        "Types: deb\nURIs: http://192.0.2.1/debian\nSuites: bookworm\nComponents: main\nEnabled: no\n\n\
+         Types: deb-src\nURIs: http://192.0.2.2/debian\nSuites: bookworm\nComponents: main\n\n\
+         # security\nTypes: deb\nURIs: http://192.0.2.3/debian-security\nSuites: bookworm-security\n\n\
+         Types: deb deb-src\nURIs: http://192.0.2.4/debian\n http://192.0.2.5/debian\n\
+         Suites: bookworm bookworm-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
+    )
+    .unwrap();
+    assert_eq!(base_mirror(etc.path()).unwrap(), "http://192.0.2.4/debian");
+
+    // One-line sources.list comes first; comments, deb-src and options are
+    // passed over.
+    std::fs::write(
+        etc.path().join("sources.list"),
+        "# deb http://192.0.2.6/debian bookworm main\n\
+         deb-src http://192.0.2.7/debian bookworm main\n\
+         deb http://192.0.2.8/debian bookworm-updates main\n\
+         deb [arch=amd64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://192.0.2.9/debian bookworm main contrib\n",
+    )
+    .unwrap();
+    assert_eq!(base_mirror(etc.path()).unwrap(), "http://192.0.2.9/debian");
+
+    // And a `.list` file under sources.list.d.
+    std::fs::remove_file(etc.path().join("sources.list")).unwrap();
+    std::fs::remove_file(list_d.join("debian.sources")).unwrap();
+    std::fs::write(
+        list_d.join("mirror.list"),
+        "deb file:///srv/mirror/debian bookworm main\n",
+    )
+    .unwrap();
+    assert_eq!(base_mirror(etc.path()).unwrap(), "file:///srv/mirror/debian");
+
+    // No mirror is named in the script itself.
+    let script = std::fs::read_to_string(crate::support::repo_root().join("scripts/docker-base.sh")).unwrap();
+    assert!(
+        !script.contains("http://") && !script.contains("https://"),
+        "scripts/docker-base.sh names a mirror"
+    );
 }

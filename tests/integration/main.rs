@@ -31,6 +31,7 @@ mod python;
 mod ranks;
 mod s3;
 mod s3_faults;
+mod s3_tls;
 mod soak;
 mod tls;
 mod worker_api;

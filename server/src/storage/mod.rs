@@ -12,12 +12,14 @@
 //! skipped and a replaced object is noticed.
 //!
 //! This module is the [`Storage`] facade, its configuration and its errors;
-//! each job has a file of its own: `s3` (the S3 backend), `local` (dataset
+//! each job has a file of its own: `s3` (the S3 backend), `ca` (the CAs
+//! its TLS trusts: the system's, `AWS_CA_BUNDLE`), `local` (dataset
 //! folders), `index` (the dataset index, [`INDEX_FILE`]), `resume` (the
 //! resumable shard body), `object` (byte-range reads of one object, for
 //! Parquet) and `gzip` (gzipped shard bodies, decompressed as they
 //! stream).
 
+mod ca;
 mod gzip;
 mod index;
 mod local;
@@ -37,6 +39,7 @@ use stoker_core::{DatasetUri, FormatChoice, ShardFormat, ShardRef};
 use tokio::io::AsyncRead;
 use tokio::sync::OnceCell;
 
+pub use ca::{AWS_CA_BUNDLE, CaError, S3Trust, SSL_CERT_FILE};
 pub use gzip::gunzip;
 pub use index::{INDEX_FILE, Index, IndexEntry};
 pub use object::Object;
@@ -72,6 +75,17 @@ pub enum StorageError {
     /// Network trouble, throttling, a server error: worth retrying.
     #[error("{object}: {reason}")]
     Transient { object: String, reason: String },
+    /// The S3 endpoint's TLS certificate was refused (untrusted CA, wrong
+    /// name, expired): not retried.
+    #[error("{object}: the tls certificate of {endpoint} was refused: {reason}")]
+    Certificate {
+        object: String,
+        endpoint: String,
+        reason: String,
+    },
+    /// A CA file that cannot be used (`AWS_CA_BUNDLE`, `SSL_CERT_FILE`).
+    #[error(transparent)]
+    Ca(#[from] CaError),
     #[error("{object}: {source}")]
     Io {
         object: String,
@@ -203,7 +217,7 @@ pub fn select_shards(
 /// timeouts of its [`StorageConfig`].
 #[derive(Debug, Default)]
 pub struct Storage {
-    s3: OnceCell<aws_sdk_s3::Client>,
+    s3: OnceCell<s3::S3>,
     config: StorageConfig,
     stats: Arc<StorageStats>,
 }

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use stoker_core::DatasetUri;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
-use super::s3::s3_error;
+use super::s3::{S3Site, s3_error};
 use super::{Storage, StorageError, StorageStats, local};
 
 /// A shard opened for ranged reads: cheap to clone, owning what it needs.
@@ -29,6 +29,7 @@ pub struct Object {
 enum Location {
     S3 {
         client: aws_sdk_s3::Client,
+        site: Arc<S3Site>,
         bucket: String,
         key: String,
     },
@@ -42,14 +43,19 @@ impl Storage {
         let object = uri.join(name);
         let location = self.location(uri, name, &object).await?;
         let size = match &location {
-            Location::S3 { client, bucket, key } => {
+            Location::S3 {
+                client,
+                site,
+                bucket,
+                key,
+            } => {
                 let head = client
                     .head_object()
                     .bucket(bucket)
                     .key(key)
                     .send()
                     .await
-                    .map_err(|e| s3_error(&object, e))?;
+                    .map_err(|e| s3_error(site, &object, e))?;
                 head.content_length().and_then(|n| u64::try_from(n).ok()).unwrap_or(0)
             }
             Location::Local(path) => {
@@ -70,11 +76,15 @@ impl Storage {
 
     async fn location(&self, uri: &DatasetUri, name: &str, object: &str) -> Result<Location, StorageError> {
         Ok(match uri {
-            DatasetUri::S3 { bucket, prefix } => Location::S3 {
-                client: self.s3().await.clone(),
-                bucket: bucket.clone(),
-                key: format!("{prefix}{name}"),
-            },
+            DatasetUri::S3 { bucket, prefix } => {
+                let s3 = self.s3().await?;
+                Location::S3 {
+                    client: s3.client.clone(),
+                    site: Arc::clone(&s3.site),
+                    bucket: bucket.clone(),
+                    key: format!("{prefix}{name}"),
+                }
+            }
             DatasetUri::Local(dir) => {
                 Location::Local(local::safe_join(dir, name).ok_or_else(|| StorageError::NotFound(object.to_owned()))?)
             }
@@ -108,7 +118,12 @@ impl Object {
             reason: format!("asked for bytes {}..{}, got {got} bytes", range.start, range.end),
         };
         let bytes = match &self.location {
-            Location::S3 { client, bucket, key } => {
+            Location::S3 {
+                client,
+                site,
+                bucket,
+                key,
+            } => {
                 let out = client
                     .get_object()
                     .bucket(bucket)
@@ -116,7 +131,7 @@ impl Object {
                     .range(format!("bytes={}-{}", range.start, range.end - 1))
                     .send()
                     .await
-                    .map_err(|e| s3_error(&self.object, e))?;
+                    .map_err(|e| s3_error(site, &self.object, e))?;
                 out.body
                     .collect()
                     .await

@@ -1,7 +1,8 @@
-//! The S3 backend (aws-sdk-s3): the client and its retries and timeouts,
-//! listing, whole-object and streamed reads, uploads, and the ranged
-//! re-reads that resume a shard body, each S3 error classified into a
-//! [`StorageError`].
+//! The S3 backend (aws-sdk-s3): the client (its CAs from `ca`) and its
+//! retries and timeouts, listing, whole-object and streamed reads, uploads,
+//! and the ranged re-reads that resume a shard body, each S3 error
+//! classified into a [`StorageError`]. A certificate the client refuses is
+//! not retried, and its error names the endpoint and what is trusted.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,11 +14,79 @@ use aws_sdk_s3::config::{ConfigBag, Intercept, RuntimeComponents, StalledStreamP
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::context::InterceptorContext;
 use aws_smithy_runtime_api::client::retries::RequestAttempts;
+use aws_smithy_runtime_api::client::retries::classifiers::{ClassifyRetry, RetryAction, RetryClassifierPriority};
 use stoker_core::ShardRef;
 
+use super::ca::{AWS_CA_BUNDLE, S3Trust};
 use super::resume::{Reopen, ReopenError, ReopenFuture, ResumePolicy, ResumingReader};
 use super::{ShardReader, Storage, StorageError, StorageStats};
+
+/// The S3 client, with what its errors name: where it connects and which
+/// CAs it trusts.
+#[derive(Debug)]
+pub(super) struct S3 {
+    pub client: aws_sdk_s3::Client,
+    pub site: Arc<S3Site>,
+}
+
+#[derive(Debug)]
+pub(super) struct S3Site {
+    /// `AWS_ENDPOINT_URL`, or AWS's endpoint for the region.
+    endpoint: String,
+    /// [`S3Trust::describe`].
+    trust: String,
+}
+
+/// The certificate problem in an error's chain: rustls refusing the
+/// server's certificate (untrusted issuer, wrong name, expired...). The
+/// rustls error travels inside `io::Error`s, whose `source` skips the
+/// error they wrap, so those are opened too.
+fn certificate_problem<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return matches!(
+                tls,
+                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+            )
+            .then_some(tls);
+        }
+        if let Some(inner) = e.downcast_ref::<std::io::Error>().and_then(std::io::Error::get_ref)
+            && let Some(tls) = certificate_problem(inner)
+        {
+            return Some(tls);
+        }
+        next = e.source();
+    }
+    None
+}
+
+/// Forbids retrying a request whose connection failed on the server's
+/// certificate: another attempt meets the same certificate.
+#[derive(Debug)]
+struct NoRetryOnCertificateProblem;
+
+impl ClassifyRetry for NoRetryOnCertificateProblem {
+    fn classify_retry(&self, ctx: &InterceptorContext) -> RetryAction {
+        let Some(Err(err)) = ctx.output_or_error() else {
+            return RetryAction::NoActionIndicated;
+        };
+        match err.as_connector_error() {
+            Some(e) if certificate_problem(e).is_some() => RetryAction::RetryForbidden,
+            _ => RetryAction::NoActionIndicated,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "NoRetryOnCertificateProblem"
+    }
+
+    fn priority(&self) -> RetryClassifierPriority {
+        RetryClassifierPriority::run_after(RetryClassifierPriority::transient_error_classifier())
+    }
+}
 
 /// Counts the SDK's retries into [`StorageStats::retries`]: every attempt
 /// of a request after its first.
@@ -58,11 +127,25 @@ fn s3_reason<E: ProvideErrorMetadata + std::error::Error + 'static>(err: &SdkErr
     }
 }
 
-/// Classifies an S3 error for `object`.
+/// Classifies an S3 error for `object`, reached through `site`.
 pub(super) fn s3_error<E: ProvideErrorMetadata + std::error::Error + 'static>(
+    site: &S3Site,
     object: &str,
     err: SdkError<E>,
 ) -> StorageError {
+    if let Some(problem) = certificate_problem(&err) {
+        let hint = match problem {
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer) => {
+                format!("; add the CA that issued it with {AWS_CA_BUNDLE}=FILE")
+            }
+            _ => String::new(),
+        };
+        return StorageError::Certificate {
+            object: object.to_owned(),
+            endpoint: site.endpoint.clone(),
+            reason: format!("{problem}; trusted: {}{hint}", site.trust),
+        };
+    }
     let reason = s3_reason(&err);
     let status = err.raw_response().map(|r| r.status().as_u16());
     let code = err.code().unwrap_or_default();
@@ -82,11 +165,18 @@ pub(super) fn s3_error<E: ProvideErrorMetadata + std::error::Error + 'static>(
 }
 
 impl Storage {
-    /// The S3 client, created on first use.
-    pub(super) async fn s3(&self) -> &aws_sdk_s3::Client {
+    /// The S3 client, created on first use, with the CAs of
+    /// [`S3Trust::from_env`] (a bad CA file is an error naming it).
+    pub(super) async fn s3(&self) -> Result<&S3, StorageError> {
         self.s3
-            .get_or_init(|| async {
-                let shared = aws_config::load_from_env().await;
+            .get_or_try_init(|| async {
+                let trust = S3Trust::from_env()?;
+                let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+                if let Some(http) = trust.http_client() {
+                    // Credential providers (STS, SSO) use it too.
+                    loader = loader.http_client(http);
+                }
+                let shared = loader.load().await;
                 let c = &self.config;
                 let mut conf = aws_sdk_s3::config::Builder::from(&shared)
                     .retry_config(
@@ -95,6 +185,7 @@ impl Storage {
                             .with_initial_backoff(c.initial_backoff)
                             .with_max_backoff(c.max_backoff),
                     )
+                    .retry_classifier(NoRetryOnCertificateProblem)
                     .timeout_config(
                         TimeoutConfig::builder()
                             .connect_timeout(c.connect_timeout)
@@ -117,7 +208,21 @@ impl Storage {
                 if shared.region().is_none() {
                     conf = conf.region(aws_sdk_s3::config::Region::new("us-east-1"));
                 }
-                aws_sdk_s3::Client::from_conf(conf.build())
+                let conf = conf.build();
+                let endpoint = match shared.endpoint_url() {
+                    Some(url) => url.to_owned(),
+                    None => format!(
+                        "the AWS S3 endpoint of region {}",
+                        conf.region().map_or("us-east-1", |r| r.as_ref())
+                    ),
+                };
+                Ok(S3 {
+                    client: aws_sdk_s3::Client::from_conf(conf),
+                    site: Arc::new(S3Site {
+                        endpoint,
+                        trust: trust.describe(),
+                    }),
+                })
             })
             .await
     }
@@ -126,9 +231,9 @@ impl Storage {
     /// caller keeps the shards).
     pub(super) async fn list_s3(&self, bucket: &str, prefix: &str) -> Result<Vec<ShardRef>, StorageError> {
         let object = format!("s3://{bucket}/{prefix}");
-        let mut pages = self
-            .s3()
-            .await
+        let s3 = self.s3().await?;
+        let mut pages = s3
+            .client
             .list_objects_v2()
             .bucket(bucket)
             .prefix(prefix)
@@ -136,7 +241,7 @@ impl Storage {
             .send();
         let mut shards = Vec::new();
         while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| s3_error(&object, e))?;
+            let page = page.map_err(|e| s3_error(&s3.site, &object, e))?;
             for obj in page.contents() {
                 let Some(key) = obj.key() else { continue };
                 let Some(name) = key.strip_prefix(prefix) else { continue };
@@ -160,7 +265,8 @@ impl Storage {
         key: &str,
         object: &str,
     ) -> Result<Option<Vec<u8>>, StorageError> {
-        let got = self.s3().await.get_object().bucket(bucket).key(key).send().await;
+        let s3 = self.s3().await?;
+        let got = s3.client.get_object().bucket(bucket).key(key).send().await;
         match got {
             Ok(out) => Ok(Some(
                 out.body
@@ -173,7 +279,7 @@ impl Storage {
                     .into_bytes()
                     .to_vec(),
             )),
-            Err(e) => match s3_error(object, e) {
+            Err(e) => match s3_error(&s3.site, object, e) {
                 // A missing object is normal; a missing bucket is not.
                 StorageError::NotFound(what) if what == object => Ok(None),
                 other => Err(other),
@@ -192,14 +298,15 @@ impl Storage {
         (start, end): (u64, Option<u64>),
         object: String,
     ) -> Result<ShardReader, StorageError> {
-        let client = self.s3().await.clone();
+        let s3 = self.s3().await?;
+        let (client, site) = (s3.client.clone(), Arc::clone(&s3.site));
         let key = format!("{prefix}{name}");
         let mut req = client.get_object().bucket(bucket).key(&key);
         let ranged = start > 0 || end.is_some();
         if ranged {
             req = req.range(range_header(start, end));
         }
-        let out = req.send().await.map_err(|e| s3_error(&object, e))?;
+        let out = req.send().await.map_err(|e| s3_error(&site, &object, e))?;
         let length = out.content_length().and_then(|n| u64::try_from(n).ok());
         // The object's size: the total of a ranged response's content-range,
         // else the body's length.
@@ -214,6 +321,7 @@ impl Storage {
         };
         let source = S3Object {
             client,
+            site,
             bucket: bucket.to_owned(),
             key,
             etag: out.e_tag().map(str::to_owned),
@@ -250,8 +358,8 @@ impl Storage {
             .connect_timeout(self.config.connect_timeout)
             .disable_operation_attempt_timeout()
             .build();
-        self.s3()
-            .await
+        let s3 = self.s3().await?;
+        s3.client
             .put_object()
             .bucket(bucket)
             .key(format!("{prefix}{name}"))
@@ -260,20 +368,20 @@ impl Storage {
             .config_override(aws_sdk_s3::config::Builder::default().timeout_config(timeouts))
             .send()
             .await
-            .map_err(|e| s3_error(&object, e))?;
+            .map_err(|e| s3_error(&s3.site, &object, e))?;
         Ok(())
     }
 
     /// Checks that `bucket` exists and answers us.
     pub(super) async fn check_bucket(&self, bucket: &str) -> Result<(), StorageError> {
         let object = format!("s3://{bucket}");
-        self.s3()
-            .await
+        let s3 = self.s3().await?;
+        s3.client
             .head_bucket()
             .bucket(bucket)
             .send()
             .await
-            .map_err(|e| match s3_error(&object, e) {
+            .map_err(|e| match s3_error(&s3.site, &object, e) {
                 StorageError::NotFound(_) => StorageError::NotFound(format!("bucket {object}")),
                 other => other,
             })?;
@@ -286,6 +394,7 @@ impl Storage {
 #[derive(Debug, Clone)]
 struct S3Object {
     client: aws_sdk_s3::Client,
+    site: Arc<S3Site>,
     bucket: String,
     key: String,
     etag: Option<String>,
@@ -318,7 +427,7 @@ impl S3Object {
                     permanent: true,
                 };
             }
-            let err = s3_error(&object, e);
+            let err = s3_error(&self.site, &object, e);
             ReopenError {
                 permanent: !err.is_transient(),
                 message: err.to_string(),
