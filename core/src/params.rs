@@ -212,7 +212,8 @@ pub fn footprint(spec: &TransformSpec, width: u32, height: u32, max_pixels: u64)
             // megabytes at an extreme aspect ratio (the fuzz target
             // image_transform measures them).
             Op::RandomResizedCrop { .. } | Op::Resize { .. } => {
-                input.max(output) + RESIZE_BYTES_PER_LINE * (u64::from(w) + u64::from(h) + u64::from(nw) + u64::from(nh))
+                input.max(output)
+                    + RESIZE_BYTES_PER_LINE * (u64::from(w) + u64::from(h) + u64::from(nw) + u64::from(nh))
             }
             _ => input.max(output),
         };
