@@ -224,7 +224,11 @@ fuzz_target!(|data: &[u8]| {
     let Ok(img) = bounded(1, bound, || decode(kind, data, MAX_PIXELS)) else {
         return;
     };
-    assert_eq!(dims, Some((img.width, img.height)), "decoded size differs from the header's");
+    assert_eq!(
+        dims,
+        Some((img.width, img.height)),
+        "decoded size differs from the header's"
+    );
     for spec in &specs {
         let Ok(peak) = footprint(spec, img.width, img.height, MAX_PIXELS) else {
             continue;
