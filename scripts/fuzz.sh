@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Fuzzes the parsers that read untrusted shard bytes (the stoker-formats
-# crate, server/formats) for a bounded time, and fails on any crash.
+# crate, server/formats) and the CPU decode and transforms (stoker-image,
+# server/image: target image_transform, which also fails on memory over the
+# per-sample bound) for a bounded time, and fails on any crash.
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET [TARGET...]]   (default: 20 s, every target)
 #
 # Installs cargo-fuzz under target/tools when missing (nothing system-wide).
 # Stable Rust is enough: RUSTC_BOOTSTRAP=1 lets cargo-fuzz pass the unstable
 # flags of libFuzzer's coverage instrumentation. No sanitizer
-# (--sanitizer none): the crate has no unsafe code, so AddressSanitizer would
-# only re-check what bounds checks already catch, at several times the cost
-# per run. Overflow checks and debug assertions stay on (--debug-assertions).
+# (--sanitizer none): stoker-formats and stoker-image have no unsafe code,
+# so AddressSanitizer would mostly re-check what bounds checks already catch
+# (the SIMD inside zune-jpeg and fast_image_resize runs as it ships), at
+# several times the cost per run. Overflow checks and debug assertions stay
+# on (--debug-assertions).
 #
 # Each target starts from its committed seeds (server/formats/fuzz/corpus/T)
 # and keeps what it discovers in server/formats/fuzz/target/corpus/T (not
@@ -23,7 +27,7 @@ cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-20}
 [ $# -gt 0 ] && shift
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(tar_stream tar_header image_header tfrecord_stream recordio_stream)
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(tar_stream tar_header image_header tfrecord_stream recordio_stream image_transform)
 
 CARGO_FUZZ_VERSION=0.13.2
 export PATH="$PWD/target/tools/bin:$PATH"

@@ -160,6 +160,13 @@ pub struct TooLarge {
     pub limit: u64,
 }
 
+/// What a resize holds per column and per row of its input and its output,
+/// besides the images: fast_image_resize's weights (a window of `f64`s per
+/// output line, two taps per input line a downscale spans plus three, then
+/// their fixed-point copy) and the bounds of each window. An upper bound of
+/// what it measured at (about 32 bytes per output column).
+pub const RESIZE_BYTES_PER_LINE: u64 = 64;
+
 /// The most memory, in bytes, that running `spec` on a decoded `width` x
 /// `height` RGB image holds at once (the decoded image included), or the
 /// stage that would make an image over `max_pixels`.
@@ -170,7 +177,7 @@ pub struct TooLarge {
 /// its memory, from the image header, before anything is decoded. A step
 /// holds its input, its output and a scratch buffer (a separable resize's
 /// pass between the two, at most the larger of them; a blur's float copy,
-/// four bytes a channel).
+/// four bytes a channel; a resize's weights, [`RESIZE_BYTES_PER_LINE`]).
 pub fn footprint(spec: &TransformSpec, width: u32, height: u32, max_pixels: u64) -> Result<u64, TooLarge> {
     let bytes = |w: u32, h: u32| u64::from(w) * u64::from(h) * 3;
     let (mut w, mut h) = (width, height);
@@ -200,6 +207,14 @@ pub fn footprint(spec: &TransformSpec, width: u32, height: u32, max_pixels: u64)
         let scratch = match op {
             Op::GaussianBlur { .. } => 4 * input,
             Op::HorizontalFlip { .. } | Op::VerticalFlip { .. } => 0,
+            // A resize also holds its filter's weights, a window per output
+            // column and row: linear in the sides, not the pixels, but
+            // megabytes at an extreme aspect ratio (the fuzz target
+            // image_transform measures them).
+            Op::RandomResizedCrop { .. } | Op::Resize { .. } => {
+                input.max(output)
+                    + RESIZE_BYTES_PER_LINE * (u64::from(w) + u64::from(h) + u64::from(nw) + u64::from(nh))
+            }
             _ => input.max(output),
         };
         peak = peak.max(input + output + scratch);
@@ -403,11 +418,12 @@ mod tests {
         }
         // An ordinary photo: decoded, resized, and the resize's scratch
         // (as large as the larger of the two).
+        let lines = |sides: u32| RESIZE_BYTES_PER_LINE * u64::from(sides);
         let peak = footprint(&eval, 500, 375, 100_000_000).unwrap();
-        assert_eq!(peak, 2 * 500 * 375 * 3 + 341 * 256 * 3);
+        assert_eq!(peak, 2 * 500 * 375 * 3 + 341 * 256 * 3 + lines(500 + 375 + 341 + 256));
         // Train crops first, so the decoded image is the largest part.
         let train = footprint(&TransformSpec::train(224), 65000, 1, 100_000_000).unwrap();
-        assert_eq!(train, 2 * 65000 * 3 + 224 * 224 * 3);
+        assert_eq!(train, 2 * 65000 * 3 + 224 * 224 * 3 + lines(65000 + 1 + 224 + 224));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! - [`storage`]: S3 and local folders.
 //! - [`wds`]: WebDataset tar shards, read as a stream and grouped into samples
 //!   (re-exported from `stoker-formats`, the fuzzed parsers).
-//! - [`decode`], [`augment`]: CPU decode and transform execution;
+//! - [`decode`], [`augment`]: CPU decode and transform execution
+//!   (re-exported from `stoker-image`, which the fuzz target builds on its own);
 //!   [`libjpeg`]: region-of-interest JPEG decoding with libjpeg-turbo.
 //! - [`gpu`]: the GPU path, found at run time (CUDA driver, NVRTC, nvJPEG).
 //! - [`pool`]: the CPU thread pool that keeps that work off the runtime.
@@ -21,8 +22,6 @@
 // `pub(crate)`, so the public surface shows what the CLI and tests need.
 #![warn(unreachable_pub)]
 
-pub mod augment;
-pub mod decode;
 #[cfg(feature = "failpoints")]
 pub mod failpoint;
 pub mod gpu;
@@ -39,6 +38,7 @@ pub mod synth;
 pub mod tls;
 
 pub use stoker_formats::wds;
+pub use stoker_image::{augment, decode};
 
 pub use pipeline::{WorkerConfig, WorkerContext};
 pub use service::{ServeOptions, serve};

@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of the fuzz targets (corpus/<target>/), from the
 images in ../testdata, tars written with Python's tarfile (GNU, pax and
-ustar formats) and TFRecord records framed here (CRC32C by hand; a unit
-test of stoker-formats reads them back). Standard library only. The seeds
-are committed; run this again only to change them."""
+ustar formats), TFRecord records framed here (CRC32C by hand; a unit
+test of stoker-formats reads them back), and JPEGs and PNGs of extreme
+shapes written here (baseline JPEG with hand-made Huffman tables, PNG
+through zlib). Standard library only. The seeds are committed; run this
+again only to change them."""
 
 import io
 import pathlib
 import shutil
 import struct
 import tarfile
+import zlib
 
 HERE = pathlib.Path(__file__).resolve().parent
 JPEG = (HERE.parent / "testdata" / "tiny.jpg").read_bytes()
@@ -156,7 +159,98 @@ recordios = {
     "truncated": rec_part(0, ir_header(0, 3.0) + JPEG)[:30],
 }
 
-seeds = {"tar_stream": {}, "tar_header": {}, "image_header": {}, "tfrecord_stream": {}, "recordio_stream": {}}
+
+
+def segment(marker, body):
+    return bytes([0xFF, marker]) + (len(body) + 2).to_bytes(2, "big") + body
+
+
+# JPEG's standard luminance DC table: code lengths (counts per length 1..16)
+# and symbols (the size category of a DC difference).
+DC_BITS = [0, 1, 5, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0]
+DC_VALS = list(range(12))
+
+
+def canonical(bits, vals):
+    """Huffman codes from JPEG's counts per length: symbol -> (code, length)."""
+    codes, code, k = {}, 0, 0
+    for length, count in enumerate(bits, 1):
+        for _ in range(count):
+            codes[vals[k]] = (code, length)
+            code, k = code + 1, k + 1
+        code <<= 1
+    return codes
+
+
+def write_jpeg(width, height, h_samp=1):
+    """A baseline JPEG, 3 components, luma sampled h_samp x h_samp (1: 4:4:4,
+    2: 4:2:0), every block DC only (the AC table's one code is an EOB): a
+    smooth gradient of 8x8 squares."""
+    dc = canonical(DC_BITS, DC_VALS)
+    ac = {0x00: (0, 1)}
+    mcu = 8 * h_samp
+    mcus_x, mcus_y = -(-width // mcu), -(-height // mcu)
+    out, acc, nacc = [], 0, 0
+
+    def put(code, length):
+        nonlocal acc, nacc
+        acc, nacc = acc << length | code, nacc + length
+        while nacc >= 8:
+            byte = acc >> (nacc - 8) & 0xFF
+            nacc -= 8
+            out.append(byte)
+            if byte == 0xFF:
+                out.append(0)
+
+    def block(diff):
+        size = abs(diff).bit_length()
+        put(*dc[size])
+        if size:
+            put(diff if diff > 0 else diff + (1 << size) - 1, size)
+        put(*ac[0])
+
+    pred = [0, 0, 0]
+    for my in range(mcus_y):
+        for mx in range(mcus_x):
+            for c, n in enumerate([h_samp * h_samp, 1, 1]):
+                for i in range(n):
+                    value = ((mx * 37 + my * 23 + i * 11 + c * 50) % 200 - 100) * 4
+                    block(value - pred[c])
+                    pred[c] = value
+    if nacc:
+        put((1 << (8 - nacc)) - 1, 8 - nacc)
+    dqt = bytes([0]) + bytes([1] * 64)
+    sof = bytes([8]) + height.to_bytes(2, "big") + width.to_bytes(2, "big") + bytes([3])
+    sof += bytes([1, h_samp << 4 | h_samp, 0, 2, 0x11, 0, 3, 0x11, 0])
+    dht = bytes([0x00]) + bytes(DC_BITS) + bytes(DC_VALS)
+    dht += bytes([0x10]) + bytes([1] + [0] * 15) + bytes([0x00])
+    sos = bytes([3, 1, 0x00, 2, 0x00, 3, 0x00, 0, 63, 0])
+    return (b"\xff\xd8" + segment(0xDB, dqt) + segment(0xC0, sof) + segment(0xC4, dht)
+            + segment(0xDA, sos) + bytes(out) + b"\xff\xd9")
+
+
+def write_png(width, height, color_type=2, depth=8, palette=None):
+    """A PNG of a gradient: colour type 0 (grey), 2 (RGB), 3 (palette),
+    4 (grey + alpha) or 6 (RGBA), at 8 or 16 bits (palette: 8)."""
+    channels = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}[color_type]
+    rows = b""
+    for y in range(height):
+        row = bytearray([y % 5])  # each of the five filters in turn
+        for x in range(width):
+            for c in range(channels):
+                v = (x * 7 + y * 13 + c * 60) % (16 if color_type == 3 else 256)
+                row += bytes([v, v ^ 0x5A]) if depth == 16 else bytes([v])
+        rows += row
+    def chunk(name, body):
+        return len(body).to_bytes(4, "big") + name + body + zlib.crc32(name + body).to_bytes(4, "big")
+    ihdr = width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes([depth, color_type, 0, 0, 0])
+    out = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr)
+    if color_type == 3:
+        out += chunk(b"PLTE", bytes(c for i in range(16) for c in (i * 16, 255 - i * 16, i * 8)))
+    return out + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+seeds = {"tar_stream": {}, "tar_header": {}, "image_header": {}, "tfrecord_stream": {}, "recordio_stream": {}, "image_transform": {}}
 for name, data in recordios.items():
     seeds["recordio_stream"][name] = bytes([0xFF]) + data
 seeds["recordio_stream"]["recordio_index"] = bytes([0xFF]) + b"0\t0\n2\t96\n1\t48\n"
@@ -172,6 +266,30 @@ for name, data in tars.items():
         seeds["tar_header"][name] = data[:512]
 seeds["tar_stream"]["oversized_small_reads"] = bytes([0x80 | 0x10 | 3]) + tars["oversized"]
 seeds["image_header"] = {"tiny.jpg": JPEG, "tiny.png": PNG, "bomb.jpg": jpeg_bomb(), "bomb.png": png_bomb()}
+# Decode and transforms: ordinary images, and the shapes whose resize
+# under eval is a bomb (refused from the header), in every PNG layout.
+seeds["image_transform"] = {
+    "tiny.jpg": JPEG,
+    "tiny.png": PNG,
+    "bomb.jpg": jpeg_bomb(),
+    "bomb.png": png_bomb(),
+    "40x30_444.jpg": write_jpeg(40, 30),
+    "37x21_420.jpg": write_jpeg(37, 21, 2),
+    "1x3000.jpg": write_jpeg(1, 3000),
+    "3000x1.jpg": write_jpeg(3000, 1),
+    "1x500_420.jpg": write_jpeg(1, 500, 2),
+    "500x1_420.jpg": write_jpeg(500, 1, 2),
+    # Regression: eval(17) upscales it to 209000x19, whose resize weights
+    # (megabytes) the footprint did not count.
+    "11000x1.jpg": write_jpeg(11000, 1),
+    "1x3000.png": write_png(1, 3000),
+    "3000x1.png": write_png(3000, 1),
+    "grey_9x7.png": write_png(9, 7, color_type=0),
+    "grey_alpha16_12x10.png": write_png(12, 10, color_type=4, depth=16),
+    "rgba_11x5.png": write_png(11, 5, color_type=6),
+    "rgb16_6x6.png": write_png(6, 6, depth=16),
+    "palette_8x8.png": write_png(8, 8, color_type=3),
+}
 
 for target, files in seeds.items():
     folder = HERE / "corpus" / target

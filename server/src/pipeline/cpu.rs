@@ -4,12 +4,12 @@
 //! ([`SkipKind::Internal`]).
 
 use bytes::Bytes;
-use stoker_core::{ItemSeed, Rect, SampleRng, Step, TransformSpec, footprint, resolve_steps};
+use stoker_core::{ItemSeed, Rect, SampleRng, Step, TransformSpec, resolve_steps};
 use tracing::debug;
 
 use super::{Processed, SkipKind, Skipped};
 use crate::augment::Augmenter;
-use crate::decode::{DecodeError, RgbImage, check_jpeg, decode, header_dimensions, sniff};
+use crate::decode::{DecodeError, RgbImage, check_jpeg, decode, sniff};
 use crate::libjpeg;
 use crate::metrics::{Stage, WorkerMetrics};
 use crate::pool::catch_panic;
@@ -43,11 +43,11 @@ pub fn process_sample(
     };
     let label = raw.label.map_err(|reason| skip(&raw.key, SkipKind::Label, reason))?;
     // A transform that would make an image over the pixel limit is refused
-    // from the header, before anything is decoded. (An image whose header
-    // does not parse fails in the decoder, which reads the same header.)
-    if let Ok((w, h)) = header_dimensions(kind, &data) {
-        footprint(spec, w, h, max_pixels).map_err(|e| skip(&raw.key, SkipKind::TooLarge, e.to_string()))?;
-    }
+    // from the header (of the kind the bytes are), before anything is
+    // decoded. (An image whose header does not parse fails in the decoder,
+    // which reads the same header.)
+    stoker_image::check_footprint(kind, &data, spec, max_pixels)
+        .map_err(|e| skip(&raw.key, SkipKind::TooLarge, e.to_string()))?;
     let (img, steps) = metrics
         .time(Stage::Decode, || {
             catch_panic(|| {

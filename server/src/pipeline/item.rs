@@ -43,7 +43,8 @@ fn memory_need(raw: &RawSample, spec: &TransformSpec, max_pixels: u64, gpu: bool
     let (len, working) = match &raw.image {
         Ok((kind, data)) => (
             data.len() as u64,
-            match header_dimensions(*kind, data) {
+            // The header of the kind the bytes are, whatever the name says.
+            match header_dimensions(crate::decode::sniff(data).unwrap_or(*kind), data) {
                 Ok((w, h)) if u64::from(w) * u64::from(h) <= max_pixels => {
                     footprint(spec, w, h, max_pixels).unwrap_or(0)
                 }

@@ -168,8 +168,7 @@ mod tests {
 
     #[test]
     fn header_dimensions_of_a_real_jpeg() {
-        let img = crate::synth::procedural(37, 21, 1);
-        let jpeg = crate::synth::encode_jpeg(&img, 80).unwrap();
+        let jpeg = crate::testimg::jpeg(37, 21, 1);
         assert_eq!(header_dimensions(ImageKind::Jpeg, &jpeg).unwrap(), (37, 21));
         for cut in [0, 1, 2, 5, 20] {
             assert!(header_dimensions(ImageKind::Jpeg, &jpeg[..cut]).is_err());
@@ -178,8 +177,7 @@ mod tests {
 
     #[test]
     fn truncated_jpeg_is_refused_and_trailing_bytes_are_not() {
-        let img = crate::synth::procedural(64, 48, 2);
-        let jpeg = crate::synth::encode_jpeg(&img, 85).unwrap();
+        let jpeg = crate::testimg::jpeg(64, 48, 2);
         assert!(decode(ImageKind::Jpeg, &jpeg, 1 << 30).is_ok());
         let err = decode(ImageKind::Jpeg, &jpeg[..jpeg.len() * 2 / 3], 1 << 30).unwrap_err();
         assert!(err.to_string().contains("truncated"), "{err}");

@@ -1,0 +1,226 @@
+//! Stoker's CPU image path, without the worker around it: [`decode`] (JPEG
+//! with zune-jpeg, PNG with zune-png, after the header checks of
+//! `stoker-formats`) and [`augment`] (the executor of the `Step`s that
+//! `stoker_core::resolve_steps` makes).
+//!
+//! [`decode_and_transform`] is what the worker does to a whole image: the
+//! header, the transform's footprint (refused over the pixel limit before a
+//! byte is decoded), decode, the sample's steps, augment. The crate is
+//! small so that the fuzz target `image_transform` (server/formats/fuzz)
+//! builds it with libFuzzer's instrumentation, which the worker library
+//! (aws-sdk, parquet) is too heavy for. The worker (`stoker-server`)
+//! re-exports [`decode`] and [`augment`]; its region decode with
+//! libjpeg-turbo stays there.
+
+pub mod augment;
+pub mod decode;
+
+use stoker_core::{SampleRng, TooLarge, TransformSpec, footprint, resolve_steps};
+
+use crate::augment::{AugmentError, Augmenter};
+use crate::decode::{DecodeError, ImageKind, RgbImage, header_dimensions, sniff};
+
+/// Why an image could not be decoded and transformed.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    /// Not an image, corrupt, truncated, or over the pixel limit.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// A transform step would make an image over the pixel limit.
+    #[error(transparent)]
+    TooLarge(#[from] TooLarge),
+    #[error(transparent)]
+    Augment(#[from] AugmentError),
+}
+
+/// The most bytes running `spec` on `data` holds at once ([`footprint`]),
+/// from the header alone; `Ok(None)` when the header does not parse (the
+/// decoder, which reads the same header, then refuses the image).
+///
+/// The header read is the one of the decoder that will decode `data`:
+/// [`decode::decode`] trusts the bytes over the name, so a PNG named `.jpg`
+/// is measured as the PNG it is (with the named kind, its header would not
+/// parse and a resize bomb would go unmeasured).
+pub fn check_footprint(
+    kind: ImageKind,
+    data: &[u8],
+    spec: &TransformSpec,
+    max_pixels: u64,
+) -> Result<Option<u64>, TooLarge> {
+    match header_dimensions(sniff(data).unwrap_or(kind), data) {
+        Ok((w, h)) => footprint(spec, w, h, max_pixels).map(Some),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Resolves `spec` for a decoded image and runs its steps: what
+/// [`decode_and_transform`] does after decoding. The footprint is checked
+/// again on the decoded size, so nothing over `max_pixels` is allocated
+/// whatever the header said.
+pub fn transform(
+    augmenter: &mut Augmenter,
+    img: RgbImage,
+    spec: &TransformSpec,
+    rng: &SampleRng,
+    max_pixels: u64,
+) -> Result<RgbImage, ImageError> {
+    footprint(spec, img.width, img.height, max_pixels)?;
+    let steps = resolve_steps(spec, rng, img.width, img.height);
+    Ok(augmenter.run(img, &steps)?)
+}
+
+/// Decodes `data` (a `kind` image, or the other kind if its bytes say so)
+/// and transforms it with `spec`, drawing from the sample's `rng`: header,
+/// footprint refusal, decode, [`resolve_steps`], augment. Nothing is decoded
+/// when the header shows a transform step over `max_pixels`.
+///
+/// The whole image is decoded; the worker decodes only a crop's box where
+/// libjpeg-turbo can (`stoker_server::pipeline`).
+pub fn decode_and_transform(
+    augmenter: &mut Augmenter,
+    kind: ImageKind,
+    data: &[u8],
+    spec: &TransformSpec,
+    rng: &SampleRng,
+    max_pixels: u64,
+) -> Result<RgbImage, ImageError> {
+    check_footprint(kind, data, spec, max_pixels)?;
+    let img = decode::decode(kind, data, max_pixels)?;
+    transform(augmenter, img, spec, rng, max_pixels)
+}
+
+/// Test images: a gradient with some detail, encoded by jpeg-encoder.
+#[cfg(test)]
+pub(crate) mod testimg {
+    use super::RgbImage;
+
+    pub(crate) fn rgb(width: u32, height: u32, seed: u8) -> RgbImage {
+        let mut img = RgbImage::new(width, height);
+        for (i, p) in img.pixels.chunks_exact_mut(3).enumerate() {
+            let (x, y) = (i as u32 % width, i as u32 / width);
+            let v = x.wrapping_mul(7) ^ y.wrapping_mul(5) ^ u32::from(seed);
+            p.copy_from_slice(&[v as u8, (x + y) as u8, (v >> 3) as u8]);
+        }
+        img
+    }
+
+    pub(crate) fn jpeg(width: u32, height: u32, seed: u8) -> Vec<u8> {
+        let img = rgb(width, height, seed);
+        let mut out = Vec::new();
+        jpeg_encoder::Encoder::new(&mut out, 85)
+            .encode(
+                &img.pixels,
+                u16::try_from(width).expect("jpeg width"),
+                u16::try_from(height).expect("jpeg height"),
+                jpeg_encoder::ColorType::Rgb,
+            )
+            .expect("jpeg encode");
+        out
+    }
+
+    /// An 8-bit RGB PNG, stored (deflate's uncompressed blocks), written
+    /// here because no PNG encoder is a dependency.
+    pub(crate) fn png(width: u32, height: u32, seed: u8) -> Vec<u8> {
+        let img = rgb(width, height, seed);
+        let mut raw = Vec::new();
+        for row in img.pixels.chunks_exact(width as usize * 3) {
+            raw.push(0);
+            raw.extend_from_slice(row);
+        }
+        let mut z = vec![0x78, 0x01];
+        let blocks: Vec<&[u8]> = raw.chunks(65535).collect();
+        for (i, block) in blocks.iter().enumerate() {
+            z.push(u8::from(i + 1 == blocks.len()));
+            let len = block.len() as u16;
+            z.extend_from_slice(&len.to_le_bytes());
+            z.extend_from_slice(&(!len).to_le_bytes());
+            z.extend_from_slice(block);
+        }
+        let (mut a, mut b) = (1u32, 0u32);
+        for &byte in &raw {
+            a = (a + u32::from(byte)) % 65521;
+            b = (b + a) % 65521;
+        }
+        z.extend_from_slice(&(b << 16 | a).to_be_bytes());
+        let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
+        let mut ihdr = Vec::new();
+        ihdr.extend_from_slice(&width.to_be_bytes());
+        ihdr.extend_from_slice(&height.to_be_bytes());
+        ihdr.extend_from_slice(&[8, 2, 0, 0, 0]);
+        for (name, body) in [(&b"IHDR"[..], &ihdr[..]), (b"IDAT", &z), (b"IEND", &[])] {
+            out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+            let start = out.len();
+            out.extend_from_slice(name);
+            out.extend_from_slice(body);
+            let crc = crc32(&out[start..]);
+            out.extend_from_slice(&crc.to_be_bytes());
+        }
+        out
+    }
+
+    fn crc32(data: &[u8]) -> u32 {
+        let mut crc = 0xffff_ffffu32;
+        for &byte in data {
+            crc ^= u32::from(byte);
+            for _ in 0..8 {
+                crc = (crc >> 1) ^ (0xedb8_8320 & (crc & 1).wrapping_neg());
+            }
+        }
+        !crc
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testimg;
+
+    fn rng() -> SampleRng {
+        SampleRng::for_sample(1, 2, "s", 3)
+    }
+
+    #[test]
+    fn presets_make_the_output_size() {
+        let mut a = Augmenter::new();
+        for data in [testimg::jpeg(61, 40, 1), testimg::png(33, 70, 2)] {
+            let kind = sniff(&data).unwrap();
+            for spec in [TransformSpec::train(24), TransformSpec::eval(24)] {
+                let out = decode_and_transform(&mut a, kind, &data, &spec, &rng(), 1 << 20).unwrap();
+                assert_eq!((out.width, out.height), (24, 24));
+            }
+        }
+    }
+
+    #[test]
+    fn a_resize_bomb_is_refused_before_decoding() {
+        let eval = TransformSpec::eval(224);
+        let mut a = Augmenter::new();
+        for (w, h) in [(4000, 1), (1, 4000)] {
+            let jpeg = testimg::jpeg(w, h, 3);
+            let err = decode_and_transform(&mut a, ImageKind::Jpeg, &jpeg, &eval, &rng(), 1 << 20).unwrap_err();
+            assert!(matches!(err, ImageError::TooLarge(TooLarge { index: 0, .. })), "{err}");
+        }
+    }
+
+    /// Regression: the worker measured the footprint from the header of the
+    /// kind the sample's name gave, so a PNG named `.jpg` (whose JPEG
+    /// header does not parse) went unmeasured, and decode, which trusts
+    /// the bytes, handed a resize bomb to the transform.
+    #[test]
+    fn a_misnamed_resize_bomb_is_refused_from_its_header() {
+        let eval = TransformSpec::eval(224);
+        let png = testimg::png(4000, 1, 4);
+        let err = check_footprint(ImageKind::Jpeg, &png, &eval, 1 << 20).unwrap_err();
+        assert_eq!((err.index, err.width, err.height), (0, 4000 * 256, 256));
+        let jpeg = testimg::jpeg(1, 4000, 5);
+        assert!(check_footprint(ImageKind::Png, &jpeg, &eval, 1 << 20).is_err());
+        let mut a = Augmenter::new();
+        let err = decode_and_transform(&mut a, ImageKind::Jpeg, &png, &eval, &rng(), 1 << 20).unwrap_err();
+        assert!(matches!(err, ImageError::TooLarge(_)), "{err}");
+        // An ordinary misnamed image still decodes and transforms.
+        let png = testimg::png(40, 30, 6);
+        let out = decode_and_transform(&mut a, ImageKind::Jpeg, &png, &eval, &rng(), 1 << 20).unwrap();
+        assert_eq!((out.width, out.height), (224, 224));
+        assert_eq!(check_footprint(ImageKind::Jpeg, b"neither", &eval, 1 << 20), Ok(None));
+    }
+}
