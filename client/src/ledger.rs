@@ -151,31 +151,24 @@ pub(crate) struct Lease {
     /// with `end: None`.
     pub start: u64,
     pub end: Option<u64>,
-    /// One past the last position a sample of the item may have: `end`,
-    /// or for a whole shard the index's count; `None` without an index.
-    bound: Option<u64>,
     /// Positions delivered (or reported skipped) by earlier attempts.
     pub skip: PositionSet,
 }
 
 impl Lease {
-    /// Whether `position` is one of the item's samples.
-    /// A shard with more samples than its index counts breaks the index's
-    /// promise (equal batches per rank, exactly once), so a sample past
-    /// the count is refused like one past the item's range.
+    /// Whether `position` is one of the item's samples. A whole shard's
+    /// item holds any position from its start: the index's count is no
+    /// bound, since readers number every record (those skipped as bad
+    /// too), which an index need not count.
     pub fn holds(&self, position: u64) -> bool {
-        position >= self.start && self.bound.is_none_or(|end| position < end) && position < u64::MAX
+        position >= self.start && self.end.is_none_or(|end| position < end) && position < u64::MAX
     }
 
     /// The item's range, for messages.
     pub fn range(&self) -> String {
-        match (self.end, self.bound) {
-            (Some(end), _) => format!("{}..{end}", self.start),
-            (None, Some(count)) => format!(
-                "{}..{count} (the shard's sample count in the dataset's index)",
-                self.start
-            ),
-            (None, None) => format!("{}..(the shard's end)", self.start),
+        match self.end {
+            Some(end) => format!("{}..{end}", self.start),
+            None => format!("{}..(the shard's end)", self.start),
         }
     }
 }
@@ -426,10 +419,6 @@ impl Ledger {
             shard: item.item.shard.name.clone(),
             start: item.item.start,
             end: item.item.end,
-            bound: item
-                .item
-                .end
-                .or_else(|| item.item.samples().map(|n| item.item.start + n)),
             skip: item.received.clone(),
         })
     }

@@ -84,10 +84,19 @@ fn a_panic_in_a_gpu_lanes_host_work_hands_the_sample_to_the_cpu() {
     let dir = tempfile::tempdir().unwrap();
     let images = dir.path().join("images");
     synth_images(&images, 60, 2, 256, 192);
+    // A PNG goes to the CPU pool even on a `--gpu-only` worker: its decode
+    // is the one that panics there.
+    std::fs::write(
+        images.join("class_000/zz_png.png"),
+        include_bytes!("../../server/formats/testdata/tiny.png"),
+    )
+    .unwrap();
     let all = image_folder_keys(&images);
     let shards = dir.path().join("shards");
     pack(&images, shards.to_str().unwrap(), "1M", &[]);
-    let (on_lane, on_cpu) = (all[5].0.clone(), all[40].0.clone());
+    let on_lane = all[5].0.clone();
+    let on_cpu = "class_000/zz_png".to_owned();
+    assert!(all.iter().any(|(k, _)| *k == on_cpu), "{all:?}");
     let expected: Vec<(String, i64)> = all.iter().filter(|(k, _)| *k != on_cpu).cloned().collect();
     let failpoints = format!("stoker-gpu-plan-panic=return({on_lane});stoker-decode-panic=return({on_cpu})");
     let mut w = Worker::start_with(

@@ -1,27 +1,35 @@
 //! A worker that breaks the protocol is set aside like a failed worker: its
 //! item goes to another worker, the epoch goes on, and the report says why.
 //!
-//! The rule-breaker is a gRPC server of the worker service that answers
-//! every item with a sample outside the item's range (no real worker does);
-//! a real worker process serves the dataset.
+//! The rule-breaker is a gRPC server of the worker service that answers a
+//! work item with a sample just past the item's range (no real worker
+//! does). It is the only worker up when the epoch starts, so it is the one
+//! that takes the item; a real worker process starts on a listed address
+//! once it has broken the rule, and completes the epoch.
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use futures::Stream;
 use stoker_client::{Loader, LoaderConfig, TransformSpec};
 use stoker_proto::pb;
+use stoker_proto::pb::worker_client::WorkerClient;
 use stoker_proto::pb::worker_server::{Worker as WorkerApi, WorkerServer};
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Request, Response, Status};
 
-use crate::support::{Worker, image_folder_keys, pack, synth_images};
+use crate::support::{Worker, free_port, image_folder_keys, pack, synth_images};
 
 const SIZE: u32 = 32;
 
-/// Answers each work item with one well-formed sample at a position no
-/// item holds.
-struct OutOfRange;
+/// Describes the dataset as a real worker did, and answers a work item
+/// with one well-formed sample at the item's `end`, outside its range.
+struct OutOfRange {
+    description: pb::DescribeDatasetResponse,
+    served: Arc<Notify>,
+}
 
 #[tonic::async_trait]
 impl WorkerApi for OutOfRange {
@@ -29,7 +37,7 @@ impl WorkerApi for OutOfRange {
         &self,
         _request: Request<pb::DescribeDatasetRequest>,
     ) -> Result<Response<pb::DescribeDatasetResponse>, Status> {
-        Err(Status::unimplemented("not a real worker"))
+        Ok(Response::new(self.description.clone()))
     }
 
     type ProcessShardStream = Pin<Box<dyn Stream<Item = Result<pb::SampleChunk, Status>> + Send>>;
@@ -39,6 +47,7 @@ impl WorkerApi for OutOfRange {
         request: Request<pb::WorkItem>,
     ) -> Result<Response<Self::ProcessShardStream>, Status> {
         let item = request.into_inner();
+        assert!(item.end > item.start, "rank 0 of 2 reads a sample range: {item:?}");
         let chunk = pb::SampleChunk {
             samples: vec![pb::Sample {
                 key: "intruder".into(),
@@ -47,12 +56,12 @@ impl WorkerApi for OutOfRange {
                 width: SIZE,
                 channels: 3,
                 pixels: vec![0; (SIZE * SIZE * 3) as usize].into(),
-                position: 1_000_000,
+                position: item.end,
             }],
             done: true,
             ..pb::SampleChunk::default()
         };
-        assert!(item.end == 0 || item.end < 1_000_000, "the test's shards are small");
+        self.served.notify_one();
         Ok(Response::new(Box::pin(futures::stream::iter([Ok(chunk)]))))
     }
 
@@ -63,55 +72,86 @@ impl WorkerApi for OutOfRange {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_sending_samples_outside_its_item_is_set_aside_and_the_epoch_completes() {
+    // One shard of 48: rank 0 of 2 reads its samples 0..24, one item.
     let dir = tempfile::tempdir().unwrap();
     let images = dir.path().join("images");
     let shards = dir.path().join("shards");
     synth_images(&images, 48, 2, 64, 48);
-    pack(&images, shards.to_str().unwrap(), "20K", &[]);
-    let expected = image_folder_keys(&images);
+    pack(&images, shards.to_str().unwrap(), "100M", &[]);
+    let all: Vec<String> = image_folder_keys(&images).into_iter().map(|(k, _)| k).collect();
+    let dataset = shards.to_str().unwrap();
+
+    let description = {
+        let describer = Worker::start(1);
+        let mut client = WorkerClient::connect(format!("http://{}", describer.addr))
+            .await
+            .unwrap();
+        let request = pb::DescribeDatasetRequest {
+            dataset: dataset.to_owned(),
+            ..pb::DescribeDatasetRequest::default()
+        };
+        client.describe_dataset(request).await.unwrap().into_inner()
+    };
+    assert_eq!(description.shards.len(), 1);
 
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let bad_addr = format!("http://{}", listener.local_addr().unwrap());
+    let bad_addr = listener.local_addr().unwrap().to_string();
+    let served = Arc::new(Notify::new());
+    let fake = OutOfRange {
+        description,
+        served: Arc::clone(&served),
+    };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(WorkerServer::new(OutOfRange))
+            .add_service(WorkerServer::new(fake))
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
                 let _ = stopped.await;
             }),
     );
-    let good = Worker::start(2);
+    let good_addr = format!("127.0.0.1:{}", free_port());
 
-    // The real worker first: it describes the dataset.
-    let config = LoaderConfig::new(
-        vec![good.addr.clone(), bad_addr.clone()],
-        shards.to_str().unwrap(),
+    let mut config = LoaderConfig::new(
+        vec![bad_addr.clone(), good_addr.clone()],
+        dataset,
         4,
         TransformSpec::train(SIZE),
     );
+    (config.rank, config.world_size) = (0, 2);
     let loader = Loader::connect(config).await.unwrap();
     let mut stream = loader.epoch(0).unwrap();
-    let mut got = Vec::new();
-    while let Some(batch) = stream.next_batch().await {
-        let batch = batch.unwrap();
-        got.extend(batch.keys[..batch.real()].iter().cloned());
-    }
-    got.sort();
-    let mut want: Vec<String> = expected.into_iter().map(|(k, _)| k).collect();
-    want.sort();
-    assert_eq!(got, want, "the epoch is not exactly the dataset");
+    let consume = tokio::spawn(async move {
+        let mut got = Vec::new();
+        while let Some(batch) = stream.next_batch().await {
+            let batch = batch.unwrap();
+            got.extend(batch.keys[..batch.real()].iter().cloned());
+        }
+        (got, stream.report())
+    });
+    // The rule-breaker took the item and broke the rule: now a real worker
+    // comes up on the other listed address.
+    served.notified().await;
+    let good = Worker::start_with(2, &["--listen", &good_addr], &[]);
+    let (mut got, report) = consume.await.unwrap();
 
-    let report = stream.report();
+    got.sort();
+    let before = got.len();
+    got.dedup();
+    assert_eq!(before, got.len(), "a sample arrived twice");
+    assert_eq!(got.len(), 24, "{got:?}");
+    assert!(got.iter().all(|k| all.contains(k)), "{got:?}");
+
     let bad = report.workers.iter().find(|w| w.addr == bad_addr).unwrap();
     let why = bad.set_aside.as_deref().expect("the rule-breaker was not set aside");
     assert!(
-        why.contains("position 1000000") && why.contains("outside the item's range"),
+        why.contains("position 24") && why.contains("outside the item's range 0..24"),
         "{why}"
     );
     assert_eq!(bad.samples, 0);
     assert!(report.retries >= 1, "its item was never reassigned");
     let good_report = report.workers.iter().find(|w| w.addr == good.addr).unwrap();
     assert!(good_report.set_aside.is_none());
+    assert_eq!(good_report.samples, 24);
     let _ = stop.send(());
     server.await.unwrap().unwrap();
 }
