@@ -298,12 +298,13 @@ fn local_allowed(prefixes: &[Allowed], dir: &Path, shard: Option<&str>) -> Optio
     // The shard itself (a symlink may point out), and each decoded
     // reading of the whole path.
     let mut current = target.to_str()?.to_owned();
-    for i in 0..=MAX_DECODES {
-        if i > 0 || shard.is_some() {
-            if !inside(&resolve(Path::new(&current))?) {
-                return None;
-            }
+    // A folder's path as written is `resolved_dir`, checked already.
+    let mut checked = shard.is_none();
+    for _ in 0..=MAX_DECODES {
+        if !checked && !inside(&resolve(Path::new(&current))?) {
+            return None;
         }
+        checked = false;
         let decoded = percent_decode_str(&current).decode_utf8().ok()?;
         if decoded == current {
             return Some(resolved_dir);
