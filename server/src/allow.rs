@@ -54,7 +54,7 @@ enum Allowed {
 /// Why an `--allow-dataset` prefix was refused at start.
 #[derive(Debug, thiserror::Error)]
 pub enum AllowListError {
-    #[error("allowed dataset prefix {prefix:?}: {source}")]
+    #[error("allowed dataset prefix {prefix:?} is not a dataset uri")]
     Uri {
         prefix: String,
         #[source]
@@ -62,7 +62,7 @@ pub enum AllowListError {
     },
     #[error("allowed dataset prefix {prefix:?} {reason}")]
     Invalid { prefix: String, reason: &'static str },
-    #[error("allowed dataset folder {prefix:?} cannot be resolved: {source}")]
+    #[error("allowed dataset folder {prefix:?} cannot be resolved")]
     Folder {
         prefix: String,
         #[source]
