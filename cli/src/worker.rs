@@ -11,6 +11,7 @@ use tracing::{info, warn};
 
 use crate::ByteSize;
 use stoker_proto::transport::MAX_CHUNK_BYTES;
+use stoker_server::allow::AllowList;
 use stoker_server::gpu::{self, GpuRunner, GpuRunnerConfig};
 use stoker_server::tls::ServerTls;
 use stoker_server::{ServeOptions, WorkerConfig, WorkerContext, serve};
@@ -54,6 +55,12 @@ pub struct WorkerArgs {
     /// Require client certificates signed by this PEM CA (mutual TLS).
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Serve only datasets under this prefix: s3://bucket/prefix/ or a
+    /// local folder (which must exist). Repeatable, or comma-separated in
+    /// the environment. Others are refused (permission denied) unread.
+    /// Default: any dataset the worker's storage credentials reach.
+    #[arg(long, env = "STOKER_ALLOW_DATASET", value_name = "PREFIX", value_delimiter = ',')]
+    pub allow_dataset: Vec<String>,
     /// On SIGTERM or Ctrl-C, seconds the items in progress get to finish
     /// (new ones are refused) before the rest is handed back to clients.
     #[arg(long, default_value_t = service::DEFAULT_GRACE.as_secs_f64(), value_name = "SECONDS")]
@@ -246,6 +253,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     if s3_trust.is_custom() {
         info!(trusted = %s3_trust.describe(), "s3 tls: ca files from the environment");
     }
+    let allow = AllowList::new(&args.allow_dataset)?;
     let config = args.config()?;
     #[cfg(feature = "failpoints")]
     for point in stoker_server::failpoint::configure_from_env().map_err(anyhow::Error::msg)? {
@@ -302,6 +310,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         token,
         tls,
         grace: std::time::Duration::from_secs_f64(args.grace_period),
+        allow,
     };
     serve(listener, Arc::clone(&ctx), options, async {
         shutdown_signal().await;

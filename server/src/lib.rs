@@ -11,7 +11,8 @@
 //! - [`pipeline`]: one work item from shard to chunks, within the worker's
 //!   [`memory`] budget.
 //! - [`service`]: the gRPC edge, `serve` and its graceful drain; [`tls`]:
-//!   the worker's certificate and the CA for client certificates.
+//!   the worker's certificate and the CA for client certificates;
+//!   [`allow`]: the datasets it may read (`--allow-dataset`).
 //! - [`metrics`]: the worker's Prometheus metrics (`--metrics-listen`).
 //! - [`parquet`]: Parquet shards, read by row groups over ranged reads.
 //! - [`pack`]: ImageFolder trees to WebDataset shards.
@@ -22,6 +23,7 @@
 // `pub(crate)`, so the public surface shows what the CLI and tests need.
 #![warn(unreachable_pub)]
 
+pub mod allow;
 #[cfg(feature = "failpoints")]
 pub mod failpoint;
 pub mod gpu;

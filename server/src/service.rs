@@ -19,6 +19,7 @@ use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
+use crate::allow::{AllowList, Denied};
 use crate::pipeline::{Chunk, Item, ItemError, WorkerContext, run_item};
 use crate::storage::StorageError;
 use crate::tls::ServerTls;
@@ -29,14 +30,36 @@ use stoker_proto::transport::{self, MAX_CHUNK_BYTES, MAX_REQUEST_BYTES};
 pub struct WorkerService {
     ctx: Arc<WorkerContext>,
     drain: Arc<Drain>,
+    /// The datasets this worker may read.
+    allow: Arc<AllowList>,
 }
 
 impl WorkerService {
-    pub fn new(ctx: Arc<WorkerContext>) -> Self {
+    pub fn new(ctx: Arc<WorkerContext>, allow: AllowList) -> Self {
         Self {
             ctx,
             drain: Arc::new(Drain::new()),
+            allow: Arc::new(allow),
         }
+    }
+
+    /// The dataset to read for a request naming `uri` (and `shard` of it,
+    /// for a work item), or PERMISSION_DENIED naming it when it lies
+    /// outside `--allow-dataset`: checked before storage is touched.
+    async fn allowed(
+        &self,
+        uri: &DatasetUri,
+        shard: Option<&str>,
+        peer: Option<SocketAddr>,
+    ) -> Result<DatasetUri, Status> {
+        let checked = match shard {
+            Some(name) => self.allow.check_shard(uri, name).await,
+            None => self.allow.check_dataset(uri).await,
+        };
+        checked.map_err(|e: Denied| {
+            warn!(dataset = %e.dataset, peer = ?peer, "dataset refused: outside --allow-dataset");
+            Status::permission_denied(e.to_string())
+        })
     }
 }
 
@@ -185,10 +208,12 @@ impl Worker for WorkerService {
         &self,
         request: Request<pb::DescribeDatasetRequest>,
     ) -> Result<Response<pb::DescribeDatasetResponse>, Status> {
+        let peer = request.remote_addr();
         let req = request.get_ref();
         let uri = parse_dataset(&req.dataset)?;
         let choice = stoker_proto::format_from_pb(req.format)
             .ok_or_else(|| Status::invalid_argument(format!("unknown shard format {}", req.format)))?;
+        let uri = self.allowed(&uri, None, peer).await?;
         let listing = self
             .ctx
             .storage
@@ -225,6 +250,7 @@ impl Worker for WorkerService {
         if req.shard.is_empty() {
             return Err(Status::invalid_argument("work item names no shard"));
         }
+        let dataset = self.allowed(&dataset, Some(&req.shard), peer).await?;
         if req.chunk_bytes > MAX_CHUNK_BYTES {
             return Err(Status::invalid_argument(format!(
                 "chunk_bytes {} exceeds the limit of {MAX_CHUNK_BYTES}",
@@ -381,6 +407,9 @@ pub struct ServeOptions {
     /// After `shutdown`, how long items in progress may run before they are
     /// ended and handed back to the client.
     pub grace: Duration,
+    /// The datasets requests may name (`--allow-dataset`); others are
+    /// PERMISSION_DENIED, unread.
+    pub allow: AllowList,
 }
 
 /// Default grace period of a drain (`--grace-period`).
@@ -392,6 +421,7 @@ impl Default for ServeOptions {
             token: None,
             tls: None,
             grace: DEFAULT_GRACE,
+            allow: AllowList::everything(),
         }
     }
 }
@@ -437,7 +467,8 @@ pub async fn serve(
     let check = TokenCheck {
         expected: options.token.as_ref().map(|t| t.expose().as_bytes().to_vec()),
     };
-    let worker = WorkerService::new(ctx);
+    let allowed_datasets = options.allow.to_string();
+    let worker = WorkerService::new(ctx, options.allow);
     let drain = Arc::clone(&worker.drain);
     let service = tonic::service::interceptor::InterceptedService::new(
         WorkerServer::new(worker).max_decoding_message_size(MAX_REQUEST_BYTES),
@@ -447,7 +478,13 @@ pub async fn serve(
         .tls
         .as_ref()
         .map(|t| if t.requires_client_cert() { "mutual" } else { "server" });
-    info!(addr = ?addr, token_required, tls = tls.unwrap_or("off"), "worker serving");
+    info!(
+        addr = ?addr,
+        token_required,
+        tls = tls.unwrap_or("off"),
+        allowed_datasets,
+        "worker serving"
+    );
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let mut builder = tonic::transport::Server::builder();
     if let Some(t) = &options.tls {

@@ -118,6 +118,18 @@ fn the_kubernetes_manifests_render_and_validate_against_the_schemas() {
         "{gpu}"
     );
 
+    // Workers serve only the example Job's bucket (--allow-dataset).
+    let job_text = std::fs::read_to_string(k8s.join("examples/trainer-job.yaml")).unwrap();
+    assert!(job_text.contains("--dataset=s3://my-bucket/"), "{job_text}");
+    for rendered in [&base, &gpu] {
+        let allowed = rendered
+            .lines()
+            .skip_while(|l| !l.contains("name: STOKER_ALLOW_DATASET"))
+            .nth(1)
+            .map(str::trim);
+        assert_eq!(allowed, Some("value: s3://my-bucket/"), "{rendered}");
+    }
+
     let base_file = tmp.path().join("base.yaml");
     let gpu_file = tmp.path().join("gpu.yaml");
     std::fs::write(&base_file, &base).unwrap();

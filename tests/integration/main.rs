@@ -7,6 +7,7 @@
 mod faultproxy;
 mod support;
 
+mod allow;
 mod architecture;
 mod bad_input;
 mod cli_errors;
