@@ -387,8 +387,13 @@ fn hand_back_after_panic(sample: GpuSample, what: &str, message: &str) -> GpuRes
 
 /// Runs a batch's work, `batch`, whose samples are `copies` (sharing their
 /// bytes): if it panics, every sample goes to the CPU path with the panic's
-/// message (counted in `to_cpu`), and the lane carries on.
-fn run_caught(copies: Vec<GpuSample>, to_cpu: &AtomicU64, batch: impl FnOnce() -> Vec<GpuResult>) -> Vec<GpuResult> {
+/// message (counted in `to_cpu`), and the lane carries on. Each result
+/// comes with its sample's index in the batch.
+fn run_caught(
+    copies: Vec<GpuSample>,
+    to_cpu: &AtomicU64,
+    batch: impl FnOnce() -> Vec<(usize, GpuResult)>,
+) -> Vec<(usize, GpuResult)> {
     match catch_panic(batch) {
         Ok(results) => results,
         Err(message) => {
@@ -397,9 +402,15 @@ fn run_caught(copies: Vec<GpuSample>, to_cpu: &AtomicU64, batch: impl FnOnce() -
             let reason = format!("gpu batch panicked: {message}");
             copies
                 .into_iter()
-                .map(|sample| GpuResult::Cpu {
-                    sample,
-                    reason: reason.clone(),
+                .enumerate()
+                .map(|(i, sample)| {
+                    (
+                        i,
+                        GpuResult::Cpu {
+                            sample,
+                            reason: reason.clone(),
+                        },
+                    )
                 })
                 .collect()
         }
@@ -512,8 +523,11 @@ impl Lane {
             let copies: Vec<GpuSample> = batch.iter().map(|p| p.sample.clone()).collect();
             let counters = Arc::clone(&self.counters);
             let done = run_caught(copies, &counters.to_cpu, || self.run_batch(batch, size));
-            for (j, r) in owners.into_iter().zip(done) {
-                results[j].push(r);
+            // By index: `run_batch` answers in its own order (hand-backs
+            // first, then the kernel's outputs), and a batch may hold
+            // samples of several jobs (items).
+            for (i, r) in done {
+                results[owners[i]].push(r);
             }
         }
         for (reply, r) in replies.into_iter().zip(results) {
@@ -573,7 +587,9 @@ impl Lane {
         })
     }
 
-    fn run_batch(&mut self, batch: Vec<PlannedSample>, size: u32) -> Vec<GpuResult> {
+    /// Each result comes with its sample's index in `batch`, in no
+    /// particular order.
+    fn run_batch(&mut self, batch: Vec<PlannedSample>, size: u32) -> Vec<(usize, GpuResult)> {
         let n = batch.len();
         self.counters.batches.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
@@ -583,10 +599,12 @@ impl Lane {
         add_elapsed(&self.counters.decode_ns, started);
         let mut fused = Vec::with_capacity(n);
         let mut finished = Vec::new();
+        // Batch indices of `fused`, then of `finished`.
+        let (mut fused_at, mut finished_at) = (Vec::with_capacity(n), Vec::new());
         let mut out = Vec::with_capacity(n);
         let started = Instant::now();
-        for (p, d) in batch.into_iter().zip(decoded) {
-            let back = |sample, reason| GpuResult::Cpu { sample, reason };
+        for (i, (p, d)) in batch.into_iter().zip(decoded).enumerate() {
+            let back = |sample, reason| (i, GpuResult::Cpu { sample, reason });
             match d {
                 Ok(img) if (img.width, img.height) != p.dims => {
                     let reason = format!(
@@ -596,11 +614,17 @@ impl Lane {
                     out.push(back(p.sample, reason));
                 }
                 Ok(img) => match p.plan {
-                    Plan::Fused(crop) => fused.push((p.sample, img, crop)),
+                    Plan::Fused(crop) => {
+                        fused.push((p.sample, img, crop));
+                        fused_at.push(i);
+                    }
                     // Each image on its own: one that fails goes to the
                     // CPU, which runs it or skips it with its own reason.
                     Plan::Steps(steps) => match self.gpu.run_steps(img, &steps) {
-                        Ok(img) if (img.width, img.height) == (size, size) => finished.push((p.sample, img)),
+                        Ok(img) if (img.width, img.height) == (size, size) => {
+                            finished.push((p.sample, img));
+                            finished_at.push(i);
+                        }
                         Ok(img) => {
                             let reason = format!("gpu steps made {}x{}, not {size}x{size}", img.width, img.height);
                             out.push(back(p.sample, reason));
@@ -620,15 +644,19 @@ impl Lane {
                         .into_iter()
                         .map(|(s, _, _)| s)
                         .chain(finished.into_iter().map(|(s, _)| s));
-                    for (sample, pixels) in samples.zip(pixels) {
-                        out.push(GpuResult::Done(Processed {
-                            key: sample.key,
-                            position: sample.position,
-                            label: sample.label,
-                            width: size,
-                            height: size,
-                            pixels,
-                        }));
+                    let at = fused_at.iter().chain(&finished_at).copied();
+                    for ((i, sample), pixels) in at.zip(samples).zip(pixels) {
+                        out.push((
+                            i,
+                            GpuResult::Done(Processed {
+                                key: sample.key,
+                                position: sample.position,
+                                label: sample.label,
+                                width: size,
+                                height: size,
+                                pixels,
+                            }),
+                        ));
                     }
                 }
                 Err(e) => {
@@ -639,14 +667,20 @@ impl Lane {
                         .into_iter()
                         .map(|(s, _, _)| s)
                         .chain(finished.into_iter().map(|(s, _)| s));
-                    out.extend(samples.map(|sample| GpuResult::Cpu {
-                        sample,
-                        reason: reason.clone(),
+                    let at = fused_at.iter().chain(&finished_at).copied();
+                    out.extend(at.zip(samples).map(|(i, sample)| {
+                        (
+                            i,
+                            GpuResult::Cpu {
+                                sample,
+                                reason: reason.clone(),
+                            },
+                        )
                     }));
                 }
             }
         }
-        let to_cpu = out.iter().filter(|r| matches!(r, GpuResult::Cpu { .. })).count();
+        let to_cpu = out.iter().filter(|(_, r)| matches!(r, GpuResult::Cpu { .. })).count();
         if to_cpu > 0 {
             self.counters.to_cpu.fetch_add(to_cpu as u64, Ordering::Relaxed);
             debug!(to_cpu, batch = n, "gpu batch handed images back to the cpu path");
@@ -737,7 +771,7 @@ mod tests {
         let out = run_caught(copies, &to_cpu, || panic!("kernel wrapper bug"));
         let back: Vec<(String, String)> = out
             .into_iter()
-            .map(|r| match r {
+            .map(|(_, r)| match r {
                 GpuResult::Cpu { sample, reason } => (sample.key, reason),
                 other => panic!("not handed back: {other:?}"),
             })
@@ -751,12 +785,15 @@ mod tests {
     fn a_batch_that_does_not_panic_keeps_its_results() {
         let to_cpu = AtomicU64::new(0);
         let out = run_caught(vec![sample("a")], &to_cpu, || {
-            vec![GpuResult::Cpu {
-                sample: sample("a"),
-                reason: "progressive".to_owned(),
-            }]
+            vec![(
+                0,
+                GpuResult::Cpu {
+                    sample: sample("a"),
+                    reason: "progressive".to_owned(),
+                },
+            )]
         });
-        assert!(matches!(&out[..], [GpuResult::Cpu { reason, .. }] if reason == "progressive"));
+        assert!(matches!(&out[..], [(0, GpuResult::Cpu { reason, .. })] if reason == "progressive"));
         assert_eq!(to_cpu.load(Ordering::Relaxed), 0, "the batch counts its own hand-backs");
     }
 
