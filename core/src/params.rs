@@ -3,8 +3,11 @@
 //! All randomness is drawn here, on the host, from the sample's
 //! [`SampleRng`]. Executors (the CPU path, and later CUDA kernels) only carry
 //! out [`Step`]s, so every executor makes the same choices for a sample.
+//! The ops themselves live in `transform::ops`, one module each; this
+//! module holds what they resolve to and the walk that bounds their memory.
 
 use crate::rng::SampleRng;
+use crate::transform::args::{Interpolation, PaddingMode, Warp};
 use crate::transform::{Op, TransformSpec};
 
 /// A box of `width` x `height` pixels whose top-left corner is at
@@ -49,37 +52,145 @@ impl Rect {
     }
 }
 
+/// A colour enhancement of PIL's `ImageEnhance`, as torchvision applies it
+/// to PIL images: a blend of the image with a degenerate copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Enhance {
+    /// Blend with black.
+    Brightness,
+    /// Blend with the mean luma (rounded).
+    Contrast,
+    /// Blend with the image's own luma (factor 0 is `Grayscale`).
+    Saturation,
+    /// Blend with PIL's 3x3 `SMOOTH` filter of the image.
+    Sharpness,
+}
+
+impl Enhance {
+    /// The index the GPU kernel takes (0 brightness, 1 contrast, 2
+    /// saturation).
+    pub fn index(self) -> u32 {
+        match self {
+            Self::Brightness => 0,
+            Self::Contrast => 1,
+            Self::Saturation => 2,
+            Self::Sharpness => 3,
+        }
+    }
+}
+
+/// What RandomErasing writes into its box.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EraseFill {
+    /// One colour.
+    Color([u8; 3]),
+    /// Per-pixel normal noise `n` ([`erase_noise`] of `seed`), written as
+    /// `round(n * scale[c] + offset[c])`, clamped to 0..=255.
+    Noise { seed: u64, scale: [f32; 3], offset: [f32; 3] },
+}
+
 /// One concrete operation on an image of known size.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Step {
     /// Take the box `crop`, which may reach past the image (those pixels
-    /// are zero), and resize it to `out_w` x `out_h` with an antialiased
-    /// bilinear filter. A box of the output's size is a plain crop.
+    /// are zero), and resize it to `out_w` x `out_h` with PIL's resampling
+    /// filter `filter` (antialiased). A box of the output's size is a plain
+    /// crop.
     CropResize {
         crop: Rect,
         out_w: u32,
         out_h: u32,
+        filter: Interpolation,
+    },
+    /// Add `ltrb` (left, top, right, bottom) pixels around the image.
+    Pad {
+        ltrb: [u32; 4],
+        mode: PaddingMode,
+        fill: [u8; 3],
     },
     FlipHorizontal,
     FlipVertical,
-    /// Rotate counter-clockwise by `degrees` about the centre.
-    Rotate {
-        degrees: f32,
+    /// PIL's `Image.transform(size, AFFINE, matrix, resample, fillcolor)`:
+    /// output pixel (x, y) samples the input at `matrix` applied to
+    /// (x + 0.5, y + 0.5); outside the input is `fill`.
+    Affine {
+        matrix: [f64; 6],
+        out_w: u32,
+        out_h: u32,
+        warp: Warp,
+        fill: [u8; 3],
     },
-    /// Apply the three factors in `order` (0 brightness, 1 contrast,
-    /// 2 saturation).
-    Jitter {
-        factors: [f32; 3],
-        order: [u8; 3],
+    Enhance {
+        what: Enhance,
+        factor: f32,
     },
+    /// Shift the hue (PIL's HSV, as torchvision's `adjust_hue` on PIL).
+    Hue {
+        factor: f32,
+    },
+    /// Map every channel value through a table (invert, posterize,
+    /// solarize).
+    Lut {
+        table: Box<[u8; 256]>,
+    },
+    /// PIL's `ImageOps.equalize`.
+    Equalize,
+    /// PIL's `ImageOps.autocontrast` (cutoff 0).
+    Autocontrast,
+    /// Gaussian blur of `kernel` (width, height) taps, reflect border.
     Blur {
-        kernel_size: u32,
+        kernel: (u32, u32),
         sigma: f32,
+    },
+    /// Overwrite `rect` (inside the image).
+    Erase {
+        rect: Rect,
+        fill: EraseFill,
     },
 }
 
+impl Step {
+    /// The step's name, for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::CropResize { .. } => "crop_resize",
+            Self::Pad { .. } => "pad",
+            Self::FlipHorizontal => "flip_horizontal",
+            Self::FlipVertical => "flip_vertical",
+            Self::Affine { .. } => "affine",
+            Self::Enhance { .. } => "enhance",
+            Self::Hue { .. } => "hue",
+            Self::Lut { .. } => "lut",
+            Self::Equalize => "equalize",
+            Self::Autocontrast => "autocontrast",
+            Self::Blur { .. } => "blur",
+            Self::Erase { .. } => "erase",
+        }
+    }
+
+    /// The size of the step's output for an input of `w` x `h`.
+    pub fn output_size(&self, w: u32, h: u32) -> (u32, u32) {
+        match *self {
+            Self::CropResize { out_w, out_h, .. } | Self::Affine { out_w, out_h, .. } => (out_w, out_h),
+            Self::Pad { ltrb: [l, t, r, b], .. } => (w + l + r, h + t + b),
+            _ => (w, h),
+        }
+    }
+}
+
+/// The standard normal draw of RandomErasing's noise at `index` (pixel
+/// index times 3 plus channel, in the erased box): Box-Muller on two
+/// counter-based uniforms, in `f64`, so any executor computes it alike.
+pub fn erase_noise(seed: u64, index: u64) -> f64 {
+    let a = crate::rng::mix64(seed ^ crate::rng::mix64(index.wrapping_mul(2)));
+    let b = crate::rng::mix64(seed ^ crate::rng::mix64(index.wrapping_mul(2) + 1));
+    let u1 = ((a >> 11) as f64 + 1.0) * (1.0 / (1u64 << 53) as f64);
+    let u2 = (b >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+}
+
 /// Python's `round()`: half to even, as torchvision's arithmetic uses.
-fn round_half_even(x: f64) -> i64 {
+pub(crate) fn round_half_even(x: f64) -> i64 {
     let r = x.round();
     if (x - x.trunc()).abs() == 0.5 {
         (2.0 * (x / 2.0).round()) as i64
@@ -88,61 +199,83 @@ fn round_half_even(x: f64) -> i64 {
     }
 }
 
-/// torchvision's `RandomResizedCrop.get_params`: (top, left, height, width).
-fn random_resized_crop_box(
-    rng: &mut SampleRng,
-    width: u32,
-    height: u32,
-    scale: (f32, f32),
-    ratio: (f32, f32),
-) -> (i64, i64, u32, u32) {
-    let (w_img, h_img) = (f64::from(width), f64::from(height));
-    let area = w_img * h_img;
-    let (log_r0, log_r1) = (f64::from(ratio.0).ln(), f64::from(ratio.1).ln());
-    for _ in 0..10 {
-        let target_area = area * rng.uniform(f64::from(scale.0), f64::from(scale.1));
-        let aspect = rng.uniform(log_r0, log_r1).exp();
-        let w = round_half_even((target_area * aspect).sqrt());
-        let h = round_half_even((target_area / aspect).sqrt());
-        if 0 < w && w <= i64::from(width) && 0 < h && h <= i64::from(height) {
-            let top = rng.int_inclusive(0, i64::from(height) - h);
-            let left = rng.int_inclusive(0, i64::from(width) - w);
-            return (top, left, h as u32, w as u32);
-        }
-    }
-    // Fallback: a centre crop of the whole image within the ratio bounds.
-    let in_ratio = w_img / h_img;
-    let (w, h) = if in_ratio < f64::from(ratio.0) {
-        (i64::from(width), round_half_even(w_img / f64::from(ratio.0)))
-    } else if in_ratio > f64::from(ratio.1) {
-        (round_half_even(h_img * f64::from(ratio.1)), i64::from(height))
-    } else {
-        (i64::from(width), i64::from(height))
-    };
-    let (w, h) = (w.max(1), h.max(1));
-    (
-        (i64::from(height) - h) / 2,
-        (i64::from(width) - w) / 2,
-        h as u32,
-        w as u32,
-    )
+/// Largest side the size analysis tracks; beyond it every size is "huge".
+const SIDE_CAP: u64 = 1 << 40;
+
+/// The sizes an image can have at some point of a pipeline: each side
+/// between a min and a max. The input of a spec is either one exact size
+/// (an image header) or unknown (validation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    pub min_w: u64,
+    pub min_h: u64,
+    pub max_w: u64,
+    pub max_h: u64,
 }
 
-/// torchvision's `Resize(shorter)`: the shorter side becomes `shorter`, the
-/// longer one `int(shorter * long / short)`. Saturates at `u32::MAX` rather
-/// than wrapping, so an absurd aspect ratio stays absurd for
-/// [`footprint`] to refuse.
-fn resize_dims(shorter: u32, w: u32, h: u32) -> (u32, u32) {
-    let (w, h) = (w.max(1), h.max(1));
-    let long = |long: u32, short: u32| {
-        u32::try_from(u64::from(shorter) * u64::from(long) / u64::from(short)).unwrap_or(u32::MAX)
-    };
-    let (nw, nh) = if w <= h {
-        (shorter, long(h, w))
-    } else {
-        (long(w, h), shorter)
-    };
-    (nw.max(1), nh.max(1))
+impl Bounds {
+    pub fn exact(w: u64, h: u64) -> Self {
+        Self {
+            min_w: w,
+            min_h: h,
+            max_w: w,
+            max_h: h,
+        }
+    }
+
+    /// Any size at all.
+    pub fn unknown() -> Self {
+        Self {
+            min_w: 1,
+            min_h: 1,
+            max_w: SIDE_CAP,
+            max_h: SIDE_CAP,
+        }
+    }
+
+    /// The one size, when there is one.
+    pub fn fixed(&self) -> Option<(u64, u64)> {
+        (self.min_w == self.max_w && self.min_h == self.max_h).then_some((self.max_w, self.max_h))
+    }
+
+    /// Either of two.
+    pub fn union(self, o: Self) -> Self {
+        Self {
+            min_w: self.min_w.min(o.min_w),
+            min_h: self.min_h.min(o.min_h),
+            max_w: self.max_w.max(o.max_w),
+            max_h: self.max_h.max(o.max_h),
+        }
+    }
+
+    /// The most pixels.
+    pub fn pixels(&self) -> u64 {
+        self.max_w.saturating_mul(self.max_h)
+    }
+
+    /// Every side grown by `ltrb`.
+    pub fn padded(self, [l, t, r, b]: [u32; 4]) -> Self {
+        let (dw, dh) = (u64::from(l) + u64::from(r), u64::from(t) + u64::from(b));
+        Self {
+            min_w: self.min_w + dw,
+            min_h: self.min_h + dh,
+            max_w: (self.max_w + dw).min(SIDE_CAP),
+            max_h: (self.max_h + dh).min(SIDE_CAP),
+        }
+    }
+
+    /// Square sides of at most the diagonal: where a rotation with
+    /// `expand` can take an image.
+    pub fn rotated(self) -> Self {
+        let d = ((self.max_w as f64).hypot(self.max_h as f64).ceil() as u64 + 2).min(SIDE_CAP);
+        let lo = self.min_w.min(self.min_h);
+        Self {
+            min_w: lo,
+            min_h: lo,
+            max_w: d,
+            max_h: d,
+        }
+    }
 }
 
 /// A transform that would make an image over the pixel limit: the stage
@@ -167,163 +300,169 @@ pub struct TooLarge {
 /// what it measured at (about 32 bytes per output column).
 pub const RESIZE_BYTES_PER_LINE: u64 = 64;
 
+/// The walk of a spec over sizes for [`footprint`].
+#[derive(Debug)]
+pub struct Walk {
+    index: usize,
+    peak: u64,
+    max_pixels: u64,
+    too_large: Option<TooLarge>,
+}
+
+impl Walk {
+    /// One op ran from sizes `inp` to `out`, holding `scratch` bytes more.
+    pub fn step(&mut self, op: &'static str, inp: Bounds, out: Bounds, scratch: u64) {
+        let pixels = out.pixels();
+        if pixels > self.max_pixels && self.too_large.is_none() {
+            self.too_large = Some(TooLarge {
+                index: self.index,
+                op,
+                width: out.max_w,
+                height: out.max_h,
+                pixels,
+                limit: self.max_pixels,
+            });
+        }
+        let bytes = |b: &Bounds| b.pixels().saturating_mul(3);
+        self.peak = self
+            .peak
+            .max(bytes(&inp).saturating_add(bytes(&out)).saturating_add(scratch));
+    }
+}
+
 /// The most memory, in bytes, that running `spec` on a decoded `width` x
 /// `height` RGB image holds at once (the decoded image included), or the
 /// stage that would make an image over `max_pixels`.
 ///
-/// It depends on the sizes alone, never on a random draw: every op's output
-/// size is fixed by its arguments and its input's size, and a random crop's
-/// box lies within its input. So the worker can refuse a sample, or reserve
-/// its memory, from the image header, before anything is decoded. A step
-/// holds its input, its output and a scratch buffer (a separable resize's
-/// pass between the two, at most the larger of them; a blur's float copy,
-/// four bytes a channel; a resize's weights, [`RESIZE_BYTES_PER_LINE`]).
+/// It depends on the sizes alone, never on a random draw: each op bounds
+/// the sizes it can output for the sizes it can get (a crop's box lies in
+/// its input; a rotation with `expand` stays within the diagonal; a
+/// `RandomApply` may or may not run). So the worker can refuse a sample, or
+/// reserve its memory, from the image header, before anything is decoded.
+/// A step holds its input, its output and the op's scratch.
 pub fn footprint(spec: &TransformSpec, width: u32, height: u32, max_pixels: u64) -> Result<u64, TooLarge> {
-    let bytes = |w: u32, h: u32| u64::from(w) * u64::from(h) * 3;
-    let (mut w, mut h) = (width, height);
-    let mut peak = bytes(w, h);
+    let mut b = Bounds::exact(u64::from(width), u64::from(height));
+    let mut walk = Walk {
+        index: 0,
+        peak: b.pixels() * 3,
+        max_pixels,
+        too_large: None,
+    };
     for (index, op) in spec.ops.iter().enumerate() {
-        let (nw, nh) = match *op {
-            Op::RandomResizedCrop { size, .. } | Op::CenterCrop { size } | Op::RandomCrop { size, .. } => (size, size),
-            Op::Resize { shorter } => resize_dims(shorter, w, h),
-            Op::HorizontalFlip { .. }
-            | Op::VerticalFlip { .. }
-            | Op::RandomRotation { .. }
-            | Op::ColorJitter { .. }
-            | Op::GaussianBlur { .. } => (w, h),
-        };
-        let pixels = u64::from(nw) * u64::from(nh);
-        if pixels > max_pixels {
-            return Err(TooLarge {
-                index,
-                op: op.name(),
-                width: u64::from(nw),
-                height: u64::from(nh),
-                pixels,
-                limit: max_pixels,
-            });
-        }
-        let (input, output) = (bytes(w, h), bytes(nw, nh));
-        let scratch = match op {
-            Op::GaussianBlur { .. } => 4 * input,
-            Op::HorizontalFlip { .. } | Op::VerticalFlip { .. } => 0,
-            // A resize also holds its filter's weights, a window per output
-            // column and row: linear in the sides, not the pixels, but
-            // megabytes at an extreme aspect ratio (the fuzz target
-            // image_transform measures them).
-            Op::RandomResizedCrop { .. } | Op::Resize { .. } => {
-                input.max(output)
-                    + RESIZE_BYTES_PER_LINE * (u64::from(w) + u64::from(h) + u64::from(nw) + u64::from(nh))
-            }
-            _ => input.max(output),
-        };
-        peak = peak.max(input + output + scratch);
-        (w, h) = (nw, nh);
+        walk.index = index;
+        b = op.walk(b, &mut walk);
     }
-    Ok(peak)
+    match walk.too_large {
+        Some(e) => Err(e),
+        None => Ok(walk.peak),
+    }
+}
+
+/// Where the pixel values are, for ops that write values (RandomErasing):
+/// torchvision's erasing value means a different colour before and after
+/// `ToDtype` and `Normalize`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Stage {
+    /// uint8, 0..=255 (PIL images, `ToImage`).
+    Uint8,
+    /// Floats scaled to [0, 1] (`ToDtype(float, scale=True)`).
+    Float,
+    /// After `Normalize(mean, std)`.
+    Normalized { mean: [f64; 3], std: [f64; 3] },
+}
+
+impl Stage {
+    /// The uint8 pixel of channel `c` whose value at this stage is `v`.
+    pub fn to_pixel(self, v: f64, c: usize) -> u8 {
+        let p = match self {
+            Self::Uint8 => v,
+            Self::Float => v * 255.0,
+            Self::Normalized { mean, std } => (v * std[c] + mean[c]) * 255.0,
+        };
+        p.round().clamp(0.0, 255.0) as u8
+    }
+
+    /// `(scale, offset)` with `pixel = v * scale + offset`.
+    pub fn affine(self, c: usize) -> (f32, f32) {
+        match self {
+            Self::Uint8 => (1.0, 0.0),
+            Self::Float => (255.0, 0.0),
+            Self::Normalized { mean, std } => ((std[c] * 255.0) as f32, (mean[c] * 255.0) as f32),
+        }
+    }
+}
+
+/// A sample whose draws cannot be carried out (torchvision raises on it):
+/// a crop larger than its input without `pad_if_needed`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("transform {op}: {reason}")]
+pub struct ResolveError {
+    pub op: &'static str,
+    pub reason: String,
+}
+
+/// The state of resolving one sample: its generator (this op's), the size
+/// so far, the steps so far and the value stage.
+#[derive(Debug)]
+pub struct Cx<'a> {
+    pub rng: SampleRng,
+    pub w: u32,
+    pub h: u32,
+    pub steps: &'a mut Vec<Step>,
+    pub stage: Stage,
+    /// The op being resolved, for errors.
+    pub op: &'static str,
+}
+
+impl Cx<'_> {
+    /// Resolves `op`, the `index`th child of a container whose generator
+    /// was `base` when it started, with a generator of its own.
+    pub fn child(&mut self, base: &SampleRng, index: usize, op: &Op) -> Result<(), ResolveError> {
+        let parent = self.op;
+        let saved = std::mem::replace(&mut self.rng, base.fork(index as u64));
+        let result = op.resolve(self);
+        self.rng = saved;
+        self.op = parent;
+        result
+    }
+
+    /// Appends a step, updating the size.
+    pub fn push(&mut self, step: Step) {
+        (self.w, self.h) = step.output_size(self.w, self.h);
+        self.steps.push(step);
+    }
+
+    pub fn err(&self, reason: impl Into<String>) -> ResolveError {
+        ResolveError {
+            op: self.op,
+            reason: reason.into(),
+        }
+    }
 }
 
 /// Resolves `spec` for one sample whose decoded image is `width` x `height`,
-/// drawing from the sample's generator `base` ([`crate::rng::ItemSeed::sample`]).
+/// drawing from the sample's generator `base` ([`crate::rng::ItemSeed::sample`]):
+/// the `i`th op draws from `base.fork(i)`, a container's `j`th child from its
+/// container's generator forked by `j`. So a sample's augmentation is a
+/// function of (seed, epoch, shard, position, op position), and adding an
+/// op to the registry changes no existing pipeline.
 ///
 /// The spec must have passed [`TransformSpec::validate`].
-pub fn resolve_steps(spec: &TransformSpec, base: &SampleRng, width: u32, height: u32) -> Vec<Step> {
-    let (mut w, mut h) = (width, height);
+pub fn resolve_steps(spec: &TransformSpec, base: &SampleRng, width: u32, height: u32) -> Result<Vec<Step>, ResolveError> {
     let mut steps = Vec::with_capacity(spec.ops.len());
+    let mut cx = Cx {
+        rng: base.clone(),
+        w: width,
+        h: height,
+        steps: &mut steps,
+        stage: Stage::Uint8,
+        op: "",
+    };
     for (i, op) in spec.ops.iter().enumerate() {
-        let mut rng = base.fork(i as u64);
-        match *op {
-            Op::RandomResizedCrop { size, scale, ratio } => {
-                let (top, left, ch, cw) = random_resized_crop_box(&mut rng, w, h, scale, ratio);
-                steps.push(Step::CropResize {
-                    crop: Rect::new(left, top, cw, ch),
-                    out_w: size,
-                    out_h: size,
-                });
-                (w, h) = (size, size);
-            }
-            Op::Resize { shorter } => {
-                let (nw, nh) = resize_dims(shorter, w, h);
-                if (nw, nh) != (w, h) {
-                    steps.push(Step::CropResize {
-                        crop: Rect::whole(w, h),
-                        out_w: nw,
-                        out_h: nh,
-                    });
-                }
-                (w, h) = (nw, nh);
-            }
-            Op::CenterCrop { size } => {
-                let top = round_half_even((f64::from(h) - f64::from(size)) / 2.0);
-                let left = round_half_even((f64::from(w) - f64::from(size)) / 2.0);
-                steps.push(Step::CropResize {
-                    crop: Rect::new(left, top, size, size),
-                    out_w: size,
-                    out_h: size,
-                });
-                (w, h) = (size, size);
-            }
-            Op::RandomCrop { size, padding } => {
-                // Pad by `padding` on every side (and more if still smaller
-                // than the crop), then pick the crop inside the padded image.
-                let pad = i64::from(padding);
-                let pw = (i64::from(w) + 2 * pad).max(i64::from(size));
-                let ph = (i64::from(h) + 2 * pad).max(i64::from(size));
-                let extra_w = (pw - i64::from(w) - 2 * pad) / 2;
-                let extra_h = (ph - i64::from(h) - 2 * pad) / 2;
-                let top = rng.int_inclusive(0, ph - i64::from(size)) - pad - extra_h;
-                let left = rng.int_inclusive(0, pw - i64::from(size)) - pad - extra_w;
-                steps.push(Step::CropResize {
-                    crop: Rect::new(left, top, size, size),
-                    out_w: size,
-                    out_h: size,
-                });
-                (w, h) = (size, size);
-            }
-            Op::HorizontalFlip { p } => {
-                if rng.bernoulli(f64::from(p)) {
-                    steps.push(Step::FlipHorizontal);
-                }
-            }
-            Op::VerticalFlip { p } => {
-                if rng.bernoulli(f64::from(p)) {
-                    steps.push(Step::FlipVertical);
-                }
-            }
-            Op::RandomRotation { degrees } => {
-                let d = f64::from(degrees);
-                let angle = rng.uniform(-d, d) as f32;
-                if angle != 0.0 {
-                    steps.push(Step::Rotate { degrees: angle });
-                }
-            }
-            Op::ColorJitter {
-                brightness,
-                contrast,
-                saturation,
-            } => {
-                let mut order = [0u8, 1, 2];
-                for i in (1..order.len()).rev() {
-                    let j = rng.int_inclusive(0, i as i64) as usize;
-                    order.swap(i, j);
-                }
-                let mut factor = |x: f32| {
-                    if x == 0.0 {
-                        1.0
-                    } else {
-                        rng.uniform(f64::from((1.0 - x).max(0.0)), f64::from(1.0 + x)) as f32
-                    }
-                };
-                let factors = [factor(brightness), factor(contrast), factor(saturation)];
-                steps.push(Step::Jitter { factors, order });
-            }
-            Op::GaussianBlur { kernel_size, sigma } => {
-                let s = rng.uniform(f64::from(sigma.0), f64::from(sigma.1)) as f32;
-                steps.push(Step::Blur { kernel_size, sigma: s });
-            }
-        }
+        cx.rng = base.fork(i as u64);
+        op.resolve(&mut cx)?;
     }
-    steps
+    Ok(steps)
 }
 
 #[cfg(test)]

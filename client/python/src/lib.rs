@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use pyo3::create_exception;
-use pyo3::exceptions::PyException;
+use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use stoker_client::device::{DType, Layout, UploadSpec};
@@ -102,7 +102,7 @@ impl Client {
         workers: Vec<String>,
         dataset: String,
         batch_size: usize,
-        image_size: u32,
+        image_size: Option<u32>,
         transform: &str,
         seed: u64,
         rank: u32,
@@ -124,7 +124,7 @@ impl Client {
         label_key: Option<String>,
         label_offset: i64,
     ) -> PyResult<Self> {
-        let spec = TransformSpec::preset(transform, image_size).map_err(err)?;
+        let spec = TransformSpec::parse(transform, image_size).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let mut config = LoaderConfig::new(workers, dataset, batch_size, spec);
         config.seed = seed;
         config.rank = rank;
@@ -525,9 +525,20 @@ fn state_from_py(d: &Bound<'_, PyDict>) -> PyResult<EpochState> {
     })
 }
 
+/// Validates a transform spec (`train`, `eval` or JSON) as a worker would:
+/// returns its output size and its canonical JSON, or raises `ValueError`
+/// naming the op and the argument.
+#[pyfunction]
+#[pyo3(signature = (transform, image_size=None))]
+fn check_transform(transform: &str, image_size: Option<u32>) -> PyResult<(u32, String)> {
+    let spec = TransformSpec::parse(transform, image_size).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok((spec.size, spec.to_json()))
+}
+
 #[pymodule]
 fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
+    m.add_function(wrap_pyfunction!(check_transform, m)?)?;
     m.add_class::<DeviceTensor>()?;
     m.add("StokerError", m.py().get_type::<StokerError>())?;
     Ok(())

@@ -1,0 +1,321 @@
+//! Transform specs: what a worker does to every image of a work item.
+//!
+//! A spec is a list of ops with torchvision's names, arguments, defaults and
+//! meaning (as torchvision applies them to PIL images), one module per op
+//! under [`ops`]. It travels as versioned JSON —
+//! `{"version": 1, "ops": [{"op": "RandomResizedCrop", "size": 224}, ...]}`
+//! — the form Python's `stoker.transforms` writes and `--transform` reads.
+//! Output images are `size` x `size`, RGB, uint8, HWC; a trailing
+//! `ToDtype` / `Normalize` is the client's conversion on the device.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+pub mod args;
+pub mod ops;
+
+pub use ops::*;
+
+use crate::params::{Bounds, Cx, Stage};
+
+/// Largest output side a worker accepts. Anything bigger is almost certainly
+/// a mistake and would let one request allocate gigabytes per batch.
+pub const MAX_OUTPUT_SIZE: u32 = 4096;
+
+/// The spec version this build writes and reads. A version changes when
+/// an existing pipeline's pixels would change; adding an op does not.
+pub const SPEC_VERSION: u32 = 1;
+
+/// The JSON form of a spec.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Wire {
+    #[serde(default = "one")]
+    version: u32,
+    ops: Vec<Op>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The transform applied to every image of a work item.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TransformSpec {
+    /// Output images are `size` x `size` (from the ops: their last fixed
+    /// size).
+    pub size: u32,
+    pub ops: Vec<Op>,
+}
+
+/// Why a transform spec was refused.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SpecError {
+    #[error("image size must be between 1 and {MAX_OUTPUT_SIZE}, got {0}")]
+    Size(u32),
+    #[error("unknown transform {0:?} (expected train, eval, a JSON spec or a .json file)")]
+    UnknownPreset(String),
+    #[error("transform ops[{index}] ({op}): {reason}")]
+    Op {
+        index: usize,
+        op: &'static str,
+        reason: String,
+    },
+    #[error("transform spec is not valid JSON: {0}")]
+    Json(String),
+    #[error("transform spec version {got} is not supported by this build (it reads version {SPEC_VERSION})")]
+    Version { got: u32 },
+    #[error(
+        "transform does not end at a fixed size: end with RandomResizedCrop, CenterCrop, RandomCrop or Resize([h, w]) (after that, only ops that keep the size)"
+    )]
+    NotFixed,
+    #[error("transform ends at {width}x{height}: Stoker batches square images, so the last fixed size must be square")]
+    NotSquare { width: u64, height: u64 },
+    #[error("transform makes {got}x{got} images, but {want}x{want} was asked for")]
+    SizeMismatch { got: u32, want: u32 },
+    #[error("transform has no ops")]
+    Empty,
+}
+
+/// The client's conversion of the delivered uint8 pixels, from a trailing
+/// `ToDtype` / `ToTensor` / `ConvertImageDtype` and `Normalize`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OutputConversion {
+    /// The dtype (`float32`...), or `None` to keep uint8.
+    pub dtype: Option<String>,
+    /// `Normalize`'s per-channel mean and std.
+    pub mean_std: Option<([f64; 3], [f64; 3])>,
+}
+
+impl TransformSpec {
+    /// A spec of `ops`, validated; its size is where the ops end.
+    pub fn new(ops: Vec<Op>) -> Result<Self, SpecError> {
+        let ops = flatten(ops);
+        let size = check(&ops)?;
+        Ok(Self { size, ops })
+    }
+
+    /// The `train` preset: RandomResizedCrop(size) + RandomHorizontalFlip.
+    pub fn train(size: u32) -> Self {
+        Self {
+            size,
+            ops: vec![
+                RandomResizedCrop::new(size).into(),
+                RandomHorizontalFlip::default().into(),
+            ],
+        }
+    }
+
+    /// The `eval` preset: Resize(size*256/224) + CenterCrop(size).
+    pub fn eval(size: u32) -> Self {
+        let shorter = ((u64::from(size) * 256) / 224).max(1) as u32;
+        Self {
+            size,
+            ops: vec![Resize::shorter(shorter).into(), CenterCrop::new(size).into()],
+        }
+    }
+
+    /// A named preset (`train` or `eval`), validated.
+    pub fn preset(name: &str, size: u32) -> Result<Self, SpecError> {
+        let spec = match name {
+            "train" => Self::train(size),
+            "eval" => Self::eval(size),
+            other => return Err(SpecError::UnknownPreset(other.to_owned())),
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// What `--transform` and Python's `transform=` take: `train` or
+    /// `eval` (at `size`, 224 when `None`), or a JSON spec (whose size, if
+    /// `size` is given, must match).
+    pub fn parse(arg: &str, size: Option<u32>) -> Result<Self, SpecError> {
+        let arg = arg.trim();
+        if !arg.starts_with('{') {
+            return Self::preset(arg, size.unwrap_or(224));
+        }
+        let spec = Self::from_json(arg)?;
+        match size {
+            Some(want) if want != spec.size => Err(SpecError::SizeMismatch { got: spec.size, want }),
+            _ => Ok(spec),
+        }
+    }
+
+    /// A spec from its JSON form, validated. Errors name the op by its
+    /// position and the argument.
+    pub fn from_json(json: &str) -> Result<Self, SpecError> {
+        let de = &mut serde_json::Deserializer::from_str(json);
+        let wire: Wire = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner().to_string();
+            if path.is_empty() || path == "." {
+                SpecError::Json(inner)
+            } else {
+                SpecError::Json(format!("{path}: {inner}"))
+            }
+        })?;
+        if wire.version != SPEC_VERSION {
+            return Err(SpecError::Version { got: wire.version });
+        }
+        Self::new(wire.ops)
+    }
+
+    /// The JSON form (with the version).
+    pub fn to_json(&self) -> String {
+        let wire = Wire {
+            version: SPEC_VERSION,
+            ops: self.ops.clone(),
+        };
+        serde_json::to_string(&wire).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+
+    /// Checks every argument, where the output ops sit, and that the
+    /// pipeline ends at `size` x `size`. Workers run this on every request
+    /// before doing any work.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if self.size == 0 || self.size > MAX_OUTPUT_SIZE {
+            return Err(SpecError::Size(self.size));
+        }
+        let size = check(&self.ops)?;
+        if size != self.size {
+            return Err(SpecError::SizeMismatch {
+                got: size,
+                want: self.size,
+            });
+        }
+        Ok(())
+    }
+
+    /// The client's output conversion (from the trailing output ops).
+    pub fn output(&self) -> OutputConversion {
+        let mut out = OutputConversion::default();
+        for op in &self.ops {
+            match op {
+                Op::ToTensor(_) => out.dtype = Some("float32".to_owned()),
+                Op::ToDtype(d) if d.dtype != "uint8" => out.dtype = Some(d.dtype.clone()),
+                Op::ConvertImageDtype(d) if d.dtype != "uint8" => out.dtype = Some(d.dtype.clone()),
+                Op::Normalize(n) => out.mean_std = Some(n.channels()),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Bytes of one output image.
+    pub fn image_bytes(&self) -> usize {
+        self.size as usize * self.size as usize * 3
+    }
+}
+
+/// Top-level `Compose`s become their children: a torchvision pipeline is
+/// often a Compose of Composes.
+fn flatten(ops: Vec<Op>) -> Vec<Op> {
+    let mut out = Vec::with_capacity(ops.len());
+    for op in ops {
+        match op {
+            Op::Compose(c) => out.extend(flatten(c.transforms)),
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Validates `ops` and returns the output side.
+fn check(ops: &[Op]) -> Result<u32, SpecError> {
+    if ops.is_empty() {
+        return Err(SpecError::Empty);
+    }
+    let err = |index, op: &Op, reason: String| SpecError::Op {
+        index,
+        op: op.name(),
+        reason,
+    };
+    ops::validate_all(ops).map_err(|(index, op, reason)| SpecError::Op { index, op, reason })?;
+    // Output ops come last (RandomErasing may follow them), in an order
+    // torchvision accepts: Normalize needs floats.
+    let mut stage = Stage::Uint8;
+    let mut output_seen = false;
+    let mut steps = Vec::new();
+    let mut cx = Cx {
+        rng: crate::SampleRng::from_seed(0),
+        w: 1,
+        h: 1,
+        steps: &mut steps,
+        stage,
+        op: "",
+    };
+    for (i, op) in ops.iter().enumerate() {
+        let is_output = op.imp().is_output();
+        if output_seen && !is_output && !matches!(op, Op::RandomErasing(_)) {
+            return Err(err(
+                i,
+                op,
+                "comes after the output conversion (ToDtype, Normalize...); only RandomErasing may".to_owned(),
+            ));
+        }
+        if let Op::Normalize(_) = op
+            && stage == Stage::Uint8
+        {
+            return Err(err(
+                i,
+                op,
+                "needs float input: put ToDtype(torch.float32, scale=True) (or ToTensor) before it".to_owned(),
+            ));
+        }
+        if is_output {
+            output_seen = true;
+            cx.stage = stage;
+            op.resolve(&mut cx).map_err(|e| err(i, op, e.reason))?;
+            stage = cx.stage;
+        }
+    }
+    let mut b = Bounds::unknown();
+    for op in ops {
+        b = op.bounds(b);
+    }
+    let (w, h) = b.fixed().ok_or(SpecError::NotFixed)?;
+    if w != h {
+        return Err(SpecError::NotSquare { width: w, height: h });
+    }
+    let side = u32::try_from(w).map_err(|_| SpecError::Size(u32::MAX))?;
+    if side == 0 || side > MAX_OUTPUT_SIZE {
+        return Err(SpecError::Size(side));
+    }
+    Ok(side)
+}
+
+impl fmt::Display for TransformSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.ops.iter().map(Op::name).collect();
+        write!(f, "{}x{} [{}]", self.size, self.size, names.join(", "))
+    }
+}
+
+/// A small builder: `TransformSpec::builder().then(RandomResizedCrop::new(224)).build()`.
+#[derive(Clone, Debug, Default)]
+pub struct Builder {
+    ops: Vec<Op>,
+}
+
+impl Builder {
+    /// Appends an op.
+    pub fn then(mut self, op: impl Into<Op>) -> Self {
+        self.ops.push(op.into());
+        self
+    }
+
+    /// The validated spec.
+    pub fn build(self) -> Result<TransformSpec, SpecError> {
+        TransformSpec::new(self.ops)
+    }
+}
+
+impl TransformSpec {
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+}
+
+#[cfg(test)]
+mod tests;

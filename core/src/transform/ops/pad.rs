@@ -1,0 +1,43 @@
+//! Pad.
+
+use serde::{Deserialize, Serialize};
+
+use super::OpImpl;
+use crate::params::{Bounds, Cx, ResolveError, Step};
+use crate::transform::args::{Fill, Padding, PaddingMode};
+
+/// Pads every side (torchvision's `Pad`): `padding` is an int,
+/// `[left/right, top/bottom]` or `[left, top, right, bottom]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pad {
+    pub padding: Padding,
+    #[serde(default)]
+    pub fill: Fill,
+    #[serde(default)]
+    pub padding_mode: PaddingMode,
+}
+
+impl OpImpl for Pad {
+    fn validate(&self) -> Result<(), String> {
+        self.padding.check()?;
+        self.fill.check()
+    }
+
+    fn bounds(&self, b: Bounds) -> Bounds {
+        b.padded(self.padding.ltrb())
+    }
+
+    fn resolve(&self, cx: &mut Cx<'_>) -> Result<(), ResolveError> {
+        let ltrb = self.padding.ltrb();
+        if ltrb == [0; 4] {
+            return Ok(());
+        }
+        cx.push(Step::Pad {
+            ltrb,
+            mode: self.padding_mode,
+            fill: self.fill.rgb(),
+        });
+        Ok(())
+    }
+}
