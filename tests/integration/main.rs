@@ -29,10 +29,12 @@ mod protocol;
 #[cfg(feature = "failpoints")]
 mod panics;
 mod python;
+mod python_transforms;
 mod ranks;
 mod s3;
 mod s3_faults;
 mod s3_tls;
 mod soak;
 mod tls;
+mod transforms;
 mod worker_api;

@@ -1,0 +1,2 @@
+//! `stoker.transforms` (Python): torchvision pipelines converted and run
+//! through real workers; MixUp / CutMix on the batch.
