@@ -16,9 +16,9 @@ pub mod kernel {
     /// [`crate::RrcParams`]-driven crop + resize + flip, uint8 HWC.
     pub const RRC_FLIP_U8_HWC: &str = "stoker_rrc_flip_u8_hwc";
     pub const FLIP_U8_HWC: &str = "stoker_flip_u8_hwc";
-    pub const ROTATE_U8_HWC: &str = "stoker_rotate_u8_hwc";
+    pub const AFFINE_NEAREST_U8_HWC: &str = "stoker_affine_nearest_u8_hwc";
     pub const LUMA_SUM_U8_HWC: &str = "stoker_luma_sum_u8_hwc";
-    pub const JITTER_U8_HWC: &str = "stoker_jitter_u8_hwc";
+    pub const ENHANCE_U8_HWC: &str = "stoker_enhance_u8_hwc";
     pub const BLUR_ROWS_U8_HWC: &str = "stoker_blur_rows_u8_hwc";
     pub const BLUR_COLS_U8_HWC: &str = "stoker_blur_cols_u8_hwc";
     /// uint8 HWC -> float32 NCHW, normalised.
@@ -52,15 +52,16 @@ pub const RESIZE: ModuleSpec = ModuleSpec {
     kernels: &[kernel::RRC_FLIP_U8_HWC],
 };
 
-/// Flips, rotation, colour jitter and blur, one image per launch.
+/// Flips, nearest affine warps, colour enhancement and blur, one image per
+/// launch.
 pub const STEPS: ModuleSpec = ModuleSpec {
     name: "steps",
     source: include_str!("steps.cu"),
     kernels: &[
         kernel::FLIP_U8_HWC,
-        kernel::ROTATE_U8_HWC,
+        kernel::AFFINE_NEAREST_U8_HWC,
         kernel::LUMA_SUM_U8_HWC,
-        kernel::JITTER_U8_HWC,
+        kernel::ENHANCE_U8_HWC,
         kernel::BLUR_ROWS_U8_HWC,
         kernel::BLUR_COLS_U8_HWC,
     ],

@@ -1,7 +1,8 @@
-// The per-image steps after (or before) the crop: flips, rotation, colour
-// jitter and Gaussian blur, uint8 HWC, one image per launch.
+// The per-image steps after (or before) the crop: flips, affine warps
+// (nearest), colour enhancement and Gaussian blur, uint8 HWC, one image per
+// launch.
 //
-// Each follows the CPU path (server/src/augment.rs) operation for operation,
+// Each follows the CPU path (server/image/src/augment/) operation for operation,
 // with the rounding intrinsics (__fmul_rn, __fadd_rn...) where the compiler
 // would otherwise fuse a multiply and an add: the CPU rounds each one, so
 // the same inputs give the same bytes.
@@ -32,38 +33,45 @@ extern "C" __global__ void stoker_flip_u8_hwc(
     d[2] = s[2];
 }
 
-// Rotation about the centre, nearest neighbour, zeros outside. `sin_t` and
-// `cos_t` are the host's f64 sine and cosine of the angle.
-extern "C" __global__ void stoker_rotate_u8_hwc(
+// PIL's affine warp with nearest neighbour (Image.transform(AFFINE,
+// NEAREST), its 16.16 fixed-point path): output pixel (x, y) reads input
+// pixel ((a2 + y*a1 + x*a0) >> 16, (a5 + y*a4 + x*a3) >> 16), the host's
+// fixed-point matrix with the pixel centre folded in; outside the input it
+// takes the fill colour. Covers rotation (any angle, expand, centre),
+// RandomAffine and the policies' shears and translations.
+extern "C" __global__ void stoker_affine_nearest_u8_hwc(
     const unsigned char* __restrict__ src,
     unsigned char* __restrict__ dst,
-    unsigned int w,
-    unsigned int h,
-    double sin_t,
-    double cos_t)
+    unsigned int in_w,
+    unsigned int in_h,
+    unsigned int out_w,
+    unsigned int out_h,
+    long long a0,
+    long long a1,
+    long long a2,
+    long long a3,
+    long long a4,
+    long long a5,
+    unsigned int fill)
 {
     const unsigned int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= w * h) {
+    if (idx >= out_w * out_h) {
         return;
     }
-    const unsigned int y = idx / w;
-    const unsigned int x = idx - y * w;
-    const double cx = (double)w / 2.0;
-    const double cy = (double)h / 2.0;
-    const double dx = __dsub_rn(__dadd_rn((double)x, 0.5), cx);
-    const double dy = __dsub_rn(__dadd_rn((double)y, 0.5), cy);
-    const double sx = floor(__dadd_rn(__dsub_rn(__dmul_rn(dx, cos_t), __dmul_rn(dy, sin_t)), cx));
-    const double sy = floor(__dadd_rn(__dadd_rn(__dmul_rn(dx, sin_t), __dmul_rn(dy, cos_t)), cy));
+    const long long y = idx / out_w;
+    const long long x = idx - y * out_w;
+    const long long xin = (a2 + y * a1 + x * a0) >> 16;
+    const long long yin = (a5 + y * a4 + x * a3) >> 16;
     unsigned char* d = dst + (size_t)idx * 3;
-    if (sx >= 0.0 && sy >= 0.0 && sx < (double)w && sy < (double)h) {
-        const unsigned char* s = src + ((size_t)sy * w + (size_t)sx) * 3;
+    if (xin >= 0 && yin >= 0 && xin < (long long)in_w && yin < (long long)in_h) {
+        const unsigned char* s = src + ((size_t)yin * in_w + (size_t)xin) * 3;
         d[0] = s[0];
         d[1] = s[1];
         d[2] = s[2];
     } else {
-        d[0] = 0;
-        d[1] = 0;
-        d[2] = 0;
+        d[0] = (unsigned char)(fill & 0xff);
+        d[1] = (unsigned char)((fill >> 8) & 0xff);
+        d[2] = (unsigned char)((fill >> 16) & 0xff);
     }
 }
 
@@ -73,10 +81,24 @@ __device__ __forceinline__ unsigned int stoker_luma(const unsigned char* p)
     return ((unsigned int)p[0] * 19595u + (unsigned int)p[1] * 38470u + (unsigned int)p[2] * 7471u + 0x8000u) >> 16;
 }
 
-// round() then clamp to 0..255, as the CPU path's clamp_u8.
+// round() then clamp to 0..255, as the CPU path's blur.
 __device__ __forceinline__ unsigned char stoker_clamp_u8(float v)
 {
     return (unsigned char)fminf(fmaxf(roundf(v), 0.0f), 255.0f);
+}
+
+// Pillow's ImagingBlend of one value: in1 + alpha * (in2 - in1) in float,
+// truncated, clipped when extrapolating (the CPU path's blend).
+__device__ __forceinline__ unsigned char stoker_blend_u8(float in1, float in2, float alpha)
+{
+    const float v = __fadd_rn(in1, __fmul_rn(alpha, __fsub_rn(in2, in1)));
+    if (v <= 0.0f) {
+        return 0;
+    }
+    if (v >= 255.0f) {
+        return 255;
+    }
+    return (unsigned char)v;
 }
 
 // Adds the luma of `n` pixels into `*sum` (zeroed by the caller): the
@@ -101,9 +123,10 @@ extern "C" __global__ void stoker_luma_sum_u8_hwc(
     }
 }
 
-// One colour-jitter factor, in place: `which` 0 brightness, 1 contrast
-// (around the mean luma of `*luma_sum` over `n` pixels), 2 saturation.
-extern "C" __global__ void stoker_jitter_u8_hwc(
+// One ImageEnhance blend, in place: `which` 0 brightness (with black),
+// 1 contrast (with the mean luma of `*luma_sum` over `n` pixels, as
+// int(mean + 0.5)), 2 saturation (with each pixel's luma).
+extern "C" __global__ void stoker_enhance_u8_hwc(
     unsigned char* __restrict__ img,
     unsigned int n,
     unsigned int which,
@@ -115,21 +138,17 @@ extern "C" __global__ void stoker_jitter_u8_hwc(
         return;
     }
     unsigned char* p = img + (size_t)idx * 3;
-    if (which == 0) {
-        for (int c = 0; c < 3; ++c) {
-            p[c] = stoker_clamp_u8(__fmul_rn((float)p[c], factor));
-        }
-        return;
-    }
     float centre;
-    if (which == 1) {
-        const float count = (float)(n > 0 ? n : 1);
-        centre = floorf(__fadd_rn(__fdiv_rn((float)*luma_sum, count), 0.5f));
+    if (which == 0) {
+        centre = 0.0f;
+    } else if (which == 1) {
+        const double count = (double)(n > 0 ? n : 1);
+        centre = (float)(unsigned int)(__dadd_rn(__ddiv_rn((double)*luma_sum, count), 0.5));
     } else {
         centre = (float)stoker_luma(p);
     }
     for (int c = 0; c < 3; ++c) {
-        p[c] = stoker_clamp_u8(__fadd_rn(centre, __fmul_rn(__fsub_rn((float)p[c], centre), factor)));
+        p[c] = stoker_blend_u8(centre, (float)p[c], factor);
     }
 }
 

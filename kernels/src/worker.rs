@@ -1,7 +1,7 @@
 //! The worker's launch wrappers: [`Kernels`] holds the functions of
 //! [`WORKER_MODULES`] loaded into one context and launches them (the fused
-//! crop + resize + flip of a batch, and flips, rotation, colour jitter and
-//! blur of one image); [`RrcParams`] is the fused kernel's per-image
+//! crop + resize + flip of a batch, and flips, nearest affine warps, colour
+//! enhancement and blur of one image); [`RrcParams`] is the fused kernel's per-image
 //! parameter block.
 
 use std::sync::Arc;
@@ -19,9 +19,9 @@ pub struct Kernels {
     // Each function holds its module, which stays loaded while it lives.
     rrc_flip: CudaFunction,
     flip: CudaFunction,
-    rotate: CudaFunction,
+    affine_nearest: CudaFunction,
     luma_sum: CudaFunction,
-    jitter: CudaFunction,
+    enhance: CudaFunction,
     blur_rows: CudaFunction,
     blur_cols: CudaFunction,
     /// The architecture the modules were compiled for.
@@ -37,9 +37,9 @@ impl Kernels {
         Ok(Self {
             rrc_flip: function(&modules, &RESIZE, kernel::RRC_FLIP_U8_HWC)?,
             flip: function(&modules, &STEPS, kernel::FLIP_U8_HWC)?,
-            rotate: function(&modules, &STEPS, kernel::ROTATE_U8_HWC)?,
+            affine_nearest: function(&modules, &STEPS, kernel::AFFINE_NEAREST_U8_HWC)?,
             luma_sum: function(&modules, &STEPS, kernel::LUMA_SUM_U8_HWC)?,
-            jitter: function(&modules, &STEPS, kernel::JITTER_U8_HWC)?,
+            enhance: function(&modules, &STEPS, kernel::ENHANCE_U8_HWC)?,
             blur_rows: function(&modules, &STEPS, kernel::BLUR_ROWS_U8_HWC)?,
             blur_cols: function(&modules, &STEPS, kernel::BLUR_COLS_U8_HWC)?,
             arch: (major, minor),
@@ -69,64 +69,65 @@ impl Kernels {
         Ok(())
     }
 
-    /// Rotates the `w` x `h` image `src` by `degrees` counter-clockwise
-    /// about its centre into `dst` (nearest neighbour, zeros outside).
-    pub fn rotate_u8_hwc(
+    /// Warps the `in_dims` image `src` into the `out_dims` image `dst`
+    /// with PIL's nearest-neighbour affine transform: `fixed` is the
+    /// 16.16 fixed-point matrix (the pixel centre folded into its
+    /// translations, as Pillow's `affine_fixed`); outside the input is
+    /// `fill`.
+    pub fn affine_nearest_u8_hwc(
         &self,
         stream: &Arc<CudaStream>,
         src: &CudaSlice<u8>,
         dst: &mut CudaSlice<u8>,
-        (w, h): (u32, u32),
-        degrees: f32,
+        (in_w, in_h): (u32, u32),
+        (out_w, out_h): (u32, u32),
+        fixed: [i64; 6],
+        fill: [u8; 3],
     ) -> Result<(), KernelError> {
-        let name = kernel::ROTATE_U8_HWC;
-        check_image(name, "source", w, h, src.len(), 3)?;
-        check_image(name, "destination", w, h, dst.len(), 3)?;
-        let (sin, cos) = f64::from(degrees).to_radians().sin_cos();
-        let mut launch = stream.launch_builder(&self.rotate);
-        launch.arg(src).arg(dst).arg(&w).arg(&h).arg(&sin).arg(&cos);
+        let name = kernel::AFFINE_NEAREST_U8_HWC;
+        check_image(name, "source", in_w, in_h, src.len(), 3)?;
+        check_image(name, "destination", out_w, out_h, dst.len(), 3)?;
+        let fill = u32::from(fill[0]) | u32::from(fill[1]) << 8 | u32::from(fill[2]) << 16;
+        let [a0, a1, a2, a3, a4, a5] = fixed;
+        let mut launch = stream.launch_builder(&self.affine_nearest);
+        launch.arg(src).arg(dst).arg(&in_w).arg(&in_h).arg(&out_w).arg(&out_h);
+        launch.arg(&a0).arg(&a1).arg(&a2).arg(&a3).arg(&a4).arg(&a5).arg(&fill);
         // SAFETY: the arguments match the kernel's signature; every read is
-        // bounds-checked against w x h and every write is one of the w x h
-        // pixels of `dst` (sizes checked above).
-        unsafe { launch.launch(per_pixel(w, h)) }.map_err(|e| launch_err(name, e))?;
+        // bounds-checked against in_w x in_h and every write is one of the
+        // out_w x out_h pixels of `dst` (sizes checked above).
+        unsafe { launch.launch(per_pixel(out_w, out_h)) }.map_err(|e| launch_err(name, e))?;
         Ok(())
     }
 
-    /// Applies colour-jitter factors in place, in `order` (0 brightness,
-    /// 1 contrast, 2 saturation); a factor of 1 is skipped.
-    pub fn jitter_u8_hwc(
+    /// One ImageEnhance blend in place: `which` 0 brightness, 1 contrast,
+    /// 2 saturation, by `factor`.
+    pub fn enhance_u8_hwc(
         &self,
         stream: &Arc<CudaStream>,
         img: &mut CudaSlice<u8>,
         (w, h): (u32, u32),
-        factors: [f32; 3],
-        order: [u8; 3],
+        which: u32,
+        factor: f32,
     ) -> Result<(), KernelError> {
-        let name = kernel::JITTER_U8_HWC;
+        let name = kernel::ENHANCE_U8_HWC;
         check_image(name, "image", w, h, img.len(), 3)?;
-        let n = w * h;
-        for which in order {
-            let Some(&factor) = factors.get(usize::from(which)) else {
-                return Err(launch_err(name, format!("jitter order names factor {which}")));
-            };
-            if factor == 1.0 {
-                continue;
-            }
-            let mut sum = stream.alloc_zeros::<u64>(1).map_err(|e| launch_err(name, e))?;
-            if which == 1 {
-                let mut launch = stream.launch_builder(&self.luma_sum);
-                launch.arg(&*img).arg(&n).arg(&mut sum);
-                // SAFETY: matches the kernel's signature; it reads n pixels
-                // of `img` (checked above) and adds into the one u64 of `sum`.
-                unsafe { launch.launch(per_pixel(w, h)) }.map_err(|e| launch_err(kernel::LUMA_SUM_U8_HWC, e))?;
-            }
-            let which = u32::from(which);
-            let mut launch = stream.launch_builder(&self.jitter);
-            launch.arg(&mut *img).arg(&n).arg(&which).arg(&factor).arg(&sum);
-            // SAFETY: matches the kernel's signature; it reads and writes the
-            // n pixels of `img` (checked above) and reads the one u64 of `sum`.
-            unsafe { launch.launch(per_pixel(w, h)) }.map_err(|e| launch_err(name, e))?;
+        if which > 2 {
+            return Err(launch_err(name, format!("enhance {which} is not brightness, contrast or saturation")));
         }
+        let n = w * h;
+        let mut sum = stream.alloc_zeros::<u64>(1).map_err(|e| launch_err(name, e))?;
+        if which == 1 {
+            let mut launch = stream.launch_builder(&self.luma_sum);
+            launch.arg(&*img).arg(&n).arg(&mut sum);
+            // SAFETY: matches the kernel's signature; it reads n pixels of
+            // `img` (checked above) and adds into the one u64 of `sum`.
+            unsafe { launch.launch(per_pixel(w, h)) }.map_err(|e| launch_err(kernel::LUMA_SUM_U8_HWC, e))?;
+        }
+        let mut launch = stream.launch_builder(&self.enhance);
+        launch.arg(&mut *img).arg(&n).arg(&which).arg(&factor).arg(&sum);
+        // SAFETY: matches the kernel's signature; it reads and writes the n
+        // pixels of `img` (checked above) and reads the one u64 of `sum`.
+        unsafe { launch.launch(per_pixel(w, h)) }.map_err(|e| launch_err(name, e))?;
         Ok(())
     }
 

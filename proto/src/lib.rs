@@ -19,95 +19,88 @@ use stoker_core::plan::ShardRef;
 use stoker_core::transform::{Op, SpecError, TransformSpec};
 use stoker_core::{FormatChoice, ItemMode, RecordFields, ShardFormat};
 
-/// A wire transform spec converted to the domain type and validated.
+/// A wire transform spec converted to the domain type and validated: the
+/// versioned JSON when set, else the ops of older clients.
 pub fn spec_from_pb(spec: Option<&pb::TransformSpec>) -> Result<TransformSpec, SpecError> {
-    let spec = spec.ok_or(SpecError::Op {
-        op: "transform",
-        reason: "missing from the request".to_owned(),
-    })?;
+    let spec = spec.ok_or(SpecError::Json("transform missing from the request".to_owned()))?;
+    if !spec.json.is_empty() {
+        let parsed = TransformSpec::from_json(&spec.json)?;
+        if spec.size != 0 && spec.size != parsed.size {
+            return Err(SpecError::SizeMismatch {
+                got: parsed.size,
+                want: spec.size,
+            });
+        }
+        return Ok(parsed);
+    }
     let ops = spec
         .ops
         .iter()
-        .map(|t| {
-            use pb::transform::Op as P;
-            Ok(match t.op.as_ref() {
-                Some(P::RandomResizedCrop(o)) => Op::RandomResizedCrop {
-                    size: o.size,
-                    scale: (o.scale_min, o.scale_max),
-                    ratio: (o.ratio_min, o.ratio_max),
-                },
-                Some(P::Resize(o)) => Op::Resize { shorter: o.shorter },
-                Some(P::CenterCrop(o)) => Op::CenterCrop { size: o.size },
-                Some(P::RandomCrop(o)) => Op::RandomCrop {
-                    size: o.size,
-                    padding: o.padding,
-                },
-                Some(P::HorizontalFlip(o)) => Op::HorizontalFlip { p: o.p },
-                Some(P::VerticalFlip(o)) => Op::VerticalFlip { p: o.p },
-                Some(P::RandomRotation(o)) => Op::RandomRotation { degrees: o.degrees },
-                Some(P::ColorJitter(o)) => Op::ColorJitter {
-                    brightness: o.brightness,
-                    contrast: o.contrast,
-                    saturation: o.saturation,
-                },
-                Some(P::GaussianBlur(o)) => Op::GaussianBlur {
-                    kernel_size: o.kernel_size,
-                    sigma: (o.sigma_min, o.sigma_max),
-                },
-                None => {
-                    return Err(SpecError::Op {
-                        op: "transform",
-                        reason: "empty or unknown transform op (newer client?)".to_owned(),
-                    });
-                }
-            })
-        })
+        .enumerate()
+        .map(|(index, t)| legacy_op(index, t))
         .collect::<Result<Vec<_>, _>>()?;
     let spec = TransformSpec { size: spec.size, ops };
     spec.validate()?;
     Ok(spec)
 }
 
-/// The wire form of a domain transform spec.
-pub fn spec_to_pb(spec: &TransformSpec) -> pb::TransformSpec {
+/// An op of a client that predates the JSON spec, in today's terms.
+fn legacy_op(index: usize, t: &pb::Transform) -> Result<Op, SpecError> {
     use pb::transform::Op as P;
-    let ops = spec
-        .ops
-        .iter()
-        .map(|op| {
-            let op = match *op {
-                Op::RandomResizedCrop { size, scale, ratio } => P::RandomResizedCrop(pb::RandomResizedCrop {
-                    size,
-                    scale_min: scale.0,
-                    scale_max: scale.1,
-                    ratio_min: ratio.0,
-                    ratio_max: ratio.1,
-                }),
-                Op::Resize { shorter } => P::Resize(pb::Resize { shorter }),
-                Op::CenterCrop { size } => P::CenterCrop(pb::CenterCrop { size }),
-                Op::RandomCrop { size, padding } => P::RandomCrop(pb::RandomCrop { size, padding }),
-                Op::HorizontalFlip { p } => P::HorizontalFlip(pb::Flip { p }),
-                Op::VerticalFlip { p } => P::VerticalFlip(pb::Flip { p }),
-                Op::RandomRotation { degrees } => P::RandomRotation(pb::RandomRotation { degrees }),
-                Op::ColorJitter {
-                    brightness,
-                    contrast,
-                    saturation,
-                } => P::ColorJitter(pb::ColorJitter {
-                    brightness,
-                    contrast,
-                    saturation,
-                }),
-                Op::GaussianBlur { kernel_size, sigma } => P::GaussianBlur(pb::GaussianBlur {
-                    kernel_size,
-                    sigma_min: sigma.0,
-                    sigma_max: sigma.1,
-                }),
-            };
-            pb::Transform { op: Some(op) }
-        })
-        .collect();
-    pb::TransformSpec { size: spec.size, ops }
+    use stoker_core::transform::args::{CropSize, Padding, Range};
+    use stoker_core::transform::*;
+    let pair = |a: f32, b: f32| [f64::from(a), f64::from(b)];
+    Ok(match t.op.as_ref() {
+        Some(P::RandomResizedCrop(o)) => RandomResizedCrop {
+            scale: pair(o.scale_min, o.scale_max),
+            ratio: pair(o.ratio_min, o.ratio_max),
+            ..RandomResizedCrop::new(o.size)
+        }
+        .into(),
+        Some(P::Resize(o)) => Resize::shorter(o.shorter).into(),
+        Some(P::CenterCrop(o)) => CenterCrop::new(o.size).into(),
+        Some(P::RandomCrop(o)) => RandomCrop {
+            size: CropSize::Square(o.size),
+            padding: (o.padding > 0).then_some(Padding::All(o.padding)),
+            pad_if_needed: true,
+            ..RandomCrop::new(o.size)
+        }
+        .into(),
+        Some(P::HorizontalFlip(o)) => RandomHorizontalFlip { p: f64::from(o.p) }.into(),
+        Some(P::VerticalFlip(o)) => RandomVerticalFlip { p: f64::from(o.p) }.into(),
+        Some(P::RandomRotation(o)) => RandomRotation::new(f64::from(o.degrees)).into(),
+        Some(P::ColorJitter(o)) => {
+            let one = |x: f32| (x > 0.0).then_some(Range::One(f64::from(x)));
+            ColorJitter {
+                brightness: one(o.brightness),
+                contrast: one(o.contrast),
+                saturation: one(o.saturation),
+                hue: None,
+            }
+            .into()
+        }
+        Some(P::GaussianBlur(o)) => GaussianBlur {
+            sigma: Range::Pair(pair(o.sigma_min, o.sigma_max)),
+            ..GaussianBlur::new(o.kernel_size)
+        }
+        .into(),
+        None => {
+            return Err(SpecError::Op {
+                index,
+                op: "transform",
+                reason: "empty or unknown transform op (newer client?)".to_owned(),
+            });
+        }
+    })
+}
+
+/// The wire form of a domain transform spec: its versioned JSON.
+pub fn spec_to_pb(spec: &TransformSpec) -> pb::TransformSpec {
+    pb::TransformSpec {
+        size: spec.size,
+        ops: Vec::new(),
+        json: spec.to_json(),
+    }
 }
 
 impl From<ItemMode> for pb::ItemMode {

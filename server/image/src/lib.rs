@@ -15,7 +15,7 @@
 pub mod augment;
 pub mod decode;
 
-use stoker_core::{SampleRng, TooLarge, TransformSpec, footprint, resolve_steps};
+use stoker_core::{ResolveError, SampleRng, TooLarge, TransformSpec, footprint, resolve_steps};
 
 use crate::augment::{AugmentError, Augmenter};
 use crate::decode::{DecodeError, ImageKind, RgbImage, header_dimensions, sniff};
@@ -29,6 +29,10 @@ pub enum ImageError {
     /// A transform step would make an image over the pixel limit.
     #[error(transparent)]
     TooLarge(#[from] TooLarge),
+    /// The sample's draws cannot be carried out (a crop larger than the
+    /// image without `pad_if_needed`, as torchvision refuses it).
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
     #[error(transparent)]
     Augment(#[from] AugmentError),
 }
@@ -65,7 +69,7 @@ pub fn transform(
     max_pixels: u64,
 ) -> Result<RgbImage, ImageError> {
     footprint(spec, img.width, img.height, max_pixels)?;
-    let steps = resolve_steps(spec, rng, img.width, img.height);
+    let steps = resolve_steps(spec, rng, img.width, img.height)?;
     Ok(augmenter.run(img, &steps)?)
 }
 

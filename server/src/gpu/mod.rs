@@ -23,7 +23,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice};
-use stoker_core::{Rect, Step};
+use stoker_core::{Enhance, Interpolation, Rect, Step, Warp};
 use stoker_kernels::{CudaUnavailable, DeviceInfo, Kernels, RrcParams};
 
 pub use decode::{DeviceImage, GpuDecodeError, GpuDecoder};
@@ -281,7 +281,8 @@ impl Gpu {
         })
     }
 
-    /// Runs `steps` on one decoded image, a kernel (or two) per step, as
+    /// Runs `steps` (each one [`gpu_runs`]) on one decoded image, a kernel
+    /// (or two) per step, as
     /// the CPU path's augmenter runs them: any transform spec, at the cost
     /// of a launch per step and image. The fused [`Gpu::resized_crop_flip`]
     /// is the fast path for the common `train` steps.
@@ -295,7 +296,7 @@ impl Gpu {
                 )));
             }
             img = match *step {
-                Step::CropResize { crop, out_w, out_h } => {
+                Step::CropResize { crop, out_w, out_h, .. } => {
                     let crop = GpuCrop::new(crop, img.width, img.height, false).ok_or_else(|| {
                         GpuError::Invalid(format!(
                             "crop box {},{} {}x{} is out of range",
@@ -313,23 +314,43 @@ impl Gpu {
                         .flip_u8_hwc(&self.stream, &img.buf, &mut out.buf, dims, horizontal, !horizontal)?;
                     out
                 }
-                Step::Rotate { degrees } => {
-                    let mut out = self.new_image(img.width, img.height)?;
-                    self.kernels
-                        .rotate_u8_hwc(&self.stream, &img.buf, &mut out.buf, dims, degrees)?;
+                Step::Affine {
+                    ref matrix,
+                    out_w,
+                    out_h,
+                    warp: Warp::Nearest,
+                    fill,
+                } => {
+                    let mut out = self.new_image(out_w, out_h)?;
+                    let fixed = crate::augment::fixed_matrix(matrix);
+                    self.kernels.affine_nearest_u8_hwc(
+                        &self.stream,
+                        &img.buf,
+                        &mut out.buf,
+                        dims,
+                        (out_w, out_h),
+                        fixed,
+                        fill,
+                    )?;
                     out
                 }
-                Step::Jitter { factors, order } => {
+                Step::Enhance { what, factor } if what != Enhance::Sharpness => {
                     self.kernels
-                        .jitter_u8_hwc(&self.stream, &mut img.buf, dims, factors, order)?;
+                        .enhance_u8_hwc(&self.stream, &mut img.buf, dims, what.index(), factor)?;
                     img
                 }
-                Step::Blur { kernel_size, sigma } => {
+                Step::Blur { kernel: (kx, ky), sigma } if kx == ky => {
                     let mut out = self.new_image(img.width, img.height)?;
-                    let weights = crate::augment::gaussian_kernel(kernel_size, sigma);
+                    let weights = crate::augment::gaussian_kernel(kx, sigma);
                     self.kernels
                         .blur_u8_hwc(&self.stream, &img.buf, &mut out.buf, dims, &weights)?;
                     out
+                }
+                ref other => {
+                    return Err(GpuError::Invalid(format!(
+                        "step {} has no gpu kernel (the planner sends it to the cpu)",
+                        other.name()
+                    )));
                 }
             };
         }
@@ -408,7 +429,13 @@ impl GpuCrop {
     /// Other step lists return `None`: [`Gpu::run_steps`] runs them.
     pub fn from_steps(steps: &[Step], width: u32, height: u32, size: u32) -> Option<Self> {
         let (first, rest) = steps.split_first()?;
-        let Step::CropResize { crop, out_w, out_h } = *first else {
+        let Step::CropResize {
+            crop,
+            out_w,
+            out_h,
+            filter: Interpolation::Bilinear,
+        } = *first
+        else {
             return None;
         };
         if (out_w, out_h) != (size, size) {
@@ -423,6 +450,27 @@ impl GpuCrop {
     }
 }
 
+/// Whether the GPU lanes run `step`: crops resized bilinearly, flips,
+/// nearest-neighbour affine warps (rotations, RandomAffine, the policies'
+/// shears and translations), brightness / contrast / saturation (and so
+/// greyscale), and square Gaussian blurs. A sample with any other step is
+/// handed to the CPU pool before it is decoded.
+pub fn gpu_runs(step: &Step) -> bool {
+    match step {
+        Step::CropResize { filter, .. } => *filter == Interpolation::Bilinear,
+        Step::FlipHorizontal | Step::FlipVertical => true,
+        Step::Affine { warp, .. } => *warp == Warp::Nearest,
+        Step::Enhance { what, .. } => *what != Enhance::Sharpness,
+        Step::Blur { kernel: (kx, ky), .. } => kx == ky,
+        Step::Pad { .. }
+        | Step::Hue { .. }
+        | Step::Lut { .. }
+        | Step::Equalize
+        | Step::Autocontrast
+        | Step::Erase { .. } => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -433,7 +481,7 @@ mod tests {
         let spec = TransformSpec::train(224);
         let mut flips = 0;
         for i in 0..200 {
-            let steps = resolve_steps(&spec, &SampleRng::for_sample(3, 1, "s", i), 500, 375);
+            let steps = resolve_steps(&spec, &SampleRng::for_sample(3, 1, "s", i), 500, 375).unwrap();
             let crop = GpuCrop::from_steps(&steps, 500, 375, 224).expect("train steps fit the kernel");
             assert!(!crop.pad && crop.rect.inside(500, 375), "{crop:?}");
             flips += usize::from(crop.flip);
@@ -444,20 +492,52 @@ mod tests {
     #[test]
     fn other_steps_are_not_fused() {
         let spec = TransformSpec::eval(224);
-        let steps = resolve_steps(&spec, &SampleRng::for_sample(3, 1, "s", 0), 500, 375);
+        let steps = resolve_steps(&spec, &SampleRng::for_sample(3, 1, "s", 0), 500, 375).unwrap();
         assert_eq!(GpuCrop::from_steps(&steps, 500, 375, 224), None);
         assert_eq!(GpuCrop::from_steps(&[], 500, 375, 224), None);
         let outside = [Step::CropResize {
             crop: Rect::new(-1, 0, 100, 100),
             out_w: 224,
             out_h: 224,
+            filter: Interpolation::Bilinear,
         }];
         let padded = GpuCrop::from_steps(&outside, 500, 375, 224).expect("a padded box is fused");
         assert!(padded.pad && !padded.flip);
         let inside = GpuCrop::from_steps(&[outside[0].clone(), Step::FlipHorizontal], 50, 375, 224);
         assert!(inside.is_some_and(|c| c.pad && c.flip));
-        let rotated = [outside[0].clone(), Step::Rotate { degrees: 3.0 }];
+        let rotated = [outside[0].clone(), Step::Equalize];
         assert_eq!(GpuCrop::from_steps(&rotated, 500, 375, 224), None);
+        let Step::CropResize { crop, .. } = outside[0] else { unreachable!() };
+        let bicubic = [Step::CropResize {
+            crop,
+            out_w: 224,
+            out_h: 224,
+            filter: Interpolation::Bicubic,
+        }];
+        assert_eq!(GpuCrop::from_steps(&bicubic, 500, 375, 224), None);
+    }
+
+    #[test]
+    fn the_gpu_runs_the_steps_it_has_kernels_for() {
+        let steps = |json: &str| {
+            let spec = TransformSpec::from_json(json).unwrap();
+            resolve_steps(&spec, &SampleRng::for_sample(3, 1, "s", 0), 500, 375).unwrap()
+        };
+        let gpu = steps(
+            r#"{"ops": [{"op": "RandomRotation", "degrees": [20, 20], "expand": true},
+                {"op": "ColorJitter", "brightness": 0.4, "contrast": 0.4, "saturation": 0.4},
+                {"op": "RandomGrayscale", "p": 1.0}, {"op": "GaussianBlur", "kernel_size": 5},
+                {"op": "RandomResizedCrop", "size": 64}, {"op": "RandomVerticalFlip", "p": 1.0}]}"#,
+        );
+        assert!(gpu.iter().all(gpu_runs), "{gpu:?}");
+        for json in [
+            r#"{"ops": [{"op": "RandomRotation", "degrees": 10, "interpolation": "bilinear"}, {"op": "CenterCrop", "size": 64}]}"#,
+            r#"{"ops": [{"op": "ColorJitter", "hue": [0.1, 0.1]}, {"op": "CenterCrop", "size": 64}]}"#,
+            r#"{"ops": [{"op": "RandomEqualize", "p": 1.0}, {"op": "CenterCrop", "size": 64}]}"#,
+            r#"{"ops": [{"op": "RandomResizedCrop", "size": 64, "interpolation": "bicubic"}]}"#,
+        ] {
+            assert!(!steps(json).iter().all(gpu_runs), "{json}");
+        }
     }
 
     #[test]

@@ -550,13 +550,24 @@ impl Lane {
         if let Err(e) = footprint(spec, w, h, self.config.max_image_pixels) {
             return Err(back(sample, e.to_string()));
         }
-        let steps = resolve_steps(spec, &seed.sample(sample.position), w, h);
+        let steps = match resolve_steps(spec, &seed.sample(sample.position), w, h) {
+            Ok(steps) => steps,
+            // The CPU path skips it with the reason.
+            Err(e) => return Err(back(sample, e.to_string())),
+        };
+        // Known before decoding: a step without a kernel sends the whole
+        // sample to the CPU, so nothing is decoded twice.
+        if let Some(step) = steps.iter().find(|s| !super::gpu_runs(s)) {
+            return Err(back(sample, format!("step {} runs on the cpu", step.name())));
+        }
         // The largest image the steps make, held twice while a step runs
         // (a blur's float intermediate counts four times).
         let largest = steps
             .iter()
             .filter_map(|s| match *s {
-                Step::CropResize { out_w, out_h, .. } => Some(u64::from(out_w) * u64::from(out_h) * 3),
+                Step::CropResize { out_w, out_h, .. } | Step::Affine { out_w, out_h, .. } => {
+                    Some(u64::from(out_w) * u64::from(out_h) * 3)
+                }
                 _ => None,
             })
             .max()

@@ -9,7 +9,8 @@ use tracing::debug;
 
 use super::{Processed, SkipKind, Skipped};
 use crate::augment::Augmenter;
-use crate::decode::{DecodeError, RgbImage, check_jpeg, decode, sniff};
+use crate::decode::{RgbImage, check_jpeg, decode, sniff};
+use stoker_image::ImageError;
 use crate::libjpeg;
 use crate::metrics::{Stage, WorkerMetrics};
 use crate::pool::catch_panic;
@@ -117,10 +118,10 @@ fn decode_for(
     rng: &SampleRng,
     key: &str,
     max_pixels: u64,
-) -> Result<(RgbImage, Vec<Step>), DecodeError> {
+) -> Result<(RgbImage, Vec<Step>), ImageError> {
     if libjpeg::enabled() && kind == ImageKind::Jpeg && sniff(data) == Some(ImageKind::Jpeg) {
         let (w, h) = check_jpeg(data, max_pixels)?;
-        let mut steps = resolve_steps(spec, rng, w, h);
+        let mut steps = resolve_steps(spec, rng, w, h)?;
         if let Some(Step::CropResize { crop, .. }) = steps.first_mut()
             && crop.inside(w, h)
         {
@@ -135,6 +136,6 @@ fn decode_for(
         }
     }
     let img = decode(kind, data, max_pixels)?;
-    let steps = resolve_steps(spec, rng, img.width, img.height);
+    let steps = resolve_steps(spec, rng, img.width, img.height)?;
     Ok((img, steps))
 }

@@ -390,6 +390,16 @@ impl From<&crate::decode::DecodeError> for SkipKind {
     }
 }
 
+impl From<&stoker_image::ImageError> for SkipKind {
+    fn from(err: &stoker_image::ImageError) -> Self {
+        match err {
+            stoker_image::ImageError::Decode(e) => SkipKind::from(e),
+            stoker_image::ImageError::TooLarge(_) => SkipKind::TooLarge,
+            stoker_image::ImageError::Resolve(_) | stoker_image::ImageError::Augment(_) => SkipKind::Transform,
+        }
+    }
+}
+
 /// A batch of results on its way to the client.
 #[derive(Debug, Default)]
 pub struct Chunk {

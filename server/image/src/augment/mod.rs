@@ -1,0 +1,78 @@
+//! The CPU executor for resolved transform steps.
+//!
+//! Steps come from [`stoker_core::resolve_steps`]; this module only carries
+//! them out on an 8-bit RGB image, with the arithmetic of torchvision's
+//! PIL path (Pillow's C code: `Image.transform`, `ImageEnhance`'s blends,
+//! `ImageOps`, the HSV conversion), so that results match what users
+//! compare against. Each submodule cites what it reproduces.
+
+mod color;
+mod filter;
+mod geometry;
+
+use fast_image_resize::Resizer;
+use stoker_core::Step;
+
+use crate::decode::RgbImage;
+
+pub use filter::gaussian_kernel;
+pub use geometry::fixed_matrix;
+
+/// Why a step could not run (only on inconsistent input; never expected).
+#[derive(Debug, thiserror::Error)]
+#[error("augment failed: {0}")]
+pub struct AugmentError(String);
+
+/// Reusable per-thread state: the resizer keeps its scratch buffers.
+#[derive(Debug, Default)]
+pub struct Augmenter {
+    resizer: Resizer,
+}
+
+impl Augmenter {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Runs `steps` on `img` and returns the result.
+    pub fn run(&mut self, mut img: RgbImage, steps: &[Step]) -> Result<RgbImage, AugmentError> {
+        for step in steps {
+            img = match step {
+                Step::CropResize {
+                    crop,
+                    out_w,
+                    out_h,
+                    filter,
+                } => geometry::crop_resize(&mut self.resizer, &img, *crop, *out_w, *out_h, *filter)?,
+                Step::Pad { ltrb, mode, fill } => geometry::pad(&img, *ltrb, *mode, *fill),
+                Step::FlipHorizontal => geometry::flip_horizontal(img),
+                Step::FlipVertical => geometry::flip_vertical(img),
+                Step::Affine {
+                    matrix,
+                    out_w,
+                    out_h,
+                    warp,
+                    fill,
+                } => geometry::affine(&img, matrix, *out_w, *out_h, *warp, *fill),
+                Step::Enhance { what, factor } => color::enhance(img, *what, *factor),
+                Step::Hue { factor } => color::hue(img, *factor),
+                Step::Lut { table } => color::lut(img, table),
+                Step::Equalize => color::equalize(img),
+                Step::Autocontrast => color::autocontrast(img),
+                Step::Blur { kernel, sigma } => filter::blur(&img, *kernel, *sigma),
+                Step::Erase { rect, fill } => color::erase(img, *rect, fill),
+            };
+        }
+        Ok(img)
+    }
+}
+
+#[cfg(test)]
+pub(crate) fn ramp(w: u32, h: u32) -> RgbImage {
+    let mut img = RgbImage::new(w, h);
+    for (i, p) in img.pixels.chunks_exact_mut(3).enumerate() {
+        let (x, y) = (i as u32 % w, i as u32 / w);
+        p.copy_from_slice(&[(x * 7) as u8, (y * 5) as u8, ((x + y) * 3) as u8]);
+    }
+    img
+}
