@@ -7,26 +7,48 @@ batches into a PyTorch training job.
         for batch in loader:          # each pass over the loader is the next epoch
             images, labels = batch["image"], batch["label"]
 
+``transform`` is a preset (``"train"``: RandomResizedCrop + horizontal
+flip; ``"eval"``: Resize + CenterCrop) or a pipeline of torchvision's
+transforms, which the workers run: a ``stoker.transforms`` pipeline, a
+``torchvision.transforms`` (v1 or v2) one, converted as it is, or its JSON::
+
+    from torchvision.transforms import v2
+    transform = v2.Compose([v2.RandomResizedCrop(176), v2.RandomHorizontalFlip(),
+                            v2.TrivialAugmentWide(), v2.PILToTensor(),
+                            v2.ToDtype(torch.float32, scale=True),
+                            v2.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
+                            v2.RandomErasing(0.1)])
+    loader = stoker.Loader(workers, dataset, batch_size=256, transform=transform,
+                           batch_transform=v2.MixUp(num_classes=1000), device="cuda")
+
+``batch_transform`` (``MixUp``, ``CutMix`` or a ``RandomChoice`` of them,
+from ``stoker.transforms`` or torchvision v2) runs on each converted batch
+in this process.
+
 Each batch is a dict: ``image`` ``[B, 3, H, W]`` (uint8; with ``mean`` and
 ``std``, float32 scaled to [0, 1] then normalised, as torchvision's
-``ToTensor`` + ``Normalize``; ``dtype`` picks another float type on torch), ``label`` int64 ``[B]``, ``key`` a list of str.
-They are torch tensors when torch is installed (on ``device``), numpy arrays
-otherwise.
+``ToTensor`` + ``Normalize``; ``dtype`` picks another float type; a
+pipeline's trailing ``ToDtype`` / ``ToTensor`` / ``Normalize`` sets these),
+``label`` int64 ``[B]`` (soft targets float32 ``[B, num_classes]`` after
+MixUp / CutMix), ``key`` a list of str. They are torch tensors when torch
+is installed (on ``device``), numpy arrays otherwise.
 
 Every sample of this rank's share of an epoch arrives exactly once, also
 when workers fail; rank and world size come from torch.distributed or the
 RANK / WORLD_SIZE environment variables when not given.
 """
 
+import json
 import os
 import time
 import warnings
 
 import numpy as np
 
-from ._stoker import Client, StokerError
+from . import transforms
+from ._stoker import Client, StokerError, check_transform
 
-__all__ = ["Loader", "StokerError"]
+__all__ = ["Loader", "StokerError", "transforms"]
 
 _LAST_BATCH = ("drop", "partial", "pad")
 
@@ -52,8 +74,58 @@ def _torch():
         return None
 
 
+def _pipeline_output(canonical):
+    """(dtype name or None, mean or None, std or None) of a validated
+    pipeline's output conversion: its top-level ToTensor / ToDtype /
+    ConvertImageDtype and Normalize (the worker's reading)."""
+    dtype = mean = std = None
+    try:
+        ops = json.loads(canonical).get("ops", [])
+    except (ValueError, AttributeError):
+        return None, None, None
+    for op in ops:
+        name = op.get("op")
+        if name == "ToTensor":
+            dtype = "float32"
+        elif name in ("ToDtype", "ConvertImageDtype"):
+            dtype = transforms.dtype_name(op["dtype"])
+        elif name == "Normalize":
+            mean, std = op["mean"], op["std"]
+            if len(mean) == 1:
+                mean = mean * 3
+            if len(std) == 1:
+                std = std * 3
+    return dtype, mean, std
+
+
+def _same(a, b):
+    return np.allclose(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), rtol=1e-6, atol=1e-7)
+
+
 class Loader:
     """An iterable over the batches of one epoch at a time.
+
+    ``transform``: ``"train"`` (RandomResizedCrop + RandomHorizontalFlip)
+    or ``"eval"`` (Resize to ``image_size * 256 / 224`` + CenterCrop) at
+    ``image_size`` (224 when None); or a pipeline the workers run on every
+    image: a ``stoker.transforms`` object, a torchvision (v1 or v2)
+    transform or ``Compose`` (converted by
+    ``stoker.transforms.from_torchvision``: a ``Lambda`` or an argument
+    Stoker cannot express is refused, naming it and its position), or the
+    JSON of one. A pipeline sets the image size (``image_size``, if given,
+    must agree); it is checked before connecting, and a refused one raises
+    ``ValueError`` naming the op (``ops[3] (RandomCrop)``) and the argument.
+    Its trailing ``ToTensor`` / ``ToDtype`` / ``ConvertImageDtype`` and
+    ``Normalize`` become the loader's ``dtype``, ``mean`` and ``std``
+    (given as well, they must agree).
+
+    ``batch_transform``: ``MixUp`` or ``CutMix`` (or a ``RandomChoice`` of
+    them; from ``stoker.transforms`` or ``torchvision.transforms.v2``),
+    applied to every batch after its conversion, on the loader's device,
+    as torchvision's are after collation; ``label`` then holds soft targets
+    ``[B, num_classes]`` float32. Its draws depend on (seed, epoch, batch
+    index) only. MixUp needs float images (a float ``dtype``, ``mean`` /
+    ``std``, or a pipeline's float conversion); CutMix also mixes uint8.
 
     Iterating starts the next epoch (the first is ``start_epoch``);
     ``set_epoch(e)`` chooses it. ``len(loader)`` is the number of batches per
@@ -110,7 +182,7 @@ class Loader:
         workers,
         dataset,
         batch_size,
-        image_size=224,
+        image_size=None,
         transform="train",
         device="cpu",
         dtype=None,
@@ -134,6 +206,7 @@ class Loader:
         image_key=None,
         label_key=None,
         label_offset=0,
+        batch_transform=None,
     ):
         if isinstance(workers, str):
             workers = [w for w in workers.split(",") if w]
@@ -141,6 +214,32 @@ class Loader:
             raise ValueError(f"last_batch must be one of {_LAST_BATCH}, got {last_batch!r}")
         if (mean is None) != (std is None):
             raise ValueError("give both mean and std, or neither")
+        # The pipeline, checked as a worker would before connecting.
+        spec = transforms.as_pipeline_json(transform)
+        size, canonical = check_transform(spec, None if image_size is None else int(image_size))
+        self.image_size = size
+        self.transform = canonical
+        dtype_name = None if dtype is None else transforms.dtype_name(dtype)
+        p_dtype, p_mean, p_std = _pipeline_output(canonical)
+        if p_dtype is not None and dtype_name is not None and p_dtype != dtype_name:
+            raise ValueError(f"dtype={dtype_name} differs from the transform's output dtype {p_dtype}")
+        if p_mean is not None and mean is not None and not (_same(p_mean, mean) and _same(p_std, std)):
+            raise ValueError(
+                f"mean={list(mean)}, std={list(std)} differ from the transform's Normalize(mean={p_mean}, std={p_std})"
+            )
+        dtype_name = dtype_name or p_dtype
+        if p_mean is not None:
+            mean, std = p_mean, p_std
+        if mean is not None and dtype_name == "uint8":
+            raise ValueError("normalising (mean, std) needs a float dtype, but the output dtype is uint8")
+        self._batch_transform = None if batch_transform is None else transforms.as_batch_transform(batch_transform)
+        if self._batch_transform is not None:
+            floats = dtype_name not in (None, "uint8") or mean is not None
+            if self._batch_transform.mixes_float_only() and not floats:
+                raise ValueError(
+                    "batch_transform: MixUp needs float images, but the loader delivers uint8: end the transform "
+                    "with ToDtype(torch.float32, scale=True) (and Normalize), or pass dtype / mean and std"
+                )
         if rank is None or world_size is None:
             r, w = _distributed()
             rank = r if rank is None else rank
@@ -152,7 +251,11 @@ class Loader:
         self._torch = _torch()
         if self.device != "cpu" and self._torch is None:
             raise ValueError(f"device={self.device!r} needs torch, which is not installed")
-        self._dtype = dtype
+        if self._torch is None and dtype_name == "bfloat16":
+            raise ValueError("dtype bfloat16 needs torch, which is not installed (numpy has no bfloat16)")
+        self._dtype_name = dtype_name
+        self._dtype = None if dtype_name is None or self._torch is None else getattr(self._torch, dtype_name)
+        self._seed = int(seed)
         self._channels_last = bool(channels_last)
         self._mean = None if mean is None else np.asarray(mean, dtype=np.float32).reshape(1, 3, 1, 1)
         self._std = None if std is None else np.asarray(std, dtype=np.float32).reshape(1, 3, 1, 1)
@@ -161,8 +264,8 @@ class Loader:
             list(workers),
             str(dataset),
             self.batch_size,
-            int(image_size),
-            str(transform),
+            None if image_size is None else int(image_size),
+            spec,
             int(seed),
             self.rank,
             self.world_size,
@@ -204,13 +307,14 @@ class Loader:
             return None
         dev = torch.device(self.device)
         ordinal = dev.index if dev.index is not None else torch.cuda.current_device()
-        names = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16", torch.uint8: "uint8"}
-        if self._dtype is None:
+        names = ("float32", "float16", "bfloat16", "uint8")
+        if self._dtype_name is None:
             dtype = "float32" if self._mean is not None else "uint8"
-        elif self._dtype in names:
-            dtype = names[self._dtype]
+        elif self._dtype_name in names:
+            dtype = self._dtype_name
         else:
-            raise ValueError(f"dtype must be one of {list(names)}, got {self._dtype!r}")
+            # float64: converted by torch after a uint8 copy.
+            return None
         # channels_last: the kernel writes NHWC, handed to torch as an
         # [B, 3, H, W] view with channels_last strides (no copy).
         return int(ordinal), dtype, "nhwc" if self._channels_last else "nchw"
@@ -279,7 +383,11 @@ class Loader:
                 if raw is None:
                     self._active = None
                     return
-                yield self._convert(*raw, epoch=epoch)
+                batch = self._convert(*raw, epoch=epoch)
+                if self._batch_transform is not None:
+                    rng = transforms.batch_rng(self._seed, epoch, batch["index"])
+                    batch["image"], batch["label"] = self._batch_transform(batch["image"], batch["label"], rng=rng)
+                yield batch
         except BaseException:
             # An abandoned iteration (break, error, Ctrl-C) stops its epoch,
             # unless a newer iteration has started; a finished one keeps
@@ -302,8 +410,12 @@ class Loader:
         torch = self._torch
         if torch is None:
             image = np.ascontiguousarray(hwc.transpose(0, 3, 1, 2))
-            if self._mean is not None:
-                image = (image.astype(np.float32) / 255.0 - self._mean) / self._std
+            if self._mean is not None or self._dtype_name not in (None, "uint8"):
+                work = np.float64 if self._dtype_name == "float64" else np.float32
+                image = image.astype(work) / work(255.0)
+                if self._mean is not None:
+                    image = (image - self._mean.astype(work)) / self._std.astype(work)
+                image = image.astype(self._dtype_name or "float32", copy=False)
             label = labels
         else:
             # uint8 crosses to the device (4x fewer bytes than float32); the
