@@ -468,10 +468,15 @@ pub fn resolve_steps(spec: &TransformSpec, base: &SampleRng, width: u32, height:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transform::{EXAMPLES, example_spec};
 
     /// The generator of sample `position` of shard "s", seed 1, epoch 2.
     fn rng(position: u64) -> SampleRng {
         SampleRng::for_sample(1, 2, "s", position)
+    }
+
+    fn spec(json: &str) -> TransformSpec {
+        TransformSpec::from_json(json).unwrap()
     }
 
     #[test]
@@ -482,10 +487,6 @@ mod tests {
         assert!(!Rect::new(0, 4, 10, 5).inside(10, 8), "past the bottom edge");
         assert!(!Rect::new(-1, 0, 4, 4).inside(10, 8), "left of the image");
         assert!(!Rect::new(0, -1, 4, 4).inside(10, 8), "above the image");
-        assert_eq!(
-            (Rect::new(-4, 6, 3, 2).right(), Rect::new(-4, 6, 3, 2).bottom()),
-            (-1, 8)
-        );
     }
 
     #[test]
@@ -501,14 +502,12 @@ mod tests {
     fn train_crop_stays_inside_and_is_deterministic() {
         let spec = TransformSpec::train(224);
         for i in 0..2000 {
-            let a = resolve_steps(&spec, &rng(i), 500, 375);
-            assert_eq!(a, resolve_steps(&spec, &SampleRng::for_sample(1, 2, "s", i), 500, 375));
+            let a = resolve_steps(&spec, &rng(i), 500, 375).unwrap();
+            assert_eq!(a, resolve_steps(&spec, &SampleRng::for_sample(1, 2, "s", i), 500, 375).unwrap());
             match a[0] {
-                Step::CropResize { crop, out_w, out_h } => {
-                    assert!(crop.left >= 0 && crop.top >= 0);
-                    assert!(crop.right() <= 500 && crop.bottom() <= 375);
+                Step::CropResize { crop, out_w, out_h, filter } => {
                     assert!(crop.inside(500, 375), "{crop:?}");
-                    assert_eq!((out_w, out_h), (224, 224));
+                    assert_eq!((out_w, out_h, filter), (224, 224, Interpolation::Bilinear));
                 }
                 ref other => panic!("unexpected first step {other:?}"),
             }
@@ -519,7 +518,7 @@ mod tests {
     fn flips_about_half_the_time() {
         let spec = TransformSpec::train(32);
         let flips = (0..4000)
-            .filter(|&i| resolve_steps(&spec, &rng(i), 64, 64).contains(&Step::FlipHorizontal))
+            .filter(|&i| resolve_steps(&spec, &rng(i), 64, 64).unwrap().contains(&Step::FlipHorizontal))
             .count();
         assert!((1800..2200).contains(&flips), "{flips} flips of 4000");
     }
@@ -527,22 +526,22 @@ mod tests {
     #[test]
     fn eval_matches_torchvision_geometry() {
         // 500x375 -> shorter side 256 -> 341x256 -> centre 224.
-        let steps = resolve_steps(&TransformSpec::eval(224), &rng(0), 500, 375);
+        let steps = resolve_steps(&TransformSpec::eval(224), &rng(0), 500, 375).unwrap();
+        let bilinear = Interpolation::Bilinear;
         assert_eq!(
             steps,
             vec![
-                Step::CropResize {
-                    crop: Rect::new(0, 0, 500, 375),
-                    out_w: 341,
-                    out_h: 256
-                },
-                Step::CropResize {
-                    crop: Rect::new(58, 16, 224, 224),
-                    out_w: 224,
-                    out_h: 224
-                },
+                Step::CropResize { crop: Rect::new(0, 0, 500, 375), out_w: 341, out_h: 256, filter: bilinear },
+                Step::CropResize { crop: Rect::new(58, 16, 224, 224), out_w: 224, out_h: 224, filter: bilinear },
             ]
         );
+    }
+
+    #[test]
+    fn center_crop_pads_as_torchvision() {
+        // A 3-row image cropped to 6: padded (6 - 3) // 2 = 1 row on top.
+        let steps = resolve_steps(&spec(r#"{"ops": [{"op": "CenterCrop", "size": 6}]}"#), &rng(0), 6, 3).unwrap();
+        assert!(matches!(steps[0], Step::CropResize { crop: Rect { left: 0, top: -1, .. }, .. }), "{steps:?}");
     }
 
     #[test]
@@ -551,67 +550,58 @@ mod tests {
         // 65000x1: the shorter side to 256 makes the long side 16.6 M.
         for (w, h) in [(65000, 1), (1, 65000)] {
             let err = footprint(&eval, w, h, 100_000_000).unwrap_err();
-            assert_eq!((err.index, err.op), (0, "resize"));
+            assert_eq!((err.index, err.op), (0, "Resize"));
             assert_eq!(err.pixels, 65000 * 256 * 256);
             assert!(err.to_string().contains("16640000"), "{err}");
         }
-        // An ordinary photo: decoded, resized, and the resize's scratch
-        // (as large as the larger of the two).
-        let lines = |sides: u32| RESIZE_BYTES_PER_LINE * u64::from(sides);
-        let peak = footprint(&eval, 500, 375, 100_000_000).unwrap();
-        assert_eq!(peak, 2 * 500 * 375 * 3 + 341 * 256 * 3 + lines(500 + 375 + 341 + 256));
-        // Train crops first, so the decoded image is the largest part.
-        let train = footprint(&TransformSpec::train(224), 65000, 1, 100_000_000).unwrap();
-        assert_eq!(train, 2 * 65000 * 3 + 224 * 224 * 3 + lines(65000 + 1 + 224 + 224));
-    }
-
-    #[test]
-    fn footprint_bounds_what_the_steps_make() {
-        let spec = TransformSpec {
-            size: 64,
-            ops: vec![
-                Op::Resize { shorter: 80 },
-                Op::RandomRotation { degrees: 30.0 },
-                Op::GaussianBlur {
-                    kernel_size: 3,
-                    sigma: (0.1, 2.0),
-                },
-                Op::RandomCrop { size: 64, padding: 4 },
-            ],
-        };
-        for (w, h) in [(500, 375), (7, 3000), (1, 1)] {
-            let peak = footprint(&spec, w, h, 100_000_000).unwrap();
-            let steps = resolve_steps(&spec, &rng(0), w, h);
-            let (mut cw, mut ch) = (u64::from(w), u64::from(h));
-            for s in &steps {
-                if let Step::CropResize { out_w, out_h, .. } = *s {
-                    assert!(
-                        3 * (cw * ch + u64::from(out_w) * u64::from(out_h)) <= peak,
-                        "{s:?} of {w}x{h}"
-                    );
-                    (cw, ch) = (u64::from(out_w), u64::from(out_h));
-                }
-            }
-        }
+        // An expanding rotation of a large image is bounded by its diagonal.
+        let rot = spec(r#"{"ops": [{"op": "RandomRotation", "degrees": 30, "expand": true}, {"op": "CenterCrop", "size": 64}]}"#);
+        let err = footprint(&rot, 20000, 20000, 500_000_000).unwrap_err();
+        assert_eq!((err.index, err.op), (0, "RandomRotation"));
+        assert!(footprint(&rot, 2000, 2000, 500_000_000).is_ok());
     }
 
     #[test]
     fn random_crop_with_padding_reaches_past_the_edge() {
-        let spec = TransformSpec {
-            size: 32,
-            ops: vec![Op::RandomCrop { size: 32, padding: 4 }],
-        };
+        let spec = spec(r#"{"ops": [{"op": "RandomCrop", "size": 32, "padding": 4}]}"#);
         let mut lefts = std::collections::BTreeSet::new();
         for i in 0..500 {
-            if let Step::CropResize {
-                crop: Rect { left, top, .. },
-                ..
-            } = resolve_steps(&spec, &rng(i), 32, 32)[0]
-            {
-                assert!((-4..=4).contains(&left) && (-4..=4).contains(&top));
-                lefts.insert(left);
-            }
+            // No step: the box is the image itself.
+            let (left, top) = match resolve_steps(&spec, &rng(i), 32, 32).unwrap().first() {
+                Some(Step::CropResize { crop, .. }) => (crop.left, crop.top),
+                _ => (0, 0),
+            };
+            assert!((-4..=4).contains(&left) && (-4..=4).contains(&top));
+            lefts.insert(left);
         }
         assert_eq!(lefts.len(), 9);
+        // Smaller than the crop, without pad_if_needed: refused, as torchvision.
+        let err = resolve_steps(&spec, &rng(0), 20, 20).unwrap_err();
+        assert!(err.to_string().contains("RandomCrop") && err.to_string().contains("pad_if_needed"), "{err}");
+    }
+
+    /// Every example of the registry: deterministic, the output size the
+    /// spec says, and within its footprint at every step, over sizes from
+    /// one pixel to extreme aspect ratios.
+    #[test]
+    fn every_example_resolves_within_its_footprint() {
+        for (op, ops) in EXAMPLES {
+            let spec = spec(&example_spec(ops, 48));
+            for (w, h) in [(1, 1), (2, 3), (7, 300), (300, 7), (97, 61), (500, 375)] {
+                let peak = footprint(&spec, w, h, 100_000_000).unwrap();
+                for i in 0..40 {
+                    let Ok(steps) = resolve_steps(&spec, &rng(i), w, h) else { continue };
+                    assert_eq!(Ok(&steps), resolve_steps(&spec, &rng(i), w, h).as_ref(), "{op}");
+                    let (mut cw, mut ch) = (w, h);
+                    for s in &steps {
+                        let (nw, nh) = s.output_size(cw, ch);
+                        let bytes = 3 * (u64::from(cw) * u64::from(ch) + u64::from(nw) * u64::from(nh));
+                        assert!(bytes <= peak, "{op} {w}x{h}: {s:?} holds {bytes} > {peak}");
+                        (cw, ch) = (nw, nh);
+                    }
+                    assert_eq!((cw, ch), (48, 48), "{op} {w}x{h}: {steps:?}");
+                }
+            }
+        }
     }
 }

@@ -223,40 +223,77 @@ mod tests {
     }
 
     #[test]
-    fn every_op_round_trips() {
-        let spec = TransformSpec {
+    fn a_spec_round_trips_as_versioned_json() {
+        let json = r#"{"version": 1, "ops": [
+            {"op": "RandomResizedCrop", "size": 64, "interpolation": "bicubic"},
+            {"op": "RandomApply", "p": 0.8, "transforms": [{"op": "ColorJitter", "brightness": 0.4, "hue": 0.1}]},
+            {"op": "TrivialAugmentWide"}, {"op": "RandomCrop", "size": 32, "padding": 4, "padding_mode": "reflect"},
+            {"op": "ToDtype", "dtype": "float32", "scale": true}, {"op": "Normalize", "mean": [0.5], "std": [0.25]},
+            {"op": "RandomErasing", "value": "random"}]}"#;
+        let spec = TransformSpec::from_json(json).unwrap();
+        let wire = spec_to_pb(&spec);
+        assert!(wire.ops.is_empty() && wire.json.contains("\"version\":1"), "{}", wire.json);
+        assert_eq!(spec_from_pb(Some(&wire)).unwrap(), spec);
+    }
+
+    #[test]
+    fn an_older_clients_ops_mean_what_they_meant() {
+        use pb::transform::Op as P;
+        let op = |o: P| pb::Transform { op: Some(o) };
+        let legacy = pb::TransformSpec {
             size: 32,
             ops: vec![
-                Op::random_resized_crop(64),
-                Op::Resize { shorter: 40 },
-                Op::CenterCrop { size: 36 },
-                Op::RandomCrop { size: 32, padding: 4 },
-                Op::HorizontalFlip { p: 0.5 },
-                Op::VerticalFlip { p: 0.1 },
-                Op::RandomRotation { degrees: 10.0 },
-                Op::ColorJitter {
+                op(P::Resize(pb::Resize { shorter: 40 })),
+                op(P::RandomRotation(pb::RandomRotation { degrees: 10.0 })),
+                op(P::ColorJitter(pb::ColorJitter {
                     brightness: 0.4,
-                    contrast: 0.4,
-                    saturation: 0.4,
-                },
-                Op::GaussianBlur {
+                    contrast: 0.0,
+                    saturation: 0.2,
+                })),
+                op(P::GaussianBlur(pb::GaussianBlur {
                     kernel_size: 3,
-                    sigma: (0.1, 2.0),
-                },
+                    sigma_min: 0.5,
+                    sigma_max: 1.0,
+                })),
+                op(P::RandomCrop(pb::RandomCrop { size: 32, padding: 4 })),
+                op(P::HorizontalFlip(pb::Flip { p: 0.5 })),
             ],
+            json: String::new(),
         };
-        let back = spec_from_pb(Some(&spec_to_pb(&spec))).unwrap();
-        assert_eq!(back, spec);
+        let same = TransformSpec::from_json(
+            r#"{"ops": [{"op": "Resize", "size": 40}, {"op": "RandomRotation", "degrees": 10.0},
+                {"op": "ColorJitter", "brightness": 0.4000000059604645, "saturation": 0.20000000298023224},
+                {"op": "GaussianBlur", "kernel_size": 3, "sigma": [0.5, 1.0]},
+                {"op": "RandomCrop", "size": 32, "padding": 4, "pad_if_needed": true},
+                {"op": "RandomHorizontalFlip", "p": 0.5}]}"#,
+        )
+        .unwrap();
+        assert_eq!(spec_from_pb(Some(&legacy)).unwrap(), same);
     }
 
     #[test]
     fn refuses_missing_or_invalid_spec() {
         assert!(spec_from_pb(None).is_err());
+        let mut legacy = pb::TransformSpec {
+            size: 0,
+            ops: vec![pb::Transform {
+                op: Some(pb::transform::Op::CenterCrop(pb::CenterCrop { size: 8 })),
+            }],
+            json: String::new(),
+        };
+        assert_eq!(spec_from_pb(Some(&legacy)), Err(SpecError::Size(0)));
+        legacy.size = 8;
+        legacy.ops.push(pb::Transform { op: None });
+        assert!(spec_from_pb(Some(&legacy)).is_err());
         let mut pb = spec_to_pb(&TransformSpec::train(224));
-        pb.size = 0;
-        assert_eq!(spec_from_pb(Some(&pb)), Err(SpecError::Size(0)));
+        pb.size = 100;
+        assert_eq!(
+            spec_from_pb(Some(&pb)),
+            Err(SpecError::SizeMismatch { got: 224, want: 100 })
+        );
+        pb.json = pb.json.replace("\"version\":1", "\"version\":7");
         pb.size = 224;
-        pb.ops.push(pb::Transform { op: None });
-        assert!(spec_from_pb(Some(&pb)).is_err());
+        let err = spec_from_pb(Some(&pb)).unwrap_err().to_string();
+        assert!(err.contains("version 7") && err.contains("version 1"), "{err}");
     }
 }

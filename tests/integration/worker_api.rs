@@ -36,7 +36,11 @@ fn item(size: u32, ops: Vec<pb::Transform>) -> pb::WorkItem {
         shard: "x.tar".into(),
         seed: 0,
         epoch: 0,
-        transform: Some(pb::TransformSpec { size, ops }),
+        transform: Some(pb::TransformSpec {
+            size,
+            ops,
+            json: String::new(),
+        }),
         skip_keys: vec![],
         chunk_bytes: 0,
         start: 0,

@@ -13,8 +13,10 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub mod args;
+mod examples;
 pub mod ops;
 
+pub use examples::{EXAMPLES, example_spec};
 pub use ops::*;
 
 use crate::params::{Bounds, Cx, Stage};

@@ -753,14 +753,19 @@ def from_json(text):
 # torchvision (and timm) objects
 
 
-def _tv_version(obj):
-    """"v1", "v2" or None: by the class's module, not by importing torchvision."""
-    module = type(obj).__module__ or ""
+def _tv_module(module):
+    """"v1", "v2" or None for a module's name."""
+    module = module or ""
     if module.startswith("torchvision.transforms.v2."):
         return "v2"
     if module in ("torchvision.transforms.transforms", "torchvision.transforms.autoaugment"):
         return "v1"
     return None
+
+
+def _tv_version(obj):
+    """"v1", "v2" or None: by the class's module, not by importing torchvision."""
+    return _tv_module(type(obj).__module__)
 
 
 def _is_batch(obj):
@@ -813,13 +818,15 @@ def _convert(obj, path):
     version = _tv_version(obj)
     if version is None:
         module = cls.__module__ or ""
-        why = (
-            "a subclass of a torchvision transform, or another torchvision class"
-            if module.startswith("torchvision")
-            else f"a class of {module!r}, not torchvision's"
-        )
+        base = next((b for b in cls.__mro__[1:] if _tv_module(b.__module__) and b.__name__ in _OPS), None)
         if isinstance(obj, (list, tuple)):
             why = "a list: wrap it in Compose"
+        elif base is not None:
+            why = f"a subclass of torchvision's {base.__name__}: its own code would not run on the workers"
+        elif module.startswith("torchvision"):
+            why = "not one of the torchvision transforms stoker runs"
+        else:
+            why = f"a class of {module!r}, not torchvision's: its code would not run on the workers"
         raise _unsupported(obj, path, why)
     if name in ("MixUp", "CutMix") and version == "v2":
         return _from_tv_mix(obj, path)
@@ -857,6 +864,10 @@ def _tv_value(name, arg, value, version):
         if name == "RandomCrop" and arg == "padding" and value is not None:
             # v2 keeps padding parsed as [left, right, top, bottom].
             left, right, top, bottom = _plain(value)
+            if left == right == top == bottom:
+                return left
+            if (left, top) == (right, bottom):
+                return [left, top]
             return [left, top, right, bottom]
         if name == "RandomErasing" and arg == "value":
             # v2 keeps value as a list of floats, None for "random".
