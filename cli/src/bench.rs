@@ -30,10 +30,8 @@ pub struct BenchArgs {
     /// cuda: the CPU pool's threads (default: all cores, as a worker).
     #[arg(long)]
     pub threads: Option<usize>,
-    #[arg(long, default_value = "train")]
-    pub transform: String,
-    #[arg(long, default_value_t = 224)]
-    pub image_size: u32,
+    #[command(flatten)]
+    pub transform: crate::transform::TransformArgs,
     /// Passes over the images (each pass is a new epoch: new crops).
     #[arg(long, default_value_t = 3)]
     pub passes: u64,
@@ -108,7 +106,7 @@ fn collect(dir: &Path, out: &mut Vec<(String, ImageKind, Bytes)>) -> anyhow::Res
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.threads != Some(0), "--threads must be at least 1");
     anyhow::ensure!(args.passes > 0, "--passes must be at least 1");
-    let spec = TransformSpec::preset(&args.transform, args.image_size)?;
+    let spec = args.transform.spec()?;
     let mut images = Vec::new();
     collect(&args.input, &mut images)?;
     anyhow::ensure!(
@@ -125,11 +123,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
 
 fn report(args: &BenchArgs, result: &BenchResult) -> anyhow::Result<()> {
     eprintln!(
-        "{} images ({}x{} {}) on {} in {:.2}s: {:.0} images/s, {:.0} per thread",
+        "{} images ({}) on {} in {:.2}s: {:.0} images/s, {:.0} per thread",
         result.images,
-        args.image_size,
-        args.image_size,
-        args.transform,
+        args.transform.spec()?,
         if result.device == "cuda" {
             "the gpu".to_owned()
         } else {

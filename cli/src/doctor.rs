@@ -1,11 +1,10 @@
 //! `stoker doctor`: which stage of the input pipeline holds the rate down,
 //! and how many workers a target rate needs (`stoker_client::doctor`).
 
-use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 use stoker_client::doctor::{Diagnosis, StageRate};
-use stoker_client::{Loader, LoaderConfig, TransformSpec};
+use stoker_client::{Loader, LoaderConfig};
 
 use crate::human_bytes;
 use crate::stream::DeviceArgs;
@@ -25,10 +24,8 @@ pub struct DoctorArgs {
     pub dataset: String,
     #[arg(long)]
     pub batch_size: usize,
-    #[arg(long)]
-    pub image_size: u32,
-    #[arg(long, default_value = "train")]
-    pub transform: String,
+    #[command(flatten)]
+    pub transform: crate::transform::TransformArgs,
     /// Where the client lands batches: with a GPU, the client stage
     /// includes the upload and conversion.
     #[command(flatten)]
@@ -156,8 +153,7 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
             "--target-rate must be a positive rate, got {r}"
         );
     }
-    let transform =
-        TransformSpec::preset(&args.transform, args.image_size).context("invalid --transform or --image-size")?;
+    let transform = args.transform.spec()?;
     let mut config = LoaderConfig::new(args.workers.clone(), args.dataset.clone(), args.batch_size, transform);
     config.device = args.device.target()?;
     args.format.apply(&mut config);

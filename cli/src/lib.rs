@@ -9,6 +9,7 @@ mod progress;
 mod stream;
 mod synth;
 mod token;
+mod transform;
 mod worker;
 
 use clap::{Parser, Subcommand};
@@ -54,6 +55,9 @@ pub enum Command {
     /// Ask a worker's grpc.health.v1 whether it serves: exit 0 if it does
     /// (a container HEALTHCHECK), 1 otherwise.
     Health(HealthArgs),
+    /// Run a transform spec on one image, as a worker would for one sample,
+    /// and write the result as PNG: try a pipeline from the shell.
+    Augment(transform::AugmentArgs),
 }
 
 /// Runs a parsed command line.
@@ -63,16 +67,18 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         _ => "warn",
     };
     init_logging(default_level);
-    if let Command::Bench(args) = cli.command {
+    let command = match cli.command {
         // Plain threads: no runtime in the measurement.
-        return bench::run(args);
-    }
+        Command::Bench(args) => return bench::run(args),
+        Command::Augment(args) => return transform::run_augment(args),
+        other => other,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("stoker-io")
         .build()?;
     runtime.block_on(async move {
-        match cli.command {
+        match command {
             Command::Worker(args) => worker::run(args).await,
             Command::Stream(args) => stream::run(args).await,
             Command::Pack(args) => synth::run_pack(args).await,
@@ -80,7 +86,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Demo(args) => demo::run(args).await,
             Command::Doctor(args) => doctor::run(args).await,
             Command::Health(args) => health::run(args).await,
-            Command::Bench(_) => unreachable!("handled before the runtime starts"),
+            Command::Bench(_) | Command::Augment(_) => unreachable!("handled before the runtime starts"),
         }
     })
 }

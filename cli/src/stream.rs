@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
-use stoker_client::{EpochReport, Loader, LoaderConfig, TlsOptions, TransformSpec};
+use stoker_client::{EpochReport, Loader, LoaderConfig, TlsOptions};
 
 use crate::human_bytes;
 use crate::progress::Progress;
@@ -32,9 +32,6 @@ pub struct StreamArgs {
     pub dataset: String,
     #[arg(long)]
     pub batch_size: usize,
-    /// Output images are SIZE x SIZE.
-    #[arg(long)]
-    pub image_size: u32,
     #[arg(long, default_value_t = 1)]
     pub epochs: u64,
     /// First epoch number (epochs run from here).
@@ -42,9 +39,8 @@ pub struct StreamArgs {
     pub start_epoch: u64,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// train (RandomResizedCrop + flip) or eval (resize + center crop).
-    #[arg(long, default_value = "train")]
-    pub transform: String,
+    #[command(flatten)]
+    pub transform: crate::transform::TransformArgs,
     #[arg(long, default_value_t = 0)]
     pub rank: u32,
     #[arg(long, default_value_t = 1)]
@@ -147,10 +143,8 @@ pub struct StreamSummary {
 impl StreamArgs {
     pub fn loader_config(&self) -> anyhow::Result<LoaderConfig> {
         anyhow::ensure!(self.batch_size > 0, "--batch-size must be at least 1");
-        anyhow::ensure!(self.image_size > 0, "--image-size must be at least 1");
         anyhow::ensure!(self.epochs > 0, "--epochs must be at least 1");
-        let transform =
-            TransformSpec::preset(&self.transform, self.image_size).context("invalid --transform or --image-size")?;
+        let transform = self.transform.spec()?;
         let mut config = LoaderConfig::new(self.workers.clone(), self.dataset.clone(), self.batch_size, transform);
         config.seed = self.seed;
         config.rank = self.rank;

@@ -34,7 +34,9 @@ pub mod uri;
 pub use error::error_chain;
 pub use format::{FormatChoice, RecordFields, ShardFormat};
 pub use mode::ItemMode;
-pub use params::{EraseFill, Enhance, Rect, ResolveError, Stage, Step, TooLarge, erase_noise, footprint, resolve_steps};
+pub use params::{
+    Enhance, EraseFill, Rect, ResolveError, Stage, Step, TooLarge, erase_noise, footprint, resolve_steps,
+};
 pub use plan::{EpochPlan, PlanItem, ShardRef, indexed_samples};
 pub use positions::PositionSet;
 pub use rng::{ItemSeed, SampleRng};

@@ -86,7 +86,11 @@ pub enum EraseFill {
     Color([u8; 3]),
     /// Per-pixel normal noise `n` ([`erase_noise`] of `seed`), written as
     /// `round(n * scale[c] + offset[c])`, clamped to 0..=255.
-    Noise { seed: u64, scale: [f32; 3], offset: [f32; 3] },
+    Noise {
+        seed: u64,
+        scale: [f32; 3],
+        offset: [f32; 3],
+    },
 }
 
 /// One concrete operation on an image of known size.
@@ -448,7 +452,12 @@ impl Cx<'_> {
 /// op to the registry changes no existing pipeline.
 ///
 /// The spec must have passed [`TransformSpec::validate`].
-pub fn resolve_steps(spec: &TransformSpec, base: &SampleRng, width: u32, height: u32) -> Result<Vec<Step>, ResolveError> {
+pub fn resolve_steps(
+    spec: &TransformSpec,
+    base: &SampleRng,
+    width: u32,
+    height: u32,
+) -> Result<Vec<Step>, ResolveError> {
     let mut steps = Vec::with_capacity(spec.ops.len());
     let mut cx = Cx {
         rng: base.clone(),
@@ -503,9 +512,17 @@ mod tests {
         let spec = TransformSpec::train(224);
         for i in 0..2000 {
             let a = resolve_steps(&spec, &rng(i), 500, 375).unwrap();
-            assert_eq!(a, resolve_steps(&spec, &SampleRng::for_sample(1, 2, "s", i), 500, 375).unwrap());
+            assert_eq!(
+                a,
+                resolve_steps(&spec, &SampleRng::for_sample(1, 2, "s", i), 500, 375).unwrap()
+            );
             match a[0] {
-                Step::CropResize { crop, out_w, out_h, filter } => {
+                Step::CropResize {
+                    crop,
+                    out_w,
+                    out_h,
+                    filter,
+                } => {
                     assert!(crop.inside(500, 375), "{crop:?}");
                     assert_eq!((out_w, out_h, filter), (224, 224, Interpolation::Bilinear));
                 }
@@ -518,7 +535,11 @@ mod tests {
     fn flips_about_half_the_time() {
         let spec = TransformSpec::train(32);
         let flips = (0..4000)
-            .filter(|&i| resolve_steps(&spec, &rng(i), 64, 64).unwrap().contains(&Step::FlipHorizontal))
+            .filter(|&i| {
+                resolve_steps(&spec, &rng(i), 64, 64)
+                    .unwrap()
+                    .contains(&Step::FlipHorizontal)
+            })
             .count();
         assert!((1800..2200).contains(&flips), "{flips} flips of 4000");
     }
@@ -531,8 +552,18 @@ mod tests {
         assert_eq!(
             steps,
             vec![
-                Step::CropResize { crop: Rect::new(0, 0, 500, 375), out_w: 341, out_h: 256, filter: bilinear },
-                Step::CropResize { crop: Rect::new(58, 16, 224, 224), out_w: 224, out_h: 224, filter: bilinear },
+                Step::CropResize {
+                    crop: Rect::new(0, 0, 500, 375),
+                    out_w: 341,
+                    out_h: 256,
+                    filter: bilinear
+                },
+                Step::CropResize {
+                    crop: Rect::new(58, 16, 224, 224),
+                    out_w: 224,
+                    out_h: 224,
+                    filter: bilinear
+                },
             ]
         );
     }
@@ -541,7 +572,16 @@ mod tests {
     fn center_crop_pads_as_torchvision() {
         // A 3-row image cropped to 6: padded (6 - 3) // 2 = 1 row on top.
         let steps = resolve_steps(&spec(r#"{"ops": [{"op": "CenterCrop", "size": 6}]}"#), &rng(0), 6, 3).unwrap();
-        assert!(matches!(steps[0], Step::CropResize { crop: Rect { left: 0, top: -1, .. }, .. }), "{steps:?}");
+        assert!(
+            matches!(
+                steps[0],
+                Step::CropResize {
+                    crop: Rect { left: 0, top: -1, .. },
+                    ..
+                }
+            ),
+            "{steps:?}"
+        );
     }
 
     #[test]
@@ -555,7 +595,9 @@ mod tests {
             assert!(err.to_string().contains("16640000"), "{err}");
         }
         // An expanding rotation of a large image is bounded by its diagonal.
-        let rot = spec(r#"{"ops": [{"op": "RandomRotation", "degrees": 30, "expand": true}, {"op": "CenterCrop", "size": 64}]}"#);
+        let rot = spec(
+            r#"{"ops": [{"op": "RandomRotation", "degrees": 30, "expand": true}, {"op": "CenterCrop", "size": 64}]}"#,
+        );
         let err = footprint(&rot, 20000, 20000, 500_000_000).unwrap_err();
         assert_eq!((err.index, err.op), (0, "RandomRotation"));
         assert!(footprint(&rot, 2000, 2000, 500_000_000).is_ok());
@@ -577,7 +619,10 @@ mod tests {
         assert_eq!(lefts.len(), 9);
         // Smaller than the crop, without pad_if_needed: refused, as torchvision.
         let err = resolve_steps(&spec, &rng(0), 20, 20).unwrap_err();
-        assert!(err.to_string().contains("RandomCrop") && err.to_string().contains("pad_if_needed"), "{err}");
+        assert!(
+            err.to_string().contains("RandomCrop") && err.to_string().contains("pad_if_needed"),
+            "{err}"
+        );
     }
 
     /// Every example of the registry: deterministic, the output size the
@@ -590,7 +635,9 @@ mod tests {
             for (w, h) in [(1, 1), (2, 3), (7, 300), (300, 7), (97, 61), (500, 375)] {
                 let peak = footprint(&spec, w, h, 100_000_000).unwrap();
                 for i in 0..40 {
-                    let Ok(steps) = resolve_steps(&spec, &rng(i), w, h) else { continue };
+                    let Ok(steps) = resolve_steps(&spec, &rng(i), w, h) else {
+                        continue;
+                    };
                     assert_eq!(Ok(&steps), resolve_steps(&spec, &rng(i), w, h).as_ref(), "{op}");
                     let (mut cw, mut ch) = (w, h);
                     for s in &steps {

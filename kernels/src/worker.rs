@@ -112,7 +112,10 @@ impl Kernels {
         let name = kernel::ENHANCE_U8_HWC;
         check_image(name, "image", w, h, img.len(), 3)?;
         if which > 2 {
-            return Err(launch_err(name, format!("enhance {which} is not brightness, contrast or saturation")));
+            return Err(launch_err(
+                name,
+                format!("enhance {which} is not brightness, contrast or saturation"),
+            ));
         }
         let n = w * h;
         let mut sum = stream.alloc_zeros::<u64>(1).map_err(|e| launch_err(name, e))?;

@@ -232,7 +232,11 @@ mod tests {
             {"op": "RandomErasing", "value": "random"}]}"#;
         let spec = TransformSpec::from_json(json).unwrap();
         let wire = spec_to_pb(&spec);
-        assert!(wire.ops.is_empty() && wire.json.contains("\"version\":1"), "{}", wire.json);
+        assert!(
+            wire.ops.is_empty() && wire.json.contains("\"version\":1"),
+            "{}",
+            wire.json
+        );
         assert_eq!(spec_from_pb(Some(&wire)).unwrap(), spec);
     }
 

@@ -423,15 +423,22 @@ async fn gpu_runner_matches_the_cpu_on_every_transform() {
         ("eval".into(), TransformSpec::eval(SIZE)),
         (
             "random-crop-padded".into(),
-            TransformSpec::from_json(r#"{"ops": [{"op": "Resize", "size": 240}, {"op": "RandomCrop", "size": 224, "padding": 24}]}"#).unwrap(),
+            TransformSpec::from_json(
+                r#"{"ops": [{"op": "Resize", "size": 240}, {"op": "RandomCrop", "size": 224, "padding": 24}]}"#,
+            )
+            .unwrap(),
         ),
         (
             "center-crop-past-the-edges".into(),
-            TransformSpec::from_json(r#"{"ops": [{"op": "Resize", "size": 300}, {"op": "CenterCrop", "size": 400}]}"#).unwrap(),
+            TransformSpec::from_json(r#"{"ops": [{"op": "Resize", "size": 300}, {"op": "CenterCrop", "size": 400}]}"#)
+                .unwrap(),
         ),
     ];
     for (op, example) in stoker_core::transform::EXAMPLES {
-        specs.push((op.to_string(), TransformSpec::from_json(&stoker_core::transform::example_spec(example, SIZE)).unwrap()));
+        specs.push((
+            op.to_string(),
+            TransformSpec::from_json(&stoker_core::transform::example_spec(example, SIZE)).unwrap(),
+        ));
     }
     println!("gpu-steps   transform                     images  mean-mad  worst-mad");
     for (name, spec) in specs {

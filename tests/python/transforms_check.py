@@ -163,7 +163,8 @@ def valid_pipeline(T, op):
     name = op.op
     if name in ("RandomResizedCrop", "CenterCrop", "RandomCrop"):
         return T.Compose([T.Resize(48), op])
-    if name in ("Resize", "Pad"):
+    if name in ("Resize", "Pad", "RandomRotation"):
+        # Sizes that change (expand=True rotates into a larger image).
         return T.Compose([T.RandomResizedCrop(28), op, T.CenterCrop(32)])
     if name in ("ToTensor", "ToImage", "PILToTensor", "ToDtype", "ConvertImageDtype"):
         return T.Compose([crop, op])
@@ -220,7 +221,13 @@ def check_json(stoker, T):
     class Mode(enum.Enum):
         BICUBIC = "bicubic"
 
-    for given, want in [("bicubic", "bicubic"), (3, "bicubic"), (0, "nearest"), (1, "lanczos"), (Mode.BICUBIC, "bicubic")]:
+    for given, want in [
+        ("bicubic", "bicubic"),
+        (3, "bicubic"),
+        (0, "nearest"),
+        (1, "lanczos"),
+        (Mode.BICUBIC, "bicubic"),
+    ]:
         assert T.Resize(32, interpolation=given).interpolation == want, given
     # dtypes by name, numpy dtype or alias.
     assert T.ToDtype(np.float16, scale=True).dtype == "float16"
@@ -289,7 +296,9 @@ def check_json(stoker, T):
     )
     raises(lambda: T.from_json('{"version": 2, "ops": []}'), "version")
     raises(lambda: T.from_json("{"), "not valid JSON")
-    print(f"transforms json: {len(names)} ops, defaults, order and round trips ok; python refusals name op and argument")
+    print(
+        f"transforms json: {len(names)} ops, defaults, order and round trips ok; python refusals name op and argument"
+    )
 
     if stoker is None:
         print("SKIP worker parser checks: the native extension is not built here")
@@ -457,7 +466,9 @@ def check_loader(stoker, T, workers, dataset, expected_path):
         for i, key in enumerate(keys):
             assert expected[key] == label[i], (key, label[i])
         # Normalised from [0, 1]: back within it (erased boxes are 0, the mean).
-        pixels = image * np.asarray(std, np.float32)[None, :, None, None] + np.asarray(mean, np.float32)[None, :, None, None]
+        pixels = (
+            image * np.asarray(std, np.float32)[None, :, None, None] + np.asarray(mean, np.float32)[None, :, None, None]
+        )
         lo, hi = min(lo, pixels.min()), max(hi, pixels.max())
         seen += keys
     assert len(seen) == len(set(seen)) == n and set(seen) == set(expected), f"{len(seen)} keys of {n}"
@@ -497,7 +508,7 @@ def check_loader(stoker, T, workers, dataset, expected_path):
     )
 
 
-def check_torchvision(T, required_):
+def check_torchvision(stoker, T, required_):
     try:
         import torch
         import torchvision
@@ -537,6 +548,8 @@ def check_torchvision(T, required_):
         ]
     )
     assert conv(recipe) == want, conv(recipe)
+    # What the worker accepts: converted pipelines, checked by its parser.
+    accepted = [conv(recipe)]
     assert json.loads(conv(recipe).to_json())["ops"][0] == {
         "op": "RandomResizedCrop",
         "size": 176,
@@ -569,6 +582,7 @@ def check_torchvision(T, required_):
                 T.ToTensor(),
             ]
         ), (tv.__name__, got)
+        accepted.append(got)
 
     # The policies.
     for tv in (v1, v2):
@@ -634,7 +648,9 @@ def check_torchvision(T, required_):
             ref = getattr(T, name)(*args, **kwargs)
             if name in jitter:
                 # torchvision keeps the expanded ranges.
-                ref = T.ColorJitter(*[None if r is None else list(r) for r in (obj.brightness, obj.contrast, obj.saturation, obj.hue)])
+                ref = T.ColorJitter(
+                    *[None if r is None else list(r) for r in (obj.brightness, obj.contrast, obj.saturation, obj.hue)]
+                )
                 assert ref.brightness == [max(0, 1 - args[0]), 1 + args[0]] if isinstance(args[0], float) else True
             if name in ("RandomRotation", "RandomAffine"):
                 d = args[0]
@@ -652,6 +668,8 @@ def check_torchvision(T, required_):
                 ref.value = 4.0 if tv is v2 else 4
             assert got == ref, f"{tv.__name__}.{name}{args}{kwargs}: {got} != {ref}"
             count += 1
+            if name not in ("CenterCrop", "RandomResizedCrop") or args[0] in (64, 96):
+                accepted.append(valid_pipeline(T, got))
     # v2's type-keyed fill and dtype dicts: the image's entry.
     assert conv(v2.RandomRotation(10, fill={tv_tensors.Image: 127, tv_tensors.Mask: 0})).fill == 127
     assert conv(v2.Pad(2, fill={tv_tensors.Image: (1, 2, 3), "others": 0})).fill == [1, 2, 3]
@@ -693,7 +711,9 @@ def check_torchvision(T, required_):
     supported = "supported: Compose, RandomApply"
     for tv in (v1, v2):
         raises(
-            lambda: conv(tv.Compose([tv.RandomResizedCrop(8), tv.RandomHorizontalFlip(), tv.ToTensor(), tv.Lambda(lambda x: x)])),
+            lambda: conv(
+                tv.Compose([tv.RandomResizedCrop(8), tv.RandomHorizontalFlip(), tv.ToTensor(), tv.Lambda(lambda x: x)])
+            ),
             "transforms[3] (Lambda)",
             supported,
         )
@@ -705,7 +725,11 @@ def check_torchvision(T, required_):
     raises(lambda: conv(v2.Compose([MyCrop(8)])), "transforms[0] (MyCrop)", "subclass")
     raises(lambda: conv(v2.Compose([v2.CenterCrop(8), v2.ElasticTransform()])), "transforms[1] (ElasticTransform)")
     raises(lambda: conv(v1.Lambda(lambda x: x)), "transform (Lambda)")
-    raises(lambda: conv(v2.Compose([v2.CenterCrop(8), v2.MixUp(num_classes=3)])), "transforms[1] (MixUp)", "batch_transform")
+    raises(
+        lambda: conv(v2.Compose([v2.CenterCrop(8), v2.MixUp(num_classes=3)])),
+        "transforms[1] (MixUp)",
+        "batch_transform",
+    )
 
     # MixUp / CutMix: converted, and on torch batches what torchvision's do
     # with the same draws.
@@ -779,9 +803,18 @@ def check_torchvision(T, required_):
         ), conv(ra)
         raises(lambda: conv(rand_augment_transform("rand-m9-t3a", {})), "transform (RandAugment)", "subset")
         raises(lambda: conv(rand_augment_transform("rand-m9-tweights", {})), "transform (RandAugment)")
+    if stoker is not None:
+        for pipeline in accepted:
+            try:
+                stoker._stoker.check_transform(pipeline.to_json())
+            except ValueError as e:
+                raise AssertionError(f"{pipeline}: {e}") from None
+        checked = f"{len(accepted)} converted pipelines accepted by the worker's parser"
+    else:
+        checked = "worker's parser not checked (no native extension)"
     print(
         f"transforms torchvision {torchvision.__version__}: recipes, policies, {count} op conversions (v1 and v2), "
-        f"refusals and MixUp/CutMix against torchvision ok"
+        f"refusals and MixUp/CutMix against torchvision ok; {checked}"
     )
 
 
@@ -799,7 +832,7 @@ def main():
     if args.workers:
         assert stoker is not None, "the loader checks need the stoker package"
         check_loader(stoker, T, args.workers, args.dataset, args.expected)
-    check_torchvision(T, args.torchvision)
+    check_torchvision(stoker, T, args.torchvision)
     print("transforms check: all passed")
 
 

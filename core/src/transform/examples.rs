@@ -6,43 +6,133 @@
 
 /// (op name, the ops of a pipeline that uses it, ending at `SIZE`).
 pub const EXAMPLES: &[(&str, &str)] = &[
-    ("Compose", r#"{"op": "Compose", "transforms": [{"op": "RandomHorizontalFlip"}, {"op": "CenterCrop", "size": SIZE}]}"#),
-    ("RandomApply", r#"{"op": "RandomApply", "p": 0.5, "transforms": [{"op": "RandomRotation", "degrees": 20}]}, {"op": "CenterCrop", "size": SIZE}"#),
-    ("RandomChoice", r#"{"op": "RandomChoice", "transforms": [{"op": "RandomVerticalFlip", "p": 1.0}, {"op": "RandomGrayscale", "p": 1.0}]}, {"op": "CenterCrop", "size": SIZE}"#),
-    ("RandomOrder", r#"{"op": "RandomOrder", "transforms": [{"op": "ColorJitter", "brightness": 0.5}, {"op": "RandomHorizontalFlip"}]}, {"op": "CenterCrop", "size": SIZE}"#),
+    (
+        "Compose",
+        r#"{"op": "Compose", "transforms": [{"op": "RandomHorizontalFlip"}, {"op": "CenterCrop", "size": SIZE}]}"#,
+    ),
+    (
+        "RandomApply",
+        r#"{"op": "RandomApply", "p": 0.5, "transforms": [{"op": "RandomRotation", "degrees": 20}]}, {"op": "CenterCrop", "size": SIZE}"#,
+    ),
+    (
+        "RandomChoice",
+        r#"{"op": "RandomChoice", "transforms": [{"op": "RandomVerticalFlip", "p": 1.0}, {"op": "RandomGrayscale", "p": 1.0}]}, {"op": "CenterCrop", "size": SIZE}"#,
+    ),
+    (
+        "RandomOrder",
+        r#"{"op": "RandomOrder", "transforms": [{"op": "ColorJitter", "brightness": 0.5}, {"op": "RandomHorizontalFlip"}]}, {"op": "CenterCrop", "size": SIZE}"#,
+    ),
     ("RandomResizedCrop", r#"{"op": "RandomResizedCrop", "size": SIZE}"#),
     ("Resize", r#"{"op": "Resize", "size": [SIZE, SIZE]}"#),
     ("CenterCrop", r#"{"op": "CenterCrop", "size": SIZE}"#),
-    ("RandomCrop", r#"{"op": "RandomCrop", "size": SIZE, "padding": 8, "pad_if_needed": true}"#),
-    ("Pad", r#"{"op": "Pad", "padding": [3, 5], "padding_mode": "reflect"}, {"op": "CenterCrop", "size": SIZE}"#),
-    ("RandomHorizontalFlip", r#"{"op": "RandomHorizontalFlip"}, {"op": "CenterCrop", "size": SIZE}"#),
-    ("RandomVerticalFlip", r#"{"op": "RandomVerticalFlip"}, {"op": "CenterCrop", "size": SIZE}"#),
-    ("RandomRotation", r#"{"op": "RandomRotation", "degrees": 30, "expand": true, "fill": [10, 200, 30]}, {"op": "CenterCrop", "size": SIZE}"#),
-    ("RandomAffine", r#"{"op": "RandomAffine", "degrees": 15, "translate": [0.1, 0.1], "scale": [0.8, 1.2], "shear": 10}, {"op": "CenterCrop", "size": SIZE}"#),
-    ("ColorJitter", r#"{"op": "ColorJitter", "brightness": 0.4, "contrast": 0.4, "saturation": 0.4}, {"op": "CenterCrop", "size": SIZE}"#),
-    ("Grayscale", r#"{"op": "Grayscale", "num_output_channels": 3}, {"op": "CenterCrop", "size": SIZE}"#),
-    ("RandomGrayscale", r#"{"op": "RandomGrayscale", "p": 0.5}, {"op": "CenterCrop", "size": SIZE}"#),
-    ("RandomSolarize", r#"{"op": "RandomSolarize", "threshold": 128}, {"op": "CenterCrop", "size": SIZE}"#),
-    ("RandomPosterize", r#"{"op": "RandomPosterize", "bits": 3}, {"op": "CenterCrop", "size": SIZE}"#),
-    ("RandomEqualize", r#"{"op": "RandomEqualize"}, {"op": "CenterCrop", "size": SIZE}"#),
-    ("RandomAutocontrast", r#"{"op": "RandomAutocontrast"}, {"op": "CenterCrop", "size": SIZE}"#),
-    ("RandomAdjustSharpness", r#"{"op": "RandomAdjustSharpness", "sharpness_factor": 2.0}, {"op": "CenterCrop", "size": SIZE}"#),
-    ("RandomInvert", r#"{"op": "RandomInvert"}, {"op": "CenterCrop", "size": SIZE}"#),
-    ("GaussianBlur", r#"{"op": "CenterCrop", "size": SIZE}, {"op": "GaussianBlur", "kernel_size": 5}"#),
-    ("AutoAugment", r#"{"op": "CenterCrop", "size": SIZE}, {"op": "AutoAugment"}"#),
-    ("RandAugment", r#"{"op": "CenterCrop", "size": SIZE}, {"op": "RandAugment"}"#),
-    ("TrivialAugmentWide", r#"{"op": "CenterCrop", "size": SIZE}, {"op": "TrivialAugmentWide"}"#),
-    ("TimmRandAugment", r#"{"op": "CenterCrop", "size": SIZE}, {"op": "TimmRandAugment", "config": "rand-m9-mstd0.5-inc1"}"#),
-    ("RandomErasing", r#"{"op": "CenterCrop", "size": SIZE}, {"op": "ToDtype", "dtype": "float32", "scale": true}, {"op": "Normalize", "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}, {"op": "RandomErasing", "p": 1.0}"#),
+    (
+        "RandomCrop",
+        r#"{"op": "RandomCrop", "size": SIZE, "padding": 8, "pad_if_needed": true}"#,
+    ),
+    (
+        "Pad",
+        r#"{"op": "Pad", "padding": [3, 5], "padding_mode": "reflect"}, {"op": "CenterCrop", "size": SIZE}"#,
+    ),
+    (
+        "RandomHorizontalFlip",
+        r#"{"op": "RandomHorizontalFlip"}, {"op": "CenterCrop", "size": SIZE}"#,
+    ),
+    (
+        "RandomVerticalFlip",
+        r#"{"op": "RandomVerticalFlip"}, {"op": "CenterCrop", "size": SIZE}"#,
+    ),
+    (
+        "RandomRotation",
+        r#"{"op": "RandomRotation", "degrees": 30, "expand": true, "fill": [10, 200, 30]}, {"op": "CenterCrop", "size": SIZE}"#,
+    ),
+    (
+        "RandomAffine",
+        r#"{"op": "RandomAffine", "degrees": 15, "translate": [0.1, 0.1], "scale": [0.8, 1.2], "shear": 10}, {"op": "CenterCrop", "size": SIZE}"#,
+    ),
+    (
+        "ColorJitter",
+        r#"{"op": "ColorJitter", "brightness": 0.4, "contrast": 0.4, "saturation": 0.4}, {"op": "CenterCrop", "size": SIZE}"#,
+    ),
+    (
+        "Grayscale",
+        r#"{"op": "Grayscale", "num_output_channels": 3}, {"op": "CenterCrop", "size": SIZE}"#,
+    ),
+    (
+        "RandomGrayscale",
+        r#"{"op": "RandomGrayscale", "p": 0.5}, {"op": "CenterCrop", "size": SIZE}"#,
+    ),
+    (
+        "RandomSolarize",
+        r#"{"op": "RandomSolarize", "threshold": 128}, {"op": "CenterCrop", "size": SIZE}"#,
+    ),
+    (
+        "RandomPosterize",
+        r#"{"op": "RandomPosterize", "bits": 3}, {"op": "CenterCrop", "size": SIZE}"#,
+    ),
+    (
+        "RandomEqualize",
+        r#"{"op": "RandomEqualize"}, {"op": "CenterCrop", "size": SIZE}"#,
+    ),
+    (
+        "RandomAutocontrast",
+        r#"{"op": "RandomAutocontrast"}, {"op": "CenterCrop", "size": SIZE}"#,
+    ),
+    (
+        "RandomAdjustSharpness",
+        r#"{"op": "RandomAdjustSharpness", "sharpness_factor": 2.0}, {"op": "CenterCrop", "size": SIZE}"#,
+    ),
+    (
+        "RandomInvert",
+        r#"{"op": "RandomInvert"}, {"op": "CenterCrop", "size": SIZE}"#,
+    ),
+    (
+        "GaussianBlur",
+        r#"{"op": "CenterCrop", "size": SIZE}, {"op": "GaussianBlur", "kernel_size": 5}"#,
+    ),
+    (
+        "AutoAugment",
+        r#"{"op": "CenterCrop", "size": SIZE}, {"op": "AutoAugment"}"#,
+    ),
+    (
+        "RandAugment",
+        r#"{"op": "CenterCrop", "size": SIZE}, {"op": "RandAugment"}"#,
+    ),
+    (
+        "TrivialAugmentWide",
+        r#"{"op": "CenterCrop", "size": SIZE}, {"op": "TrivialAugmentWide"}"#,
+    ),
+    (
+        "TimmRandAugment",
+        r#"{"op": "CenterCrop", "size": SIZE}, {"op": "TimmRandAugment", "config": "rand-m9-mstd0.5-inc1"}"#,
+    ),
+    (
+        "RandomErasing",
+        r#"{"op": "CenterCrop", "size": SIZE}, {"op": "ToDtype", "dtype": "float32", "scale": true}, {"op": "Normalize", "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}, {"op": "RandomErasing", "p": 1.0}"#,
+    ),
     ("ToImage", r#"{"op": "CenterCrop", "size": SIZE}, {"op": "ToImage"}"#),
-    ("PILToTensor", r#"{"op": "CenterCrop", "size": SIZE}, {"op": "PILToTensor"}"#),
+    (
+        "PILToTensor",
+        r#"{"op": "CenterCrop", "size": SIZE}, {"op": "PILToTensor"}"#,
+    ),
     ("ToTensor", r#"{"op": "CenterCrop", "size": SIZE}, {"op": "ToTensor"}"#),
-    ("ToDtype", r#"{"op": "CenterCrop", "size": SIZE}, {"op": "ToDtype", "dtype": "bfloat16", "scale": true}"#),
-    ("ConvertImageDtype", r#"{"op": "CenterCrop", "size": SIZE}, {"op": "ConvertImageDtype", "dtype": "float32"}"#),
-    ("Normalize", r#"{"op": "CenterCrop", "size": SIZE}, {"op": "ToTensor"}, {"op": "Normalize", "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}"#),
+    (
+        "ToDtype",
+        r#"{"op": "CenterCrop", "size": SIZE}, {"op": "ToDtype", "dtype": "bfloat16", "scale": true}"#,
+    ),
+    (
+        "ConvertImageDtype",
+        r#"{"op": "CenterCrop", "size": SIZE}, {"op": "ConvertImageDtype", "dtype": "float32"}"#,
+    ),
+    (
+        "Normalize",
+        r#"{"op": "CenterCrop", "size": SIZE}, {"op": "ToTensor"}, {"op": "Normalize", "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}"#,
+    ),
 ];
 
 /// The JSON spec of an example's ops at output side `size`.
 pub fn example_spec(ops: &str, size: u32) -> String {
-    format!(r#"{{"version": 1, "ops": [{}]}}"#, ops.replace("SIZE", &size.to_string()))
+    format!(
+        r#"{{"version": 1, "ops": [{}]}}"#,
+        ops.replace("SIZE", &size.to_string())
+    )
 }

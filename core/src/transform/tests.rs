@@ -12,13 +12,19 @@ fn presets_validate() {
     assert_eq!(TransformSpec::parse("train", None).unwrap().size, 224);
     assert_eq!(TransformSpec::preset("train", 0), Err(SpecError::Size(0)));
     assert_eq!(TransformSpec::preset("train", 100_000), Err(SpecError::Size(100_000)));
-    assert!(matches!(TransformSpec::preset("fancy", 224), Err(SpecError::UnknownPreset(_))));
+    assert!(matches!(
+        TransformSpec::preset("fancy", 224),
+        Err(SpecError::UnknownPreset(_))
+    ));
 }
 
 #[test]
 fn every_registered_op_has_an_example() {
     for name in OP_NAMES {
-        assert!(EXAMPLES.iter().any(|(op, _)| op == name), "{name} has no example in transform/examples.rs");
+        assert!(
+            EXAMPLES.iter().any(|(op, _)| op == name),
+            "{name} has no example in transform/examples.rs"
+        );
     }
     for (op, ops) in EXAMPLES {
         let spec = TransformSpec::from_json(&example_spec(ops, 32)).unwrap_or_else(|e| panic!("{op}: {e}"));
@@ -38,7 +44,10 @@ fn json_round_trips_with_defaults_filled_in() {
     .unwrap();
     assert_eq!(spec.size, 176);
     let json = spec.to_json();
-    assert!(json.contains(r#""scale":[0.08,1.0]"#) && json.contains(r#""version":1"#), "{json}");
+    assert!(
+        json.contains(r#""scale":[0.08,1.0]"#) && json.contains(r#""version":1"#),
+        "{json}"
+    );
     assert_eq!(TransformSpec::from_json(&json).unwrap(), spec);
     let out = spec.output();
     assert_eq!(out.dtype.as_deref(), Some("float32"));
@@ -54,13 +63,27 @@ fn json_round_trips_with_defaults_filled_in() {
 #[test]
 fn errors_name_the_op_its_position_and_the_argument() {
     let e = err(r#"{"ops": [{"op": "CenterCrop", "size": 8}, {"op": "Lambda"}]}"#);
-    assert!(e.contains("ops[1]") && e.contains("Lambda") && e.contains("RandomResizedCrop"), "{e}");
+    assert!(
+        e.contains("ops[1]") && e.contains("Lambda") && e.contains("RandomResizedCrop"),
+        "{e}"
+    );
     let e = err(r#"{"ops": [{"op": "RandomRotation", "degrees": 10, "bogus": 1}, {"op": "CenterCrop", "size": 8}]}"#);
-    assert!(e.contains("ops[0]") && e.contains("bogus") && e.contains("RandomRotation"), "{e}");
+    assert!(
+        e.contains("ops[0]") && e.contains("bogus") && e.contains("RandomRotation"),
+        "{e}"
+    );
     let e = err(r#"{"ops": [{"op": "RandomRotation", "degrees": -10}, {"op": "CenterCrop", "size": 8}]}"#);
-    assert!(e.contains("ops[0] (RandomRotation)") && e.contains("degrees -10"), "{e}");
-    let e = err(r#"{"ops": [{"op": "RandomApply", "transforms": [{"op": "GaussianBlur", "kernel_size": 4}]}, {"op": "CenterCrop", "size": 8}]}"#);
-    assert!(e.contains("transforms[0] (GaussianBlur)") && e.contains("kernel_size 4"), "{e}");
+    assert!(
+        e.contains("ops[0] (RandomRotation)") && e.contains("degrees -10"),
+        "{e}"
+    );
+    let e = err(
+        r#"{"ops": [{"op": "RandomApply", "transforms": [{"op": "GaussianBlur", "kernel_size": 4}]}, {"op": "CenterCrop", "size": 8}]}"#,
+    );
+    assert!(
+        e.contains("transforms[0] (GaussianBlur)") && e.contains("kernel_size 4"),
+        "{e}"
+    );
     let e = err(r#"{"ops": [{"op": "ColorJitter", "hue": 0.7}, {"op": "CenterCrop", "size": 8}]}"#);
     assert!(e.contains("hue"), "{e}");
     let e = err(r#"{"version": 2, "ops": [{"op": "CenterCrop", "size": 8}]}"#);
@@ -85,11 +108,15 @@ fn refuses_pipelines_without_a_fixed_square_output() {
         Err(SpecError::NotSquare { .. })
     ));
     assert_eq!(
-        TransformSpec::from_json(r#"{"ops": [{"op": "CenterCrop", "size": 8}, {"op": "RandomRotation", "degrees": 5, "expand": true}]}"#),
+        TransformSpec::from_json(
+            r#"{"ops": [{"op": "CenterCrop", "size": 8}, {"op": "RandomRotation", "degrees": 5, "expand": true}]}"#
+        ),
         Err(SpecError::NotFixed)
     );
     assert_eq!(
-        TransformSpec::from_json(r#"{"ops": [{"op": "CenterCrop", "size": 8}, {"op": "RandomApply", "transforms": [{"op": "Pad", "padding": 2}]}]}"#),
+        TransformSpec::from_json(
+            r#"{"ops": [{"op": "CenterCrop", "size": 8}, {"op": "RandomApply", "transforms": [{"op": "Pad", "padding": 2}]}]}"#
+        ),
         Err(SpecError::NotFixed)
     );
     assert_eq!(TransformSpec::from_json(r#"{"ops": []}"#), Err(SpecError::Empty));
@@ -102,8 +129,12 @@ fn output_ops_come_last_in_an_order_torchvision_accepts() {
     let e = err(r#"{"ops": [{"op": "CenterCrop", "size": 8}, {"op": "ToDtype", "dtype": "float32"}]}"#);
     assert!(e.contains("scale=True"), "{e}");
     let e = err(r#"{"ops": [{"op": "ToTensor"}, {"op": "CenterCrop", "size": 8}]}"#);
-    assert!(e.contains("ops[1] (CenterCrop)") && e.contains("after the output conversion"), "{e}");
-    let e = err(r#"{"ops": [{"op": "CenterCrop", "size": 8}, {"op": "RandomApply", "transforms": [{"op": "ToTensor"}]}]}"#);
+    assert!(
+        e.contains("ops[1] (CenterCrop)") && e.contains("after the output conversion"),
+        "{e}"
+    );
+    let e =
+        err(r#"{"ops": [{"op": "CenterCrop", "size": 8}, {"op": "RandomApply", "transforms": [{"op": "ToTensor"}]}]}"#);
     assert!(e.contains("must come last"), "{e}");
     let e = err(r#"{"ops": [{"op": "CenterCrop", "size": 8}, {"op": "Grayscale"}]}"#);
     assert!(e.contains("num_output_channels=1"), "{e}");
@@ -118,7 +149,11 @@ fn erasing_after_normalize_fills_the_mean_colour() {
     )
     .unwrap();
     let steps = crate::resolve_steps(&spec, &crate::SampleRng::for_sample(0, 0, "s", 3), 64, 64).unwrap();
-    let Some(crate::Step::Erase { fill: crate::EraseFill::Color(rgb), .. }) = steps.last() else {
+    let Some(crate::Step::Erase {
+        fill: crate::EraseFill::Color(rgb),
+        ..
+    }) = steps.last()
+    else {
         panic!("{steps:?}");
     };
     assert_eq!(*rgb, [124, 116, 104]);

@@ -339,7 +339,10 @@ impl Gpu {
                         .enhance_u8_hwc(&self.stream, &mut img.buf, dims, what.index(), factor)?;
                     img
                 }
-                Step::Blur { kernel: (kx, ky), sigma } if kx == ky => {
+                Step::Blur {
+                    kernel: (kx, ky),
+                    sigma,
+                } if kx == ky => {
                     let mut out = self.new_image(img.width, img.height)?;
                     let weights = crate::augment::gaussian_kernel(kx, sigma);
                     self.kernels
@@ -507,7 +510,9 @@ mod tests {
         assert!(inside.is_some_and(|c| c.pad && c.flip));
         let rotated = [outside[0].clone(), Step::Equalize];
         assert_eq!(GpuCrop::from_steps(&rotated, 500, 375, 224), None);
-        let Step::CropResize { crop, .. } = outside[0] else { unreachable!() };
+        let Step::CropResize { crop, .. } = outside[0] else {
+            unreachable!()
+        };
         let bicubic = [Step::CropResize {
             crop,
             out_w: 224,

@@ -10,11 +10,11 @@ use tracing::debug;
 use super::{Processed, SkipKind, Skipped};
 use crate::augment::Augmenter;
 use crate::decode::{RgbImage, check_jpeg, decode, sniff};
-use stoker_image::ImageError;
 use crate::libjpeg;
 use crate::metrics::{Stage, WorkerMetrics};
 use crate::pool::catch_panic;
 use crate::wds::{ImageKind, RawSample};
+use stoker_image::ImageError;
 
 thread_local! {
     static AUGMENTER: std::cell::RefCell<Augmenter> = std::cell::RefCell::new(Augmenter::new());

@@ -272,9 +272,7 @@ def _interpolation(name, v):
         return _PIL_CODES[int(v)]
     if isinstance(v, str) and v.lower() in INTERPOLATIONS:
         return v.lower()
-    raise _ArgError(
-        f"{name} must be an InterpolationMode, one of {', '.join(INTERPOLATIONS)} or a PIL code, got {v!r}"
-    )
+    raise _ArgError(f"{name} must be an InterpolationMode, one of {', '.join(INTERPOLATIONS)} or a PIL code, got {v!r}")
 
 
 def _timm_interpolation(name, v):
@@ -371,8 +369,7 @@ _OPS = {
         [("transforms", "transforms", _REQUIRED), ("p", _p, 0.5)],
     ),
     "RandomChoice": (
-        "One of its transforms, picked with weights p (equal when None). Of "
-        "MixUp / CutMix, a batch transform.",
+        "One of its transforms, picked with weights p (equal when None). Of MixUp / CutMix, a batch transform.",
         [("transforms", "transforms", _REQUIRED), ("p", _weights, None)],
     ),
     "RandomOrder": ("Its transforms, in a random order.", [("transforms", "transforms", _REQUIRED)]),
@@ -635,13 +632,19 @@ class _RandomChoice(Transform):
     def __new__(cls, *args, **kwargs):
         # A choice of MixUp / CutMix is a batch transform.
         transforms = args[0] if args else kwargs.get("transforms")
-        if hasattr(transforms, "__len__") and hasattr(transforms, "__getitem__") and not isinstance(transforms, (str, dict)):
+        if (
+            hasattr(transforms, "__len__")
+            and hasattr(transforms, "__getitem__")
+            and not isinstance(transforms, (str, dict))
+        ):
             transforms = list(transforms)
             batch = [_is_batch(t) for t in transforms]
             if transforms and all(batch):
                 return BatchRandomChoice(transforms, *args[1:], **kwargs)
             if any(batch):
-                raise ValueError("RandomChoice: transforms mixes batch transforms (MixUp, CutMix) with image transforms")
+                raise ValueError(
+                    "RandomChoice: transforms mixes batch transforms (MixUp, CutMix) with image transforms"
+                )
         return super().__new__(cls)
 
 
@@ -658,7 +661,7 @@ def _make_class(name, summary, args):
         for arg, _, default in args
     ]
     listing = ", ".join(p.name if p.default is _REQUIRED else f"{p.name}={p.default!r}" for p in params)
-    doc = f"{summary}\n\ntorchvision's ``{name}({listing})``; JSON ``{{\"op\": \"{name}\", ...}}``."
+    doc = f'{summary}\n\ntorchvision\'s ``{name}({listing})``; JSON ``{{"op": "{name}", ...}}``.'
     cls = type(
         name,
         (_BASES.get(name, Transform),),
@@ -707,7 +710,7 @@ def _from_dict(d, path):
         raise ValueError(f"{path}: an op must be a JSON object, got {d!r}")
     name = d.get("op")
     if not isinstance(name, str):
-        raise ValueError(f"{path}: missing \"op\" (the transform's name)")
+        raise ValueError(f'{path}: missing "op" (the transform\'s name)')
     if name not in _OPS:
         raise ValueError(f"{path}: unknown op {name!r}; supported: {', '.join(OP_NAMES)}")
     known = {arg for arg, _, _ in _OPS[name][1]}
@@ -719,9 +722,7 @@ def _from_dict(d, path):
     values = {k: v for k, v in d.items() if k != "op"}
     if "transforms" in values and isinstance(values["transforms"], list):
         # Children are JSON objects too.
-        values["transforms"] = [
-            _from_dict(c, f"{path}.transforms[{i}]") for i, c in enumerate(values["transforms"])
-        ]
+        values["transforms"] = [_from_dict(c, f"{path}.transforms[{i}]") for i, c in enumerate(values["transforms"])]
     return _construct(name, values, path)
 
 
@@ -754,7 +755,7 @@ def from_json(text):
 
 
 def _tv_module(module):
-    """"v1", "v2" or None for a module's name."""
+    """ "v1", "v2" or None for a module's name."""
     module = module or ""
     if module.startswith("torchvision.transforms.v2."):
         return "v2"
@@ -764,7 +765,7 @@ def _tv_module(module):
 
 
 def _tv_version(obj):
-    """"v1", "v2" or None: by the class's module, not by importing torchvision."""
+    """ "v1", "v2" or None: by the class's module, not by importing torchvision."""
     return _tv_module(type(obj).__module__)
 
 
@@ -909,7 +910,13 @@ def _from_timm(obj, path):
     first = ops[0]
     for o in ops[1:]:
         same = (o.prob, o.magnitude, o.magnitude_std, o.magnitude_max, o.kwargs.get("fillcolor"))
-        if same != (first.prob, first.magnitude, first.magnitude_std, first.magnitude_max, first.kwargs.get("fillcolor")):
+        if same != (
+            first.prob,
+            first.magnitude,
+            first.magnitude_std,
+            first.magnitude_max,
+            first.kwargs.get("fillcolor"),
+        ):
             raise _unsupported(obj, path, "its ops have different settings")
     config = [f"rand-m{_num_str(first.magnitude)}", f"n{int(obj.num_layers)}", f"p{_num_str(first.prob)}"]
     mstd = float(first.magnitude_std or 0)
@@ -981,9 +988,7 @@ class BatchTransform:
         if images.ndim != 4:
             raise ValueError(f"{self._name()}: expected a batch [B, C, H, W], got shape {tuple(images.shape)}")
         if labels.shape[0] != images.shape[0]:
-            raise ValueError(
-                f"{self._name()}: the batch has {images.shape[0]} images but {labels.shape[0]} labels"
-            )
+            raise ValueError(f"{self._name()}: the batch has {images.shape[0]} images but {labels.shape[0]} labels")
         params = self._draw(rng, int(images.shape[-2]), int(images.shape[-1]))
         return params["by"]._apply(images, labels, params)
 

@@ -54,7 +54,13 @@ impl RandomAffine {
 /// torchvision's `_get_inverse_affine_matrix`: the matrix PIL's
 /// `Image.transform` takes for a rotation by `angle` degrees, a
 /// translation, a scale and a shear (degrees) about `center`.
-pub(crate) fn inverse_affine_matrix(center: [f64; 2], angle: f64, translate: [f64; 2], scale: f64, shear: [f64; 2]) -> [f64; 6] {
+pub(crate) fn inverse_affine_matrix(
+    center: [f64; 2],
+    angle: f64,
+    translate: [f64; 2],
+    scale: f64,
+    shear: [f64; 2],
+) -> [f64; 6] {
     let rot = angle.to_radians();
     let (sx, sy) = (shear[0].to_radians(), shear[1].to_radians());
     let [cx, cy] = center;

@@ -19,7 +19,8 @@ fn validate_children(ops: &[Op]) -> Result<(), String> {
                 op.name()
             ));
         }
-        op.validate().map_err(|e| format!("transforms[{i}] ({}): {e}", op.name()))?;
+        op.validate()
+            .map_err(|e| format!("transforms[{i}] ({}): {e}", op.name()))?;
     }
     Ok(())
 }

@@ -3,10 +3,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::OpImpl;
+use crate::Rect;
 use crate::params::{Bounds, Cx, RESIZE_BYTES_PER_LINE, ResolveError, Step, round_half_even};
 use crate::rng::SampleRng;
 use crate::transform::args::{CropSize, Fill, Interpolation, Padding, PaddingMode, check_range, default_true};
-use crate::Rect;
 
 /// A random box of `scale` of the area and `ratio` aspect, resized to
 /// `size` (torchvision's `RandomResizedCrop`; PIL always antialiases, so
@@ -263,8 +263,16 @@ impl OpImpl for RandomCrop {
                 "required crop size {ch}x{cw} is larger than the (padded) image {ph}x{pw}; set pad_if_needed"
             )));
         }
-        let top = if ph > ch { cx.rng.int_inclusive(0, i64::from(ph - ch)) } else { 0 };
-        let left = if pw > cw { cx.rng.int_inclusive(0, i64::from(pw - cw)) } else { 0 };
+        let top = if ph > ch {
+            cx.rng.int_inclusive(0, i64::from(ph - ch))
+        } else {
+            0
+        };
+        let left = if pw > cw {
+            cx.rng.int_inclusive(0, i64::from(pw - cw))
+        } else {
+            0
+        };
         let fill = self.fill.rgb();
         let plain_zeros = self.padding_mode == PaddingMode::Constant && fill == [0; 3];
         if [l, t, r, b] != [0; 4] && !plain_zeros {

@@ -134,8 +134,26 @@ pub(crate) fn apply(cx: &mut Cx<'_>, op: Aug, magnitude: f64, interpolation: Int
             interpolation,
             fill,
         ),
-        Aug::TranslateX => push_affine(cx, 0.0, [magnitude.trunc(), 0.0], 1.0, [0.0, 0.0], None, interpolation, fill),
-        Aug::TranslateY => push_affine(cx, 0.0, [0.0, magnitude.trunc()], 1.0, [0.0, 0.0], None, interpolation, fill),
+        Aug::TranslateX => push_affine(
+            cx,
+            0.0,
+            [magnitude.trunc(), 0.0],
+            1.0,
+            [0.0, 0.0],
+            None,
+            interpolation,
+            fill,
+        ),
+        Aug::TranslateY => push_affine(
+            cx,
+            0.0,
+            [0.0, magnitude.trunc()],
+            1.0,
+            [0.0, 0.0],
+            None,
+            interpolation,
+            fill,
+        ),
         Aug::Rotate => push_rotation(cx, magnitude, interpolation, false, None, fill),
         Aug::Brightness => cx.push(enhance(Enhance::Brightness)),
         Aug::Color => cx.push(enhance(Enhance::Saturation)),
@@ -393,6 +411,9 @@ mod tests {
         assert_eq!(posterize_bits(31, 4.0, 9), 7.0);
         assert_eq!(posterize_bits(31, 6.0, 30), 2.0);
         // AutoAugment: 10 bins, solarize from 1 to 0.
-        assert_eq!(Space::Standard.magnitude(Aug::Solarize, 10, 9, 1, 1), Some((0.0, false)));
+        assert_eq!(
+            Space::Standard.magnitude(Aug::Solarize, 10, 9, 1, 1),
+            Some((0.0, false))
+        );
     }
 }

@@ -71,7 +71,11 @@ impl Resize {
             (new_short, new_long) = (m.saturating_mul(new_short) / new_long, m);
         }
         let (new_short, new_long) = (new_short.max(1), new_long.max(1));
-        if w <= h { (new_short, new_long) } else { (new_long, new_short) }
+        if w <= h {
+            (new_short, new_long)
+        } else {
+            (new_long, new_short)
+        }
     }
 }
 

@@ -57,7 +57,13 @@ fn round15(x: f64) -> f64 {
 /// PIL's `Image.rotate(angle, expand=expand, center=center)` as an affine
 /// `Image.transform`: the matrix and the output size, for a `w` x `h`
 /// image. `None` for a rotation PIL returns as a copy (0 degrees).
-pub(crate) fn pil_rotate(angle: f64, w: u32, h: u32, expand: bool, center: Option<[f64; 2]>) -> Option<([f64; 6], u32, u32)> {
+pub(crate) fn pil_rotate(
+    angle: f64,
+    w: u32,
+    h: u32,
+    expand: bool,
+    center: Option<[f64; 2]>,
+) -> Option<([f64; 6], u32, u32)> {
     let angle = angle.rem_euclid(360.0);
     if center.is_none() && angle == 0.0 {
         return None;
@@ -65,7 +71,14 @@ pub(crate) fn pil_rotate(angle: f64, w: u32, h: u32, expand: bool, center: Optio
     let (fw, fh) = (f64::from(w), f64::from(h));
     let [cx, cy] = center.unwrap_or([fw / 2.0, fh / 2.0]);
     let a = -angle.to_radians();
-    let mut m = [round15(a.cos()), round15(a.sin()), 0.0, round15(-a.sin()), round15(a.cos()), 0.0];
+    let mut m = [
+        round15(a.cos()),
+        round15(a.sin()),
+        0.0,
+        round15(-a.sin()),
+        round15(a.cos()),
+        0.0,
+    ];
     let apply = |m: &[f64; 6], x: f64, y: f64| (m[0] * x + m[1] * y + m[2], m[3] * x + m[4] * y + m[5]);
     (m[2], m[5]) = apply(&m, -cx, -cy);
     m[2] += cx;
@@ -124,7 +137,14 @@ impl OpImpl for RandomRotation {
     fn resolve(&self, cx: &mut Cx<'_>) -> Result<(), ResolveError> {
         let (lo, hi) = self.degrees.symmetric();
         let angle = cx.rng.uniform(lo, hi);
-        push_rotation(cx, angle, self.interpolation, self.expand, self.center, fill_rgb(&self.fill));
+        push_rotation(
+            cx,
+            angle,
+            self.interpolation,
+            self.expand,
+            self.center,
+            fill_rgb(&self.fill),
+        );
         Ok(())
     }
 }

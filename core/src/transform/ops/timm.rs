@@ -82,7 +82,11 @@ fn parse(config: &str) -> Result<Config, String> {
             "mmax" => c.magnitude_max = Some(num("magnitude max")?.trunc()),
             "inc" => c.increasing = num("inc")? != 0.0,
             "p" => c.prob = num("probability")?,
-            _ => return Err(format!("config section {part:?} is not one of m, n, mstd, mmax, inc, p")),
+            _ => {
+                return Err(format!(
+                    "config section {part:?} is not one of m, n, mstd, mmax, inc, p"
+                ));
+            }
         }
     }
     if c.num_layers > 32 {
@@ -274,9 +278,15 @@ mod tests {
     #[test]
     fn parses_timm_configs() {
         let c = parse("rand-m9-mstd0.5-inc1").unwrap();
-        assert_eq!((c.magnitude, c.num_layers, c.magnitude_std, c.increasing), (9.0, 2, 0.5, true));
+        assert_eq!(
+            (c.magnitude, c.num_layers, c.magnitude_std, c.increasing),
+            (9.0, 2, 0.5, true)
+        );
         let c = parse("rand-m7-n3-mmax12-p0.8").unwrap();
-        assert_eq!((c.magnitude, c.num_layers, c.magnitude_max, c.prob), (7.0, 3, Some(12.0), 0.8));
+        assert_eq!(
+            (c.magnitude, c.num_layers, c.magnitude_max, c.prob),
+            (7.0, 3, Some(12.0), 0.8)
+        );
         assert!(parse("rand-tweights").unwrap_err().contains("transform subset"));
         assert!(parse("augmix-m5").is_err());
         assert!(parse("rand-q3").unwrap_err().contains("not one of"));

@@ -228,7 +228,12 @@ mod tests {
     #[test]
     fn identity_factors_and_grey() {
         let img = ramp(5, 5);
-        for what in [Enhance::Brightness, Enhance::Contrast, Enhance::Saturation, Enhance::Sharpness] {
+        for what in [
+            Enhance::Brightness,
+            Enhance::Contrast,
+            Enhance::Saturation,
+            Enhance::Sharpness,
+        ] {
             assert_eq!(enhance(img.clone(), what, 1.0), img, "{what:?}");
         }
         let grey = enhance(img, Enhance::Saturation, 0.0);

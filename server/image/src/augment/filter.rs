@@ -88,7 +88,8 @@ pub(super) fn smooth(img: &RgbImage) -> RgbImage {
     for y in 1..h - 1 {
         for x in 1..w - 1 {
             for c in 0..3 {
-                let row = |yy: usize, kk: &[f32]| at(yy, x - 1, c) * kk[0] + at(yy, x, c) * kk[1] + at(yy, x + 1, c) * kk[2];
+                let row =
+                    |yy: usize, kk: &[f32]| at(yy, x - 1, c) * kk[0] + at(yy, x, c) * kk[1] + at(yy, x + 1, c) * kk[2];
                 let mut ss = 0.5f32;
                 ss += row(y + 1, &k[0..3]);
                 ss += row(y, &k[3..6]);
@@ -124,7 +125,10 @@ mod tests {
     #[test]
     fn smooth_keeps_flat_images_and_borders() {
         let mut img = RgbImage::new(5, 4);
-        img.pixels.iter_mut().enumerate().for_each(|(i, v)| *v = (i * 7 % 251) as u8);
+        img.pixels
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, v)| *v = (i * 7 % 251) as u8);
         let s = smooth(&img);
         assert_eq!(&s.pixels[..15], &img.pixels[..15], "first row copied");
         let mut flat = RgbImage::new(6, 6);

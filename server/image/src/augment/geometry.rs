@@ -342,7 +342,15 @@ fn bicubic(img: &RgbImage, xin: f64, yin: f64, out: &mut [u8]) -> bool {
     let xs = [clip_x(x), clip_x(x + 1), clip_x(x + 2), clip_x(x + 3)];
     let at = |yy: i64, xx: i64, c: usize| f64::from(img.pixels[(yy * iw + xx) as usize * 3 + c]);
     for (c, o) in out.iter_mut().enumerate() {
-        let row = |yy: i64| cubic(at(yy, xs[0], c), at(yy, xs[1], c), at(yy, xs[2], c), at(yy, xs[3], c), dx);
+        let row = |yy: i64| {
+            cubic(
+                at(yy, xs[0], c),
+                at(yy, xs[1], c),
+                at(yy, xs[2], c),
+                at(yy, xs[3], c),
+                dx,
+            )
+        };
         let v1 = row(y.clamp(0, ih - 1));
         let v2 = if (0..ih).contains(&(y + 1)) { row(y + 1) } else { v1 };
         let v3 = if (0..ih).contains(&(y + 2)) { row(y + 2) } else { v2 };

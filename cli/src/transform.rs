@@ -1,0 +1,104 @@
+//! `--transform` and `--image-size`, shared by every command that runs a
+//! transform, and `stoker augment`: one image through a spec, from the
+//! shell.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use stoker_core::{SampleRng, TransformSpec};
+use stoker_server::decode::{ImageKind, RgbImage, sniff};
+
+/// What the worker does to each image.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TransformArgs {
+    /// `train` (RandomResizedCrop + flip), `eval` (resize + center crop),
+    /// a JSON spec (`{"ops": [{"op": "RandomResizedCrop", "size": 224},
+    /// ...]}`, torchvision's op and argument names; Python's
+    /// `stoker.transforms` writes it with `.to_json()`), or a file holding
+    /// one (`FILE.json`).
+    #[arg(long, default_value = "train")]
+    pub transform: String,
+    /// Output images are SIZE x SIZE (presets; 224 when not given). With a
+    /// JSON spec the size is where its ops end, and this must match it.
+    #[arg(long)]
+    pub image_size: Option<u32>,
+}
+
+impl TransformArgs {
+    /// The validated spec.
+    pub fn spec(&self) -> anyhow::Result<TransformSpec> {
+        let arg = self.transform.trim();
+        let text = if !arg.starts_with('{') && (arg.ends_with(".json") || std::path::Path::new(arg).is_file()) {
+            std::fs::read_to_string(arg).with_context(|| format!("cannot read the transform spec {arg}"))?
+        } else {
+            arg.to_owned()
+        };
+        TransformSpec::parse(&text, self.image_size).with_context(|| {
+            if text.trim_start().starts_with('{') {
+                "invalid --transform spec".to_owned()
+            } else {
+                format!("invalid --transform {arg:?} or --image-size")
+            }
+        })
+    }
+
+    /// How to name the transform in a report: the preset, or the ops.
+    pub fn describe(spec: &TransformSpec) -> String {
+        spec.to_string()
+    }
+}
+
+/// `stoker augment`: decode one image and run a transform spec on it, as a
+/// worker would for the sample at (seed, epoch, shard, position), writing
+/// the result as PNG.
+#[derive(Debug, clap::Args)]
+pub struct AugmentArgs {
+    #[command(flatten)]
+    pub transform: TransformArgs,
+    /// A JPEG or PNG image.
+    #[arg(long)]
+    pub input: PathBuf,
+    /// Where to write the result (PNG, RGB, 8 bits).
+    #[arg(long)]
+    pub output: PathBuf,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[arg(long, default_value_t = 0)]
+    pub epoch: u64,
+    /// The shard name the sample's randomness is drawn for.
+    #[arg(long, default_value = "augment")]
+    pub shard: String,
+    /// The sample's position in its shard.
+    #[arg(long, default_value_t = 0)]
+    pub position: u64,
+    #[arg(long, default_value_t = 100_000_000)]
+    pub max_image_pixels: u64,
+}
+
+pub fn run_augment(args: AugmentArgs) -> anyhow::Result<()> {
+    let spec = args.transform.spec()?;
+    let data = std::fs::read(&args.input).with_context(|| format!("cannot read {}", args.input.display()))?;
+    let kind = sniff(&data).unwrap_or(ImageKind::Jpeg);
+    let rng = SampleRng::for_sample(args.seed, args.epoch, &args.shard, args.position);
+    let mut augmenter = stoker_server::augment::Augmenter::new();
+    let out = stoker_image::decode_and_transform(&mut augmenter, kind, &data, &spec, &rng, args.max_image_pixels)
+        .with_context(|| format!("cannot transform {}", args.input.display()))?;
+    write_png(&out, &args.output)
+}
+
+fn write_png(img: &RgbImage, path: &std::path::Path) -> anyhow::Result<()> {
+    use zune_core::bit_depth::BitDepth;
+    use zune_core::colorspace::ColorSpace;
+    use zune_core::options::EncoderOptions;
+    let options = EncoderOptions::new(
+        img.width as usize,
+        img.height as usize,
+        ColorSpace::RGB,
+        BitDepth::Eight,
+    );
+    let mut png = Vec::new();
+    zune_png::PngEncoder::new(&img.pixels, options)
+        .encode(&mut png)
+        .map_err(|e| anyhow::anyhow!("cannot encode {}: {e:?}", path.display()))?;
+    std::fs::write(path, png).with_context(|| format!("cannot write {}", path.display()))
+}
