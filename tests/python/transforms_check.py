@@ -330,7 +330,7 @@ def check_json(stoker, T):
         ([T.CenterCrop([24, 32])], ["square"]),
     ]
     for ops_, needles in cases:
-        raises(lambda: check(T.Compose(ops_).to_json()), *needles)
+        raises(lambda ops_=ops_: check(T.Compose(ops_).to_json()), *needles)
     raises(
         lambda: check(json.dumps({"version": 1, "ops": [{"op": "CenterCrop", "size": 8, "bogus": 1}]})),
         "ops[0]",
@@ -508,14 +508,29 @@ def check_loader(stoker, T, workers, dataset, expected_path):
     )
 
 
+class Fixed:
+    """A generator whose draws are given: beta() is `lam`, integers() the next of `ints`."""
+
+    def __init__(self, lam, ints):
+        self.lam, self.ints = lam, iter(ints)
+
+    def beta(self, a, b):
+        return self.lam
+
+    def integers(self, n):
+        value = next(self.ints)
+        assert 0 <= value < n, (value, n)
+        return value
+
+
 def check_torchvision(stoker, T, required_):
     try:
         import torch
         import torchvision
         from torchvision import transforms as v1
         from torchvision import tv_tensors
-        from torchvision.transforms import v2
         from torchvision.transforms import InterpolationMode as IM
+        from torchvision.transforms import v2
     except ImportError as e:
         if required_:
             raise AssertionError(f"--torchvision given but torchvision does not import: {e}") from None
@@ -711,14 +726,14 @@ def check_torchvision(stoker, T, required_):
     supported = "supported: Compose, RandomApply"
     for tv in (v1, v2):
         raises(
-            lambda: conv(
+            lambda tv=tv: conv(
                 tv.Compose([tv.RandomResizedCrop(8), tv.RandomHorizontalFlip(), tv.ToTensor(), tv.Lambda(lambda x: x)])
             ),
             "transforms[3] (Lambda)",
             supported,
         )
         raises(
-            lambda: conv(tv.Compose([tv.CenterCrop(8), tv.RandomApply([tv.ColorJitter(0.1), Mine()])])),
+            lambda tv=tv: conv(tv.Compose([tv.CenterCrop(8), tv.RandomApply([tv.ColorJitter(0.1), Mine()])])),
             "transforms[1].transforms[1] (Mine)",
             supported,
         )
@@ -771,14 +786,7 @@ def check_torchvision(stoker, T, required_):
             int(torch.clamp(torch.tensor([ry]) + int(r * h), max=h)),
         )
 
-        class Fixed:
-            def beta(self, a, b):
-                return lam
-
-            def integers(self, n, _vals=iter([rx, ry])):
-                return next(_vals)
-
-        assert T.CutMix(num_classes=2)._draw(Fixed(), h, w)["box"] == tv_box
+        assert T.CutMix(num_classes=2)._draw(Fixed(lam, [rx, ry]), h, w)["box"] == tv_box
     # channels_last batches stay channels_last.
     cl = images.contiguous(memory_format=torch.channels_last)
     out, _ = T.MixUp(num_classes=10)(cl, labels, rng=np.random.default_rng(0))
