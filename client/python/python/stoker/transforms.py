@@ -553,7 +553,7 @@ class Transform:
             value = values[name]
             try:
                 if kind == "transforms":
-                    value = _children(value, path, self.op)
+                    value = _children(value, path)
                 else:
                     value = kind(name, value)
             except _ArgError as e:
@@ -595,7 +595,7 @@ class Transform:
         return f"{self.op}({', '.join(parts)})"
 
 
-def _children(value, path, op):
+def _children(value, path):
     """A container's transforms: stoker ops, op dicts or torchvision objects."""
     value = list(value) if not isinstance(value, (str, bytes, dict)) and hasattr(value, "__iter__") else value
     if not isinstance(value, list) or not value:
@@ -713,11 +713,11 @@ def _from_dict(d, path):
         raise ValueError(f'{path}: missing "op" (the transform\'s name)')
     if name not in _OPS:
         raise ValueError(f"{path}: unknown op {name!r}; supported: {', '.join(OP_NAMES)}")
-    known = {arg for arg, _, _ in _OPS[name][1]}
+    known = [arg for arg, _, _ in _OPS[name][1]]
     for key in d:
         if key != "op" and key not in known:
             raise ValueError(
-                f"{_where(path, name)}: unknown argument {key!r}; {name} takes {', '.join(sorted(known)) or 'none'}"
+                f"{_where(path, name)}: unknown argument {key!r}; {name} takes {', '.join(known) or 'none'}"
             )
     values = {k: v for k, v in d.items() if k != "op"}
     if "transforms" in values and isinstance(values["transforms"], list):
@@ -755,7 +755,7 @@ def from_json(text):
 
 
 def _tv_module(module):
-    """ "v1", "v2" or None for a module's name."""
+    """Which torchvision API a module is part of: "v1", "v2" or None."""
     module = module or ""
     if module.startswith("torchvision.transforms.v2."):
         return "v2"
@@ -765,7 +765,8 @@ def _tv_module(module):
 
 
 def _tv_version(obj):
-    """ "v1", "v2" or None: by the class's module, not by importing torchvision."""
+    """Which torchvision API made `obj` ("v1", "v2" or None), by its class's
+    module: torchvision is never imported."""
     return _tv_module(type(obj).__module__)
 
 
