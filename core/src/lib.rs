@@ -35,12 +35,11 @@ pub use error::error_chain;
 pub use format::{FormatChoice, RecordFields, ShardFormat};
 pub use mode::ItemMode;
 pub use params::{
-    Enhance, EraseFill, Rect, ResolveError, Stage, Step, TooLarge, erase_noise, footprint, resolve_steps,
+    Enhance, EraseFill, Interpolation, PaddingMode, Rect, ResolveError, Stage, Step, TooLarge, Warp, erase_noise,
 };
 pub use plan::{EpochPlan, PlanItem, ShardRef, indexed_samples};
 pub use positions::PositionSet;
 pub use rng::{ItemSeed, SampleRng};
 pub use secret::Secret;
-pub use transform::args::{Interpolation, PaddingMode, Warp};
-pub use transform::{Op, OutputConversion, SPEC_VERSION, SpecError, TransformSpec};
+pub use transform::{Op, OutputConversion, SPEC_VERSION, SpecError, TransformSpec, footprint, resolve_steps};
 pub use uri::DatasetUri;

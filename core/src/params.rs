@@ -6,9 +6,9 @@
 //! The ops themselves live in `transform::ops`, one module each; this
 //! module holds what they resolve to and the walk that bounds their memory.
 
+use serde::{Deserialize, Serialize};
+
 use crate::rng::SampleRng;
-use crate::transform::args::{Interpolation, PaddingMode, Warp};
-use crate::transform::{Op, TransformSpec};
 
 /// A box of `width` x `height` pixels whose top-left corner is at
 /// (`left`, `top`) of an image. It may reach past the image's edges.
@@ -50,6 +50,77 @@ impl Rect {
     pub fn inside(&self, img_w: u32, img_h: u32) -> bool {
         self.left >= 0 && self.top >= 0 && self.right() <= i64::from(img_w) && self.bottom() <= i64::from(img_h)
     }
+}
+
+/// How a pad fills the border (torchvision's `padding_mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PaddingMode {
+    /// The fill colour.
+    #[default]
+    Constant,
+    /// The edge pixel repeated.
+    Edge,
+    /// Mirrored without repeating the edge: `2 1 | 0 1 2`.
+    Reflect,
+    /// Mirrored with the edge: `1 0 | 0 1 2`.
+    Symmetric,
+}
+
+/// torchvision's `InterpolationMode`, by its value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Interpolation {
+    Nearest,
+    NearestExact,
+    Bilinear,
+    Bicubic,
+    Box,
+    Hamming,
+    Lanczos,
+}
+
+impl Interpolation {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Nearest => "nearest",
+            Self::NearestExact => "nearest-exact",
+            Self::Bilinear => "bilinear",
+            Self::Bicubic => "bicubic",
+            Self::Box => "box",
+            Self::Hamming => "hamming",
+            Self::Lanczos => "lanczos",
+        }
+    }
+
+    /// The filters PIL's `Image.transform` takes (rotation, affine).
+    pub fn check_warp(self) -> Result<(), String> {
+        match self {
+            Self::Nearest | Self::NearestExact | Self::Bilinear | Self::Bicubic => Ok(()),
+            other => Err(format!(
+                "interpolation {:?} is not one of nearest, bilinear, bicubic (what PIL rotates and warps with)",
+                other.name()
+            )),
+        }
+    }
+
+    /// The resampling of a warp: nearest-exact warps as nearest (PIL has one
+    /// nearest filter).
+    pub fn warp(self) -> Warp {
+        match self {
+            Self::Bilinear => Warp::Bilinear,
+            Self::Bicubic => Warp::Bicubic,
+            _ => Warp::Nearest,
+        }
+    }
+}
+
+/// The resampling filter of an affine warp (PIL's `Image.transform`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Warp {
+    Nearest,
+    Bilinear,
+    Bicubic,
 }
 
 /// A colour enhancement of PIL's `ImageEnhance`, as torchvision applies it
@@ -314,6 +385,29 @@ pub struct Walk {
 }
 
 impl Walk {
+    /// A walk from a decoded `width` x `height` image.
+    pub fn new(width: u32, height: u32, max_pixels: u64) -> Self {
+        Self {
+            index: 0,
+            peak: u64::from(width) * u64::from(height) * 3,
+            max_pixels,
+            too_large: None,
+        }
+    }
+
+    /// The top-level op being walked, for [`TooLarge::index`].
+    pub fn at(&mut self, index: usize) {
+        self.index = index;
+    }
+
+    /// The peak, or the first step over the limit.
+    pub fn finish(self) -> Result<u64, TooLarge> {
+        match self.too_large {
+            Some(e) => Err(e),
+            None => Ok(self.peak),
+        }
+    }
+
     /// One op ran from sizes `inp` to `out`, holding `scratch` bytes more.
     pub fn step(&mut self, op: &'static str, inp: Bounds, out: Bounds, scratch: u64) {
         let pixels = out.pixels();
@@ -331,34 +425,6 @@ impl Walk {
         self.peak = self
             .peak
             .max(bytes(&inp).saturating_add(bytes(&out)).saturating_add(scratch));
-    }
-}
-
-/// The most memory, in bytes, that running `spec` on a decoded `width` x
-/// `height` RGB image holds at once (the decoded image included), or the
-/// stage that would make an image over `max_pixels`.
-///
-/// It depends on the sizes alone, never on a random draw: each op bounds
-/// the sizes it can output for the sizes it can get (a crop's box lies in
-/// its input; a rotation with `expand` stays within the diagonal; a
-/// `RandomApply` may or may not run). So the worker can refuse a sample, or
-/// reserve its memory, from the image header, before anything is decoded.
-/// A step holds its input, its output and the op's scratch.
-pub fn footprint(spec: &TransformSpec, width: u32, height: u32, max_pixels: u64) -> Result<u64, TooLarge> {
-    let mut b = Bounds::exact(u64::from(width), u64::from(height));
-    let mut walk = Walk {
-        index: 0,
-        peak: b.pixels() * 3,
-        max_pixels,
-        too_large: None,
-    };
-    for (index, op) in spec.ops.iter().enumerate() {
-        walk.index = index;
-        b = op.walk(b, &mut walk);
-    }
-    match walk.too_large {
-        Some(e) => Err(e),
-        None => Ok(walk.peak),
     }
 }
 
@@ -419,17 +485,6 @@ pub struct Cx<'a> {
 }
 
 impl Cx<'_> {
-    /// Resolves `op`, the `index`th child of a container whose generator
-    /// was `base` when it started, with a generator of its own.
-    pub fn child(&mut self, base: &SampleRng, index: usize, op: &Op) -> Result<(), ResolveError> {
-        let parent = self.op;
-        let saved = std::mem::replace(&mut self.rng, base.fork(index as u64));
-        let result = op.resolve(self);
-        self.rng = saved;
-        self.op = parent;
-        result
-    }
-
     /// Appends a step, updating the size.
     pub fn push(&mut self, step: Step) {
         (self.w, self.h) = step.output_size(self.w, self.h);
@@ -444,40 +499,11 @@ impl Cx<'_> {
     }
 }
 
-/// Resolves `spec` for one sample whose decoded image is `width` x `height`,
-/// drawing from the sample's generator `base` ([`crate::rng::ItemSeed::sample`]):
-/// the `i`th op draws from `base.fork(i)`, a container's `j`th child from its
-/// container's generator forked by `j`. So a sample's augmentation is a
-/// function of (seed, epoch, shard, position, op position), and adding an
-/// op to the registry changes no existing pipeline.
-///
-/// The spec must have passed [`TransformSpec::validate`].
-pub fn resolve_steps(
-    spec: &TransformSpec,
-    base: &SampleRng,
-    width: u32,
-    height: u32,
-) -> Result<Vec<Step>, ResolveError> {
-    let mut steps = Vec::with_capacity(spec.ops.len());
-    let mut cx = Cx {
-        rng: base.clone(),
-        w: width,
-        h: height,
-        steps: &mut steps,
-        stage: Stage::Uint8,
-        op: "",
-    };
-    for (i, op) in spec.ops.iter().enumerate() {
-        cx.rng = base.fork(i as u64);
-        op.resolve(&mut cx)?;
-    }
-    Ok(steps)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::transform::{EXAMPLES, example_spec};
+    use crate::transform::{TransformSpec, footprint, resolve_steps};
 
     /// The generator of sample `position` of shard "s", seed 1, epoch 2.
     fn rng(position: u64) -> SampleRng {

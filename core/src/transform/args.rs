@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::MAX_OUTPUT_SIZE;
+pub use crate::params::{Interpolation, PaddingMode, Warp};
 
 /// A number, or a `[min, max]` pair: what torchvision accepts for degrees,
 /// jitter strengths, sigma and the like. Each op says what a lone number
@@ -183,77 +184,6 @@ impl Padding {
         }
         Ok(())
     }
-}
-
-/// How a pad fills the border (torchvision's `padding_mode`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PaddingMode {
-    /// The fill colour.
-    #[default]
-    Constant,
-    /// The edge pixel repeated.
-    Edge,
-    /// Mirrored without repeating the edge: `2 1 | 0 1 2`.
-    Reflect,
-    /// Mirrored with the edge: `1 0 | 0 1 2`.
-    Symmetric,
-}
-
-/// torchvision's `InterpolationMode`, by its value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Interpolation {
-    Nearest,
-    NearestExact,
-    Bilinear,
-    Bicubic,
-    Box,
-    Hamming,
-    Lanczos,
-}
-
-impl Interpolation {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Nearest => "nearest",
-            Self::NearestExact => "nearest-exact",
-            Self::Bilinear => "bilinear",
-            Self::Bicubic => "bicubic",
-            Self::Box => "box",
-            Self::Hamming => "hamming",
-            Self::Lanczos => "lanczos",
-        }
-    }
-
-    /// The filters PIL's `Image.transform` takes (rotation, affine).
-    pub fn check_warp(self) -> Result<(), String> {
-        match self {
-            Self::Nearest | Self::NearestExact | Self::Bilinear | Self::Bicubic => Ok(()),
-            other => Err(format!(
-                "interpolation {:?} is not one of nearest, bilinear, bicubic (what PIL rotates and warps with)",
-                other.name()
-            )),
-        }
-    }
-
-    /// The resampling of a warp: nearest-exact warps as nearest (PIL has one
-    /// nearest filter).
-    pub fn warp(self) -> Warp {
-        match self {
-            Self::Bilinear => Warp::Bilinear,
-            Self::Bicubic => Warp::Bicubic,
-            _ => Warp::Nearest,
-        }
-    }
-}
-
-/// The resampling filter of an affine warp (PIL's `Image.transform`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Warp {
-    Nearest,
-    Bilinear,
-    Bicubic,
 }
 
 /// Accepts only `true` or `false` for `antialias` (PIL always antialiases;

@@ -19,7 +19,8 @@ pub mod ops;
 pub use examples::{EXAMPLES, example_spec};
 pub use ops::*;
 
-use crate::params::{Bounds, Cx, Stage};
+use crate::params::{Bounds, Cx, ResolveError, Stage, Step, TooLarge, Walk};
+use crate::rng::SampleRng;
 
 /// Largest output side a worker accepts. Anything bigger is almost certainly
 /// a mistake and would let one request allocate gigabytes per batch.
@@ -292,6 +293,56 @@ impl fmt::Display for TransformSpec {
         let names: Vec<&str> = self.ops.iter().map(Op::name).collect();
         write!(f, "{}x{} [{}]", self.size, self.size, names.join(", "))
     }
+}
+
+/// The most memory, in bytes, that running `spec` on a decoded `width` x
+/// `height` RGB image holds at once (the decoded image included), or the
+/// stage that would make an image over `max_pixels`.
+///
+/// It depends on the sizes alone, never on a random draw: each op bounds
+/// the sizes it can output for the sizes it can get (a crop's box lies in
+/// its input; a rotation with `expand` stays within the diagonal; a
+/// `RandomApply` may or may not run). So the worker can refuse a sample, or
+/// reserve its memory, from the image header, before anything is decoded.
+/// A step holds its input, its output and the op's scratch.
+pub fn footprint(spec: &TransformSpec, width: u32, height: u32, max_pixels: u64) -> Result<u64, TooLarge> {
+    let mut b = Bounds::exact(u64::from(width), u64::from(height));
+    let mut walk = Walk::new(width, height, max_pixels);
+    for (index, op) in spec.ops.iter().enumerate() {
+        walk.at(index);
+        b = op.walk(b, &mut walk);
+    }
+    walk.finish()
+}
+
+/// Resolves `spec` for one sample whose decoded image is `width` x `height`,
+/// drawing from the sample's generator `base` ([`crate::rng::ItemSeed::sample`]):
+/// the `i`th op draws from `base.fork(i)`, a container's `j`th child from its
+/// container's generator forked by `j`. So a sample's augmentation is a
+/// function of (seed, epoch, shard, position, op position), and adding an
+/// op to the registry changes no existing pipeline.
+///
+/// The spec must have passed [`TransformSpec::validate`].
+pub fn resolve_steps(
+    spec: &TransformSpec,
+    base: &SampleRng,
+    width: u32,
+    height: u32,
+) -> Result<Vec<Step>, ResolveError> {
+    let mut steps = Vec::with_capacity(spec.ops.len());
+    let mut cx = Cx {
+        rng: base.clone(),
+        w: width,
+        h: height,
+        steps: &mut steps,
+        stage: Stage::Uint8,
+        op: "",
+    };
+    for (i, op) in spec.ops.iter().enumerate() {
+        cx.rng = base.fork(i as u64);
+        op.resolve(&mut cx)?;
+    }
+    Ok(steps)
 }
 
 /// A small builder: `TransformSpec::builder().then(RandomResizedCrop::new(224)).build()`.

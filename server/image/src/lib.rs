@@ -227,4 +227,32 @@ mod tests {
         assert_eq!((out.width, out.height), (224, 224));
         assert_eq!(check_footprint(ImageKind::Jpeg, b"neither", &eval, 1 << 20), Ok(None));
     }
+
+    /// The `train` and `eval` presets' pixels, pinned: a change to any op,
+    /// draw or executor that moves an existing pipeline's output fails
+    /// here (then it needs a new spec version, not a silent change).
+    /// Synthetic images decoded from PNG, so no JPEG decoder is involved.
+    #[test]
+    fn golden_hashes_of_the_presets() {
+        let mut augmenter = Augmenter::new();
+        let hash = |spec: &TransformSpec, augmenter: &mut Augmenter| {
+            let mut bytes = Vec::new();
+            for (i, (w, h)) in [(500, 375), (375, 500), (97, 61), (224, 224)].into_iter().enumerate() {
+                let png = testimg::png(w, h, i as u8);
+                for position in 0..4 {
+                    let rng = SampleRng::for_sample(7, 1, "golden", position);
+                    let out = decode_and_transform(augmenter, ImageKind::Png, &png, spec, &rng, 1 << 30).unwrap();
+                    bytes.extend_from_slice(&out.pixels);
+                }
+            }
+            format!("{:016x}", stoker_core::rng::fnv1a(&bytes))
+        };
+        let train = hash(&TransformSpec::train(224), &mut augmenter);
+        let eval = hash(&TransformSpec::eval(224), &mut augmenter);
+        assert_eq!(
+            (train.as_str(), eval.as_str()),
+            ("TRAIN", "EVAL"),
+            "train {train}, eval {eval}"
+        );
+    }
 }

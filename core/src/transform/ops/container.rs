@@ -5,7 +5,19 @@ use serde::{Deserialize, Serialize};
 
 use super::{Op, OpImpl};
 use crate::params::{Bounds, Cx, ResolveError, Walk};
+use crate::rng::SampleRng;
 use crate::transform::args::{check_p, half};
+
+/// Resolves `op`, the `index`th child of a container whose generator was
+/// `base` when it started, with a generator of its own.
+fn child(cx: &mut Cx<'_>, base: &SampleRng, index: usize, op: &Op) -> Result<(), ResolveError> {
+    let parent = cx.op;
+    let saved = std::mem::replace(&mut cx.rng, base.fork(index as u64));
+    let result = op.resolve(cx);
+    cx.rng = saved;
+    cx.op = parent;
+    result
+}
 
 /// Checks children, naming the first bad one by position.
 fn validate_children(ops: &[Op]) -> Result<(), String> {
@@ -42,7 +54,7 @@ fn seq_walk(ops: &[Op], mut b: Bounds, walk: &mut Walk) -> Bounds {
 fn seq_resolve(ops: &[Op], cx: &mut Cx<'_>) -> Result<(), ResolveError> {
     let base = cx.rng.clone();
     for (i, op) in ops.iter().enumerate() {
-        cx.child(&base, i, op)?;
+        child(cx, &base, i, op)?;
     }
     Ok(())
 }
@@ -99,7 +111,7 @@ impl OpImpl for RandomApply {
         let base = cx.rng.clone();
         if cx.rng.bernoulli(self.p) {
             for (i, op) in self.transforms.iter().enumerate() {
-                cx.child(&base, i, op)?;
+                child(cx, &base, i, op)?;
             }
         }
         Ok(())
@@ -164,7 +176,7 @@ impl OpImpl for RandomChoice {
             }
             u -= w;
         }
-        cx.child(&base, chosen, &self.transforms[chosen])
+        child(cx, &base, chosen, &self.transforms[chosen])
     }
 }
 
@@ -213,7 +225,7 @@ impl OpImpl for RandomOrder {
             order.swap(i, j);
         }
         for i in order {
-            cx.child(&base, i, &self.transforms[i])?;
+            child(cx, &base, i, &self.transforms[i])?;
         }
         Ok(())
     }
