@@ -792,6 +792,15 @@ def check_torchvision(stoker, T, required_):
     out, _ = T.MixUp(num_classes=10)(cl, labels, rng=np.random.default_rng(0))
     assert out.is_contiguous(memory_format=torch.channels_last)
     raises(lambda: T.MixUp(num_classes=10)((images * 255).to(torch.uint8), labels), "MixUp", "float")
+    # On a GPU: the same batches as on the CPU, left on the device.
+    on_gpu = torch.cuda.is_available()
+    if on_gpu:
+        choice = T.RandomChoice([T.MixUp(num_classes=10), T.CutMix(num_classes=10)])
+        for seed in range(10):
+            cpu = choice(images, labels, rng=T.batch_rng(1, 0, seed))
+            gpu = choice(images.cuda(), labels.cuda(), rng=T.batch_rng(1, 0, seed))
+            assert gpu[0].is_cuda and gpu[1].is_cuda
+            assert torch.allclose(cpu[0], gpu[0].cpu(), atol=1e-6) and torch.allclose(cpu[1], gpu[1].cpu()), seed
 
     # timm's RandAugment, when timm is there.
     try:
@@ -822,7 +831,7 @@ def check_torchvision(stoker, T, required_):
         checked = "worker's parser not checked (no native extension)"
     print(
         f"transforms torchvision {torchvision.__version__}: recipes, policies, {count} op conversions (v1 and v2), "
-        f"refusals and MixUp/CutMix against torchvision ok; {checked}"
+        f"refusals and MixUp/CutMix against torchvision ok{' (and on cuda)' if on_gpu else ''}; {checked}"
     )
 
 
