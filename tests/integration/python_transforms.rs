@@ -33,6 +33,9 @@ fn python_transforms_have_torchvision_defaults_round_trip_and_refuse_by_position
         "transforms loader refusals:",
         // MixUp / CutMix on numpy batches: formulas, soft labels, determinism.
         "transforms mix: MixUp / CutMix on numpy batches match the formulas",
+        // The Loader's conversion from the pipeline's ToDtype / Normalize
+        // and its batch transform, on batches from a stand-in client.
+        "transforms loader conversion: pipeline dtype/mean/std and MixUp applied to batches",
         "transforms check: all passed",
     ] {
         assert!(stdout.contains(line), "missing {line:?} in:\n{stdout}");

@@ -430,6 +430,109 @@ def check_mix_numpy(T):
     print("transforms mix: MixUp / CutMix on numpy batches match the formulas, soft labels sum to 1, deterministic")
 
 
+class FakeClient:
+    """Stands in for the native client: records its arguments and hands out
+    `batches` raw batches (HWC uint8 pixels, as the workers deliver), so the
+    Loader's own conversion and batch transforms run without workers."""
+
+    made = []
+
+    def __init__(self, *args):
+        self.args = args
+        self.batches = []
+        FakeClient.made.append(self)
+
+    def uploads(self):
+        return False
+
+    def upload_error(self):
+        return "fake client"
+
+    def start_epoch(self, epoch, resume):
+        self.queue = list(self.batches)
+        return 1
+
+    def next_batch(self):
+        return self.queue.pop(0) if self.queue else None
+
+    def stop_epoch(self, generation):
+        pass
+
+    def batches_per_epoch(self):
+        return len(self.batches)
+
+
+def check_loader_conversion(stoker, T):
+    """The Loader's conversion of a pipeline's output ops and its batch
+    transforms, on numpy or (when installed) torch, with FakeClient."""
+    if stoker is None:
+        print("SKIP loader conversion: the native extension is not built here")
+        return
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    # With torch installed the loader yields tensors, else numpy arrays.
+    backend = "numpy" if torch is None else "torch"
+
+    def as_np(x):
+        return x if torch is None else x.numpy()
+
+    rng = np.random.default_rng(0)
+    size, n, classes = 32, 6, 4
+    hwc = rng.integers(0, 256, size=(n, size, size, 3), dtype=np.uint8)
+    labels = [int(x) for x in rng.integers(0, classes, size=n)]
+    raw = (hwc.tobytes(), size, labels, [f"k{i}" for i in range(n)], 3, 0)
+    mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    crop = T.RandomResizedCrop(size)
+    chw = hwc.transpose(0, 3, 1, 2).astype(np.float64) / 255.0
+    normalised = (chw - np.asarray(mean)[None, :, None, None]) / np.asarray(std)[None, :, None, None]
+    pipeline = T.Compose([crop, T.ToDtype("float32", scale=True), T.Normalize(mean, std)])
+
+    def batch(**kw):
+        loader = stoker.Loader(workers="fake:1", dataset="/fake", batch_size=n, seed=5, **kw)
+        client = FakeClient.made[-1]
+        client.batches = [raw]
+        got = list(loader)
+        assert len(got) == 1
+        return got[0], client
+
+    real = stoker.Client
+    stoker.Client = FakeClient
+    try:
+        b, client = batch(transform=pipeline)
+        # The client gets the pipeline, no size (the pipeline's), its mean and std.
+        assert client.args[3] is None and json.loads(client.args[4]) == json.loads(pipeline.to_json())
+        assert np.allclose(client.args[15], mean) and np.allclose(client.args[16], std)
+        img = as_np(b["image"])
+        assert img.dtype == np.float32 and img.shape == (n, 3, size, size), (img.dtype, img.shape)
+        assert np.allclose(img, normalised, atol=1e-5)
+        b, _ = batch(transform=T.Compose([crop, T.ToTensor()]))
+        assert as_np(b["image"]).dtype == np.float32 and np.allclose(as_np(b["image"]), chw, atol=1e-6)
+        b, _ = batch(transform=T.Compose([crop, T.ToDtype("float16", scale=True)]), dtype="float16")
+        assert as_np(b["image"]).dtype == np.float16 and np.allclose(as_np(b["image"]), chw, atol=1e-3)
+        b, _ = batch(transform=T.Compose([crop, T.ToImage()]))
+        assert as_np(b["image"]).dtype == np.uint8
+        # MixUp on the converted batch, with the draws of (seed 5, epoch 0, index 3).
+        b, _ = batch(transform=pipeline, batch_transform=T.MixUp(alpha=0.4, num_classes=classes))
+        lam = T.batch_rng(5, 0, 3).beta(0.4, 0.4)
+        assert np.allclose(as_np(b["image"]), lam * normalised + (1 - lam) * np.roll(normalised, 1, 0), atol=1e-5)
+        soft = as_np(b["label"])
+        onehot = np.eye(classes)[labels]
+        assert soft.dtype == np.float32 and soft.shape == (n, classes)
+        assert np.allclose(soft, lam * onehot + (1 - lam) * np.roll(onehot, 1, 0), atol=1e-6)
+        if torch is not None:
+            b, _ = batch(transform=T.Compose([crop, T.ToDtype("bfloat16", scale=True)]))
+            assert b["image"].dtype == torch.bfloat16
+            b, _ = batch(transform=pipeline, channels_last=True, batch_transform=T.CutMix(num_classes=classes))
+            assert b["image"].is_contiguous(memory_format=torch.channels_last)
+        else:
+            raises(lambda: batch(transform=T.Compose([crop, T.ToDtype("bfloat16", scale=True)])), "bfloat16", "torch")
+    finally:
+        stoker.Client = real
+    print(f"transforms loader conversion: pipeline dtype/mean/std and MixUp applied to batches ({backend})")
+
+
 def check_loader(stoker, T, workers, dataset, expected_path):
     expected = {}
     with open(expected_path) as f:
@@ -846,6 +949,7 @@ def main():
     check_json(stoker, T)
     check_loader_refusals(stoker, T)
     check_mix_numpy(T)
+    check_loader_conversion(stoker, T)
     if args.workers:
         assert stoker is not None, "the loader checks need the stoker package"
         check_loader(stoker, T, args.workers, args.dataset, args.expected)
