@@ -117,7 +117,8 @@ class Loader:
     ``ValueError`` naming the op (``ops[3] (RandomCrop)``) and the argument.
     Its trailing ``ToTensor`` / ``ToDtype`` / ``ConvertImageDtype`` and
     ``Normalize`` become the loader's ``dtype``, ``mean`` and ``std``
-    (given as well, they must agree).
+    (given as well, they must agree). ``loader.transform`` is the checked
+    pipeline's JSON, ``loader.image_size`` its output side.
 
     ``batch_transform``: ``MixUp`` or ``CutMix`` (or a ``RandomChoice`` of
     them; from ``stoker.transforms`` or ``torchvision.transforms.v2``),
