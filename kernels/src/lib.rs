@@ -42,4 +42,4 @@ pub use runtime::{
     CudaUnavailable, DeviceInfo, POOL_KEEP_BYTES, catch_cuda_panic, check_nvrtc, open_context, pool_release_threshold,
     set_pool_release_threshold,
 };
-pub use worker::{Kernels, RrcParams};
+pub use worker::{Kernels, RrcParams, WarpParams};

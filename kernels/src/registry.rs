@@ -17,6 +17,8 @@ pub mod kernel {
     pub const RRC_FLIP_U8_HWC: &str = "stoker_rrc_flip_u8_hwc";
     pub const FLIP_U8_HWC: &str = "stoker_flip_u8_hwc";
     pub const AFFINE_NEAREST_U8_HWC: &str = "stoker_affine_nearest_u8_hwc";
+    /// [`crate::WarpParams`]-driven nearest affine warps of a batch.
+    pub const AFFINE_NEAREST_BATCH_U8_HWC: &str = "stoker_affine_nearest_batch_u8_hwc";
     pub const LUMA_SUM_U8_HWC: &str = "stoker_luma_sum_u8_hwc";
     pub const ENHANCE_U8_HWC: &str = "stoker_enhance_u8_hwc";
     pub const BLUR_ROWS_U8_HWC: &str = "stoker_blur_rows_u8_hwc";
@@ -60,6 +62,7 @@ pub const STEPS: ModuleSpec = ModuleSpec {
     kernels: &[
         kernel::FLIP_U8_HWC,
         kernel::AFFINE_NEAREST_U8_HWC,
+        kernel::AFFINE_NEAREST_BATCH_U8_HWC,
         kernel::LUMA_SUM_U8_HWC,
         kernel::ENHANCE_U8_HWC,
         kernel::BLUR_ROWS_U8_HWC,

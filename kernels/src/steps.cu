@@ -75,6 +75,48 @@ extern "C" __global__ void stoker_affine_nearest_u8_hwc(
     }
 }
 
+// One image's warp of stoker_affine_nearest_batch_u8_hwc: the layout of
+// `WarpParams` in worker.rs.
+struct StokerWarpParams {
+    unsigned long long src;
+    unsigned long long dst;
+    unsigned int in_w;
+    unsigned int in_h;
+    unsigned int out_w;
+    unsigned int out_h;
+    unsigned int fill;
+    unsigned int reserved;
+    long long a[6];
+};
+
+// stoker_affine_nearest_u8_hwc for a batch: image blockIdx.y warps with its
+// own parameters (flips are warps too: x -> w - 1 - x exactly), so a round
+// of geometric steps over a batch is one launch.
+extern "C" __global__ void stoker_affine_nearest_batch_u8_hwc(const StokerWarpParams* __restrict__ params)
+{
+    const StokerWarpParams p = params[blockIdx.y];
+    const unsigned int n = p.out_w * p.out_h;
+    const unsigned char* src = (const unsigned char*)p.src;
+    unsigned char* dst = (unsigned char*)p.dst;
+    for (unsigned int idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
+        const long long y = idx / p.out_w;
+        const long long x = idx - y * p.out_w;
+        const long long xin = (p.a[2] + y * p.a[1] + x * p.a[0]) >> 16;
+        const long long yin = (p.a[5] + y * p.a[4] + x * p.a[3]) >> 16;
+        unsigned char* d = dst + (size_t)idx * 3;
+        if (xin >= 0 && yin >= 0 && xin < (long long)p.in_w && yin < (long long)p.in_h) {
+            const unsigned char* s = src + ((size_t)yin * p.in_w + (size_t)xin) * 3;
+            d[0] = s[0];
+            d[1] = s[1];
+            d[2] = s[2];
+        } else {
+            d[0] = (unsigned char)(p.fill & 0xff);
+            d[1] = (unsigned char)((p.fill >> 8) & 0xff);
+            d[2] = (unsigned char)((p.fill >> 16) & 0xff);
+        }
+    }
+}
+
 // ITU-R 601 luma in 16-bit fixed point, as the CPU path computes it.
 __device__ __forceinline__ unsigned int stoker_luma(const unsigned char* p)
 {

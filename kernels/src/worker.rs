@@ -1,8 +1,9 @@
 //! The worker's launch wrappers: [`Kernels`] holds the functions of
 //! [`WORKER_MODULES`] loaded into one context and launches them (the fused
 //! crop + resize + flip of a batch, and flips, nearest affine warps, colour
-//! enhancement and blur of one image); [`RrcParams`] is the fused kernel's per-image
-//! parameter block.
+//! enhancement and blur of one image, and nearest warps of a batch);
+//! [`RrcParams`] and [`WarpParams`] are the batch kernels' per-image
+//! parameter blocks.
 
 use std::sync::Arc;
 
@@ -20,6 +21,7 @@ pub struct Kernels {
     rrc_flip: CudaFunction,
     flip: CudaFunction,
     affine_nearest: CudaFunction,
+    affine_nearest_batch: CudaFunction,
     luma_sum: CudaFunction,
     enhance: CudaFunction,
     blur_rows: CudaFunction,
@@ -38,6 +40,7 @@ impl Kernels {
             rrc_flip: function(&modules, &RESIZE, kernel::RRC_FLIP_U8_HWC)?,
             flip: function(&modules, &STEPS, kernel::FLIP_U8_HWC)?,
             affine_nearest: function(&modules, &STEPS, kernel::AFFINE_NEAREST_U8_HWC)?,
+            affine_nearest_batch: function(&modules, &STEPS, kernel::AFFINE_NEAREST_BATCH_U8_HWC)?,
             luma_sum: function(&modules, &STEPS, kernel::LUMA_SUM_U8_HWC)?,
             enhance: function(&modules, &STEPS, kernel::ENHANCE_U8_HWC)?,
             blur_rows: function(&modules, &STEPS, kernel::BLUR_ROWS_U8_HWC)?,
@@ -96,6 +99,55 @@ impl Kernels {
         // bounds-checked against in_w x in_h and every write is one of the
         // out_w x out_h pixels of `dst` (sizes checked above).
         unsafe { launch.launch(per_pixel(out_w, out_h)) }.map_err(|e| launch_err(name, e))?;
+        Ok(())
+    }
+
+    /// One nearest affine warp per image of a batch, in one launch: image
+    /// `i` reads `params[i].src` and writes `params[i].dst`.
+    ///
+    /// # Safety
+    ///
+    /// Each `src` must be a live device allocation of this context of at
+    /// least `in_w * in_h * 3` bytes, and each `dst` one of at least
+    /// `out_w * out_h * 3` bytes that no other image of the batch reads or
+    /// writes, both alive and otherwise unused until the launch has
+    /// finished on `stream`. The fields are checked ([`WarpParams::check`]);
+    /// the addresses cannot be.
+    pub unsafe fn affine_nearest_batch_u8_hwc(
+        &self,
+        stream: &Arc<CudaStream>,
+        params: &[WarpParams],
+    ) -> Result<(), KernelError> {
+        let name = kernel::AFFINE_NEAREST_BATCH_U8_HWC;
+        if params.is_empty() {
+            return Ok(());
+        }
+        let batch = u32::try_from(params.len())
+            .ok()
+            .filter(|&n| n <= 65_535)
+            .ok_or_else(|| launch_err(name, format!("batch of {} images is over 65535", params.len())))?;
+        let mut most = 0u32;
+        for (i, p) in params.iter().enumerate() {
+            p.check().map_err(|e| launch_err(name, format!("image {i}: {e}")))?;
+            most = most.max(p.out_w * p.out_h);
+        }
+        let params_dev = stream
+            .clone_htod(params)
+            .map_err(|e| launch_err(name, format!("copying parameters: {e}")))?;
+        let config = LaunchConfig {
+            // Each block strides over its image: a few blocks per image
+            // are plenty for images of a few hundred thousand pixels.
+            grid_dim: (most.div_ceil(THREADS).clamp(1, 256), batch, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = stream.launch_builder(&self.affine_nearest_batch);
+        launch.arg(&params_dev);
+        // SAFETY: the argument list matches the kernel's signature (one
+        // params pointer, `batch` entries); every read is bounds-checked
+        // against its image's in_w x in_h and every write is one of its
+        // out_w x out_h pixels, within the allocations the caller promises.
+        unsafe { launch.launch(config) }.map_err(|e| launch_err(name, e))?;
         Ok(())
     }
 
@@ -227,6 +279,50 @@ impl Kernels {
         // within `dst` (checked above) and every read within the source
         // images, as the caller promises.
         unsafe { launch.launch(config) }.map_err(|e| fail(e.to_string()))?;
+        Ok(())
+    }
+}
+
+/// Per-image parameters of [`Kernels::affine_nearest_batch_u8_hwc`]; the
+/// layout of `StokerWarpParams` in `steps.cu`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WarpParams {
+    /// Device address of the source image (uint8 HWC, packed rows).
+    pub src: u64,
+    /// Device address of the output image (uint8 HWC, packed rows).
+    pub dst: u64,
+    pub in_w: u32,
+    pub in_h: u32,
+    pub out_w: u32,
+    pub out_h: u32,
+    /// The fill colour, R | G << 8 | B << 16.
+    pub fill: u32,
+    pub reserved: u32,
+    /// Pillow's 16.16 fixed-point matrix, the pixel centre folded in.
+    pub a: [i64; 6],
+}
+
+// SAFETY: `WarpParams` is `repr(C)`, made only of integers with no padding
+// (88 bytes: the i64s start at offset 40), and matches the kernel's struct
+// field for field.
+unsafe impl DeviceRepr for WarpParams {}
+
+impl WarpParams {
+    /// Checks what the kernel relies on, apart from the addresses.
+    pub fn check(&self) -> Result<(), String> {
+        if self.src == 0 || self.dst == 0 {
+            return Err("null image address".into());
+        }
+        if self.in_w == 0 || self.in_h == 0 || self.out_w == 0 || self.out_h == 0 {
+            return Err(format!(
+                "empty image: {}x{} to {}x{}",
+                self.in_w, self.in_h, self.out_w, self.out_h
+            ));
+        }
+        if self.out_w.checked_mul(self.out_h).is_none_or(|p| p > u32::MAX / 3) {
+            return Err(format!("output size {}x{} is out of range", self.out_w, self.out_h));
+        }
         Ok(())
     }
 }

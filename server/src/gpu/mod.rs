@@ -22,9 +22,9 @@ mod runner;
 use std::fmt;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, PinnedHostSlice};
 use stoker_core::{Enhance, Interpolation, Rect, Step, Warp};
-use stoker_kernels::{CudaUnavailable, DeviceInfo, Kernels, RrcParams};
+use stoker_kernels::{CudaUnavailable, DeviceInfo, Kernels, RrcParams, WarpParams};
 
 pub use decode::{DeviceImage, GpuDecodeError, GpuDecoder};
 pub use nvjpeg::Backend;
@@ -358,6 +358,111 @@ impl Gpu {
             };
         }
         Ok(img)
+    }
+
+    /// Runs each image's `steps` (each one [`gpu_runs`]) over a batch, a
+    /// round per step index: the round's geometric steps (flips and nearest
+    /// warps, a flip being the exact warp `x -> w - 1 - x`) are one launch
+    /// for the whole batch; other steps run per image ([`Gpu::run_steps`]).
+    /// An image whose step fails gets its error; the others go on.
+    pub fn run_steps_batch(&self, images: Vec<DeviceImage>, steps: &[&[Step]]) -> Vec<Result<DeviceImage, GpuError>> {
+        let mut slots: Vec<Result<DeviceImage, GpuError>> = images.into_iter().map(Ok).collect();
+        let rounds = steps.iter().map(|s| s.len()).max().unwrap_or(0);
+        for round in 0..rounds {
+            let mut warps: Vec<(usize, [f64; 6], (u32, u32), [u8; 3])> = Vec::new();
+            for (i, slot) in slots.iter_mut().enumerate() {
+                let Some(step) = steps.get(i).and_then(|s| s.get(round)) else {
+                    continue;
+                };
+                let Ok(img) = slot else { continue };
+                let (w, h) = (f64::from(img.width), f64::from(img.height));
+                match *step {
+                    Step::FlipHorizontal => {
+                        warps.push((i, [-1.0, 0.0, w, 0.0, 1.0, 0.0], (img.width, img.height), [0; 3]))
+                    }
+                    Step::FlipVertical => {
+                        warps.push((i, [1.0, 0.0, 0.0, 0.0, -1.0, h], (img.width, img.height), [0; 3]))
+                    }
+                    Step::Affine {
+                        matrix,
+                        out_w,
+                        out_h,
+                        warp: Warp::Nearest,
+                        fill,
+                    } => warps.push((i, matrix, (out_w, out_h), fill)),
+                    _ => {
+                        let taken = std::mem::replace(slot, Err(GpuError::Invalid("in flight".into())));
+                        *slot = taken.and_then(|img| self.run_steps(img, std::slice::from_ref(step)));
+                    }
+                }
+            }
+            if warps.is_empty() {
+                continue;
+            }
+            match self.warp_batch(&mut slots, &warps) {
+                Ok(outs) => {
+                    for ((i, ..), out) in warps.iter().zip(outs) {
+                        slots[*i] = Ok(out);
+                    }
+                }
+                Err(e) => {
+                    for (i, ..) in &warps {
+                        slots[*i] = Err(GpuError::Invalid(format!("batched warp failed: {e}")));
+                    }
+                }
+            }
+        }
+        slots
+    }
+
+    /// One launch warping `slots[i]` for each `(i, matrix, out size, fill)`.
+    fn warp_batch(
+        &self,
+        slots: &mut [Result<DeviceImage, GpuError>],
+        warps: &[(usize, [f64; 6], (u32, u32), [u8; 3])],
+    ) -> Result<Vec<DeviceImage>, GpuError> {
+        let mut outs = Vec::with_capacity(warps.len());
+        for (_, _, (w, h), _) in warps {
+            outs.push(self.new_image(*w, *h)?);
+        }
+        let mut params = Vec::with_capacity(warps.len());
+        // The guards keep cudarc's view of each image until the launch is
+        // queued.
+        let mut guards = Vec::with_capacity(warps.len() * 2);
+        for ((i, matrix, (out_w, out_h), fill), out) in warps.iter().zip(&mut outs) {
+            let Ok(img) = &slots[*i] else {
+                return Err(GpuError::Invalid(format!("image {i} has no result to warp")));
+            };
+            if img.pitch != img.width * 3 {
+                return Err(GpuError::Invalid(format!(
+                    "image {i}: rows of {} bytes are not packed for {} pixels",
+                    img.pitch, img.width
+                )));
+            }
+            let (src, g1) = img.buf.device_ptr(&self.stream);
+            let (dst, g2) = out.buf.device_ptr_mut(&self.stream);
+            guards.push(g1);
+            guards.push(g2);
+            params.push(WarpParams {
+                src,
+                dst,
+                in_w: img.width,
+                in_h: img.height,
+                out_w: *out_w,
+                out_h: *out_h,
+                fill: u32::from(fill[0]) | u32::from(fill[1]) << 8 | u32::from(fill[2]) << 16,
+                reserved: 0,
+                a: crate::augment::fixed_matrix(matrix),
+            });
+        }
+        // SAFETY: each `src` is a live, packed `DeviceImage` of in_w x in_h
+        // (checked above) and each `dst` a fresh allocation of out_w x out_h
+        // x 3 bytes made above for this image alone; all stay alive until
+        // this function returns, after the launch is queued on
+        // `self.stream`, the stream every later use is ordered on.
+        unsafe { self.kernels.affine_nearest_batch_u8_hwc(&self.stream, &params) }?;
+        drop(guards);
+        Ok(outs)
     }
 
     /// A page-locked host buffer of `len` bytes (zeroed) for copies back

@@ -614,6 +614,8 @@ impl Lane {
         let (mut fused_at, mut finished_at) = (Vec::with_capacity(n), Vec::new());
         let mut out = Vec::with_capacity(n);
         let started = Instant::now();
+        // Samples with steps: batch index, sample, image, steps.
+        let mut stepped = Vec::new();
         for (i, (p, d)) in batch.into_iter().zip(decoded).enumerate() {
             let back = |sample, reason| (i, GpuResult::Cpu { sample, reason });
             match d {
@@ -629,21 +631,55 @@ impl Lane {
                         fused.push((p.sample, img, crop));
                         fused_at.push(i);
                     }
-                    // Each image on its own: one that fails goes to the
-                    // CPU, which runs it or skips it with its own reason.
-                    Plan::Steps(steps) => match self.gpu.run_steps(img, &steps) {
-                        Ok(img) if (img.width, img.height) == (size, size) => {
-                            finished.push((p.sample, img));
-                            finished_at.push(i);
-                        }
-                        Ok(img) => {
-                            let reason = format!("gpu steps made {}x{}, not {size}x{size}", img.width, img.height);
-                            out.push(back(p.sample, reason));
-                        }
-                        Err(e) => out.push(back(p.sample, format!("gpu steps failed: {e}"))),
-                    },
+                    Plan::Steps(steps) => stepped.push((i, p.sample, img, steps)),
                 },
                 Err(e) => out.push(back(p.sample, e.to_string())),
+            }
+        }
+        if !stepped.is_empty() {
+            // A round of steps per step index over the whole batch; a
+            // tail of crop-resize to the output (and a horizontal flip)
+            // joins the fused kernel's launch.
+            let (metas, images): (Vec<(usize, GpuSample, Vec<Step>)>, Vec<DeviceImage>) = stepped
+                .into_iter()
+                .map(|(i, sample, img, steps)| ((i, sample, steps), img))
+                .unzip();
+            let tails: Vec<usize> = metas.iter().map(|(_, _, steps)| fusable_tail(steps, size)).collect();
+            let prefixes: Vec<&[Step]> = metas
+                .iter()
+                .zip(&tails)
+                .map(|((_, _, steps), &t)| &steps[..steps.len() - t])
+                .collect();
+            let results = self.gpu.run_steps_batch(images, &prefixes);
+            drop(prefixes);
+            for (((i, sample, steps), tail), result) in metas.into_iter().zip(tails).zip(results) {
+                let back = |sample, reason| (i, GpuResult::Cpu { sample, reason });
+                // Each image on its own: one that fails goes to the CPU,
+                // which runs it or skips it with its own reason.
+                let img = match result {
+                    Ok(img) => img,
+                    Err(e) => {
+                        out.push(back(sample, format!("gpu steps failed: {e}")));
+                        continue;
+                    }
+                };
+                let crop = (tail > 0)
+                    .then(|| GpuCrop::from_steps(&steps[steps.len() - tail..], img.width, img.height, size))
+                    .flatten();
+                match crop {
+                    Some(crop) => {
+                        fused.push((sample, img, crop));
+                        fused_at.push(i);
+                    }
+                    None if tail == 0 && (img.width, img.height) == (size, size) => {
+                        finished.push((sample, img));
+                        finished_at.push(i);
+                    }
+                    None => {
+                        let reason = format!("gpu steps made {}x{}, not {size}x{size}", img.width, img.height);
+                        out.push(back(sample, reason));
+                    }
+                }
             }
         }
         add_elapsed(&self.counters.steps_ns, started);
@@ -759,6 +795,27 @@ impl Lane {
             .collect();
         add_elapsed(&self.counters.unpack_ns, started);
         Ok(out)
+    }
+}
+
+/// How many of `steps`' last steps the fused kernel can run: a bilinear
+/// crop-resize to `size` x `size`, alone or followed by a horizontal flip.
+fn fusable_tail(steps: &[Step], size: u32) -> usize {
+    let is_crop = |s: &Step| {
+        matches!(
+            s,
+            Step::CropResize {
+                out_w,
+                out_h,
+                filter: stoker_core::Interpolation::Bilinear,
+                ..
+            } if (*out_w, *out_h) == (size, size)
+        )
+    };
+    match steps {
+        [.., crop, Step::FlipHorizontal] if is_crop(crop) => 2,
+        [.., crop] if is_crop(crop) => 1,
+        _ => 0,
     }
 }
 
