@@ -557,13 +557,20 @@ def check_loader(stoker, T, workers, dataset, expected_path):
         args.update(kw)
         return stoker.Loader(**args)
 
+    def arrays(batch):
+        """The batch's image and label as numpy (torch tensors where torch is installed)."""
+        image, label = batch["image"], batch["label"]
+        if not isinstance(image, np.ndarray):
+            image, label = image.cpu().numpy(), label.cpu().numpy()
+        return image, label
+
     plain = loader()
     assert plain.image_size == 40, plain.image_size
     seen = []
     lo, hi = np.float32(np.inf), np.float32(-np.inf)
     for batch in plain:
-        image, label, keys = batch["image"], batch["label"], batch["key"]
-        assert isinstance(image, np.ndarray) and image.dtype == np.float32, (type(image), image.dtype)
+        (image, label), keys = arrays(batch), batch["key"]
+        assert image.dtype == np.float32, (type(image), image.dtype)
         assert image.shape == (len(keys), 3, 40, 40), image.shape
         assert label.dtype == np.int64 and label.shape == (len(keys),)
         for i, key in enumerate(keys):
@@ -586,7 +593,7 @@ def check_loader(stoker, T, workers, dataset, expected_path):
         out = {}
         ld = loader(deterministic=True, **kw)
         for batch in ld:
-            out[batch["index"]] = (batch["image"], batch["label"], batch["key"])
+            out[batch["index"]] = (*arrays(batch), batch["key"])
         return out
 
     choice = T.RandomChoice([T.MixUp(alpha=1.0, num_classes=classes), T.CutMix(alpha=1.0, num_classes=classes)])
@@ -602,12 +609,43 @@ def check_loader(stoker, T, workers, dataset, expected_path):
     cut = loader(transform="train", image_size=32, batch_transform=T.CutMix(num_classes=classes))
     total = 0
     for batch in cut:
-        assert batch["image"].dtype == np.uint8 and batch["label"].shape == (len(batch["key"]), classes)
+        image, label = arrays(batch)
+        assert image.dtype == np.uint8 and label.shape == (len(batch["key"]), classes)
         total += len(batch["key"])
     assert total == n
+    # A torchvision pipeline as it is, when torchvision is there.
+    extra = ""
+    try:
+        import torch
+        from torchvision.transforms import v2
+    except ImportError:
+        pass
+    else:
+        recipe = v2.Compose(
+            [
+                v2.RandomResizedCrop(40, antialias=True),
+                v2.RandomHorizontalFlip(),
+                v2.TrivialAugmentWide(interpolation=v2.InterpolationMode.BILINEAR),
+                v2.PILToTensor(),
+                v2.ToDtype(torch.float32, scale=True),
+                v2.Normalize(mean, std),
+                v2.RandomErasing(0.1),
+            ]
+        )
+        tv = loader(
+            transform=recipe,
+            batch_transform=v2.RandomChoice([v2.MixUp(num_classes=classes), v2.CutMix(num_classes=classes)]),
+        )
+        keys = []
+        for batch in tv:
+            assert batch["image"].dtype == torch.float32 and tuple(batch["image"].shape[1:]) == (3, 40, 40)
+            assert batch["label"].shape == (len(batch["key"]), classes)
+            keys += batch["key"]
+        assert sorted(keys) == sorted(expected)
+        extra = "; torchvision's recipe with MixUp/CutMix streamed as torch tensors"
     print(
         f"transforms loader: {n} samples exactly once through a pipeline, float32 [B, 3, 40, 40] after Normalize; "
-        f"MixUp/CutMix batches deterministic"
+        f"MixUp/CutMix batches deterministic{extra}"
     )
 
 
