@@ -17,7 +17,7 @@
 # nvidia-dali-cuda130 (its CPU backend needs no GPU), pillow, numpy.
 #
 # usage: scripts/bench-transforms.sh [--images 640] [--rounds 3]
-#          [--measure 256] [--seed000 1,4,8,12] [--skip-dali] [--no-scaling]
+#          [--measure 320] [--seed000 1,4,8,12] [--skip-dali] [--no-scaling]
 #          [--wait-quiet] [--out FILE] ...   (--help for all)
 # STOKER_NO_BUILD=1 uses target/release/stoker as it is (no cargo build).
 set -euo pipefail

@@ -323,21 +323,45 @@ def busy_processes():
     return sorted(found)
 
 
+def busy_cores(seconds=1.0):
+    """Cores busy over `seconds` (from /proc/stat); this script is idle
+    meanwhile, so it is other processes' load."""
+    def sample():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        idle = v[3] + v[4]
+        return sum(v[:8]) - idle, sum(v[:8])
+    b0, t0 = sample()
+    time.sleep(seconds)
+    b1, t1 = sample()
+    cores = os.cpu_count() or 1
+    return cores * (b1 - b0) / max(1, t1 - t0)
+
+
 def wait_quiet(args, log):
-    """With --wait-quiet, waits while a Rust build runs (cargo, rustc, cc1
-    by process name), so the measurement has the machine to itself."""
-    b = busy_processes()
-    if not b:
+    """Before each run: a Rust build (cargo, rustc, cc1 by process name)
+    or other load (over 0.3 cores busy while this script idles) disturbs
+    the timings. With --wait-quiet it waits for the machine to be quiet;
+    otherwise it warns."""
+    def why():
+        b = busy_processes()
+        if b:
+            return f"{', '.join(b)} running"
+        c = busy_cores()
+        return f"{c:.2f} cores busy with other work" if c > args.max_busy else None
+    w = why()
+    if not w:
         return
     if not args.wait_quiet:
-        log(f"warning: {', '.join(b)} running: timings are disturbed")
+        log(f"warning: {w}: timings are disturbed")
         return
-    log(f"waiting: {', '.join(b)} running")
+    log(f"waiting: {w}")
+    t0 = time.time()
     quiet = 0
     while quiet < 2:
-        time.sleep(10)
-        quiet = quiet + 1 if not busy_processes() else 0
-    log("quiet again")
+        time.sleep(5)
+        quiet = quiet + 1 if not why() else 0
+    log(f"quiet again after {time.time() - t0:.0f}s")
 
 
 def make_images(args, work, log):
@@ -437,6 +461,8 @@ def contenders(args, workload):
         out.append(("torchvision_u8-1", "torchvision on PIL, 1 worker, uint8 out (no ToDtype/Normalize)", 1))
     if not args.skip_dali:
         out.append(("dali-1", "DALI CPU, num_threads=1", 1))
+        if workload == "tv-recipe" and not args.no_dali_roi:
+            out.append(("dali_roi-1", "DALI CPU, num_threads=1, ROI decode (decoders.image_random_crop + resize)", 1))
     if not args.no_scaling:
         out += [("stoker-2", "Stoker, 2 threads", 2), ("torchvision-2", "torchvision on PIL, 2 DataLoader workers", 2)]
         if not args.skip_dali:
@@ -463,7 +489,9 @@ def run_contender(args, cid, images, spec, dali_flags):
     if kind.startswith("torchvision"):
         u8 = ["--uint8"] if kind == "torchvision_u8" else []
         return run_json(me + ["torch", "--input", images, "--spec", spec, "--workers", n, "--images", per] + u8)
-    return run_json(me + ["dali", "--input", images, "--spec", spec, "--threads", n, "--images", per] + dali_flags)
+    roi = ["--dali-fused-crop"] if kind == "dali_roi" else []
+    return run_json(me + ["dali", "--input", images, "--spec", spec, "--threads", n, "--images", per] + dali_flags
+                    + roi)
 
 
 def dali_check(args, images, log):
@@ -538,8 +566,6 @@ def main(args):
                 for cid, label, cores in cs[k:] + cs[:k]:
                     wait_quiet(args, log)
                     flags = dali_flags if wid == "tv-recipe" else []
-                    if args.dali_fused_crop:
-                        flags = flags + ["--dali-fused-crop"]
                     j = run_contender(args, cid, images, spec, flags)
                     results.setdefault((wid, cid), []).append(j)
                     log(f"  {wid:12} {cid:14} {j['images_per_sec']:8.1f} images/s  "
@@ -567,9 +593,12 @@ def main(args):
                      "in the worker (in uint8, filling the normalised zero's colour).")
         for n in notes:
             lines.append(f"- {n}.")
-        if args.dali_fused_crop:
-            lines.append("- DALI: where RandomResizedCrop is the first op it is decoders.image_random_crop + "
-                         "resize (ROI decoding, DALI's own fast path).")
+        lines.append("- DALI ops: fn.flip with coin flips (the flip before the output conversion folded into "
+                     "crop_mirror_normalize's mirror), fn.rotate(keep_size, nearest, fill 0), "
+                     "fn.random_resized_crop (linear, antialias), trivial_augment_wide(31 bins, linear, fill 0), "
+                     "crop_mirror_normalize(float32, CHW), fn.erase on a coin flip. \"ROI decode\": the "
+                     "recipe's RandomResizedCrop as decoders.image_random_crop + resize, DALI's own fast path "
+                     "(Stoker too decodes only the crop's region when the crop comes first).")
         lines.append("")
         lines.append("| workload | contender | median images/s | per core | rounds (images/s) | cores busy |")
         lines.append("|---|---|---:|---:|---|---:|")
@@ -600,6 +629,7 @@ def main(args):
             pairs = [("torchvision", "torchvision (PIL)", 3.0), ("torchvision_u8", "torchvision (PIL), uint8 out", None)]
             if not args.skip_dali:
                 pairs.append(("dali", "DALI CPU", 1.5 if wid == "tv-recipe" else None))
+                pairs.append(("dali_roi", "DALI CPU, ROI decode", 1.5 if wid == "tv-recipe" else None))
             for base, bname, target in pairs:
                 for n in ([1] if args.no_scaling else [1, 2]):
                     s, b = med.get((wid, f"stoker-{n}")), med.get((wid, f"{base}-{n}"))
@@ -651,18 +681,21 @@ def parse():
     p.add_argument("--quality", type=int, default=90, help="their JPEG quality (default 90)")
     p.add_argument("--input", help="use this ImageFolder-like folder of JPEGs instead of making them")
     p.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
-    p.add_argument("--measure", type=int, default=256,
-                   help="torchvision/DALI: images timed per worker or thread, in batches of 64 (default 256)")
-    p.add_argument("--stoker-passes", type=int, default=1, help="stoker bench --passes (default 1)")
+    p.add_argument("--measure", type=int, default=320,
+                   help="torchvision/DALI: images timed per worker or thread, in batches of 64 (default 320)")
+    p.add_argument("--stoker-passes", type=int, default=2, help="stoker bench --passes (default 2)")
     p.add_argument("--seed000", default="1,4,8,12", help="N values of the Seed 000 workload (default 1,4,8,12)")
     p.add_argument("--skip-recipe", action="store_true", help="leave out the torchvision recipe workload")
     p.add_argument("--skip-dali", action="store_true", help="leave out DALI")
     p.add_argument("--no-scaling", action="store_true", help="1-core contenders only (no 2-thread/worker runs)")
     p.add_argument("--no-uint8", action="store_true",
                    help="leave out torchvision with uint8 output (the work Stoker's worker does)")
-    p.add_argument("--dali-fused-crop", action="store_true",
-                   help="DALI: decoders.image_random_crop + resize where RandomResizedCrop comes first")
-    p.add_argument("--wait-quiet", action="store_true", help="wait before each run while cargo/rustc run")
+    p.add_argument("--no-dali-roi", action="store_true",
+                   help="leave out DALI with decoders.image_random_crop (ROI decode) on the recipe")
+    p.add_argument("--wait-quiet", action="store_true",
+                   help="before each run, wait while cargo/rustc run or other work keeps the CPU busy")
+    p.add_argument("--max-busy", type=float, default=0.3,
+                   help="cores other work may keep busy before a run counts as disturbed (default 0.3)")
     p.add_argument("--out", default=os.path.join(ROOT, "target", "bench-transforms.md"),
                    help="also write the Markdown here (default target/bench-transforms.md)")
     p.add_argument("--stoker", default=os.path.join(ROOT, "target", "release", "stoker"))

@@ -165,7 +165,9 @@ def main():
     ]:
         try:
             loader(**kwargs)
-        except stoker.StokerError as e:
+        # A bad transform is the caller's mistake: ValueError, before any
+        # connection; the others are the service's answers.
+        except (stoker.StokerError, ValueError) as e:
             assert needle in str(e), (needle, str(e))
         else:
             raise AssertionError(f"no error for {kwargs}")
