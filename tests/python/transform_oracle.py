@@ -28,9 +28,20 @@ many positions.
 
 usage: transform_oracle.py [--oracle pil|torchvision|self-check] [--only REGEX]
                            [STOKER_BIN] WORK_DIR
-Prints one line per case and ends with
+Prints one line per case, the worst max/mean per op, and ends with
 `transform oracle: N cases, all within bounds` (exit 0), or lists the cases
 outside their bounds (exit 1).
+
+  CI (tests/integration/transforms.rs):
+    target/pyenv/bin/python tests/python/transform_oracle.py target/release/stoker /tmp/oracle
+  Against torchvision (the GPU machine, or any with torch and torchvision):
+    python3 tests/python/transform_oracle.py --oracle torchvision .carry/stoker /tmp/oracle
+  The PIL reference against torchvision, without Stoker:
+    python3 tests/python/transform_oracle.py --oracle self-check /tmp/oracle
+
+The test images are procedural PNGs (odd, tiny and larger sizes), plus a
+240x180 crop of the first photo in $STOKER_PHOTOS or ../shared/photos when
+there is one.
 """
 
 from __future__ import annotations
@@ -217,7 +228,7 @@ def make_images(work: str, repo: str) -> dict[str, str]:
     save("tiny2x3", synth(2, 3, 6))
     save("tiny5x7", synth(5, 7, 7))
     save("lowc40x30", low_contrast(40, 30, 8))
-    photos = os.path.join(repo, "..", "shared", "photos")
+    photos = os.environ.get("STOKER_PHOTOS") or os.path.join(repo, "..", "shared", "photos")
     if os.path.isdir(photos):
         jpgs = sorted(f for f in os.listdir(photos) if f.lower().endswith(".jpg"))
         if jpgs:
