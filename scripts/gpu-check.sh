@@ -267,6 +267,18 @@ if command -v compute-sanitizer >/dev/null; then
     echo "memcheck client convert: $(grep -m1 'ERROR SUMMARY' "$out/memcheck-client.log" || tail -n 2 "$out/memcheck-client.log")"
 fi
 
+# Every transform op against torchvision itself (torch and torchvision are
+# on the GPU machine; CI uses PIL, torchvision's own backend), and the
+# Python package's torchvision conversion and MixUp / CutMix on the device.
+timeout 300 python3 tests/python/transform_oracle.py --oracle torchvision .carry/stoker "$work/oracle" \
+    >"$out/transform-oracle.log" 2>&1
+echo "transform-oracle: exit $? ($(tail -n 1 "$out/transform-oracle.log"))"
+if [[ -d $work/site ]]; then
+    PYTHONPATH=$work/site timeout 300 python3 tests/python/transforms_check.py --torchvision \
+        >"$out/transforms-check.log" 2>&1
+    echo "transforms-check --torchvision: exit $? ($(tail -n 1 "$out/transforms-check.log"))"
+fi
+
 # --- End-to-end training benchmark (scripts/bench-train.sh) -----------------
 # A ResNet-18 bfloat16 training loop fed by a synthetic batch on the GPU (the
 # upper bound), torch's DataLoader and Stoker workers; a table of "train ..."
@@ -286,7 +298,9 @@ fi
 
 echo
 echo "=== gpu-check summary ==="
-grep -E "^test result|^gpu-vs-cpu worst|^gpu-worker|^decoded |^client-upload" "$out/gpu-tests.log"
+grep -E "^test result|^gpu-vs-cpu worst|^gpu-worker|^decoded |^client-upload|^gpu-steps" "$out/gpu-tests.log"
+grep -hE "^transform oracle" "$out/transform-oracle.log" 2>/dev/null
+tail -n 1 "$out/transforms-check.log" 2>/dev/null | sed 's/^/transforms-check: /'
 cat "$out/worker-exits.log" 2>/dev/null
 cat "$out/worker-metrics.log" 2>/dev/null
 cat "$out/formats.log" 2>/dev/null
