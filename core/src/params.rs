@@ -369,10 +369,11 @@ pub struct TooLarge {
 }
 
 /// What a resize holds per column and per row of its input and its output,
-/// besides the images: fast_image_resize's weights (a window of `f64`s per
-/// output line, two taps per input line a downscale spans plus three, then
-/// their fixed-point copy) and the bounds of each window. An upper bound of
-/// what it measured at (about 32 bytes per output column).
+/// besides the images: Pillow's weights, as `stoker-image` ports them (a
+/// window of 32-bit fixed-point taps per output line, two per input line a
+/// downscale spans plus three, up to six for lanczos) and the bounds of
+/// each window. An upper bound (the fuzz target `image_transform` measures
+/// it).
 pub const RESIZE_BYTES_PER_LINE: u64 = 64;
 
 /// The walk of a spec over sizes for [`footprint`].

@@ -88,15 +88,17 @@ class Bound:
 
 EXACT = Bound(0, 0.0)
 
-# Resampling with fast_image_resize (Stoker's Resize and RandomResizedCrop):
-# the same filters, supports and two passes as Pillow's ImagingResample
-# (horizontal first, the intermediate rounded to 8 bits), but fast_image_resize
-# picks its fixed-point precision per filter where Pillow always uses 22 bits,
-# so a few tenths of a percent of the values round the other way (measured:
-# max 1, mean <= 0.009 on outputs of >= 1024 pixels). A filter with negative
-# lobes (bicubic, lanczos) can turn a 1 in the intermediate into 2.
-RESAMPLE = Bound(1, 0.01)
-RESAMPLE_LOBED = Bound(2, 0.01)
+# Resampling (Stoker's Resize and RandomResizedCrop) ports Pillow's
+# ImagingResample step for step: its filters and supports, 22-bit
+# coefficients, the horizontal pass first with its rows rounded to 8 bits,
+# then the vertical pass. That is exact against Pillow up to 12. Pillow 13
+# runs the vertical pass first for some reductions (a strong vertical
+# reduction with little horizontal one, e.g. 257x193 -> 200x64), which moves
+# values by up to 1 (bilinear, box, hamming) and up to 9 (bicubic, lanczos:
+# negative lobes amplify the intermediate's rounding) at a mean under 0.3;
+# measured against Pillow 13.0.0. Same-order cases stay exact.
+RESAMPLE = Bound(1, 0.2)
+RESAMPLE_LOBED = Bound(10, 0.3)
 
 BOUNDS: dict[str, Bound] = {
     # Pure pixel moves and table lookups: PIL's results are integers computed

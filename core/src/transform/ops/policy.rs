@@ -33,7 +33,8 @@ pub(crate) enum Aug {
 }
 
 /// torch's float32 `linspace(start, end, n)[i]`: from the start for the
-/// first half, from the end for the second.
+/// first half, from the end for the second, each a fused multiply-add (as
+/// torch's CPU kernel computes it on AVX512 builds).
 pub(crate) fn linspace(start: f64, end: f64, n: usize, i: usize) -> f64 {
     let (s, e) = (start as f32, end as f32);
     if n <= 1 {
@@ -41,9 +42,9 @@ pub(crate) fn linspace(start: f64, end: f64, n: usize, i: usize) -> f64 {
     }
     let step = (e - s) / (n - 1) as f32;
     let v = if i < n / 2 {
-        s + step * i as f32
+        step.mul_add(i as f32, s)
     } else {
-        e - step * (n - 1 - i) as f32
+        (-step).mul_add((n - 1 - i) as f32, e)
     };
     f64::from(v)
 }

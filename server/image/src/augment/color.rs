@@ -79,12 +79,14 @@ fn rgb_to_hsv(p: &[u8]) -> [u8; 3] {
     let rc = f32::from(maxc - r) / cr;
     let gc = f32::from(maxc - g) / cr;
     let bc = f32::from(maxc - b) / cr;
+    // `2.0 + rc - bc` is a double expression in C (2.0 is a double),
+    // stored to a float.
     let h: f32 = if r == maxc {
         bc - gc
     } else if g == maxc {
-        2.0 + rc - bc
+        (2.0 + f64::from(rc) - f64::from(bc)) as f32
     } else {
-        4.0 + gc - rc
+        (4.0 + f64::from(gc) - f64::from(rc)) as f32
     };
     let h = ((f64::from(h) / 6.0 + 1.0) % 1.0) as f32;
     [
@@ -165,7 +167,7 @@ pub(super) fn equalize(img: RgbImage) -> RgbImage {
         if present.len() <= 1 {
             continue;
         }
-        let step = (present.iter().sum::<u64>() - present[present.len() - 1]) / 256;
+        let step = (present.iter().sum::<u64>() - present[present.len() - 1]) / 255;
         if step == 0 {
             continue;
         }

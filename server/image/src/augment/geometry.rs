@@ -1,12 +1,10 @@
-//! Crops, resizes, pads, flips and affine warps.
+//! Crops, resizes (`resample`), pads, flips and affine warps.
 //!
 //! Warps reproduce Pillow's `ImagingTransformAffine` (Geometry.c): nearest
 //! neighbour in 16.16 fixed point (or, for a pure scale, the tabulated
 //! double path), bilinear and bicubic through its filters, pixels outside
 //! the input taking the fill colour.
 
-use fast_image_resize::images::{Image, ImageRef};
-use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 use stoker_core::{Interpolation, PaddingMode, Rect, Warp};
 
 use super::AugmentError;
@@ -40,11 +38,10 @@ pub(super) fn crop(img: &RgbImage, rect: Rect) -> RgbImage {
     out
 }
 
-/// torchvision's `resized_crop` on PIL: crop, then resize the crop (so the
-/// filter never reads past the box). Nearest is Pillow's nearest resize,
-/// an affine scale.
+/// torchvision's `resized_crop` on PIL: crop, then resize the crop with
+/// Pillow's resampling (so the filter never reads past the box). Nearest
+/// is Pillow's nearest resize, an affine scale.
 pub(super) fn crop_resize(
-    resizer: &mut Resizer,
     img: &RgbImage,
     rect: Rect,
     out_w: u32,
@@ -62,35 +59,18 @@ pub(super) fn crop_resize(
         cropped = crop(img, rect);
         &cropped
     };
-    let alg = match filter {
-        Interpolation::Nearest | Interpolation::NearestExact => {
-            let matrix = [
-                f64::from(src_img.width) / f64::from(out_w),
-                0.0,
-                0.0,
-                0.0,
-                f64::from(src_img.height) / f64::from(out_h),
-                0.0,
-            ];
-            return Ok(affine(src_img, &matrix, out_w, out_h, Warp::Nearest, [0; 3]));
-        }
-        Interpolation::Bilinear => ResizeAlg::Convolution(FilterType::Bilinear),
-        Interpolation::Bicubic => ResizeAlg::Convolution(FilterType::CatmullRom),
-        Interpolation::Box => ResizeAlg::Convolution(FilterType::Box),
-        Interpolation::Hamming => ResizeAlg::Convolution(FilterType::Hamming),
-        Interpolation::Lanczos => ResizeAlg::Convolution(FilterType::Lanczos3),
-    };
-    let src = ImageRef::new(src_img.width, src_img.height, &src_img.pixels, PixelType::U8x3)
-        .map_err(|e| AugmentError(e.to_string()))?;
-    let mut dst = Image::new(out_w, out_h, PixelType::U8x3);
-    resizer
-        .resize(&src, &mut dst, &ResizeOptions::new().resize_alg(alg))
-        .map_err(|e| AugmentError(e.to_string()))?;
-    Ok(RgbImage {
-        width: out_w,
-        height: out_h,
-        pixels: dst.into_vec(),
-    })
+    if matches!(filter, Interpolation::Nearest | Interpolation::NearestExact) {
+        let matrix = [
+            f64::from(src_img.width) / f64::from(out_w),
+            0.0,
+            0.0,
+            0.0,
+            f64::from(src_img.height) / f64::from(out_h),
+            0.0,
+        ];
+        return Ok(affine(src_img, &matrix, out_w, out_h, Warp::Nearest, [0; 3]));
+    }
+    Ok(super::resample::resize(src_img, out_w, out_h, filter))
 }
 
 /// The source index of padded position `i` (in `-pad..n + pad`) of a side

@@ -9,8 +9,8 @@
 mod color;
 mod filter;
 mod geometry;
+mod resample;
 
-use fast_image_resize::Resizer;
 use stoker_core::Step;
 
 use crate::decode::RgbImage;
@@ -23,11 +23,9 @@ pub use geometry::fixed_matrix;
 #[error("augment failed: {0}")]
 pub struct AugmentError(String);
 
-/// Reusable per-thread state: the resizer keeps its scratch buffers.
+/// The executor (per-thread state is kept here when a step needs some).
 #[derive(Debug, Default)]
-pub struct Augmenter {
-    resizer: Resizer,
-}
+pub struct Augmenter {}
 
 impl Augmenter {
     pub fn new() -> Self {
@@ -43,7 +41,7 @@ impl Augmenter {
                     out_w,
                     out_h,
                     filter,
-                } => geometry::crop_resize(&mut self.resizer, &img, *crop, *out_w, *out_h, *filter)?,
+                } => geometry::crop_resize(&img, *crop, *out_w, *out_h, *filter)?,
                 Step::Pad { ltrb, mode, fill } => geometry::pad(&img, *ltrb, *mode, *fill),
                 Step::FlipHorizontal => geometry::flip_horizontal(img),
                 Step::FlipVertical => geometry::flip_vertical(img),
