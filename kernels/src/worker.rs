@@ -77,6 +77,10 @@ impl Kernels {
     /// 16.16 fixed-point matrix (the pixel centre folded into its
     /// translations, as Pillow's `affine_fixed`); outside the input is
     /// `fill`.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "two images, their sizes, the matrix and the fill: one launch's arguments"
+    )]
     pub fn affine_nearest_u8_hwc(
         &self,
         stream: &Arc<CudaStream>,

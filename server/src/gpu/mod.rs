@@ -360,37 +360,44 @@ impl Gpu {
         Ok(img)
     }
 
-    /// Runs each image's `steps` (each one [`gpu_runs`]) over a batch, a
-    /// round per step index: the round's geometric steps (flips and nearest
-    /// warps, a flip being the exact warp `x -> w - 1 - x`) are one launch
-    /// for the whole batch; other steps run per image ([`Gpu::run_steps`]).
-    /// An image whose step fails gets its error; the others go on.
+    /// Runs each image's `steps` (each one [`gpu_runs`]) over a batch.
+    /// Each image's leading geometric steps (flips and nearest warps, a
+    /// flip being the exact warp `x -> w - 1 - x`) run in two arenas, a
+    /// launch per step index for the whole batch ([`Gpu::warp_arena`]);
+    /// the rest run a round per step index, geometric ones batched, others
+    /// per image ([`Gpu::run_steps`]). An image whose step fails gets its
+    /// error; the others go on.
     pub fn run_steps_batch(&self, images: Vec<DeviceImage>, steps: &[&[Step]]) -> Vec<Result<DeviceImage, GpuError>> {
-        let mut slots: Vec<Result<DeviceImage, GpuError>> = images.into_iter().map(Ok).collect();
-        let rounds = steps.iter().map(|s| s.len()).max().unwrap_or(0);
+        let lead: Vec<usize> = steps
+            .iter()
+            .map(|s| s.iter().take_while(|st| as_warp(st, 1, 1).is_some()).count())
+            .collect();
+        let n = images.len();
+        let mut slots: Vec<Result<DeviceImage, GpuError>> = if lead.iter().any(|&k| k > 0) {
+            match self.warp_arena(images, steps, &lead) {
+                Ok(images) => images.into_iter().map(Ok).collect(),
+                Err(e) => {
+                    let reason = e.to_string();
+                    return (0..n)
+                        .map(|_| Err(GpuError::Invalid(format!("batched warps failed: {reason}"))))
+                        .collect();
+                }
+            }
+        } else {
+            images.into_iter().map(Ok).collect()
+        };
+        let rest: Vec<&[Step]> = steps.iter().zip(&lead).map(|(s, &k)| &s[k..]).collect();
+        let rounds = rest.iter().map(|s| s.len()).max().unwrap_or(0);
         for round in 0..rounds {
-            let mut warps: Vec<(usize, [f64; 6], (u32, u32), [u8; 3])> = Vec::new();
+            let mut warps: Vec<(usize, NearestWarp)> = Vec::new();
             for (i, slot) in slots.iter_mut().enumerate() {
-                let Some(step) = steps.get(i).and_then(|s| s.get(round)) else {
+                let Some(step) = rest.get(i).and_then(|s| s.get(round)) else {
                     continue;
                 };
                 let Ok(img) = slot else { continue };
-                let (w, h) = (f64::from(img.width), f64::from(img.height));
-                match *step {
-                    Step::FlipHorizontal => {
-                        warps.push((i, [-1.0, 0.0, w, 0.0, 1.0, 0.0], (img.width, img.height), [0; 3]))
-                    }
-                    Step::FlipVertical => {
-                        warps.push((i, [1.0, 0.0, 0.0, 0.0, -1.0, h], (img.width, img.height), [0; 3]))
-                    }
-                    Step::Affine {
-                        matrix,
-                        out_w,
-                        out_h,
-                        warp: Warp::Nearest,
-                        fill,
-                    } => warps.push((i, matrix, (out_w, out_h), fill)),
-                    _ => {
+                match as_warp(step, img.width, img.height) {
+                    Some(warp) => warps.push((i, warp)),
+                    None => {
                         let taken = std::mem::replace(slot, Err(GpuError::Invalid("in flight".into())));
                         *slot = taken.and_then(|img| self.run_steps(img, std::slice::from_ref(step)));
                     }
@@ -415,21 +422,129 @@ impl Gpu {
         slots
     }
 
+    /// Runs the first `lead[i]` steps of each image's `steps` (all
+    /// warps) between two arenas, each image in its own slot of both: step
+    /// `k` of every image is one launch, reading arena `(k - 1) % 2` (the
+    /// decoded image for `k = 0`) and writing arena `k % 2`, with no
+    /// allocation per image and step. The results are copied out into
+    /// images of their own.
+    fn warp_arena(
+        &self,
+        images: Vec<DeviceImage>,
+        steps: &[&[Step]],
+        lead: &[usize],
+    ) -> Result<Vec<DeviceImage>, GpuError> {
+        // Each image's sizes through its leading warps, and its slot.
+        let mut plans = Vec::with_capacity(images.len());
+        let mut offsets = Vec::with_capacity(images.len());
+        let mut total = 0usize;
+        for (i, img) in images.iter().enumerate() {
+            if img.pitch != img.width * 3 {
+                return Err(GpuError::Invalid(format!(
+                    "image {i}: rows of {} bytes are not packed for {} pixels",
+                    img.pitch, img.width
+                )));
+            }
+            let (mut w, mut h) = (img.width, img.height);
+            let mut plan = Vec::with_capacity(lead[i]);
+            let mut most = 0usize;
+            for step in &steps[i][..lead[i]] {
+                let (matrix, (ow, oh), fill) =
+                    as_warp(step, w, h).ok_or_else(|| GpuError::Invalid("not a warp".into()))?;
+                plan.push(((w, h), matrix, (ow, oh), fill));
+                most = most.max(ow as usize * oh as usize * 3);
+                (w, h) = (ow, oh);
+            }
+            offsets.push(total);
+            // 256-byte aligned slots.
+            total += most.div_ceil(256) * 256;
+            plans.push(plan);
+        }
+        // SAFETY: u8 has no invalid values; every byte a later step or the
+        // copy-out reads was written by a warp before (each output covers
+        // its whole out_w x out_h).
+        let mut a0 = unsafe { self.stream.alloc::<u8>(total.max(1)) }.map_err(driver("allocation of a warp arena"))?;
+        // SAFETY: as above.
+        let mut a1 = unsafe { self.stream.alloc::<u8>(total.max(1)) }.map_err(driver("allocation of a warp arena"))?;
+        let rounds = lead.iter().copied().max().unwrap_or(0);
+        {
+            let (p0, _g0) = a0.device_ptr_mut(&self.stream);
+            let (p1, _g1) = a1.device_ptr_mut(&self.stream);
+            let arena = |k: usize| if k.is_multiple_of(2) { p0 } else { p1 };
+            let mut src_guards = Vec::with_capacity(images.len());
+            let mut srcs = Vec::with_capacity(images.len());
+            for img in &images {
+                let (p, g) = img.buf.device_ptr(&self.stream);
+                srcs.push(p);
+                src_guards.push(g);
+            }
+            for k in 0..rounds {
+                let params: Vec<WarpParams> = plans
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, plan)| {
+                        let ((in_w, in_h), matrix, (out_w, out_h), fill) = *plan.get(k)?;
+                        let src = if k == 0 {
+                            srcs[i]
+                        } else {
+                            arena(k - 1) + offsets[i] as u64
+                        };
+                        Some(WarpParams {
+                            src,
+                            dst: arena(k) + offsets[i] as u64,
+                            in_w,
+                            in_h,
+                            out_w,
+                            out_h,
+                            fill: u32::from(fill[0]) | u32::from(fill[1]) << 8 | u32::from(fill[2]) << 16,
+                            reserved: 0,
+                            a: crate::augment::fixed_matrix(&matrix),
+                        })
+                    })
+                    .collect();
+                // SAFETY: each `src` is a decoded image of in_w x in_h
+                // (packed, checked above) or this image's slot of the other
+                // arena, written by the previous launch with that size; each
+                // `dst` is this image's slot, at least out_w x out_h x 3
+                // bytes (the slot holds the largest of its outputs) and no
+                // other image's. Both arenas and the images live until after
+                // the copies below, which are ordered after the launches on
+                // `self.stream`.
+                unsafe { self.kernels.affine_nearest_batch_u8_hwc(&self.stream, &params) }?;
+            }
+        }
+        let mut out = Vec::with_capacity(images.len());
+        for (i, img) in images.into_iter().enumerate() {
+            let Some(&(_, _, (w, h), _)) = plans[i].last() else {
+                out.push(img);
+                continue;
+            };
+            let len = w as usize * h as usize * 3;
+            let arena = if (lead[i] - 1).is_multiple_of(2) { &a0 } else { &a1 };
+            let mut dst = self.new_image(w, h)?;
+            self.stream
+                .memcpy_dtod(&arena.slice(offsets[i]..offsets[i] + len), &mut dst.buf)
+                .map_err(driver("copying a warped image out of its arena"))?;
+            out.push(dst);
+        }
+        Ok(out)
+    }
+
     /// One launch warping `slots[i]` for each `(i, matrix, out size, fill)`.
     fn warp_batch(
         &self,
         slots: &mut [Result<DeviceImage, GpuError>],
-        warps: &[(usize, [f64; 6], (u32, u32), [u8; 3])],
+        warps: &[(usize, NearestWarp)],
     ) -> Result<Vec<DeviceImage>, GpuError> {
         let mut outs = Vec::with_capacity(warps.len());
-        for (_, _, (w, h), _) in warps {
+        for (_, (_, (w, h), _)) in warps {
             outs.push(self.new_image(*w, *h)?);
         }
         let mut params = Vec::with_capacity(warps.len());
         // The guards keep cudarc's view of each image until the launch is
         // queued.
         let mut guards = Vec::with_capacity(warps.len() * 2);
-        for ((i, matrix, (out_w, out_h), fill), out) in warps.iter().zip(&mut outs) {
+        for ((i, (matrix, (out_w, out_h), fill)), out) in warps.iter().zip(&mut outs) {
             let Ok(img) = &slots[*i] else {
                 return Err(GpuError::Invalid(format!("image {i} has no result to warp")));
             };
@@ -555,6 +670,27 @@ impl GpuCrop {
             _ => return None,
         };
         Self::new(crop, width, height, flip)
+    }
+}
+
+/// A nearest warp: its matrix, output size and fill colour.
+type NearestWarp = ([f64; 6], (u32, u32), [u8; 3]);
+
+/// The nearest warp a geometric step is on a `w` x `h` image: its matrix,
+/// output size and fill (a flip is the exact warp `x -> w - 1 - x`).
+fn as_warp(step: &Step, w: u32, h: u32) -> Option<NearestWarp> {
+    let (fw, fh) = (f64::from(w), f64::from(h));
+    match *step {
+        Step::FlipHorizontal => Some(([-1.0, 0.0, fw, 0.0, 1.0, 0.0], (w, h), [0; 3])),
+        Step::FlipVertical => Some(([1.0, 0.0, 0.0, 0.0, -1.0, fh], (w, h), [0; 3])),
+        Step::Affine {
+            matrix,
+            out_w,
+            out_h,
+            warp: Warp::Nearest,
+            fill,
+        } => Some((matrix, (out_w, out_h), fill)),
+        _ => None,
     }
 }
 

@@ -640,7 +640,7 @@ impl Lane {
             // A round of steps per step index over the whole batch; a
             // tail of crop-resize to the output (and a horizontal flip)
             // joins the fused kernel's launch.
-            let (metas, images): (Vec<(usize, GpuSample, Vec<Step>)>, Vec<DeviceImage>) = stepped
+            let (metas, images): (Vec<Stepped>, Vec<DeviceImage>) = stepped
                 .into_iter()
                 .map(|(i, sample, img, steps)| ((i, sample, steps), img))
                 .unzip();
@@ -797,6 +797,10 @@ impl Lane {
         Ok(out)
     }
 }
+
+/// A sample of a lane batch with steps to run: its index in the batch, the
+/// sample and its steps.
+type Stepped = (usize, GpuSample, Vec<Step>);
 
 /// How many of `steps`' last steps the fused kernel can run: a bilinear
 /// crop-resize to `size` x `size`, alone or followed by a horizontal flip.

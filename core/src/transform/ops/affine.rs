@@ -37,9 +37,12 @@ pub struct RandomAffine {
     pub center: Option<[f64; 2]>,
 }
 
+/// The shear's x range and, when given, its y range.
+type ShearRanges = ((f64, f64), Option<(f64, f64)>);
+
 impl RandomAffine {
     /// (x range, y range).
-    fn shear_ranges(&self) -> Option<((f64, f64), Option<(f64, f64)>)> {
+    fn shear_ranges(&self) -> Option<ShearRanges> {
         match self.shear.as_ref()? {
             Shear::One(s) => Some(((-s, *s), None)),
             Shear::Values(v) => match v[..] {

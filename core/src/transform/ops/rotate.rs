@@ -42,7 +42,7 @@ impl RandomRotation {
 /// Checks torchvision's `degrees`: a non-negative number or an ordered pair.
 pub(crate) fn check_degrees(degrees: Range) -> Result<(), String> {
     if let Range::One(d) = degrees
-        && !(d >= 0.0)
+        && (d.is_nan() || d < 0.0)
     {
         return Err(format!("degrees {d} must be non-negative when it is a single number"));
     }
