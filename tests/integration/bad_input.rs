@@ -355,8 +355,8 @@ fn resize_bombs_are_skipped_as_too_large_before_any_allocation() {
     assert_eq!(run.num("samples"), 24);
     assert_eq!(run.num("skipped"), 2);
     let stderr = run.stderr();
-    assert_named(&stderr, "bomb_wide", "(resize) would make a 16640000x256 image");
-    assert_named(&stderr, "bomb_tall", "(resize) would make a 256x16640000 image");
+    assert_named(&stderr, "bomb_wide", "(Resize) would make a 16640000x256 image");
+    assert_named(&stderr, "bomb_tall", "(Resize) would make a 256x16640000 image");
     let peak = peak_rss(w.child.0.id());
     println!(
         "two resize bombs under eval: {seconds:.1}s, worker peak RSS {} MiB",

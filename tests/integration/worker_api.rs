@@ -30,17 +30,13 @@ async fn start() -> (
     (addr, tx, handle)
 }
 
-fn item(size: u32, ops: Vec<pb::Transform>) -> pb::WorkItem {
+fn item(size: u32, spec: pb::TransformSpec) -> pb::WorkItem {
     pb::WorkItem {
         dataset: "/tmp".into(),
         shard: "x.tar".into(),
         seed: 0,
         epoch: 0,
-        transform: Some(pb::TransformSpec {
-            size,
-            ops,
-            json: String::new(),
-        }),
+        transform: Some(pb::TransformSpec { size, ..spec }),
         skip_keys: vec![],
         chunk_bytes: 0,
         start: 0,
@@ -54,12 +50,47 @@ fn item(size: u32, ops: Vec<pb::Transform>) -> pb::WorkItem {
 async fn absurd_requests_get_invalid_argument_and_the_worker_shuts_down_cleanly() {
     let (addr, stop, server) = start().await;
     let mut client = WorkerClient::connect(addr.clone()).await.unwrap();
-    let train = |size| stoker_proto::spec_to_pb(&stoker_core::TransformSpec::train(size)).ops;
+    let train = |size| stoker_proto::spec_to_pb(&stoker_core::TransformSpec::train(size));
+    // An older client's ops (no JSON).
+    let legacy = |ops: Vec<pb::Transform>| pb::TransformSpec {
+        ops,
+        ..pb::TransformSpec::default()
+    };
+    let center_crop = pb::Transform {
+        op: Some(pb::transform::Op::CenterCrop(pb::CenterCrop { size: 224 })),
+    };
+    let json = |json: &str| pb::TransformSpec {
+        json: json.to_owned(),
+        ..pb::TransformSpec::default()
+    };
 
     let cases = [
-        ("image size 0", item(0, train(224))),
+        ("image size 0", item(0, legacy(vec![center_crop]))),
         ("image size 100000", item(100_000, train(100_000))),
-        ("unknown transform op", item(224, vec![pb::Transform { op: None }])),
+        (
+            "unknown transform op",
+            item(224, legacy(vec![pb::Transform { op: None }])),
+        ),
+        (
+            "unknown op in the JSON spec",
+            item(224, json(r#"{"version": 1, "ops": [{"op": "Lambda"}]}"#)),
+        ),
+        (
+            "a spec version this worker does not know",
+            item(
+                224,
+                json(r#"{"version": 99, "ops": [{"op": "CenterCrop", "size": 224}]}"#),
+            ),
+        ),
+        (
+            "a negative argument",
+            item(
+                224,
+                json(
+                    r#"{"version": 1, "ops": [{"op": "RandomRotation", "degrees": -5}, {"op": "CenterCrop", "size": 224}]}"#,
+                ),
+            ),
+        ),
         (
             "no transform",
             pb::WorkItem {
