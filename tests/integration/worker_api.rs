@@ -95,7 +95,7 @@ async fn absurd_requests_get_invalid_argument_and_the_worker_shuts_down_cleanly(
             "no transform",
             pb::WorkItem {
                 transform: None,
-                ..item(224, vec![])
+                ..item(224, train(224))
             },
         ),
         (
