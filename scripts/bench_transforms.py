@@ -372,6 +372,7 @@ def wait_quiet(args, log):
     while quiet < 2:
         time.sleep(5)
         quiet = quiet + 1 if not why() else 0
+    args.waited += time.time() - t0
     log(f"quiet again after {time.time() - t0:.0f}s")
 
 
@@ -433,15 +434,19 @@ def machine():
     return f"{model}, {cores} cores available ({os.cpu_count()} online), {platform.system()} {platform.release()}"
 
 
+def git_head():
+    try:
+        r = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        return f"commit {r.stdout.strip()}" if r.returncode == 0 else "no git"
+    except OSError:
+        return "no git"
+
+
 def versions(args):
     v = {}
     out = subprocess.run([args.stoker, "--version"], capture_output=True, text=True)
     v["stoker"] = out.stdout.strip().removeprefix("stoker ") or "?"
-    try:
-        rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-        v["stoker"] += f" (commit {rev.stdout.strip()}, binary {time.strftime('%Y-%m-%d %H:%M', time.gmtime(os.path.getmtime(args.stoker)))} UTC)"
-    except OSError:
-        pass
+    v["stoker"] += f" (checkout at {git_head()})"
     v["python"] = platform.python_version()
     import numpy
     import PIL
@@ -494,6 +499,7 @@ def run_contender(args, cid, images, spec, dali_flags):
         j = run_json([args.stoker, "bench", "--input", images, "--transform", spec, "--threads", n,
                       "--passes", str(args.stoker_passes)])
         j["cpu_cores"] = None
+        j["binary_mtime"] = os.path.getmtime(args.stoker)
         return j
     me = [sys.executable, os.path.abspath(__file__)]
     per = str(args.measure * int(n))
@@ -592,7 +598,13 @@ def main(args):
                         log("  disturbed by other work: again" if attempt < 3 else "  disturbed: kept")
                     results.setdefault((wid, cid), []).append(j)
 
-        # Tables.
+        # Tables. The binary may have been rebuilt while --wait-quiet
+        # waited: name the one(s) that ran.
+        built = sorted({x["binary_mtime"] for (w, c), rs in results.items() if c.startswith("stoker")
+                        for x in rs})
+        stamps = ", ".join(time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) for t in built)
+        vers["stoker"] = vers["stoker"].split(" (")[0] + f" (binary built {stamps} UTC" + \
+            (", REBUILT DURING THE RUN" if len(built) > 1 else "") + f"; checkout at {git_head()})"
         title = "Stoker CPU transform throughput vs torchvision (PIL) and DALI (CPU)"
         lines.append(f"### {title}")
         lines.append("")
@@ -674,7 +686,9 @@ def main(args):
                     lines.append(f"| {wname} | Stoker / {bname} | {n} | {ratio:.2f}× | {per_round} | {t} | {met} |")
         lines.append("")
         lines.append(f"Command: `scripts/bench-transforms.sh {' '.join(args.argv)}`".rstrip() + f"; "
-                     f"took {(time.time() - t_start) / 60:.1f} min.")
+                     f"took {(time.time() - t_start) / 60:.1f} min"
+                     + (f", {args.waited / 60:.1f} of them waiting for a quiet machine" if args.waited else "")
+                     + ".")
         text = "\n".join(lines) + "\n"
         print(text)
         if args.out:
@@ -739,6 +753,7 @@ def parse():
     p.add_argument("--keep", action="store_true", help="keep the temporary images")
     a = p.parse_args(argv)
     a.argv = argv
+    a.waited = 0.0
     a.seed000 = [int(x) for x in a.seed000.split(",") if x.strip()]
     main(a)
 
