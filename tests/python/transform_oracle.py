@@ -88,15 +88,17 @@ class Bound:
 
 EXACT = Bound(0, 0.0)
 
-# Resampling (Stoker's Resize and RandomResizedCrop) ports Pillow's
-# ImagingResample step for step: its filters and supports, 22-bit
-# coefficients, the horizontal pass first with its rows rounded to 8 bits,
-# then the vertical pass. That is exact against Pillow up to 12. Pillow 13
-# runs the vertical pass first for some reductions (a strong vertical
-# reduction with little horizontal one, e.g. 257x193 -> 200x64), which moves
-# values by up to 1 (bilinear, box, hamming) and up to 9 (bicubic, lanczos:
-# negative lobes amplify the intermediate's rounding) at a mean under 0.3;
-# measured against Pillow 13.0.0. Same-order cases stay exact.
+# Resampling (Stoker's Resize and RandomResizedCrop). Bilinear, the
+# default, runs fast_image_resize: Pillow's filter and support, its own
+# fixed-point precision and the vertical pass first, so a few values round
+# the other way (measured: max 1, mean under 0.2). The other filters port
+# Pillow's ImagingResample step for step (22-bit coefficients, horizontal
+# pass first, rows rounded to 8 bits): exact against Pillow up to 12.
+# Pillow 13 runs the vertical pass first for some reductions (a strong
+# vertical reduction with little horizontal one, e.g. 257x193 -> 200x64),
+# which moves values by up to 1 (box, hamming) and up to 9 (bicubic,
+# lanczos: negative lobes amplify the intermediate's rounding) at a mean
+# under 0.3; measured against Pillow 13.0.0.
 RESAMPLE = Bound(1, 0.2)
 RESAMPLE_LOBED = Bound(10, 0.3)
 

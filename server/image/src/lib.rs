@@ -251,7 +251,7 @@ mod tests {
         let eval = hash(&TransformSpec::eval(224), &mut augmenter);
         assert_eq!(
             (train.as_str(), eval.as_str()),
-            ("e3e37264cd92e85a", "fd0aa3d59dcd8f15"),
+            ("ca52c7d3d89e88bb", "69313a55f577d155"),
             "train {train}, eval {eval}"
         );
     }

@@ -70,7 +70,37 @@ pub(super) fn crop_resize(
         ];
         return Ok(affine(src_img, &matrix, out_w, out_h, Warp::Nearest, [0; 3]));
     }
+    if filter == Interpolation::Bilinear {
+        return resize_bilinear(src_img, out_w, out_h);
+    }
     Ok(super::resample::resize(src_img, out_w, out_h, filter))
+}
+
+/// The bilinear resize, the default of Resize and RandomResizedCrop, with
+/// fast_image_resize: its SIMD port of Pillow's convolution (the same
+/// filter and support; its own fixed-point precision and vertical pass
+/// first, so values differ from Pillow's by at most 1, a mean under 0.2),
+/// and the arithmetic the GPU's fused kernel reproduces. About a fifth
+/// faster per sample than the exact port (`resample`), which the other
+/// filters use.
+fn resize_bilinear(img: &RgbImage, out_w: u32, out_h: u32) -> Result<RgbImage, AugmentError> {
+    use fast_image_resize::images::{Image, ImageRef};
+    use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
+    thread_local! {
+        static RESIZER: std::cell::RefCell<Resizer> = std::cell::RefCell::new(Resizer::new());
+    }
+    let src =
+        ImageRef::new(img.width, img.height, &img.pixels, PixelType::U8x3).map_err(|e| AugmentError(e.to_string()))?;
+    let mut dst = Image::new(out_w, out_h, PixelType::U8x3);
+    let options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear));
+    RESIZER
+        .with(|r| r.borrow_mut().resize(&src, &mut dst, &options))
+        .map_err(|e| AugmentError(e.to_string()))?;
+    Ok(RgbImage {
+        width: out_w,
+        height: out_h,
+        pixels: dst.into_vec(),
+    })
 }
 
 /// The source index of padded position `i` (in `-pad..n + pad`) of a side
