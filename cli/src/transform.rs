@@ -41,11 +41,6 @@ impl TransformArgs {
             }
         })
     }
-
-    /// How to name the transform in a report: the preset, or the ops.
-    pub fn describe(spec: &TransformSpec) -> String {
-        spec.to_string()
-    }
 }
 
 /// `stoker augment`: decode one image and run a transform spec on it, as a

@@ -1,7 +1,8 @@
 //! Stoker's CUDA C kernels and their Rust launch wrappers: for the worker,
-//! the fused crop + resize + flip of a batch (`resize.cu`), and flips,
-//! nearest affine warps, colour enhancement and blur of one image (`steps.cu`):
-//! the steps the worker's GPU lanes run (`stoker_server::gpu::gpu_runs`); for the client, the conversion of a uint8 HWC batch to the
+//! the fused crop + resize + flip of a batch (`resize.cu`), the nearest
+//! affine warps (flips included) of a batch, and colour enhancement and
+//! blur of one image (`steps.cu`): the steps the worker's GPU lanes run
+//! (`stoker_server::gpu::gpu_runs`); for the client, the conversion of a uint8 HWC batch to the
 //! layout and dtype a training step takes, normalised (`convert.cu`).
 //!
 //! The sources (`src/*.cu`) are embedded in the binary and compiled at run

@@ -15,8 +15,6 @@ use crate::KernelError;
 pub mod kernel {
     /// [`crate::RrcParams`]-driven crop + resize + flip, uint8 HWC.
     pub const RRC_FLIP_U8_HWC: &str = "stoker_rrc_flip_u8_hwc";
-    pub const FLIP_U8_HWC: &str = "stoker_flip_u8_hwc";
-    pub const AFFINE_NEAREST_U8_HWC: &str = "stoker_affine_nearest_u8_hwc";
     /// [`crate::WarpParams`]-driven nearest affine warps of a batch.
     pub const AFFINE_NEAREST_BATCH_U8_HWC: &str = "stoker_affine_nearest_batch_u8_hwc";
     pub const LUMA_SUM_U8_HWC: &str = "stoker_luma_sum_u8_hwc";
@@ -54,14 +52,12 @@ pub const RESIZE: ModuleSpec = ModuleSpec {
     kernels: &[kernel::RRC_FLIP_U8_HWC],
 };
 
-/// Flips, nearest affine warps, colour enhancement and blur, one image per
-/// launch.
+/// Nearest warps (flips included) of a batch; colour enhancement and blur,
+/// one image per launch.
 pub const STEPS: ModuleSpec = ModuleSpec {
     name: "steps",
     source: include_str!("steps.cu"),
     kernels: &[
-        kernel::FLIP_U8_HWC,
-        kernel::AFFINE_NEAREST_U8_HWC,
         kernel::AFFINE_NEAREST_BATCH_U8_HWC,
         kernel::LUMA_SUM_U8_HWC,
         kernel::ENHANCE_U8_HWC,

@@ -1,6 +1,6 @@
-// The per-image steps after (or before) the crop: flips, affine warps
-// (nearest), colour enhancement and Gaussian blur, uint8 HWC, one image per
-// launch.
+// The steps after (or before) the crop: nearest affine warps (flips
+// included) of a batch, one launch per step index; colour enhancement and
+// Gaussian blur, one image per launch; uint8 HWC.
 //
 // Each follows the CPU path (server/image/src/augment/) operation for operation,
 // with the rounding intrinsics (__fmul_rn, __fadd_rn...) where the compiler
@@ -9,72 +9,13 @@
 //
 // Compiled by NVRTC at run time: no includes, plain C types only.
 
-// Output pixel (x, y) of a flip reads pixel (x', y') of the source.
-extern "C" __global__ void stoker_flip_u8_hwc(
-    const unsigned char* __restrict__ src,
-    unsigned char* __restrict__ dst,
-    unsigned int w,
-    unsigned int h,
-    unsigned int horizontal,
-    unsigned int vertical)
-{
-    const unsigned int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= w * h) {
-        return;
-    }
-    const unsigned int y = idx / w;
-    const unsigned int x = idx - y * w;
-    const unsigned int sx = horizontal ? w - 1 - x : x;
-    const unsigned int sy = vertical ? h - 1 - y : y;
-    const unsigned char* s = src + ((size_t)sy * w + sx) * 3;
-    unsigned char* d = dst + (size_t)idx * 3;
-    d[0] = s[0];
-    d[1] = s[1];
-    d[2] = s[2];
-}
-
 // PIL's affine warp with nearest neighbour (Image.transform(AFFINE,
 // NEAREST), its 16.16 fixed-point path): output pixel (x, y) reads input
 // pixel ((a2 + y*a1 + x*a0) >> 16, (a5 + y*a4 + x*a3) >> 16), the host's
 // fixed-point matrix with the pixel centre folded in; outside the input it
-// takes the fill colour. Covers rotation (any angle, expand, centre),
-// RandomAffine and the policies' shears and translations.
-extern "C" __global__ void stoker_affine_nearest_u8_hwc(
-    const unsigned char* __restrict__ src,
-    unsigned char* __restrict__ dst,
-    unsigned int in_w,
-    unsigned int in_h,
-    unsigned int out_w,
-    unsigned int out_h,
-    long long a0,
-    long long a1,
-    long long a2,
-    long long a3,
-    long long a4,
-    long long a5,
-    unsigned int fill)
-{
-    const unsigned int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= out_w * out_h) {
-        return;
-    }
-    const long long y = idx / out_w;
-    const long long x = idx - y * out_w;
-    const long long xin = (a2 + y * a1 + x * a0) >> 16;
-    const long long yin = (a5 + y * a4 + x * a3) >> 16;
-    unsigned char* d = dst + (size_t)idx * 3;
-    if (xin >= 0 && yin >= 0 && xin < (long long)in_w && yin < (long long)in_h) {
-        const unsigned char* s = src + ((size_t)yin * in_w + (size_t)xin) * 3;
-        d[0] = s[0];
-        d[1] = s[1];
-        d[2] = s[2];
-    } else {
-        d[0] = (unsigned char)(fill & 0xff);
-        d[1] = (unsigned char)((fill >> 8) & 0xff);
-        d[2] = (unsigned char)((fill >> 16) & 0xff);
-    }
-}
-
+// takes the fill colour. Covers flips (x -> w - 1 - x exactly), rotation
+// (any angle, expand, centre), RandomAffine and the policies' shears and
+// translations.
 // One image's warp of stoker_affine_nearest_batch_u8_hwc: the layout of
 // `WarpParams` in worker.rs.
 struct StokerWarpParams {

@@ -1,7 +1,7 @@
 //! The worker's launch wrappers: [`Kernels`] holds the functions of
 //! [`WORKER_MODULES`] loaded into one context and launches them (the fused
-//! crop + resize + flip of a batch, and flips, nearest affine warps, colour
-//! enhancement and blur of one image, and nearest warps of a batch);
+//! crop + resize + flip of a batch, the nearest warps (flips included) of a
+//! batch, and colour enhancement and blur of one image);
 //! [`RrcParams`] and [`WarpParams`] are the batch kernels' per-image
 //! parameter blocks.
 
@@ -19,8 +19,6 @@ use crate::{KernelError, RESIZE, STEPS, WORKER_MODULES, kernel, load_modules};
 pub struct Kernels {
     // Each function holds its module, which stays loaded while it lives.
     rrc_flip: CudaFunction,
-    flip: CudaFunction,
-    affine_nearest: CudaFunction,
     affine_nearest_batch: CudaFunction,
     luma_sum: CudaFunction,
     enhance: CudaFunction,
@@ -38,8 +36,6 @@ impl Kernels {
         let modules = load_modules(ctx, WORKER_MODULES)?;
         Ok(Self {
             rrc_flip: function(&modules, &RESIZE, kernel::RRC_FLIP_U8_HWC)?,
-            flip: function(&modules, &STEPS, kernel::FLIP_U8_HWC)?,
-            affine_nearest: function(&modules, &STEPS, kernel::AFFINE_NEAREST_U8_HWC)?,
             affine_nearest_batch: function(&modules, &STEPS, kernel::AFFINE_NEAREST_BATCH_U8_HWC)?,
             luma_sum: function(&modules, &STEPS, kernel::LUMA_SUM_U8_HWC)?,
             enhance: function(&modules, &STEPS, kernel::ENHANCE_U8_HWC)?,
@@ -47,63 +43,6 @@ impl Kernels {
             blur_cols: function(&modules, &STEPS, kernel::BLUR_COLS_U8_HWC)?,
             arch: (major, minor),
         })
-    }
-
-    /// Mirrors the `w` x `h` image `src` into `dst`, left-right and/or
-    /// top-bottom.
-    pub fn flip_u8_hwc(
-        &self,
-        stream: &Arc<CudaStream>,
-        src: &CudaSlice<u8>,
-        dst: &mut CudaSlice<u8>,
-        (w, h): (u32, u32),
-        horizontal: bool,
-        vertical: bool,
-    ) -> Result<(), KernelError> {
-        let name = kernel::FLIP_U8_HWC;
-        check_image(name, "source", w, h, src.len(), 3)?;
-        check_image(name, "destination", w, h, dst.len(), 3)?;
-        let (hz, vt) = (u32::from(horizontal), u32::from(vertical));
-        let mut launch = stream.launch_builder(&self.flip);
-        launch.arg(src).arg(dst).arg(&w).arg(&h).arg(&hz).arg(&vt);
-        // SAFETY: the arguments match the kernel's signature; it reads and
-        // writes w x h x 3 bytes, within both buffers (checked above).
-        unsafe { launch.launch(per_pixel(w, h)) }.map_err(|e| launch_err(name, e))?;
-        Ok(())
-    }
-
-    /// Warps the `in_dims` image `src` into the `out_dims` image `dst`
-    /// with PIL's nearest-neighbour affine transform: `fixed` is the
-    /// 16.16 fixed-point matrix (the pixel centre folded into its
-    /// translations, as Pillow's `affine_fixed`); outside the input is
-    /// `fill`.
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "two images, their sizes, the matrix and the fill: one launch's arguments"
-    )]
-    pub fn affine_nearest_u8_hwc(
-        &self,
-        stream: &Arc<CudaStream>,
-        src: &CudaSlice<u8>,
-        dst: &mut CudaSlice<u8>,
-        (in_w, in_h): (u32, u32),
-        (out_w, out_h): (u32, u32),
-        fixed: [i64; 6],
-        fill: [u8; 3],
-    ) -> Result<(), KernelError> {
-        let name = kernel::AFFINE_NEAREST_U8_HWC;
-        check_image(name, "source", in_w, in_h, src.len(), 3)?;
-        check_image(name, "destination", out_w, out_h, dst.len(), 3)?;
-        let fill = u32::from(fill[0]) | u32::from(fill[1]) << 8 | u32::from(fill[2]) << 16;
-        let [a0, a1, a2, a3, a4, a5] = fixed;
-        let mut launch = stream.launch_builder(&self.affine_nearest);
-        launch.arg(src).arg(dst).arg(&in_w).arg(&in_h).arg(&out_w).arg(&out_h);
-        launch.arg(&a0).arg(&a1).arg(&a2).arg(&a3).arg(&a4).arg(&a5).arg(&fill);
-        // SAFETY: the arguments match the kernel's signature; every read is
-        // bounds-checked against in_w x in_h and every write is one of the
-        // out_w x out_h pixels of `dst` (sizes checked above).
-        unsafe { launch.launch(per_pixel(out_w, out_h)) }.map_err(|e| launch_err(name, e))?;
-        Ok(())
     }
 
     /// One nearest affine warp per image of a batch, in one launch: image

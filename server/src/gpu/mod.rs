@@ -307,32 +307,19 @@ impl Gpu {
                     self.resized_crop_flip_into(&[&img], &[crop], (out_w, out_h), &mut out.buf)?;
                     out
                 }
-                Step::FlipHorizontal | Step::FlipVertical => {
-                    let mut out = self.new_image(img.width, img.height)?;
-                    let horizontal = matches!(step, Step::FlipHorizontal);
-                    self.kernels
-                        .flip_u8_hwc(&self.stream, &img.buf, &mut out.buf, dims, horizontal, !horizontal)?;
-                    out
-                }
-                Step::Affine {
-                    ref matrix,
-                    out_w,
-                    out_h,
-                    warp: Warp::Nearest,
-                    fill,
+                // Flips and nearest warps: the batched warp kernel, for one.
+                Step::FlipHorizontal
+                | Step::FlipVertical
+                | Step::Affine {
+                    warp: Warp::Nearest, ..
                 } => {
-                    let mut out = self.new_image(out_w, out_h)?;
-                    let fixed = crate::augment::fixed_matrix(matrix);
-                    self.kernels.affine_nearest_u8_hwc(
-                        &self.stream,
-                        &img.buf,
-                        &mut out.buf,
-                        dims,
-                        (out_w, out_h),
-                        fixed,
-                        fill,
-                    )?;
-                    out
+                    let Some(warp) = as_warp(step, img.width, img.height) else {
+                        return Err(GpuError::Invalid(format!("step {} is not a warp", step.name())));
+                    };
+                    let mut slots = [Ok(img)];
+                    self.warp_batch(&mut slots, &[(0, warp)])?
+                        .pop()
+                        .ok_or_else(|| GpuError::Invalid("the warp made no image".into()))?
                 }
                 Step::Enhance { what, factor } if what != Enhance::Sharpness => {
                     self.kernels

@@ -42,6 +42,7 @@ pub(super) fn crop(img: &RgbImage, rect: Rect) -> RgbImage {
 /// Pillow's resampling (so the filter never reads past the box). Nearest
 /// is Pillow's nearest resize, an affine scale.
 pub(super) fn crop_resize(
+    resizer: &mut fast_image_resize::Resizer,
     img: &RgbImage,
     rect: Rect,
     out_w: u32,
@@ -71,7 +72,7 @@ pub(super) fn crop_resize(
         return Ok(affine(src_img, &matrix, out_w, out_h, Warp::Nearest, [0; 3]));
     }
     if filter == Interpolation::Bilinear {
-        return resize_bilinear(src_img, out_w, out_h);
+        return resize_bilinear(resizer, src_img, out_w, out_h);
     }
     Ok(super::resample::resize(src_img, out_w, out_h, filter))
 }
@@ -83,18 +84,20 @@ pub(super) fn crop_resize(
 /// and the arithmetic the GPU's fused kernel reproduces. About a fifth
 /// faster per sample than the exact port (`resample`), which the other
 /// filters use.
-fn resize_bilinear(img: &RgbImage, out_w: u32, out_h: u32) -> Result<RgbImage, AugmentError> {
+fn resize_bilinear(
+    resizer: &mut fast_image_resize::Resizer,
+    img: &RgbImage,
+    out_w: u32,
+    out_h: u32,
+) -> Result<RgbImage, AugmentError> {
     use fast_image_resize::images::{Image, ImageRef};
-    use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
-    thread_local! {
-        static RESIZER: std::cell::RefCell<Resizer> = std::cell::RefCell::new(Resizer::new());
-    }
+    use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions};
     let src =
         ImageRef::new(img.width, img.height, &img.pixels, PixelType::U8x3).map_err(|e| AugmentError(e.to_string()))?;
     let mut dst = Image::new(out_w, out_h, PixelType::U8x3);
     let options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear));
-    RESIZER
-        .with(|r| r.borrow_mut().resize(&src, &mut dst, &options))
+    resizer
+        .resize(&src, &mut dst, &options)
         .map_err(|e| AugmentError(e.to_string()))?;
     Ok(RgbImage {
         width: out_w,

@@ -23,9 +23,12 @@ pub use geometry::fixed_matrix;
 #[error("augment failed: {0}")]
 pub struct AugmentError(String);
 
-/// The executor (per-thread state is kept here when a step needs some).
+/// Reusable per-thread state: the bilinear resizer keeps its scratch
+/// buffers.
 #[derive(Debug, Default)]
-pub struct Augmenter {}
+pub struct Augmenter {
+    resizer: fast_image_resize::Resizer,
+}
 
 impl Augmenter {
     pub fn new() -> Self {
@@ -41,7 +44,7 @@ impl Augmenter {
                     out_w,
                     out_h,
                     filter,
-                } => geometry::crop_resize(&img, *crop, *out_w, *out_h, *filter)?,
+                } => geometry::crop_resize(&mut self.resizer, &img, *crop, *out_w, *out_h, *filter)?,
                 Step::Pad { ltrb, mode, fill } => geometry::pad(&img, *ltrb, *mode, *fill),
                 Step::FlipHorizontal => geometry::flip_horizontal(img),
                 Step::FlipVertical => geometry::flip_vertical(img),
