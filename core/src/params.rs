@@ -390,7 +390,7 @@ impl Walk {
     pub fn new(width: u32, height: u32, max_pixels: u64) -> Self {
         Self {
             index: 0,
-            peak: u64::from(width) * u64::from(height) * 3,
+            peak: u64::from(width).saturating_mul(u64::from(height)).saturating_mul(3),
             max_pixels,
             too_large: None,
         }
@@ -628,6 +628,31 @@ mod tests {
         let err = footprint(&rot, 20000, 20000, 500_000_000).unwrap_err();
         assert_eq!((err.index, err.op), (0, "RandomRotation"));
         assert!(footprint(&rot, 2000, 2000, 500_000_000).is_ok());
+    }
+
+    #[test]
+    fn footprint_counts_a_strip_resize_weights_per_line() {
+        // 11000x1 to a shorter side of 19: 209000 output columns, each with
+        // its own weights (the fuzzer's image_transform found the resizer
+        // holding 32 bytes a column when weights were counted per
+        // square-root side).
+        let eval = TransformSpec::eval(17);
+        let peak = footprint(&eval, 11000, 1, 1 << 22).unwrap();
+        let (out_w, out_h) = (11000 * 19, 19);
+        let pixels = out_w * out_h;
+        assert!(peak >= 2 * 3 * pixels + RESIZE_BYTES_PER_LINE * (out_w + out_h), "{peak}");
+    }
+
+    #[test]
+    fn footprint_of_absurd_header_dimensions_is_refused_not_overflowed() {
+        // A PNG header can declare 2^32-1 on each side (found by
+        // image_transform): the walk saturates instead of overflowing, and
+        // the peak is at least the decoded image (the decoder refuses it by
+        // the pixel limit first).
+        match footprint(&TransformSpec::eval(17), u32::MAX, u32::MAX, 1 << 22) {
+            Ok(peak) => assert_eq!(peak, u64::MAX),
+            Err(err) => assert_eq!(err.op, "Resize", "{err}"),
+        }
     }
 
     #[test]

@@ -69,9 +69,9 @@ impl OpImpl for GaussianBlur {
         b
     }
 
-    fn scratch(&self, inp: u64, _out: u64) -> u64 {
+    fn scratch(&self, inp: Bounds, _out: Bounds) -> u64 {
         // The float pass between the two directions.
-        inp.saturating_mul(12)
+        inp.pixels().saturating_mul(12)
     }
 
     fn resolve(&self, cx: &mut Cx<'_>) -> Result<(), ResolveError> {

@@ -69,9 +69,9 @@ impl OpImpl for ColorJitter {
         b
     }
 
-    fn scratch(&self, inp: u64, _out: u64) -> u64 {
+    fn scratch(&self, inp: Bounds, _out: Bounds) -> u64 {
         // Hue's HSV copy.
-        inp.saturating_mul(3)
+        inp.pixels().saturating_mul(3)
     }
 
     fn resolve(&self, cx: &mut Cx<'_>) -> Result<(), ResolveError> {
@@ -178,9 +178,9 @@ macro_rules! with_p {
                 b
             }
 
-            fn scratch(&self, inp: u64, _out: u64) -> u64 {
+            fn scratch(&self, inp: Bounds, _out: Bounds) -> u64 {
                 // Sharpness's smoothed copy; the others hold less.
-                inp.saturating_mul(3)
+                inp.pixels().saturating_mul(3)
             }
 
             fn resolve(&self, $cx: &mut Cx<'_>) -> Result<(), ResolveError> {

@@ -50,11 +50,19 @@ impl RandomResizedCrop {
     }
 }
 
-/// A resize's scratch: its pass between the two directions, and its weights.
-pub(crate) fn resize_scratch(inp: u64, out: u64) -> u64 {
-    // Sides are at most the pixels; a line's weights are per side.
-    let lines = |px: u64| 2 * px.isqrt().max(1);
-    inp.max(out).saturating_mul(3) + RESIZE_BYTES_PER_LINE * (lines(inp) + lines(out))
+/// A resize's scratch: the pass between its two directions (either may
+/// run first: `in_w x out_h` or `out_w x in_h`, which for a strip can be
+/// far more than input and output together), and its weights, per output
+/// and input line of each direction (a 1-pixel-high strip scaled up has as
+/// many weight rows as it has columns). Both found by the fuzz target
+/// `image_transform`.
+pub(crate) fn resize_scratch(inp: Bounds, out: Bounds) -> u64 {
+    let lines = |b: &Bounds| b.max_w.saturating_add(b.max_h);
+    let pass = (inp.max_w.saturating_mul(out.max_h)).max(out.max_w.saturating_mul(inp.max_h));
+    pass.max(inp.pixels())
+        .max(out.pixels())
+        .saturating_mul(3)
+        .saturating_add(RESIZE_BYTES_PER_LINE.saturating_mul(lines(&inp).saturating_add(lines(&out))))
 }
 
 impl OpImpl for RandomResizedCrop {
@@ -77,7 +85,7 @@ impl OpImpl for RandomResizedCrop {
         Bounds::exact(u64::from(w), u64::from(h))
     }
 
-    fn scratch(&self, inp: u64, out: u64) -> u64 {
+    fn scratch(&self, inp: Bounds, out: Bounds) -> u64 {
         resize_scratch(inp, out)
     }
 
@@ -234,10 +242,10 @@ impl OpImpl for RandomCrop {
         Bounds::exact(u64::from(w), u64::from(h))
     }
 
-    fn scratch(&self, inp: u64, out: u64) -> u64 {
+    fn scratch(&self, inp: Bounds, out: Bounds) -> u64 {
         // The padded image, when the padding is not plain zeros.
         if self.padding.is_some() || self.pad_if_needed {
-            inp.saturating_add(out).saturating_mul(3) * 2
+            inp.pixels().saturating_add(out.pixels()).saturating_mul(3) * 2
         } else {
             0
         }

@@ -56,7 +56,7 @@ pub trait OpImpl {
     /// Extra bytes the op holds while it runs, besides its input and output
     /// images (of `inp` and `out` pixels at most): a resize's pass between
     /// its two directions, a blur's float copy.
-    fn scratch(&self, _inp: u64, _out: u64) -> u64 {
+    fn scratch(&self, _inp: Bounds, _out: Bounds) -> u64 {
         0
     }
 
@@ -64,7 +64,7 @@ pub trait OpImpl {
     /// holds. Containers walk their children.
     fn walk(&self, name: &'static str, b: Bounds, walk: &mut Walk) -> Bounds {
         let out = self.bounds(b);
-        walk.step(name, b, out, self.scratch(b.pixels(), out.pixels()));
+        walk.step(name, b, out, self.scratch(b, out));
         out
     }
 

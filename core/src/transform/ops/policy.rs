@@ -241,8 +241,8 @@ impl OpImpl for AutoAugment {
         b
     }
 
-    fn scratch(&self, inp: u64, _out: u64) -> u64 {
-        inp.saturating_mul(3)
+    fn scratch(&self, inp: Bounds, _out: Bounds) -> u64 {
+        inp.pixels().saturating_mul(3)
     }
 
     fn resolve(&self, cx: &mut Cx<'_>) -> Result<(), ResolveError> {
@@ -328,8 +328,8 @@ impl OpImpl for RandAugment {
         b
     }
 
-    fn scratch(&self, inp: u64, _out: u64) -> u64 {
-        inp.saturating_mul(3)
+    fn scratch(&self, inp: Bounds, _out: Bounds) -> u64 {
+        inp.pixels().saturating_mul(3)
     }
 
     fn resolve(&self, cx: &mut Cx<'_>) -> Result<(), ResolveError> {
@@ -379,8 +379,8 @@ impl OpImpl for TrivialAugmentWide {
         b
     }
 
-    fn scratch(&self, inp: u64, _out: u64) -> u64 {
-        inp.saturating_mul(3)
+    fn scratch(&self, inp: Bounds, _out: Bounds) -> u64 {
+        inp.pixels().saturating_mul(3)
     }
 
     fn resolve(&self, cx: &mut Cx<'_>) -> Result<(), ResolveError> {

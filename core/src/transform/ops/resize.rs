@@ -142,7 +142,7 @@ impl OpImpl for Resize {
         }
     }
 
-    fn scratch(&self, inp: u64, out: u64) -> u64 {
+    fn scratch(&self, inp: Bounds, out: Bounds) -> u64 {
         resize_scratch(inp, out)
     }
 

@@ -183,8 +183,8 @@ impl OpImpl for TimmRandAugment {
         b
     }
 
-    fn scratch(&self, inp: u64, _out: u64) -> u64 {
-        inp.saturating_mul(3)
+    fn scratch(&self, inp: Bounds, _out: Bounds) -> u64 {
+        inp.pixels().saturating_mul(3)
     }
 
     fn resolve(&self, cx: &mut Cx<'_>) -> Result<(), ResolveError> {

@@ -202,6 +202,9 @@ fuzz_target!(|data: &[u8]| {
         let Ok(peak) = footprint(spec, img.width, img.height, MAX_PIXELS) else {
             continue;
         };
+        if std::env::var_os("STOKER_FUZZ_PEAKS").is_some() {
+            eprintln!("spec {:?}", spec.ops.iter().map(|op| op.name()).collect::<Vec<_>>());
+        }
         // The copy stands for the decoded image the footprint counts.
         let out = bounded(2, peak + MARGIN, || {
             transform(&mut Augmenter::new(), img.clone(), spec, &rng, MAX_PIXELS)
