@@ -7,6 +7,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let descriptors = protox::compile([proto], ["proto"])?;
     tonic_prost_build::configure()
         .bytes(".stoker.v1.Sample.pixels")
+        .bytes(".stoker.v1.FieldValue.bytes")
+        .bytes(".stoker.v1.NpyArray.data")
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -82,6 +82,12 @@ pub struct StreamArgs {
     /// Write one line per delivered sample: epoch<TAB>key<TAB>label.
     #[arg(long)]
     pub keys_out: Option<PathBuf>,
+    /// Write one JSON object per delivered sample: `epoch`, `key`, `label`
+    /// and each `--field` by its name (text as a string, JSON as the
+    /// document, numbers as numbers or lists, an absent optional field as
+    /// null).
+    #[arg(long, value_name = "FILE")]
+    pub fields_out: Option<PathBuf>,
     /// Print a JSON summary as the last line of stdout.
     #[arg(long)]
     pub json: bool,
@@ -215,6 +221,19 @@ pub struct FormatArgs {
     /// TensorFlow's 1-based ImageNet labels into 0-based ones.
     #[arg(long, default_value_t = 0, allow_hyphen_values = true, value_name = "N")]
     pub label_offset: i64,
+    /// Deliver another field of each sample under NAME: a WebDataset
+    /// member extension (`caption=txt`, `meta=json`), a TFRecord feature,
+    /// RecordIO's `label` (the whole label array). KIND (int, int_list,
+    /// float, float_list, text, json, bytes, npy) defaults to the
+    /// extension's WebDataset decoder or the record's stored type. A
+    /// sample without it is skipped (missing_field) unless it ends in `?`.
+    /// Repeatable.
+    #[arg(long = "field", value_name = "NAME=SOURCE[:KIND][?]", value_parser = parse_field)]
+    pub fields: Vec<stoker_core::FieldSpec>,
+}
+
+fn parse_field(text: &str) -> Result<stoker_core::FieldSpec, String> {
+    stoker_core::FieldSpec::parse(text).map_err(|e| e.to_string())
 }
 
 impl FormatArgs {
@@ -226,6 +245,7 @@ impl FormatArgs {
             label: self.label_key.clone(),
             label_offset: self.label_offset,
         };
+        config.extra_fields = self.fields.clone();
     }
 }
 
@@ -413,8 +433,19 @@ pub async fn run(args: StreamArgs) -> anyhow::Result<()> {
         )),
         None => None,
     };
+    let mut fields_out = match &args.fields_out {
+        Some(path) => Some(std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+        )),
+        None => None,
+    };
+    let names: Vec<String> = loader.config().extra_fields.iter().map(|f| f.name.clone()).collect();
     let cannot_write = || {
         let path = args.keys_out.as_ref().map(|p| p.display().to_string());
+        format!("cannot write {}", path.unwrap_or_default())
+    };
+    let cannot_write_fields = || {
+        let path = args.fields_out.as_ref().map(|p| p.display().to_string());
         format!("cannot write {}", path.unwrap_or_default())
     };
     let (summary, reports) = stream_epochs(&loader, args.start_epoch, args.epochs, |batch| {
@@ -427,6 +458,20 @@ pub async fn run(args: StreamArgs) -> anyhow::Result<()> {
             // One write per batch: the file is a live record of what the
             // training loop has been handed, which a watcher can follow.
             out.flush().with_context(cannot_write)?;
+        }
+        if let Some(out) = fields_out.as_mut() {
+            for i in 0..batch.real() {
+                let mut line = serde_json::Map::new();
+                line.insert("epoch".into(), batch.epoch.into());
+                line.insert("key".into(), batch.keys[i].clone().into());
+                line.insert("label".into(), batch.labels[i].into());
+                for (name, value) in names.iter().zip(&batch.fields[i]) {
+                    let value = value.as_ref().map_or(serde_json::Value::Null, |v| v.to_json());
+                    line.insert(name.clone(), value);
+                }
+                writeln!(out, "{}", serde_json::Value::Object(line)).with_context(cannot_write_fields)?;
+            }
+            out.flush().with_context(cannot_write_fields)?;
         }
         if !step.is_zero() {
             tokio::task::block_in_place(|| std::thread::sleep(step));

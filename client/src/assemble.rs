@@ -16,6 +16,7 @@
 use std::str::FromStr;
 
 use bytes::Bytes;
+use stoker_core::Fields;
 
 use crate::buffers::{BatchBuffers, Pixels};
 use crate::error::ClientError;
@@ -92,6 +93,10 @@ pub struct Batch<D> {
     pub device: Option<D>,
     pub labels: Vec<i64>,
     pub keys: Vec<String>,
+    /// Each sample's other fields (`LoaderConfig::extra_fields`, in that
+    /// order; `None` for an optional field the sample lacks). Empty rows
+    /// when none were asked for.
+    pub fields: Vec<Fields>,
     /// The last `padded` samples repeat an earlier one, to fill the batch
     /// (see [`LastBatch`]); a training step should mask them out.
     pub padded: usize,
@@ -136,7 +141,7 @@ pub(crate) struct Assembler<D> {
     next_index: u64,
     current: Option<Batch<D>>,
     /// The last sample added: what padding repeats.
-    last: Option<(Bytes, i64, String)>,
+    last: Option<(Bytes, i64, String, Fields)>,
     /// Completions waiting for the next batch.
     completes: Vec<u32>,
     /// Samples that arrived after the target was reached.
@@ -180,6 +185,7 @@ impl<D> Assembler<D> {
             device: None,
             labels: Vec::with_capacity(self.batch_size),
             keys: Vec::with_capacity(self.batch_size),
+            fields: Vec::with_capacity(self.batch_size),
             padded: 0,
             items: Vec::with_capacity(self.batch_size),
             positions: Vec::with_capacity(self.batch_size),
@@ -217,8 +223,9 @@ impl<D> Assembler<D> {
         batch.items.push(sample.item);
         batch.positions.push(sample.position);
         batch.keys.push(sample.key.clone());
+        batch.fields.push(sample.fields.clone());
         // Kept for padding: a reference to the received bytes, no copy.
-        self.last = Some((sample.pixels, sample.label, sample.key));
+        self.last = Some((sample.pixels, sample.label, sample.key, sample.fields));
         if batch.len() == self.batch_size {
             Ok(Some(self.emit(batch)))
         } else {
@@ -239,11 +246,11 @@ impl<D> Assembler<D> {
     /// label -1 and an empty key: padding is masked out either way.
     fn pad(&self, batch: &mut Batch<D>) -> Result<(), ClientError> {
         let blank;
-        let (pixels, label, key) = match &self.last {
-            Some((pixels, label, key)) => (&pixels[..], *label, key.as_str()),
+        let (pixels, label, key, fields) = match &self.last {
+            Some((pixels, label, key, fields)) => (&pixels[..], *label, key.as_str(), Some(fields)),
             None => {
                 blank = vec![0u8; self.size as usize * self.size as usize * 3];
-                (blank.as_slice(), -1, "")
+                (blank.as_slice(), -1, "", None)
             }
         };
         while batch.len() < self.batch_size {
@@ -252,6 +259,8 @@ impl<D> Assembler<D> {
             }
             batch.labels.push(label);
             batch.keys.push(key.to_owned());
+            // With nothing to repeat, a pad has no field values at all.
+            batch.fields.push(fields.cloned().unwrap_or_default());
             batch.padded += 1;
         }
         Ok(())
@@ -339,6 +348,7 @@ mod tests {
             pixels: Bytes::from(vec![i; 2 * 2 * 3]),
             position: u64::from(i),
             item: 0,
+            fields: Vec::new(),
         }
     }
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use stoker_core::{FormatChoice, RecordFields, Secret, TransformSpec};
+use stoker_core::{FieldSpec, FormatChoice, RecordFields, Secret, TransformSpec};
 
 use crate::assemble::LastBatch;
 use crate::budget::ErrorBudget;
@@ -40,6 +40,9 @@ pub struct LoaderConfig {
     pub format: FormatChoice,
     /// Which fields of a record format hold the image and the label.
     pub fields: RecordFields,
+    /// The sample's other fields to deliver with each image (captions,
+    /// metadata, multi-labels, arrays): [`crate::Batch::fields`].
+    pub extra_fields: Vec<FieldSpec>,
     pub batch_size: usize,
     pub transform: TransformSpec,
     pub seed: u64,
@@ -108,6 +111,7 @@ impl LoaderConfig {
             dataset: dataset.into(),
             format: FormatChoice::Auto,
             fields: RecordFields::default(),
+            extra_fields: Vec::new(),
             batch_size,
             transform,
             seed: 0,
@@ -159,6 +163,7 @@ impl LoaderConfig {
                 "items in flight per worker must be between 1 and {MAX_LANES_PER_WORKER}, got {n}"
             ));
         }
+        stoker_core::validate_fields(&self.extra_fields, None).map_err(|e| ClientError::Config(e.to_string()))?;
         if self.max_attempts == 0 {
             return bad("max attempts must be at least 1".into());
         }

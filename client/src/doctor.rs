@@ -338,6 +338,7 @@ impl Loader {
                 pixels: sources[position as usize % sources.len()].clone(),
                 position,
                 item: 0,
+                fields: Vec::new(),
             };
             if let Some(batch) = assembler.push(sample).await? {
                 land(batch)?;
@@ -421,7 +422,7 @@ async fn run_stage(
                             let Some(mut chunk) = chunk else { break };
                             n += chunk.read_samples;
                             bytes += chunk.read_bytes;
-                            for sample in chunk.take_samples(size) {
+                            for sample in chunk.take_samples(size, 0) {
                                 let sample = sample.map_err(&fail)?;
                                 n += 1;
                                 bytes += sample.pixels.len() as u64;

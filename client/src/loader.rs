@@ -129,6 +129,10 @@ impl Loader {
             return Err(ClientError::Config(format!("dataset {} has no shards", config.dataset)));
         }
         let format = described.format;
+        // Each field's kind for this format (a WebDataset extension without
+        // a decoder), before any work.
+        stoker_core::validate_fields(&config.extra_fields, Some(format))
+            .map_err(|e| ClientError::Config(e.to_string()))?;
         info!(
             dataset = %config.dataset,
             shards = shards.len(),
@@ -303,7 +307,8 @@ impl Loader {
                 &self.config.transform,
                 self.config.chunk_bytes,
             )
-            .with_format(self.format, &self.config.fields),
+            .with_format(self.format, &self.config.fields)
+            .with_fields(&self.config.extra_fields),
         );
         let lanes = self.workers.start_epoch(|workers| {
             let limits: Vec<(String, CreditLimit)> = workers.iter().map(|w| (w.addr.clone(), w.limit)).collect();

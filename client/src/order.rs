@@ -135,6 +135,7 @@ mod tests {
             pixels: Bytes::new(),
             position,
             item,
+            fields: Vec::new(),
         })
     }
 

@@ -14,6 +14,8 @@ pub(crate) struct Sample {
     pub position: u64,
     /// The plan item it belongs to (set by the lane that received it).
     pub item: u32,
+    /// The request's other fields, in its order.
+    pub fields: stoker_core::Fields,
 }
 
 /// A sample the worker could not produce, and why.

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use stoker_core::{FormatChoice, PositionSet, RecordFields, Secret, ShardFormat, ShardRef, TransformSpec};
+use stoker_core::{FieldSpec, FormatChoice, PositionSet, RecordFields, Secret, ShardFormat, ShardRef, TransformSpec};
 use tonic_health::ServingStatus;
 use tonic_health::pb::HealthCheckRequest;
 
@@ -192,6 +192,12 @@ impl ItemTemplate {
         self
     }
 
+    /// The same requests, asking for the samples' `extra` fields too.
+    pub fn with_fields(mut self, extra: &[FieldSpec]) -> Self {
+        self.base.extra = extra.iter().map(pb::FieldRequest::from).collect();
+        self
+    }
+
     /// The same requests in `mode` (`stoker doctor`'s stages).
     pub fn with_mode(mut self, mode: stoker_core::ItemMode) -> Self {
         self.base.mode = pb::ItemMode::from(mode) as i32;
@@ -266,16 +272,28 @@ pub(crate) struct Chunk {
 
 impl Chunk {
     /// Takes the chunk's samples, each checked against the transform's
-    /// output `size`, in the order they came.
-    pub fn take_samples(&mut self, size: u32) -> impl ExactSizeIterator<Item = Result<Sample, String>> + use<> {
+    /// output `size` and the `fields` fields asked for, in the order they
+    /// came.
+    pub fn take_samples(
+        &mut self,
+        size: u32,
+        fields: usize,
+    ) -> impl ExactSizeIterator<Item = Result<Sample, String>> + use<> {
         std::mem::take(&mut self.samples)
             .into_iter()
-            .map(move |s| sample_from_pb(s, size))
+            .map(move |s| sample_from_pb(s, size, fields))
     }
 }
 
 /// Checks one wire sample: shape and byte count must match the transform.
-fn sample_from_pb(s: pb::Sample, size: u32) -> Result<Sample, String> {
+fn sample_from_pb(s: pb::Sample, size: u32, fields: usize) -> Result<Sample, String> {
+    if s.fields.len() != fields {
+        return Err(format!(
+            "sample {} has {} fields, {fields} were asked for",
+            s.key,
+            s.fields.len()
+        ));
+    }
     if (s.height, s.width, s.channels) != (size, size, 3) {
         return Err(format!(
             "sample {} has shape {}x{}x{}, expected {size}x{size}x3",
@@ -296,5 +314,6 @@ fn sample_from_pb(s: pb::Sample, size: u32) -> Result<Sample, String> {
         pixels: s.pixels,
         position: s.position,
         item: 0,
+        fields: s.fields.into_iter().map(stoker_proto::value_from_pb).collect(),
     })
 }

@@ -9,6 +9,8 @@
 //!   position) only.
 //! - [`params`]: a transform spec resolved into concrete steps for one sample.
 //! - [`format`]: shard formats, `--format auto`'s rule, record fields.
+//! - [`field`]: a sample's fields beyond image and label (captions,
+//!   metadata, multi-labels, arrays): what a request asks, what arrives.
 //! - [`mode`]: what a worker does with an item's samples ([`ItemMode`]).
 //! - [`positions`]: sets of sample positions ([`PositionSet`]): a sample's
 //!   identity is (shard, position).
@@ -19,6 +21,7 @@
 //! - [`jitter`]: randomness for spreading retries (never for augmentation).
 
 pub mod error;
+pub mod field;
 pub mod format;
 pub mod jitter;
 pub mod mode;
@@ -32,6 +35,7 @@ pub mod transform;
 pub mod uri;
 
 pub use error::error_chain;
+pub use field::{FieldError, FieldKind, FieldSpec, FieldValue, Fields, NpyArray, validate_fields};
 pub use format::{FormatChoice, RecordFields, ShardFormat};
 pub use mode::ItemMode;
 pub use params::{

@@ -640,7 +640,10 @@ mod tests {
         let peak = footprint(&eval, 11000, 1, 1 << 22).unwrap();
         let (out_w, out_h) = (11000 * 19, 19);
         let pixels = out_w * out_h;
-        assert!(peak >= 2 * 3 * pixels + RESIZE_BYTES_PER_LINE * (out_w + out_h), "{peak}");
+        assert!(
+            peak >= 2 * 3 * pixels + RESIZE_BYTES_PER_LINE * (out_w + out_h),
+            "{peak}"
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub mod transport;
 
 use stoker_core::plan::ShardRef;
 use stoker_core::transform::{Op, SpecError, TransformSpec};
-use stoker_core::{FormatChoice, ItemMode, RecordFields, ShardFormat};
+use stoker_core::{FieldKind, FieldSpec, FieldValue, FormatChoice, ItemMode, NpyArray, RecordFields, ShardFormat};
 
 /// A wire transform spec converted to the domain type and validated: the
 /// versioned JSON when set, else the ops of older clients.
@@ -179,6 +179,94 @@ pub fn fields_from_pb(f: Option<pb::RecordFields>) -> RecordFields {
         label: given(f.label),
         label_offset: f.label_offset,
     }
+}
+
+fn kind_to_pb(kind: FieldKind) -> pb::FieldKind {
+    match kind {
+        FieldKind::Auto => pb::FieldKind::Auto,
+        FieldKind::Int => pb::FieldKind::Int,
+        FieldKind::IntList => pb::FieldKind::IntList,
+        FieldKind::Float => pb::FieldKind::Float,
+        FieldKind::FloatList => pb::FieldKind::FloatList,
+        FieldKind::Text => pb::FieldKind::Text,
+        FieldKind::Json => pb::FieldKind::Json,
+        FieldKind::Bytes => pb::FieldKind::Bytes,
+        FieldKind::Npy => pb::FieldKind::Npy,
+    }
+}
+
+impl From<&FieldSpec> for pb::FieldRequest {
+    fn from(f: &FieldSpec) -> Self {
+        Self {
+            name: f.name.clone(),
+            source: f.source.clone(),
+            kind: kind_to_pb(f.kind) as i32,
+            optional: f.optional,
+        }
+    }
+}
+
+/// A wire field request as the domain's; an unknown kind (a newer
+/// client's) is an error naming it.
+pub fn field_from_pb(f: pb::FieldRequest) -> Result<FieldSpec, String> {
+    let kind = match pb::FieldKind::try_from(f.kind) {
+        Ok(pb::FieldKind::Auto) => FieldKind::Auto,
+        Ok(pb::FieldKind::Int) => FieldKind::Int,
+        Ok(pb::FieldKind::IntList) => FieldKind::IntList,
+        Ok(pb::FieldKind::Float) => FieldKind::Float,
+        Ok(pb::FieldKind::FloatList) => FieldKind::FloatList,
+        Ok(pb::FieldKind::Text) => FieldKind::Text,
+        Ok(pb::FieldKind::Json) => FieldKind::Json,
+        Ok(pb::FieldKind::Bytes) => FieldKind::Bytes,
+        Ok(pb::FieldKind::Npy) => FieldKind::Npy,
+        Err(_) => return Err(format!("field {:?}: unknown field kind {}", f.name, f.kind)),
+    };
+    Ok(FieldSpec {
+        name: f.name,
+        source: f.source,
+        kind,
+        optional: f.optional,
+    })
+}
+
+/// A sample's field on the wire; `None` (an optional field it lacks) is a
+/// value with nothing set.
+pub fn value_to_pb(v: Option<FieldValue>) -> pb::FieldValue {
+    use pb::field_value::Value;
+    let value = v.map(|v| match v {
+        FieldValue::Int(i) => Value::Int(i),
+        FieldValue::IntList(values) => Value::IntList(pb::Int64s { values }),
+        FieldValue::Float(f) => Value::Float(f),
+        FieldValue::FloatList(values) => Value::FloatList(pb::Doubles { values }),
+        FieldValue::Text(s) => Value::Text(s),
+        FieldValue::Json(s) => Value::Json(s),
+        FieldValue::Bytes(b) => Value::Bytes(b),
+        FieldValue::Npy(a) => Value::Npy(pb::NpyArray {
+            dtype: a.dtype,
+            shape: a.shape,
+            data: a.data,
+        }),
+    });
+    pb::FieldValue { value }
+}
+
+/// A wire field value as the domain's.
+pub fn value_from_pb(v: pb::FieldValue) -> Option<FieldValue> {
+    use pb::field_value::Value;
+    Some(match v.value? {
+        Value::Int(i) => FieldValue::Int(i),
+        Value::IntList(l) => FieldValue::IntList(l.values),
+        Value::Float(f) => FieldValue::Float(f),
+        Value::FloatList(l) => FieldValue::FloatList(l.values),
+        Value::Text(s) => FieldValue::Text(s),
+        Value::Json(s) => FieldValue::Json(s),
+        Value::Bytes(b) => FieldValue::Bytes(b),
+        Value::Npy(a) => FieldValue::Npy(NpyArray {
+            dtype: a.dtype,
+            shape: a.shape,
+            data: a.data,
+        }),
+    })
 }
 
 impl From<&ShardRef> for pb::ShardInfo {

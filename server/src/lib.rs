@@ -8,6 +8,8 @@
 //!   [`libjpeg`]: region-of-interest JPEG decoding with libjpeg-turbo.
 //! - [`gpu`]: the GPU path, found at run time (CUDA driver, NVRTC, nvJPEG).
 //! - [`pool`]: the CPU thread pool that keeps that work off the runtime.
+//! - [`outcome`]: what processing a sample comes to ([`outcome::Processed`],
+//!   [`outcome::Skipped`]), below both `pipeline` and `gpu`.
 //! - [`pipeline`]: one work item from shard to chunks, within the worker's
 //!   [`memory`] budget.
 //! - [`service`]: the gRPC edge, `serve` and its graceful drain; [`tls`]:
@@ -30,6 +32,7 @@ pub mod gpu;
 pub mod libjpeg;
 pub mod memory;
 pub mod metrics;
+pub mod outcome;
 pub mod pack;
 pub mod parquet;
 pub mod pipeline;

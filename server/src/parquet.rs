@@ -515,6 +515,7 @@ impl ParquetSamples {
             position,
             image,
             label,
+            fields: Vec::new(),
         }
     }
 }

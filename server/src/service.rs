@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use stoker_core::{DatasetUri, FormatChoice, ItemMode, PositionSet, Secret, ShardFormat};
+use stoker_core::{DatasetUri, FieldSpec, FormatChoice, ItemMode, PositionSet, Secret, ShardFormat, validate_fields};
 use stoker_proto::pb::worker_server::{Worker, WorkerServer};
 use stoker_proto::{pb, spec_from_pb};
 use tokio::net::TcpListener;
@@ -178,6 +178,7 @@ fn chunk_to_pb(mut chunk: Chunk, mode: ItemMode) -> pb::SampleChunk {
                 channels: 3,
                 pixels: s.pixels,
                 position: s.position,
+                fields: s.fields.into_iter().map(stoker_proto::value_to_pb).collect(),
             })
             .collect(),
         skipped: chunk
@@ -194,6 +195,32 @@ fn chunk_to_pb(mut chunk: Chunk, mode: ItemMode) -> pb::SampleChunk {
         read_samples: chunk.read_samples,
         read_bytes: chunk.read_bytes,
     }
+}
+
+/// A work item's fields, checked (names, kinds, sources for `format`)
+/// before any work, with each `auto` kind of a WebDataset field resolved
+/// from its extension.
+fn item_fields(extra: Vec<pb::FieldRequest>, format: ShardFormat) -> Result<Vec<FieldSpec>, Status> {
+    let fields = extra
+        .into_iter()
+        .map(stoker_proto::field_from_pb)
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(Status::invalid_argument)?;
+    validate_fields(&fields, Some(format)).map_err(|e| Status::invalid_argument(e.to_string()))?;
+    if format == ShardFormat::Parquet && !fields.is_empty() {
+        return Err(Status::invalid_argument(
+            "fields from Parquet columns are not read yet: ask for image and label only",
+        ));
+    }
+    fields
+        .into_iter()
+        .map(|f| {
+            let kind = f
+                .resolved(format)
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            Ok(FieldSpec { kind, ..f })
+        })
+        .collect()
 }
 
 fn parse_dataset(s: &str) -> Result<DatasetUri, Status> {
@@ -286,6 +313,7 @@ impl Worker for WorkerService {
                 )));
             }
         };
+        let extra = item_fields(req.extra, format)?;
         let item = Item {
             dataset,
             shard: req.shard,
@@ -299,6 +327,7 @@ impl Worker for WorkerService {
             mode,
             format,
             fields: stoker_proto::fields_from_pb(req.fields),
+            extra,
         };
         info!(
             shard = %item.dataset.join(&item.shard),

@@ -31,6 +31,7 @@ mod panics;
 mod python;
 mod python_transforms;
 mod ranks;
+mod records;
 mod s3;
 mod s3_faults;
 mod s3_tls;

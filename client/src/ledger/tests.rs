@@ -127,6 +127,7 @@ fn samples(list: &[(&str, u64)]) -> Vec<Sample> {
             pixels: Bytes::new(),
             position,
             item: 0,
+            fields: Vec::new(),
         })
         .collect()
 }

@@ -32,7 +32,7 @@ use bytes::Bytes;
 use tokio::io::AsyncRead;
 
 use crate::image::sniff;
-use crate::sample::{MemberProblem, RawSample};
+use crate::sample::{MemberProblem, RawSample, RawValue};
 use crate::shard::SampleStart;
 use crate::stream::{Counted, Shortfall};
 
@@ -136,6 +136,8 @@ pub struct RecordIoReader<R> {
     shard: String,
     max_record_bytes: u64,
     label_offset: i64,
+    /// Requested fields, each the header's whole label array.
+    label_fields: usize,
     /// The position of the next sample.
     position: u64,
 }
@@ -151,8 +153,17 @@ impl<R: AsyncRead + Unpin> RecordIoReader<R> {
             shard: shard.to_owned(),
             max_record_bytes,
             label_offset,
+            label_fields: 0,
             position: start.position,
         }
+    }
+
+    /// Delivers the header's whole label array (a multi-label record's
+    /// every float, as written) as `fields` requested fields: RecordIO's
+    /// only source of fields.
+    pub fn with_label_fields(mut self, fields: usize) -> Self {
+        self.label_fields = fields;
+        self
     }
 
     /// Bytes of the shard consumed so far (from its beginning).
@@ -169,7 +180,9 @@ impl<R: AsyncRead + Unpin> RecordIoReader<R> {
         self.position += 1;
         let key = format!("{}:{position}", self.shard);
         let sample = match record {
-            Record::Data { offset, data } => sample_from_record(data, offset, key, position, self.label_offset),
+            Record::Data { offset, data } => {
+                sample_from_record(data, offset, key, position, self.label_offset, self.label_fields)
+            }
             Record::TooLarge { size } => RawSample {
                 key,
                 position,
@@ -179,6 +192,7 @@ impl<R: AsyncRead + Unpin> RecordIoReader<R> {
                     limit: self.max_record_bytes,
                 }),
                 label: Ok(-1),
+                fields: Vec::new(),
             },
         };
         Ok(Some(sample))
@@ -269,7 +283,14 @@ fn whole_label(label: f32, offset: i64) -> Result<i64, String> {
 }
 
 /// One record's data (`IRHeader`, labels, image) as a sample.
-fn sample_from_record(data: Bytes, offset: u64, key: String, position: u64, label_offset: i64) -> RawSample {
+fn sample_from_record(
+    data: Bytes,
+    offset: u64,
+    key: String,
+    position: u64,
+    label_offset: i64,
+    label_fields: usize,
+) -> RawSample {
     let corrupt = |reason: String| MemberProblem::Corrupt { offset, reason };
     if data.len() < IR_HEADER {
         return RawSample {
@@ -280,6 +301,7 @@ fn sample_from_record(data: Bytes, offset: u64, key: String, position: u64, labe
                 data.len()
             ))),
             label: Ok(-1),
+            fields: Vec::new(),
         };
     }
     let flag = le_u32(&data[0..4]) as usize;
@@ -301,6 +323,7 @@ fn sample_from_record(data: Bytes, offset: u64, key: String, position: u64, labe
                         data.len()
                     ))),
                     label: Ok(-1),
+                    fields: Vec::new(),
                 };
             }
         }
@@ -318,11 +341,20 @@ fn sample_from_record(data: Bytes, offset: u64, key: String, position: u64, labe
             }),
         }
     };
+    let labels: Vec<f64> = if flag == 0 {
+        vec![f64::from(label)]
+    } else {
+        data[IR_HEADER..image_at]
+            .chunks_exact(4)
+            .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            .collect()
+    };
     RawSample {
         key,
         position,
         image,
         label: whole_label(label, label_offset),
+        fields: vec![Ok(Some(RawValue::Floats(labels))); label_fields],
     }
 }
 

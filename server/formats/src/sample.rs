@@ -12,6 +12,31 @@ pub struct RawSample {
     pub position: u64,
     pub image: Result<(ImageKind, Bytes), MemberProblem>,
     pub label: Result<i64, String>,
+    /// The other fields the reader was asked for, in the order asked:
+    /// `Ok(None)` when the sample has no such member, feature or column.
+    pub fields: Vec<RawField>,
+}
+
+/// One requested field as the shard holds it.
+pub type RawField = Result<Option<RawValue>, MemberProblem>;
+
+/// A field's value as stored, before it is read as the kind asked for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RawValue {
+    /// A WebDataset member's bytes; a TFRecord bytes feature's single
+    /// value; a Parquet binary cell.
+    Bytes(Bytes),
+    /// Text the store typed as such (a Parquet string cell).
+    Str(Bytes),
+    /// Several byte strings (a TFRecord bytes feature of more than one).
+    BytesList(Vec<Bytes>),
+    /// A scalar integer or number column (Parquet).
+    Int(i64),
+    Float(f64),
+    /// Integer or number lists (TFRecord int64 and float features,
+    /// Parquet list columns, RecordIO's label array).
+    Ints(Vec<i64>),
+    Floats(Vec<f64>),
 }
 
 /// Why a sample has no image to decode.

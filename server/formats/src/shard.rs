@@ -11,12 +11,14 @@ use crate::wds::{SampleReader, TarError};
 /// A shard's format, with what reading it needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ShardKind {
-    /// WebDataset: a tar whose members group into samples.
-    WebDataset,
+    /// WebDataset: a tar whose members group into samples; the members
+    /// with these extensions are read as fields.
+    WebDataset { fields: Vec<String> },
     /// TFRecord of `tf.train.Example`s.
     TfRecord(ExampleFields),
-    /// MXNet RecordIO; the offset is added to every label.
-    RecordIo { label_offset: i64 },
+    /// MXNet RecordIO; the offset is added to every label, and
+    /// `label_fields` fields get the header's whole label array.
+    RecordIo { label_offset: i64, label_fields: usize },
 }
 
 /// Where a read of a shard starts: the first sample's position and the
@@ -64,13 +66,19 @@ impl<R: AsyncRead + Unpin> ShardSamples<R> {
     /// samples.
     pub fn new(kind: &ShardKind, inner: R, name: &str, max_member_bytes: u64, start: SampleStart) -> Self {
         match kind {
-            ShardKind::WebDataset => Self::WebDataset(SampleReader::starting(inner, max_member_bytes, start)),
+            ShardKind::WebDataset { fields } => {
+                Self::WebDataset(SampleReader::starting(inner, max_member_bytes, start).with_fields(fields))
+            }
             ShardKind::TfRecord(fields) => {
                 Self::TfRecord(ExampleReader::new(inner, name, fields.clone(), max_member_bytes, start))
             }
-            ShardKind::RecordIo { label_offset } => {
-                Self::RecordIo(RecordIoReader::new(inner, name, start, max_member_bytes, *label_offset))
-            }
+            ShardKind::RecordIo {
+                label_offset,
+                label_fields,
+            } => Self::RecordIo(
+                RecordIoReader::new(inner, name, start, max_member_bytes, *label_offset)
+                    .with_label_fields(*label_fields),
+            ),
         }
     }
 

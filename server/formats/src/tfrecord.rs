@@ -27,7 +27,7 @@ use prost::Message;
 use tokio::io::AsyncRead;
 
 use crate::image::sniff;
-use crate::sample::{MemberProblem, RawSample};
+use crate::sample::{MemberProblem, RawField, RawSample, RawValue};
 use crate::shard::SampleStart;
 use crate::stream::{Counted, Shortfall};
 
@@ -230,6 +230,9 @@ pub struct ExampleFields {
     pub label_offset: i64,
     /// A bytes feature naming the sample: its key when present.
     pub key: String,
+    /// Other features to deliver whole, as [`RawSample::fields`] in this
+    /// order (a caption, a multi-label's int64 list, a box's floats).
+    pub extra: Vec<String>,
 }
 
 /// Reads Examples from a TFRecord shard as samples.
@@ -280,12 +283,14 @@ impl<R: AsyncRead + Unpin> ExampleReader<R> {
                     limit: self.records.max_record_bytes,
                 }),
                 label: Ok(-1),
+                fields: Vec::new(),
             },
             Record::Corrupt { offset, reason } => RawSample {
                 key: fallback_key(),
                 position,
                 image: Err(MemberProblem::Corrupt { offset, reason }),
                 label: Ok(-1),
+                fields: Vec::new(),
             },
         };
         Ok(Some(sample))
@@ -318,6 +323,7 @@ fn sample_from_example(
                     reason: format!("not a tf.train.Example: {e}"),
                 }),
                 label: Ok(-1),
+                fields: Vec::new(),
             };
         }
     };
@@ -358,12 +364,32 @@ fn sample_from_example(
         },
         Some(_) => Err(format!("{} feature is not an int64 list", fields.label)),
     };
+    let fields = fields.extra.iter().map(|name| feature_value(&features, name)).collect();
     RawSample {
         key,
         position,
         image,
         label,
+        fields,
     }
+}
+
+/// A feature's values as stored: an int64 or float list whole, a bytes
+/// list of one value as those bytes, of several as the list. A feature
+/// present without a kind (an empty `Feature`) is missing.
+fn feature_value(features: &HashMap<String, proto::Feature>, name: &str) -> RawField {
+    let value = match features.get(name).and_then(|f| f.kind.as_ref()) {
+        None => None,
+        Some(proto::Kind::Int64List(list)) => Some(RawValue::Ints(list.value.clone())),
+        Some(proto::Kind::FloatList(list)) => {
+            Some(RawValue::Floats(list.value.iter().map(|&v| f64::from(v)).collect()))
+        }
+        Some(proto::Kind::BytesList(list)) => match list.value.as_slice() {
+            [one] => Some(RawValue::Bytes(one.clone())),
+            many => Some(RawValue::BytesList(many.to_vec())),
+        },
+    };
+    Ok(value)
 }
 
 #[cfg(test)]
@@ -382,6 +408,7 @@ mod tests {
             label: DEFAULT_LABEL_FEATURE.to_owned(),
             label_offset: 0,
             key: DEFAULT_KEY_FEATURE.to_owned(),
+            extra: Vec::new(),
         }
     }
 

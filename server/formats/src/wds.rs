@@ -25,7 +25,7 @@ use crate::shard::SampleStart;
 use crate::stream::{Counted, Shortfall};
 
 pub use crate::image::ImageKind;
-pub use crate::sample::{MemberProblem, RawSample, Step};
+pub use crate::sample::{MemberProblem, RawField, RawSample, RawValue, Step};
 
 const BLOCK: usize = 512;
 
@@ -395,6 +395,8 @@ struct Group {
     image: Option<(ImageKind, Bytes)>,
     problem: Option<MemberProblem>,
     label: Option<Result<i64, String>>,
+    /// The requested fields' members, in the order asked.
+    fields: Vec<RawField>,
 }
 
 impl Group {
@@ -410,6 +412,7 @@ impl Group {
             image,
             // Unlabelled samples are allowed; -1 says so.
             label: self.label.unwrap_or(Ok(-1)),
+            fields: self.fields,
         }
     }
 }
@@ -432,6 +435,9 @@ pub fn parse_label(data: &[u8]) -> Result<i64, String> {
 #[derive(Debug)]
 pub struct SampleReader<R> {
     tar: TarReader<R>,
+    /// Extensions of the members read as fields (lowercase), in the order
+    /// the request asked for them.
+    wanted: Vec<String>,
     current: Option<Group>,
     /// An error held back until the sample completed before it is returned.
     deferred: Option<TarError>,
@@ -448,10 +454,20 @@ impl<R: AsyncRead + Unpin> SampleReader<R> {
     pub fn starting(inner: R, max_member_bytes: u64, start: SampleStart) -> Self {
         Self {
             tar: TarReader::at(inner, max_member_bytes, start.offset),
+            wanted: Vec::new(),
             current: None,
             deferred: None,
             returned: start.position,
         }
+    }
+
+    /// Also reads the members with these extensions (a sample's caption
+    /// `txt`, its `json`, a `seg.png`), as [`RawSample::fields`] in this
+    /// order. Matched against the whole extension after the key,
+    /// case-insensitively, as WebDataset does.
+    pub fn with_fields(mut self, extensions: &[String]) -> Self {
+        self.wanted = extensions.iter().map(|e| e.to_ascii_lowercase()).collect();
+        self
     }
 
     pub fn offset(&self) -> u64 {
@@ -509,8 +525,10 @@ impl<R: AsyncRead + Unpin> SampleReader<R> {
                 return Ok(Step::Sample(Some(self.finish(g))));
             }
             let ext = ext.to_ascii_lowercase();
+            let wanted = self.wanted.len();
             let group = self.current.get_or_insert_with(|| Group {
                 key: key.to_owned(),
+                fields: vec![Ok(None); wanted],
                 ..Group::default()
             });
             let limit = self.tar.max_member_bytes;
@@ -519,6 +537,32 @@ impl<R: AsyncRead + Unpin> SampleReader<R> {
                 "png" => Some(ImageKind::Png),
                 _ => None,
             };
+            let as_fields: Vec<usize> = (0..self.wanted.len()).filter(|&i| self.wanted[i] == ext).collect();
+            if !as_fields.is_empty() && (kind.is_none() || group.image.is_some()) && ext != "cls" {
+                // A requested field's member (not also the sample's image
+                // or label: those take their own paths, and are copied
+                // into the field below).
+                if file.size > limit {
+                    for &i in &as_fields {
+                        group.fields[i] = Err(MemberProblem::TooLarge {
+                            ext: ext.clone(),
+                            size: file.size,
+                            limit,
+                        });
+                    }
+                    self.skip_file().await?;
+                } else if !admit(file.size) {
+                    return Ok(Step::Blocked { bytes: file.size });
+                } else {
+                    let data = self.read_file().await?.data;
+                    if let (Some(data), Some(group)) = (data, self.current.as_mut()) {
+                        for &i in &as_fields {
+                            group.fields[i] = Ok(Some(RawValue::Bytes(data.clone())));
+                        }
+                    }
+                }
+                continue;
+            }
             match kind {
                 // The sample's image, if it has none yet.
                 Some(kind) if group.image.is_none() => {
@@ -537,6 +581,9 @@ impl<R: AsyncRead + Unpin> SampleReader<R> {
                     } else {
                         let data = self.read_file().await?.data;
                         if let (Some(data), Some(group)) = (data, self.current.as_mut()) {
+                            for &i in &as_fields {
+                                group.fields[i] = Ok(Some(RawValue::Bytes(data.clone())));
+                            }
                             group.image = Some((kind, data));
                         }
                     }
@@ -550,9 +597,12 @@ impl<R: AsyncRead + Unpin> SampleReader<R> {
                         )));
                         self.skip_file().await?;
                     } else {
-                        let label = self.read_file().await?.data.map(|d| parse_label(&d));
-                        if let (Some(label), Some(group)) = (label, self.current.as_mut()) {
-                            group.label = Some(label);
+                        let data = self.read_file().await?.data;
+                        if let (Some(data), Some(group)) = (data, self.current.as_mut()) {
+                            for &i in &as_fields {
+                                group.fields[i] = Ok(Some(RawValue::Bytes(data.clone())));
+                            }
+                            group.label = Some(parse_label(&data));
                         }
                     }
                 }

@@ -48,7 +48,7 @@ pub(crate) use super::queue::Stolen;
 use super::queue::{Job, JobQueue, Reply};
 use super::{DeviceImage, Gpu, GpuCrop, GpuDecoder, GpuError, GpuInfo};
 use crate::decode::check_jpeg;
-use crate::pipeline::{Processed, Skipped};
+use crate::outcome::{Processed, Skipped};
 use crate::pool::catch_panic;
 
 /// A JPEG sample for the GPU. A clone shares the image bytes.
@@ -69,6 +69,8 @@ impl GpuSample {
             position: self.position,
             image: Ok((crate::wds::ImageKind::Jpeg, self.data.clone())),
             label: Ok(self.label),
+            // Fields stay with the item, which attaches them to the result.
+            fields: Vec::new(),
         }
     }
 
@@ -79,6 +81,8 @@ impl GpuSample {
             position: self.position,
             image: Ok((crate::wds::ImageKind::Jpeg, self.data)),
             label: Ok(self.label),
+            // Fields stay with the item, which attaches them to the result.
+            fields: Vec::new(),
         }
     }
 }
@@ -702,6 +706,7 @@ impl Lane {
                                 width: size,
                                 height: size,
                                 pixels,
+                                fields: Vec::new(),
                             }),
                         ));
                     }

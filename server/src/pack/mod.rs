@@ -382,6 +382,7 @@ pub async fn convert(
             shard: &shard.name,
             format: listing.format,
             fields: &from.fields,
+            extra: &[],
             start: 0,
             end: None,
             max_member_bytes: crate::pipeline::DEFAULT_MAX_MEMBER_BYTES,

@@ -87,6 +87,7 @@ pub fn process_sample(
         width: out.width,
         height: out.height,
         pixels: Bytes::from(out.pixels),
+        fields: Vec::new(),
     })
 }
 

@@ -2,15 +2,16 @@
 //! budget, start each on the CPU pool or in a GPU batch, and collect the
 //! results in the order they were read into chunks for the client.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use stoker_core::{ItemMode, TransformSpec, footprint};
+use stoker_core::{FieldValue, Fields, ItemMode, TransformSpec, footprint};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+use super::fields::read_fields;
 use super::measure::{read_item, synthetic_item};
 use super::replay::replay_item;
 use super::route::{InFlight, Route, gpu_sample, on_cpu, on_gpu};
@@ -139,6 +140,10 @@ struct ItemRun<'a> {
     record: Option<Vec<Processed>>,
     /// The item's skips, logged once when it ends.
     skips: SkipTally,
+    /// The fields of the samples in flight, by position, attached to
+    /// their results as they are collected (the CPU pool and the GPU
+    /// lanes only see images).
+    fields: HashMap<u64, Fields>,
     /// Samples kept in flight: the read-ahead, with room for one batch on
     /// the GPU while the next one is read.
     ahead: usize,
@@ -173,6 +178,7 @@ impl<'a> ItemRun<'a> {
             gpu_held: Reservation::default(),
             record: (ctx.config.replay && item.mode == ItemMode::Process && item.skip.is_empty()).then(Vec::new),
             ahead: ctx.config.decode_ahead.max(1).max(2 * gpu_batch),
+            fields: HashMap::new(),
         })
     }
 
@@ -285,6 +291,18 @@ impl<'a> ItemRun<'a> {
                     if raw.position < self.item.start || self.item.skip.contains(raw.position) {
                         continue;
                     }
+                    let mut raw = raw;
+                    if !self.item.extra.is_empty() && raw.image.is_ok() {
+                        match read_fields(&self.item.extra, &mut raw) {
+                            Ok(fields) => {
+                                self.fields.insert(raw.position, fields);
+                            }
+                            Err(skipped) => {
+                                self.skip(skipped);
+                                continue;
+                            }
+                        }
+                    }
                     let route = self.ctx.route(&raw);
                     let need = memory_need(
                         &raw,
@@ -361,14 +379,22 @@ impl<'a> ItemRun<'a> {
         let mut held = next.held;
         for outcome in next.results.await? {
             match outcome {
-                Ok(p) => {
+                Ok(mut p) => {
+                    if let Some(fields) = self.fields.remove(&p.position) {
+                        p.fields = fields;
+                    }
+                    let field_bytes: usize = p.fields.iter().flatten().map(FieldValue::byte_len).sum();
                     if let Some(r) = self.record.as_mut() {
                         r.push(p.clone());
                     }
-                    // Only the result stays reserved, until its chunk is sent.
-                    self.chunk.push(p, held.keep(self.output_bytes));
+                    // Only the result (and its fields) stays reserved, until
+                    // its chunk is sent.
+                    self.chunk.push(p, held.keep(self.output_bytes + field_bytes as u64));
                 }
-                Err(s) => self.skip(s),
+                Err(s) => {
+                    self.fields.remove(&s.position);
+                    self.skip(s)
+                }
             }
             if (self.chunk.pixel_bytes >= self.item.chunk_bytes || self.chunk.skipped.len() >= MAX_SKIPS_PER_CHUNK)
                 && !self.send_chunk().await

@@ -72,6 +72,7 @@ pub(super) async fn synthetic_item(
             width: size,
             height: size,
             pixels: pixels.clone(),
+            fields: Vec::new(),
         };
         chunk.push(sample, Reservation::default());
         if chunk.pixel_bytes >= item.chunk_bytes && !send(ctx, tx, std::mem::take(&mut chunk)).await {

@@ -16,6 +16,7 @@
 //! [`ReplayCache`]).
 
 mod cpu;
+mod fields;
 mod item;
 mod measure;
 mod replay;
@@ -28,8 +29,9 @@ pub(crate) use samples::{ItemSamples, ShardRead};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use bytes::Bytes;
-use stoker_core::{DatasetUri, ItemMode, ItemSeed, PositionSet, RecordFields, ShardFormat, TransformSpec};
+use stoker_core::{DatasetUri, FieldSpec, ItemMode, ItemSeed, PositionSet, RecordFields, ShardFormat, TransformSpec};
+
+pub use crate::outcome::{Processed, SkipKind, Skipped};
 
 use crate::gpu::GpuRunner;
 use crate::gpu::RunnerGone;
@@ -216,6 +218,9 @@ pub struct Item {
     /// How to read the shard.
     pub format: ShardFormat,
     pub fields: RecordFields,
+    /// The sample's other fields to deliver, checked, with their kinds
+    /// resolved for `format` (never `auto` for WebDataset).
+    pub extra: Vec<FieldSpec>,
 }
 
 impl Item {
@@ -224,29 +229,6 @@ impl Item {
     pub fn item_seed(&self) -> ItemSeed {
         ItemSeed::new(self.seed, self.epoch, &self.shard)
     }
-}
-
-/// One processed sample: uint8 HWC RGB pixels (a GPU batch's samples share
-/// one allocation).
-#[derive(Clone, Debug)]
-pub struct Processed {
-    pub key: String,
-    /// Position in its shard (see `RawSample::position`).
-    pub position: u64,
-    pub label: i64,
-    pub width: u32,
-    pub height: u32,
-    pub pixels: Bytes,
-}
-
-/// A sample the worker could not use, and why.
-#[derive(Debug)]
-pub struct Skipped {
-    pub key: String,
-    /// Position in its shard: with the shard, the sample's identity.
-    pub position: u64,
-    pub reason: String,
-    pub kind: SkipKind,
 }
 
 /// An item's skips, logged once when the item ends (at WARN: counts by
@@ -297,105 +279,6 @@ impl Drop for SkipTally {
                 first_reason = %reason,
                 "samples skipped"
             );
-        }
-    }
-}
-
-impl Skipped {
-    /// The sample `key` at `position`, whose `stage` panicked with
-    /// `message` (caught): an [`SkipKind::Internal`] skip whose reason
-    /// names both.
-    pub fn panicked(key: &str, position: u64, stage: &str, message: &str) -> Self {
-        Self {
-            key: key.to_owned(),
-            position,
-            reason: format!("internal error: {stage} of {key} panicked: {message}"),
-            kind: SkipKind::Internal,
-        }
-    }
-}
-
-/// What kind of problem made a sample unusable: the few values of the
-/// `reason` label of `stoker_worker_skipped_total` (the full reason, with
-/// the key, goes to the client and the log).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SkipKind {
-    /// No image member, or an empty one.
-    NotImage,
-    /// A member over the size limit, or an image over the pixel limit.
-    TooLarge,
-    /// Image bytes that do not decode (corrupt, truncated, not what their
-    /// extension says).
-    Decode,
-    /// A label member that is not an integer.
-    Label,
-    /// A transform that failed or produced the wrong size.
-    Transform,
-    /// A sample that needs more memory than the worker's whole budget.
-    Memory,
-    /// A record whose checksum does not match, or that does not parse
-    /// (TFRecord).
-    Corrupt,
-    /// A panic in the worker's own code (a decoder's or a transform's, on
-    /// the CPU pool or a GPU lane's host work), caught: the reason says
-    /// where, with the panic's message. A bug to report, not bad data.
-    Internal,
-}
-
-impl SkipKind {
-    pub const ALL: [SkipKind; 8] = [
-        SkipKind::NotImage,
-        SkipKind::TooLarge,
-        SkipKind::Decode,
-        SkipKind::Label,
-        SkipKind::Transform,
-        SkipKind::Memory,
-        SkipKind::Corrupt,
-        SkipKind::Internal,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SkipKind::NotImage => "not_image",
-            SkipKind::TooLarge => "too_large",
-            SkipKind::Decode => "decode",
-            SkipKind::Label => "label",
-            SkipKind::Transform => "transform",
-            SkipKind::Memory => "memory",
-            SkipKind::Corrupt => "corrupt",
-            SkipKind::Internal => "internal",
-        }
-    }
-}
-
-impl From<&crate::wds::MemberProblem> for SkipKind {
-    fn from(problem: &crate::wds::MemberProblem) -> Self {
-        match problem {
-            crate::wds::MemberProblem::Missing
-            | crate::wds::MemberProblem::Empty { .. }
-            | crate::wds::MemberProblem::MissingField { .. }
-            | crate::wds::MemberProblem::NotImage { .. } => SkipKind::NotImage,
-            crate::wds::MemberProblem::TooLarge { .. } => SkipKind::TooLarge,
-            crate::wds::MemberProblem::Corrupt { .. } => SkipKind::Corrupt,
-        }
-    }
-}
-
-impl From<&crate::decode::DecodeError> for SkipKind {
-    fn from(err: &crate::decode::DecodeError) -> Self {
-        match err {
-            crate::decode::DecodeError::TooLarge { .. } => SkipKind::TooLarge,
-            crate::decode::DecodeError::Invalid { .. } => SkipKind::Decode,
-        }
-    }
-}
-
-impl From<&stoker_image::ImageError> for SkipKind {
-    fn from(err: &stoker_image::ImageError) -> Self {
-        match err {
-            stoker_image::ImageError::Decode(e) => SkipKind::from(e),
-            stoker_image::ImageError::TooLarge(_) => SkipKind::TooLarge,
-            stoker_image::ImageError::Resolve(_) | stoker_image::ImageError::Augment(_) => SkipKind::Transform,
         }
     }
 }

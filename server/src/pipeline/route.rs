@@ -275,6 +275,7 @@ mod tests {
             mode: stoker_core::ItemMode::Process,
             format: stoker_core::ShardFormat::WebDataset,
             fields: stoker_core::RecordFields::default(),
+            extra: Vec::new(),
         };
         let (tx, mut rx) = mpsc::channel(2);
         let task = tokio::spawn(run_item(ctx, item, tx));

@@ -17,7 +17,7 @@ use super::{Item, ItemError};
 use crate::memory::{MemoryBudget, Reservation};
 use crate::parquet::{ParquetSamples, ParquetShardError, RowGroupLimit};
 use crate::storage::{ShardReader, Storage, StorageError};
-use stoker_core::{DatasetUri, RecordFields, ShardFormat};
+use stoker_core::{DatasetUri, FieldSpec, RecordFields, ShardFormat};
 
 /// An item's samples, in shard order, with the budget they hold.
 pub(crate) struct ItemSamples {
@@ -79,6 +79,8 @@ pub(crate) struct ShardRead<'a> {
     pub shard: &'a str,
     pub format: ShardFormat,
     pub fields: &'a RecordFields,
+    /// The other fields to read with each sample (their sources).
+    pub extra: &'a [FieldSpec],
     /// Samples from `start` up to `end` (or the shard's end).
     pub start: u64,
     pub end: Option<u64>,
@@ -104,6 +106,7 @@ impl ItemSamples {
             shard: &item.shard,
             format: item.format,
             fields: &item.fields,
+            extra: &item.extra,
             start: item.start,
             end: item.end,
             max_member_bytes: max_member_bytes.min(budget.capacity()),
@@ -127,16 +130,19 @@ impl ItemSamples {
     /// samples before `start` read past.
     pub(crate) async fn open_shard(read: ShardRead<'_>, storage: &Storage) -> Result<Self, StorageError> {
         let fields = read.fields;
+        let sources = || read.extra.iter().map(|f| f.source.clone()).collect();
         let kind = match read.format {
-            ShardFormat::WebDataset => ShardKind::WebDataset,
+            ShardFormat::WebDataset => ShardKind::WebDataset { fields: sources() },
             ShardFormat::TfRecord => ShardKind::TfRecord(ExampleFields {
                 image: fields.image_for(read.format).to_owned(),
                 label: fields.label_for(read.format).to_owned(),
                 label_offset: fields.label_offset,
                 key: stoker_core::format::DEFAULT_KEY_FIELD.to_owned(),
+                extra: sources(),
             }),
             ShardFormat::RecordIo => ShardKind::RecordIo {
                 label_offset: fields.label_offset,
+                label_fields: read.extra.len(),
             },
             ShardFormat::Parquet => return Self::open_parquet(read, storage).await.map(Self::new),
         };
@@ -294,6 +300,7 @@ mod tests {
             shard,
             format,
             fields: &fields,
+            extra: &[],
             start: 0,
             end: None,
             max_member_bytes: 64 << 20,
@@ -431,6 +438,7 @@ mod tests {
             shard: &shard,
             format: ShardFormat::Parquet,
             fields: &fields,
+            extra: &[],
             start: 0,
             end: None,
             max_member_bytes: 64 << 20,

@@ -1,0 +1,521 @@
+//! A sample's fields beyond its image and label: what a request asks for
+//! ([`FieldSpec`]), how each is read ([`FieldKind`]) and what arrives
+//! ([`FieldValue`]).
+//!
+//! A request names each field it wants by a name of its choosing, a source
+//! in the shard (a WebDataset member extension such as `txt` or
+//! `seg.png`, a TFRecord feature, a Parquet column, RecordIO's `label`)
+//! and a kind. The kinds follow the ecosystems': WebDataset's decoders by
+//! extension (`txt` is text, `json` JSON, `cls` an integer, `npy` an
+//! array), and for record formats the type the record stores ([`FieldKind::Auto`]).
+//!
+//! A sample without a requested field is skipped (`missing_field`) unless
+//! the field is optional; a value that does not parse as its kind is
+//! skipped as `bad_field`, naming the field.
+
+use bytes::Bytes;
+
+use crate::format::ShardFormat;
+
+/// Names a field may not take: the batch's own entries (and `epoch`,
+/// which `stoker stream --fields-out` writes beside them).
+pub const RESERVED_FIELD_NAMES: [&str; 5] = ["image", "label", "key", "views", "epoch"];
+
+/// The most fields one request may ask for.
+pub const MAX_FIELDS: usize = 64;
+
+/// How a field's bytes become a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FieldKind {
+    /// Whatever the record stores: a TFRecord feature's list kind (int64
+    /// list, float list, bytes), a Parquet column's type, RecordIO's label
+    /// array. For WebDataset, the member's extension decides, as
+    /// WebDataset's default decoders do ([`FieldKind::for_extension`]).
+    Auto,
+    /// One integer (`cls`; a one-value int64 feature).
+    Int,
+    /// Integers (a multi-label).
+    IntList,
+    /// One number.
+    Float,
+    /// Numbers.
+    FloatList,
+    /// UTF-8 text (`txt`): a caption.
+    Text,
+    /// A JSON document (`json`), checked to parse.
+    Json,
+    /// The bytes as they are.
+    Bytes,
+    /// A NumPy `.npy` array: dtype and shape kept.
+    Npy,
+}
+
+impl FieldKind {
+    pub const ALL: [FieldKind; 9] = [
+        FieldKind::Auto,
+        FieldKind::Int,
+        FieldKind::IntList,
+        FieldKind::Float,
+        FieldKind::FloatList,
+        FieldKind::Text,
+        FieldKind::Json,
+        FieldKind::Bytes,
+        FieldKind::Npy,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FieldKind::Auto => "auto",
+            FieldKind::Int => "int",
+            FieldKind::IntList => "int_list",
+            FieldKind::Float => "float",
+            FieldKind::FloatList => "float_list",
+            FieldKind::Text => "text",
+            FieldKind::Json => "json",
+            FieldKind::Bytes => "bytes",
+            FieldKind::Npy => "npy",
+        }
+    }
+
+    /// A kind by name (`int`, `int_list`, `float`, `float_list`, `text`,
+    /// `json`, `bytes`, `npy`, `auto`; `str` and `txt` for text).
+    pub fn parse(name: &str) -> Result<Self, FieldError> {
+        let kind = match name {
+            "str" | "txt" => FieldKind::Text,
+            "ints" => FieldKind::IntList,
+            "floats" => FieldKind::FloatList,
+            _ => *Self::ALL
+                .iter()
+                .find(|k| k.as_str() == name)
+                .ok_or_else(|| FieldError::UnknownKind(name.to_owned()))?,
+        };
+        Ok(kind)
+    }
+
+    /// The kind WebDataset's default decoders give a member by its last
+    /// extension (`seg.png` is a `png`). Images, masks and the formats
+    /// that need a Python runtime (pickle, torch, msgpack) have none here:
+    /// ask for those as `bytes`.
+    pub fn for_extension(ext: &str) -> Result<Self, FieldError> {
+        let last = ext.rsplit('.').next().unwrap_or(ext).to_ascii_lowercase();
+        Ok(match last.as_str() {
+            "txt" | "text" | "transcript" => FieldKind::Text,
+            "cls" | "cls2" | "class" | "count" | "index" | "inx" | "id" => FieldKind::Int,
+            "json" | "jsn" => FieldKind::Json,
+            "npy" => FieldKind::Npy,
+            "jpg" | "jpeg" | "png" | "ppm" | "pgm" | "pbm" | "pnm" | "webp" | "tif" | "tiff" | "bmp" => {
+                return Err(FieldError::NoDecoder {
+                    ext: ext.to_owned(),
+                    why: "images other than the sample's own are not decoded as fields yet",
+                });
+            }
+            "pyd" | "pickle" | "pth" | "ten" | "tb" | "mp" | "msgpack" | "npz" | "cbor" => {
+                return Err(FieldError::NoDecoder {
+                    ext: ext.to_owned(),
+                    why: "WebDataset decodes it with a Python library the worker does not run",
+                });
+            }
+            _ => {
+                return Err(FieldError::NoDecoder {
+                    ext: ext.to_owned(),
+                    why: "no WebDataset decoder has this extension",
+                });
+            }
+        })
+    }
+}
+
+impl std::fmt::Display for FieldKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One field a request asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldSpec {
+    /// The name it is delivered under.
+    pub name: String,
+    /// Where it is in the shard: a WebDataset extension, a TFRecord
+    /// feature, a Parquet column, RecordIO's `label`.
+    pub source: String,
+    pub kind: FieldKind,
+    /// A sample without it is delivered with no value instead of skipped.
+    pub optional: bool,
+}
+
+impl FieldSpec {
+    pub fn new(name: &str, source: &str, kind: FieldKind) -> Self {
+        Self {
+            name: name.to_owned(),
+            source: source.to_owned(),
+            kind,
+            optional: false,
+        }
+    }
+
+    /// `NAME=SOURCE[:KIND][?]` (the CLI's `--field`): `caption=txt`,
+    /// `meta=json:json`, `labels=labels:int_list`, a trailing `?` for an
+    /// optional field (`caption=txt?`).
+    pub fn parse(text: &str) -> Result<Self, FieldError> {
+        let bad = || FieldError::Syntax(text.to_owned());
+        let (name, rest) = text.split_once('=').ok_or_else(bad)?;
+        let (rest, optional) = match rest.strip_suffix('?') {
+            Some(r) => (r, true),
+            None => (rest, false),
+        };
+        let (source, kind) = match rest.rsplit_once(':') {
+            Some((s, k)) => (s, FieldKind::parse(k)?),
+            None => (rest, FieldKind::Auto),
+        };
+        if name.is_empty() || source.is_empty() {
+            return Err(bad());
+        }
+        Ok(Self {
+            optional,
+            ..Self::new(name, source, kind)
+        })
+    }
+
+    /// The kind this field is read as from shards of `format`: for
+    /// WebDataset an `auto` kind is the extension's, decided here, so that
+    /// an extension without a decoder is refused before any work.
+    pub fn resolved(&self, format: ShardFormat) -> Result<FieldKind, FieldError> {
+        match (format, self.kind) {
+            (ShardFormat::WebDataset, FieldKind::Auto) => {
+                FieldKind::for_extension(&self.source).map_err(|e| e.for_field(&self.name))
+            }
+            (ShardFormat::RecordIo, _) if self.source != "label" => Err(FieldError::Source {
+                field: self.name.clone(),
+                origin: self.source.clone(),
+                why: "RecordIO records hold only the header's label array: ask for source `label`",
+            }),
+            (ShardFormat::RecordIo, FieldKind::Auto) => Ok(FieldKind::FloatList),
+            (_, kind) => Ok(kind),
+        }
+    }
+}
+
+/// Checks a request's fields: names unique and not reserved, each kind
+/// known for `format` (when known: `None` before the dataset is listed).
+pub fn validate_fields(fields: &[FieldSpec], format: Option<ShardFormat>) -> Result<(), FieldError> {
+    if fields.len() > MAX_FIELDS {
+        return Err(FieldError::TooMany(fields.len()));
+    }
+    for (i, f) in fields.iter().enumerate() {
+        if RESERVED_FIELD_NAMES.contains(&f.name.as_str()) {
+            return Err(FieldError::Reserved(f.name.clone()));
+        }
+        if f.name.is_empty() || f.source.is_empty() {
+            return Err(FieldError::Syntax(format!("{}={}", f.name, f.source)));
+        }
+        if fields[..i].iter().any(|g| g.name == f.name) {
+            return Err(FieldError::Duplicate(f.name.clone()));
+        }
+        if let Some(format) = format {
+            f.resolved(format)?;
+        }
+    }
+    Ok(())
+}
+
+/// A field's value as delivered.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FieldValue {
+    Int(i64),
+    IntList(Vec<i64>),
+    Float(f64),
+    FloatList(Vec<f64>),
+    Text(String),
+    /// A JSON document that parsed, as its text.
+    Json(String),
+    Bytes(Bytes),
+    Npy(NpyArray),
+}
+
+impl FieldValue {
+    /// Bytes it holds, for chunk sizes.
+    pub fn byte_len(&self) -> usize {
+        match self {
+            FieldValue::Int(_) | FieldValue::Float(_) => 8,
+            FieldValue::IntList(v) => v.len() * 8,
+            FieldValue::FloatList(v) => v.len() * 8,
+            FieldValue::Text(s) | FieldValue::Json(s) => s.len(),
+            FieldValue::Bytes(b) => b.len(),
+            FieldValue::Npy(a) => a.data.len(),
+        }
+    }
+}
+
+impl FieldValue {
+    /// As JSON (`stoker stream --fields-out`): text as a string, a JSON
+    /// field as the document, numbers as numbers or lists (a NaN as
+    /// null), bytes as a list of byte values, an array as its dtype, shape
+    /// and data's length.
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::Value;
+        let number = |f: f64| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number);
+        match self {
+            FieldValue::Int(i) => Value::from(*i),
+            FieldValue::IntList(v) => Value::from(v.clone()),
+            FieldValue::Float(f) => number(*f),
+            FieldValue::FloatList(v) => Value::Array(v.iter().map(|&f| number(f)).collect()),
+            FieldValue::Text(s) => Value::from(s.as_str()),
+            FieldValue::Json(s) => serde_json::from_str(s).unwrap_or_else(|_| Value::from(s.as_str())),
+            FieldValue::Bytes(b) => Value::from(b.to_vec()),
+            FieldValue::Npy(a) => serde_json::json!({"dtype": a.dtype, "shape": a.shape, "bytes": a.data.len()}),
+        }
+    }
+}
+
+/// A sample's values, in the request's order: `None` for an optional
+/// field the sample lacks.
+pub type Fields = Vec<Option<FieldValue>>;
+
+/// A NumPy array from a `.npy` file: its dtype as NumPy writes it (`<f4`,
+/// `|u1`), its shape, and its data in C order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NpyArray {
+    pub dtype: String,
+    pub shape: Vec<u64>,
+    pub data: Bytes,
+}
+
+impl NpyArray {
+    /// Parses a `.npy` file (format versions 1 to 3). Fortran-ordered and
+    /// object arrays are refused, and so is data shorter or longer than
+    /// the shape says.
+    pub fn parse(file: Bytes) -> Result<Self, String> {
+        const MAGIC: &[u8] = b"\x93NUMPY";
+        if !file.starts_with(MAGIC) || file.len() < 10 {
+            return Err("not a .npy file (no \\x93NUMPY magic)".to_owned());
+        }
+        let (header_len, start) = match file[6] {
+            1 => (usize::from(u16::from_le_bytes([file[8], file[9]])), 10usize),
+            2 | 3 if file.len() >= 12 => (u32::from_le_bytes([file[8], file[9], file[10], file[11]]) as usize, 12),
+            v => return Err(format!(".npy format version {v} is not one of 1, 2, 3")),
+        };
+        let end = start
+            .checked_add(header_len)
+            .filter(|&e| e <= file.len())
+            .ok_or_else(|| format!(".npy header of {header_len} bytes runs past the file's end"))?;
+        let header = std::str::from_utf8(&file[start..end]).map_err(|_| ".npy header is not text".to_owned())?;
+        let descr = dict_value(header, "descr").ok_or(".npy header has no 'descr'")?;
+        let dtype = descr.trim().trim_matches(|c| c == '\'' || c == '"').to_owned();
+        let itemsize =
+            npy_itemsize(&dtype).ok_or_else(|| format!(".npy dtype {dtype:?} is not a plain number type"))?;
+        if dict_value(header, "fortran_order").is_some_and(|v| v.trim().starts_with("True")) {
+            return Err(".npy array in Fortran order is not supported".to_owned());
+        }
+        let shape_text = dict_value(header, "shape").ok_or(".npy header has no 'shape'")?;
+        let inner = shape_text
+            .trim()
+            .strip_prefix('(')
+            .and_then(|s| s.split(')').next())
+            .ok_or_else(|| format!(".npy shape {shape_text:?} is not a tuple"))?;
+        let shape = inner
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                s.parse::<u64>()
+                    .map_err(|_| format!(".npy shape {shape_text:?} is not a tuple of sizes"))
+            })
+            .collect::<Result<Vec<u64>, String>>()?;
+        let count = shape
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d))
+            .and_then(|n| n.checked_mul(itemsize))
+            .ok_or_else(|| format!(".npy shape {shape:?} overflows"))?;
+        let data = file.slice(end..);
+        if data.len() as u64 != count {
+            return Err(format!(
+                ".npy data is {} bytes, its shape {shape:?} of {dtype} needs {count}",
+                data.len()
+            ));
+        }
+        Ok(Self { dtype, shape, data })
+    }
+}
+
+/// The text after `'key':` in a `.npy` header's Python dict literal, up to
+/// the next top-level comma (a tuple's commas are inside parentheses).
+fn dict_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
+    let at = header.find(&format!("'{key}'"))? + key.len() + 2;
+    let rest = header[at..].trim_start().strip_prefix(':')?;
+    let mut depth = 0i32;
+    for (i, c) in rest.char_indices() {
+        match c {
+            '(' | '[' => depth += 1,
+            ')' | ']' => depth -= 1,
+            ',' | '}' if depth == 0 => return Some(&rest[..i]),
+            _ => {}
+        }
+    }
+    Some(rest)
+}
+
+/// Bytes per element of a plain NumPy number dtype (`<f4`, `|u1`, `>i8`,
+/// `|b1`).
+fn npy_itemsize(dtype: &str) -> Option<u64> {
+    let mut chars = dtype.chars();
+    let order = chars.next()?;
+    let kind = chars.next()?;
+    let size: u64 = chars.as_str().parse().ok()?;
+    let ok = matches!(order, '<' | '>' | '|' | '=')
+        && matches!(
+            (kind, size),
+            ('f', 2 | 4 | 8) | ('i' | 'u', 1 | 2 | 4 | 8) | ('b', 1) | ('c', 8 | 16)
+        );
+    ok.then_some(size)
+}
+
+/// Why a request's fields are refused, or a field's value could not be
+/// read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FieldError {
+    #[error("field {0:?}: expected NAME=SOURCE[:KIND][?]")]
+    Syntax(String),
+    #[error("unknown field kind {0:?} (kinds: auto, int, int_list, float, float_list, text, json, bytes, npy)")]
+    UnknownKind(String),
+    #[error("field name {0:?} is reserved (image, label, key, views and epoch are the batch's own)")]
+    Reserved(String),
+    #[error("field {0:?} is asked for twice")]
+    Duplicate(String),
+    #[error("{0} fields asked for; at most 64")]
+    TooMany(usize),
+    #[error("extension {ext:?} has no decoder: {why}; name a kind (for example {ext}:bytes)")]
+    NoDecoder { ext: String, why: &'static str },
+    #[error("field {field:?}: extension {ext:?} has no decoder: {why}; name a kind (for example {ext}:bytes)")]
+    FieldNoDecoder {
+        field: String,
+        ext: String,
+        why: &'static str,
+    },
+    #[error("field {field:?}: source {origin:?}: {why}")]
+    Source {
+        field: String,
+        origin: String,
+        why: &'static str,
+    },
+}
+
+impl FieldError {
+    fn for_field(self, field: &str) -> Self {
+        match self {
+            FieldError::NoDecoder { ext, why } => FieldError::FieldNoDecoder {
+                field: field.to_owned(),
+                ext,
+                why,
+            },
+            e => e,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_syntax() {
+        assert_eq!(
+            FieldSpec::parse("caption=txt").unwrap(),
+            FieldSpec::new("caption", "txt", FieldKind::Auto)
+        );
+        let f = FieldSpec::parse("labels=image/labels:int_list?").unwrap();
+        assert_eq!(
+            (f.source.as_str(), f.kind, f.optional),
+            ("image/labels", FieldKind::IntList, true)
+        );
+        assert!(matches!(FieldSpec::parse("caption"), Err(FieldError::Syntax(_))));
+        assert!(matches!(
+            FieldSpec::parse("x=txt:str8"),
+            Err(FieldError::UnknownKind(_))
+        ));
+    }
+
+    #[test]
+    fn webdataset_kinds_by_extension() {
+        for (ext, kind) in [
+            ("txt", FieldKind::Text),
+            ("json", FieldKind::Json),
+            ("cls", FieldKind::Int),
+            ("npy", FieldKind::Npy),
+            ("meta.json", FieldKind::Json),
+        ] {
+            assert_eq!(FieldKind::for_extension(ext), Ok(kind), "{ext}");
+        }
+        for ext in ["pyd", "xyz", "seg.png"] {
+            let err = FieldKind::for_extension(ext).unwrap_err().to_string();
+            assert!(err.contains(ext) && err.contains(":bytes"), "{err}");
+        }
+    }
+
+    #[test]
+    fn requests_are_checked_before_any_work() {
+        let wds = Some(ShardFormat::WebDataset);
+        let ok = [
+            FieldSpec::new("caption", "txt", FieldKind::Auto),
+            FieldSpec::new("meta", "json", FieldKind::Auto),
+        ];
+        validate_fields(&ok, wds).unwrap();
+        for name in RESERVED_FIELD_NAMES {
+            let err = validate_fields(&[FieldSpec::new(name, "txt", FieldKind::Auto)], wds).unwrap_err();
+            assert_eq!(err, FieldError::Reserved(name.to_owned()));
+        }
+        let twice = [ok[0].clone(), ok[0].clone()];
+        assert_eq!(
+            validate_fields(&twice, wds),
+            Err(FieldError::Duplicate("caption".into()))
+        );
+        let err = validate_fields(&[FieldSpec::new("x", "xyz", FieldKind::Auto)], wds).unwrap_err();
+        assert!(err.to_string().contains("field \"x\""), "{err}");
+        // The same source names a feature in a TFRecord: read as stored.
+        validate_fields(
+            &[FieldSpec::new("x", "xyz", FieldKind::Auto)],
+            Some(ShardFormat::TfRecord),
+        )
+        .unwrap();
+        let err = validate_fields(
+            &[FieldSpec::new("x", "xyz", FieldKind::Auto)],
+            Some(ShardFormat::RecordIo),
+        );
+        assert!(matches!(err, Err(FieldError::Source { .. })));
+    }
+
+    fn npy(descr: &str, shape: &str, data: &[u8]) -> Bytes {
+        let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+        while (10 + header.len() + 1) % 64 != 0 {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut out = b"\x93NUMPY\x01\x00".to_vec();
+        out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        out.extend_from_slice(header.as_bytes());
+        out.extend_from_slice(data);
+        Bytes::from(out)
+    }
+
+    #[test]
+    fn npy_keeps_dtype_and_shape() {
+        let a = NpyArray::parse(npy("<f4", "(2, 3)", &[0u8; 24])).unwrap();
+        assert_eq!(
+            (a.dtype.as_str(), a.shape.as_slice(), a.data.len()),
+            ("<f4", &[2u64, 3][..], 24)
+        );
+        let s = NpyArray::parse(npy("|u1", "()", &[7])).unwrap();
+        assert!(s.shape.is_empty());
+        let v = NpyArray::parse(npy("<i8", "(4,)", &[0u8; 32])).unwrap();
+        assert_eq!(v.shape, vec![4]);
+        assert!(
+            NpyArray::parse(npy("<f4", "(2, 3)", &[0u8; 20]))
+                .unwrap_err()
+                .contains("needs 24")
+        );
+        assert!(NpyArray::parse(npy("|O", "(1,)", &[0u8; 8])).is_err());
+        assert!(NpyArray::parse(Bytes::from_static(b"hello")).is_err());
+        let huge = npy("<f8", "(18446744073709551615, 2)", &[]);
+        assert!(NpyArray::parse(huge).unwrap_err().contains("overflows"));
+    }
+}

@@ -1,0 +1,213 @@
+//! A sample is a record: captions, metadata and multi-labels travel with
+//! the image, from shards written by each ecosystem's own writer
+//! (webdataset's `TarWriter`, the `tfrecord` package, MXNet), through real
+//! workers over S3, to `stoker stream --fields-out`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::support::{S3Server, StreamRun, mxnet_python, python, python_script, run_ok, stream, synth_images};
+
+const ARGS: &[&str] = &["--batch-size", "8", "--image-size", "32"];
+
+/// Writes `kind` shards of `images` into `out` with
+/// `tests/python/write_records.py`; returns its manifest.
+fn write_records(kind: &str, images: &Path, out: &Path) -> Value {
+    let manifest = out.with_extension("manifest.json");
+    run_ok(
+        python()
+            .arg(python_script("write_records.py"))
+            .arg(kind)
+            .arg(images)
+            .arg(out)
+            .arg(&manifest),
+    );
+    serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap()
+}
+
+/// `stoker stream --fields-out` with `args`: the run and each delivered
+/// sample's JSON line, by key (a key delivered twice fails).
+fn stream_fields(
+    workers: &[&crate::support::Worker],
+    dataset: &str,
+    args: &[&str],
+    env: &[(&'static str, String)],
+) -> (StreamRun, BTreeMap<String, Value>) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fields.jsonl");
+    let mut all: Vec<&str> = ARGS.to_vec();
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--fields-out", out.to_str().unwrap()]);
+    let run = stream(workers, dataset, &all, env);
+    assert!(run.success(), "{}", run.stderr());
+    let mut lines = BTreeMap::new();
+    for line in std::fs::read_to_string(&out).unwrap().lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let key = v["key"].as_str().unwrap().to_owned();
+        assert!(lines.insert(key.clone(), v).is_none(), "{key} delivered twice");
+    }
+    (run, lines)
+}
+
+#[test]
+fn laion_style_webdataset_delivers_captions_and_metadata_with_their_images() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 30, 3, 96, 72);
+    let s3 = S3Server::start();
+    let manifest = write_records("wds", &images, &s3.bucket("data").join("laion"));
+    let w1 = s3.start_worker(2);
+    let w2 = s3.start_worker(2);
+    let fields = [
+        "--field",
+        "caption=txt",
+        "--field",
+        "meta=json",
+        "--field",
+        "labels=labels:int_list",
+    ];
+    let (run, got) = stream_fields(&[&w1, &w2], "s3://data/laion/", &fields, &s3.env());
+
+    // Every complete sample exactly once, with its own caption, metadata
+    // and multi-label as the writer recorded them.
+    let complete = manifest["complete"].as_object().unwrap();
+    assert_eq!(got.keys().collect::<Vec<_>>(), complete.keys().collect::<Vec<_>>());
+    for (key, want) in complete {
+        let line = &got[key];
+        assert_eq!(line["caption"], want["caption"], "{key}");
+        assert_eq!(line["meta"], want["meta"], "{key}");
+        assert_eq!(line["labels"], want["labels"], "{key}");
+        assert_eq!(line["label"], want["label"], "{key}");
+        assert_eq!(line["epoch"], 0, "{key}");
+    }
+    // The incomplete ones are skipped with their reason, naming the field.
+    let stderr = run.stderr();
+    let incomplete = manifest["incomplete"].as_object().unwrap();
+    assert_eq!(
+        run.json.as_ref().unwrap()["skipped"],
+        incomplete.len() as u64,
+        "{stderr}"
+    );
+    for (key, kind) in incomplete {
+        let reason = stderr
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{key}:")))
+            .unwrap_or_else(|| panic!("no skip reason for {key}: {stderr}"));
+        match kind.as_str().unwrap() {
+            "missing_field" => assert!(reason.contains("missing field \"caption\""), "{reason}"),
+            _ => assert!(
+                (reason.contains("\"caption\"") && reason.contains("UTF-8"))
+                    || (reason.contains("\"meta\"") && reason.contains("not JSON")),
+                "{reason}"
+            ),
+        }
+    }
+
+    // An optional caption: the sample without one arrives, with null.
+    let (_, got) = stream_fields(&[&w1], "s3://data/laion/", &["--field", "caption=txt?"], &s3.env());
+    assert_eq!(
+        got.len(),
+        complete.len() + 2,
+        "all but the bad caption and (no field) the bad JSON"
+    );
+    let missing = incomplete.iter().find(|(_, k)| *k == "missing_field").unwrap().0;
+    assert_eq!(got[missing]["caption"], Value::Null);
+}
+
+#[test]
+fn field_requests_are_refused_before_any_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 6, 2, 48, 40);
+    let s3 = S3Server::start();
+    write_records("wds", &images, &s3.bucket("data").join("laion"));
+    let w = s3.start_worker(1);
+    for (field, says) in [
+        ("label=txt", "field name \"label\" is reserved"),
+        ("x=pyd", "extension \"pyd\" has no decoder"),
+        ("x=abc", "extension \"abc\" has no decoder"),
+        ("x=txt:str8", "unknown field kind \"str8\""),
+        ("x", "expected NAME=SOURCE[:KIND][?]"),
+    ] {
+        let mut args = ARGS.to_vec();
+        args.extend_from_slice(&["--field", field]);
+        let run = stream(&[&w], "s3://data/laion/", &args, &s3.env());
+        assert!(!run.success(), "{field}");
+        assert!(run.stderr().contains(says), "{field}: {}", run.stderr());
+        assert!(run.keys.is_empty(), "{field}: nothing delivered");
+    }
+}
+
+#[test]
+fn tfrecord_features_arrive_whole_as_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 20, 2, 64, 48);
+    let s3 = S3Server::start();
+    let manifest = write_records("tfrecord", &images, &s3.bucket("data").join("tfr"));
+    let w = s3.start_worker(2);
+    let fields = [
+        "--field",
+        "caption=caption:text",
+        "--field",
+        "labels=labels",
+        "--field",
+        "box=box",
+    ];
+    let (_, got) = stream_fields(&[&w], "s3://data/tfr/", &fields, &s3.env());
+    let complete = manifest["complete"].as_object().unwrap();
+    assert_eq!(got.len(), complete.len());
+    for (key, want) in complete {
+        let line = &got[key];
+        assert_eq!(line["caption"], want["caption"], "{key}");
+        assert_eq!(line["labels"], want["labels"], "{key}");
+        // float32 as written, widened exactly.
+        let boxes: Vec<f64> = line["box"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        let want_box: Vec<f64> = want["box"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert_eq!(boxes, want_box, "{key}");
+    }
+}
+
+#[test]
+fn recordio_multi_labels_arrive_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 12, 2, 48, 40);
+    let s3 = S3Server::start();
+    let out = s3.bucket("data").join("rec");
+    // MXNet's own writer; record 2 of shard 0 has labels [label, 99.0].
+    run_ok(
+        mxnet_python()
+            .arg(python_script("write_recordio.py"))
+            .arg(&images)
+            .arg(&out)
+            .arg("1")
+            .args(["--multi-label", "0:2"]),
+    );
+    let w = s3.start_worker(2);
+    let (_, got) = stream_fields(&[&w], "s3://data/rec/", &["--field", "labels=label"], &s3.env());
+    assert_eq!(got.len(), 12);
+    let mut multi = 0;
+    for line in got.values() {
+        let labels = line["labels"].as_array().unwrap();
+        let label = line["label"].as_i64().unwrap() as f64;
+        assert_eq!(labels[0].as_f64().unwrap(), label, "{line}");
+        if labels.len() == 2 {
+            assert_eq!(labels[1].as_f64().unwrap(), 99.0, "{line}");
+            multi += 1;
+        }
+    }
+    assert_eq!(multi, 1, "the one multi-label record arrives whole");
+}

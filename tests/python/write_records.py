@@ -1,0 +1,110 @@
+"""Writes image-text shards with each ecosystem's own writer, and the
+record of what was written, for the integration tests of fields.
+
+    write_records.py wds IMAGE_FOLDER OUT_DIR MANIFEST
+        LAION-style WebDataset shards (webdataset.TarWriter): per sample
+        <key>.jpg, <key>.cls, <key>.txt (a caption of about 100 bytes),
+        <key>.json (about 300 bytes of metadata) and <key>.labels (a
+        multi-label, as text). Sample 3 has no caption, sample 5's caption
+        is not UTF-8, sample 7's JSON is malformed.
+    write_records.py tfrecord IMAGE_FOLDER OUT_DIR MANIFEST
+        TFRecord shards (the tfrecord package): image/encoded,
+        image/class/label, and the extra features caption (bytes),
+        labels (int64 list) and box (float list).
+
+MANIFEST is JSON: {"complete": {key: {"caption", "meta", "labels", "box",
+"label"}}, "incomplete": {key: reason_kind}}.
+"""
+
+import json
+import os
+import sys
+
+
+def images(src):
+    classes = sorted(d for d in os.listdir(src) if os.path.isdir(os.path.join(src, d)))
+    out = []
+    for label, cls in enumerate(classes):
+        for name in sorted(os.listdir(os.path.join(src, cls))):
+            with open(os.path.join(src, cls, name), "rb") as f:
+                out.append((f"{cls}/{os.path.splitext(name)[0]}", label, f.read()))
+    return out
+
+
+def caption(i):
+    base = f"a photo of sample {i}, caption with unicode \u00e9\u00e8\u4e2d and padding "
+    return (base * 3)[:100]
+
+
+def meta(i):
+    return {"id": i, "width": 96, "height": 72, "source": "synthetic", "tags": [f"t{i % 5}", "x" * 40],
+            "similarity": 0.25 + i / 1000, "note": "y" * 150}
+
+
+def labels(i):
+    return [i % 7, (i * 3) % 11, 42]
+
+
+def write_wds(src, out, manifest):
+    import webdataset as wds
+    os.makedirs(out, exist_ok=True)
+    complete, incomplete = {}, {}
+    samples = images(src)
+    per_shard = max(1, len(samples) // 3)
+    for shard, start in enumerate(range(0, len(samples), per_shard)):
+        with wds.TarWriter(os.path.join(out, f"laion-{shard:06d}.tar")) as sink:
+            for i in range(start, min(start + per_shard, len(samples))):
+                key, label, data = samples[i]
+                sample = {"__key__": key, "jpg": data, "cls": label, "labels": " ".join(map(str, labels(i)))}
+                cap, m = caption(i), json.dumps(meta(i))
+                if i == 3:
+                    incomplete[key] = "missing_field"
+                elif i == 5:
+                    sample["txt"] = b"\xff\xfe not utf-8"
+                    incomplete[key] = "bad_field"
+                else:
+                    sample["txt"] = cap
+                if i == 7:
+                    sample["json"] = m[:-5].encode()
+                    incomplete.setdefault(key, "bad_field")
+                else:
+                    sample["json"] = m
+                if key not in incomplete:
+                    complete[key] = {"caption": cap, "meta": meta(i), "labels": labels(i), "label": label}
+                sink.write(sample)
+    with open(manifest, "w") as f:
+        json.dump({"complete": complete, "incomplete": incomplete}, f)
+
+
+def write_tfrecord(src, out, manifest):
+    from tfrecord import TFRecordWriter
+    os.makedirs(out, exist_ok=True)
+    complete = {}
+    samples = images(src)
+    per_shard = max(1, len(samples) // 2)
+    for shard, start in enumerate(range(0, len(samples), per_shard)):
+        writer = TFRecordWriter(os.path.join(out, f"records-{shard:05d}.tfrecord"))
+        for i in range(start, min(start + per_shard, len(samples))):
+            key, label, data = samples[i]
+            box = [0.125 * (i % 4), 0.5, 0.75, 1.0]
+            writer.write({
+                "image/encoded": (data, "byte"),
+                "image/class/label": (label, "int"),
+                "image/filename": (key.encode(), "byte"),
+                "caption": (caption(i).encode(), "byte"),
+                "labels": (labels(i), "int"),
+                "box": (box, "float"),
+            })
+            complete[key] = {"caption": caption(i), "labels": labels(i), "box": box, "label": label}
+        writer.close()
+    with open(manifest, "w") as f:
+        json.dump({"complete": complete, "incomplete": {}}, f)
+
+
+def main():
+    kind, src, out, manifest = sys.argv[1:5]
+    {"wds": write_wds, "tfrecord": write_tfrecord}[kind](src, out, manifest)
+
+
+if __name__ == "__main__":
+    main()
