@@ -90,10 +90,10 @@ pub fn select_shards(
     Ok((shards, format))
 }
 
-/// The dataset's shards in `storage`, sorted by name, and their format: from its
-/// index when it has one, from a listing otherwise, where `choice`
-/// says which files are shards ([`select_shards`]). Listed shards of a
-/// format with record indexes (RecordIO, TFRecord) take their sample
+/// The dataset's shards in `storage`, sorted by name, and their format:
+/// from its index when it has one, from a listing otherwise, where
+/// `choice` says which files are shards ([`select_shards`]). Listed shards
+/// of a format with record indexes (RecordIO, TFRecord) take their sample
 /// counts from the indexes beside them, Parquet shards from their
 /// footers; the listing is indexed when every shard has a count.
 pub async fn list_shards(storage: &Storage, uri: &DatasetUri, choice: FormatChoice) -> Result<Listing, StorageError> {
@@ -117,9 +117,9 @@ pub async fn list_shards(storage: &Storage, uri: &DatasetUri, choice: FormatChoi
     let countable: Vec<Option<(String, u64)>> = shards
         .iter()
         .map(|s| {
-            let parquet = format == ShardFormat::Parquet;
+            let footer = format == ShardFormat::Parquet;
             let indexed = format.index_name(&s.name).is_some_and(|i| names.contains(&i));
-            (parquet || indexed).then(|| (s.name.clone(), s.size_bytes))
+            (footer || indexed).then(|| (s.name.clone(), s.size_bytes))
         })
         .collect();
     let counts = futures::stream::iter(countable.into_iter().map(|shard| async move {
