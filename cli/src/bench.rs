@@ -194,9 +194,7 @@ fn run_gpu(args: &BenchArgs, spec: TransformSpec, images: &[(String, ImageKind, 
             |_, _| {},
         )
         .await?;
-        let shards = ctx
-            .storage
-            .list_shards(&dataset, stoker_core::FormatChoice::Auto)
+        let shards = stoker_server::catalog::list_shards(&ctx.storage, &dataset, stoker_core::FormatChoice::Auto)
             .await?
             .shards;
         let per_shard = (sources.len() as u64).div_ceil(shards.len().max(1) as u64).max(1);

@@ -365,7 +365,11 @@ pub async fn stream_epochs(
     Ok((summary, reports))
 }
 
-pub fn print_summary(summary: &StreamSummary, reports: &[EpochReport]) {
+/// Prints the summary on stderr. With `recommend`, the wait line ends with
+/// the worker count that would keep the consumer fed; a caller whose
+/// consumer takes no training step (the demo) leaves it out, since such a
+/// consumer always waits and the figure means nothing.
+pub fn print_summary(summary: &StreamSummary, reports: &[EpochReport], recommend: bool) {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(
         err,
@@ -392,7 +396,7 @@ pub fn print_summary(summary: &StreamSummary, reports: &[EpochReport]) {
         "  waited for batches {:.2}s ({waited:.0}% of the time)",
         summary.wait_seconds
     );
-    match summary.recommended_workers {
+    match summary.recommended_workers.filter(|_| recommend) {
         Some(n) => {
             let _ = writeln!(err, "; workers to keep up: {n}");
         }
@@ -479,7 +483,7 @@ pub async fn run(args: StreamArgs) -> anyhow::Result<()> {
         Ok(())
     })
     .await?;
-    print_summary(&summary, &reports);
+    print_summary(&summary, &reports, true);
     if args.json {
         println!("{}", serde_json::to_string(&summary)?);
     }

@@ -16,12 +16,12 @@ use tracing::{debug, warn};
 
 use crate::budget::ReasonTally;
 use crate::config::{DEFAULT_INFLIGHT_ITEMS, LoaderConfig, MAX_LANES_PER_WORKER};
+use crate::conn::{WorkerConn, worker_limit};
 use crate::error::{ClientError, describe_status, is_permanent};
 use crate::event::Event;
 use crate::ledger::{CreditLimit, Lease, Ledger};
 use crate::report::EpochCounters;
 use crate::wire::{Client, HealthClient, ItemTemplate};
-use crate::workers::WorkerConn;
 
 /// The lanes of one epoch, and what it takes to give a worker lanes: the
 /// epoch's start does so for the workers known then, discovery for those
@@ -180,16 +180,6 @@ const RETIRED_POLL: Duration = Duration::from_secs(1);
 
 /// Longest wait between two probes of a failing worker.
 const MAX_PROBE_INTERVAL: Duration = Duration::from_secs(2);
-
-/// The credit a worker asks for in its `Info` (samples in flight), or
-/// `None` when it does not answer in time or is too old to say.
-pub(crate) async fn worker_limit(client: &mut Client, timeout: Duration) -> Option<CreditLimit> {
-    let samples = tokio::time::timeout(timeout, client.inflight_samples())
-        .await
-        .ok()?
-        .ok()?;
-    (samples > 0).then_some(CreditLimit::Samples(samples))
-}
 
 impl WorkerLane {
     /// Takes items until the epoch is complete or has failed.

@@ -25,12 +25,12 @@ use stoker_core::{ItemMode, PositionSet};
 
 use crate::assemble::{Assembler, LastBatch};
 use crate::batch::upload;
+use crate::conn::WorkerConn;
 use crate::error::{ClientError, describe_status};
 use crate::ledger::CreditLimit;
 use crate::loader::Loader;
 use crate::sample::Sample;
 use crate::wire::ItemTemplate;
-use crate::workers::WorkerConn;
 
 /// A stage of the input pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

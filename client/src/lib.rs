@@ -15,6 +15,7 @@ mod batch;
 mod budget;
 mod buffers;
 mod config;
+mod conn;
 mod cuda;
 pub mod device;
 mod discovery;

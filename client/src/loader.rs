@@ -17,6 +17,7 @@ use crate::assemble::{Assembler, batches_per_rank};
 use crate::batch::{Batch, open_upload};
 use crate::buffers::{BatchBuffers, HostPool};
 use crate::config::LoaderConfig;
+use crate::conn::WorkerConn;
 use crate::device::Uploader;
 use crate::discovery::{Discovery, WorkerSource};
 use crate::dispatch::EpochLanes;
@@ -28,7 +29,7 @@ use crate::report::{EpochCounters, EpochReport};
 use crate::state::{EpochState, Fingerprint, Progress};
 use crate::supervisor::Supervisor;
 use crate::wire;
-use crate::workers::{WorkerConn, WorkerSet, rediscover, resolve_at_start};
+use crate::workers::{WorkerSet, rediscover, resolve_at_start};
 
 /// A connection to a set of workers for one dataset.
 pub struct Loader {

@@ -6,6 +6,11 @@
 //! each epoch's own counters (`EpochCounters`), so a scrape between epochs
 //! still sees every sample; the `recommended_workers` gauge is computed at
 //! scrape time from the current epoch.
+//!
+//! One way only: `report` counts into [`ClientMetrics`] and takes
+//! [`recommended_workers`] from here; this module reads the epoch in
+//! progress through [`LiveEpoch`], which the epoch's counters implement,
+//! and never imports `report`.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -18,8 +23,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use stoker_metrics::Registry;
 
-use crate::report::{EpochCounters, EpochReport};
-
 /// Where a metrics address (`HOST:PORT`, or a port alone for loopback)
 /// listens.
 pub use stoker_metrics::listen_addr;
@@ -29,8 +32,15 @@ pub const PREFIX: &str = "stoker_client";
 
 type WorkerLabel = [(&'static str, String); 1];
 
-/// The counters of the epoch in progress.
-type CurrentEpoch = Option<Arc<EpochCounters>>;
+/// What the scrape-time gauges read from the epoch in progress.
+pub(crate) trait LiveEpoch: std::fmt::Debug + Send + Sync {
+    /// Workers of the measured kind that would keep the consumer fed, from
+    /// the epoch's rates so far ([`recommended_workers`]).
+    fn recommended_workers(&self) -> Option<u32>;
+}
+
+/// The epoch in progress.
+type CurrentEpoch = Option<Arc<dyn LiveEpoch>>;
 
 /// The loader's lifetime counters. Cheap to clone (shared).
 #[derive(Debug, Clone, Default)]
@@ -54,9 +64,10 @@ impl ClientMetrics {
             .clone()
     }
 
-    /// Makes `counters` the epoch the gauge describes.
-    pub fn set_current(&self, counters: &Arc<EpochCounters>) {
-        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(counters));
+    /// Makes `epoch` the epoch the gauge describes.
+    pub fn set_current<E: LiveEpoch + 'static>(&self, epoch: &Arc<E>) {
+        let epoch: Arc<dyn LiveEpoch> = epoch.clone();
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(epoch);
     }
 
     /// The registry a loader serves.
@@ -93,11 +104,10 @@ struct Recommended(ClientMetrics);
 impl Collector for Recommended {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let current = self.0.current.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let Some(counters) = current else {
+        let Some(epoch) = current else {
             return Ok(());
         };
-        let report = counters.report(0);
-        if let Some(n) = report.recommended_workers {
+        if let Some(n) = epoch.recommended_workers() {
             let gauge = ConstGauge::new(i64::from(n));
             gauge.encode(encoder.encode_descriptor(
                 "recommended_workers",
@@ -131,14 +141,6 @@ pub(crate) fn recommended_workers(consumed: u64, elapsed: Duration, wait: Durati
     let per_worker_rate = delivering.iter().sum::<f64>() / delivering.len() as f64 / elapsed;
     let n = (demand / per_worker_rate - SLACK).ceil().max(1.0);
     Some(n.min(f64::from(u32::MAX)) as u32)
-}
-
-impl EpochReport {
-    /// Samples per second the consumer took while it was not waiting.
-    pub fn consumer_rate(&self) -> Option<f64> {
-        let busy = self.elapsed.saturating_sub(self.wait).as_secs_f64();
-        (busy > 0.0).then(|| self.consumed as f64 / busy)
-    }
 }
 
 #[cfg(test)]

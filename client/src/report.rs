@@ -10,7 +10,7 @@ use prometheus_client::metrics::counter::Counter;
 
 use crate::budget::{ErrorBudget, ReasonTally};
 use crate::error::ClientError;
-use crate::metrics::{ClientMetrics, recommended_workers};
+use crate::metrics::{ClientMetrics, LiveEpoch, recommended_workers};
 
 /// Live counters of one epoch, shared with the lanes.
 #[derive(Debug)]
@@ -220,6 +220,12 @@ impl EpochCounters {
     }
 }
 
+impl LiveEpoch for EpochCounters {
+    fn recommended_workers(&self) -> Option<u32> {
+        self.report(0).recommended_workers
+    }
+}
+
 /// Samples delivered by one worker.
 #[derive(Debug, Clone)]
 pub struct WorkerReport {
@@ -255,4 +261,12 @@ pub struct EpochReport {
     pub skip_reasons: Vec<(String, String)>,
     /// Shards whose data ended early or was corrupt.
     pub shard_errors: Vec<String>,
+}
+
+impl EpochReport {
+    /// Samples per second the consumer took while it was not waiting.
+    pub fn consumer_rate(&self) -> Option<f64> {
+        let busy = self.elapsed.saturating_sub(self.wait).as_secs_f64();
+        (busy > 0.0).then(|| self.consumed as f64 / busy)
+    }
 }

@@ -10,72 +10,11 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use tracing::{info, warn};
 
-use crate::config::{DEFAULT_INFLIGHT_ITEMS, LoaderConfig};
+use crate::config::LoaderConfig;
+use crate::conn::WorkerConn;
 use crate::discovery::{Discovery, Lookup, WorkerSource};
-use crate::dispatch::{EpochLanes, worker_limit};
+use crate::dispatch::EpochLanes;
 use crate::error::ClientError;
-use crate::ledger::CreditLimit;
-use crate::tls::TlsOptions;
-use crate::wire;
-
-/// One worker's connections.
-#[derive(Clone)]
-pub(crate) struct WorkerConn {
-    pub addr: String,
-    pub client: wire::Client,
-    /// More connections to the same worker, for the lanes: one HTTP/2
-    /// connection is served by one task at each end, which caps it below
-    /// what a GPU worker sends (about 2.6 GB/s on loopback, measured).
-    pub lane_clients: Vec<wire::Client>,
-    pub health: wire::HealthClient,
-    /// What the worker may have in flight, from the configuration or its
-    /// `Info` once it answered.
-    pub limit: CreditLimit,
-    /// The `dns://` entry it was found by; `None` for a listed address.
-    pub source: Option<String>,
-    /// Among the addresses its entry has now.
-    pub active: bool,
-}
-
-impl WorkerConn {
-    /// Connections to `addr` (made lazily, on first use).
-    pub fn open(addr: &str, config: &LoaderConfig, source: Option<String>) -> Result<Self, ClientError> {
-        // `https://` addresses get TLS with the system roots unless the
-        // configuration says how to verify them.
-        let default_tls = TlsOptions::default();
-        let tls = config
-            .tls
-            .as_ref()
-            .or_else(|| addr.starts_with("https://").then_some(&default_tls));
-        let channel = wire::channel(addr, config.connect_timeout, tls).map_err(ClientError::Config)?;
-        let mut lane_clients = vec![wire::client(channel.clone(), config.token.as_ref()).map_err(ClientError::Config)?];
-        for _ in 1..wire::CONNECTIONS_PER_WORKER {
-            let more = wire::channel(addr, config.connect_timeout, tls).map_err(ClientError::Config)?;
-            lane_clients.push(wire::client(more, config.token.as_ref()).map_err(ClientError::Config)?);
-        }
-        Ok(Self {
-            addr: addr.to_owned(),
-            lane_clients,
-            client: wire::client(channel.clone(), config.token.as_ref()).map_err(ClientError::Config)?,
-            health: wire::health_client(channel, config.token.as_ref()).map_err(ClientError::Config)?,
-            limit: CreditLimit::Items(config.inflight_per_worker.unwrap_or(DEFAULT_INFLIGHT_ITEMS)),
-            source,
-            active: true,
-        })
-    }
-
-    /// Asks the worker what it needs in flight (its `Info`), unless the
-    /// configuration fixes it; a worker that does not answer keeps the
-    /// default and asks again when its lanes first reach it.
-    pub async fn ask_limit(&mut self, config: &LoaderConfig) {
-        if config.inflight_per_worker.is_none()
-            && let Some(limit) = worker_limit(&mut self.client, config.connect_timeout).await
-        {
-            tracing::debug!(worker = %self.addr, ?limit, "worker credit");
-            self.limit = limit;
-        }
-    }
-}
 
 /// The workers of a loader, and its epochs in progress.
 #[derive(Default)]

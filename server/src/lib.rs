@@ -1,6 +1,8 @@
 //! The Stoker worker: a library. The `stoker` binary (crate `cli/`) runs it.
 //!
 //! - [`storage`]: S3 and local folders.
+//! - [`catalog`]: a dataset's shards, their format and sample counts (the
+//!   listing), above [`storage`] and [`parquet`].
 //! - [`wds`]: WebDataset tar shards, read as a stream and grouped into samples
 //!   (re-exported from `stoker-formats`, the fuzzed parsers).
 //! - [`decode`], [`augment`]: CPU decode and transform execution
@@ -26,6 +28,7 @@
 #![warn(unreachable_pub)]
 
 pub mod allow;
+pub mod catalog;
 #[cfg(feature = "failpoints")]
 pub mod failpoint;
 pub mod gpu;

@@ -20,6 +20,7 @@ use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
 use crate::allow::{AllowList, Denied};
+use crate::catalog;
 use crate::pipeline::{Chunk, Item, ItemError, WorkerContext, run_item};
 use crate::storage::StorageError;
 use crate::tls::ServerTls;
@@ -241,10 +242,7 @@ impl Worker for WorkerService {
         let choice = stoker_proto::format_from_pb(req.format)
             .ok_or_else(|| Status::invalid_argument(format!("unknown shard format {}", req.format)))?;
         let uri = self.allowed(&uri, None, peer).await?;
-        let listing = self
-            .ctx
-            .storage
-            .list_shards(&uri, choice)
+        let listing = catalog::list_shards(&self.ctx.storage, &uri, choice)
             .await
             .map_err(|e| storage_status(&e))?;
         info!(

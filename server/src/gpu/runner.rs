@@ -2,18 +2,28 @@
 //! device, each with its own CUDA stream, nvJPEG decoder and page-locked
 //! buffer, and turn batches of JPEG samples into finished `train` crops.
 //!
-//! Items hand [`GpuSample`]s to [`GpuRunner::run`], which queues them on a
-//! bounded channel (backpressure: an item waits when the lanes are busy).
-//! A lane takes a job, merges whatever other jobs of the same output size
-//! are already queued (up to `max_batch` images), and for the batch:
+//! Items hand [`GpuSample`]s to [`GpuRunner::run`], which pushes them as
+//! one job onto the runner's queue (`queue::JobQueue`: a deque under a
+//! mutex, with a condition variable the lanes wait on) and awaits the job's
+//! results. Pushing never waits and the queue has no bound of its own; an
+//! item waits for its results, not for room, and what it can have queued
+//! is bounded by its read-ahead and the worker's memory budget, in which
+//! its samples are reserved. While more than a full batch per lane waits,
+//! idle CPU threads take the newest samples off the queue's back
+//! ([`GpuRunner::steal`]). A lane takes the job at the queue's front and
+//! the jobs already waiting behind it, whole jobs of any output size, until
+//! it holds `max_batch` images (the last job may take it past) or the queue
+//! is empty, and for them:
 //!
 //! 1. reads each header, resolves the sample's steps from (seed, epoch,
-//!    key) exactly as the CPU path does, and keeps the samples whose steps
-//!    the fused kernel runs (a crop inside the image, resize, optional
-//!    horizontal flip);
-//! 2. decodes them with nvJPEG in one batch (hardware engine when there is
-//!    one), runs the crop + resize + flip kernel over all of them in one
-//!    launch, and copies the results to its page-locked buffer;
+//!    key) exactly as the CPU path does, and keeps the samples whose every
+//!    step has a kernel (`gpu_runs`) and that fit `batch_memory`;
+//! 2. groups them by output size into batches of at most `max_batch`
+//!    images and `batch_memory` bytes; for each, decodes with nvJPEG in one
+//!    batch (hardware engine when there is one), runs the kernels (the
+//!    step kernels a step index at a time for samples with other steps,
+//!    then one fused crop + resize + flip launch over the batch) and
+//!    copies the results to its page-locked buffer;
 //! 3. hands every sample it did not finish back as [`GpuResult::Cpu`] with
 //!    the reason, so the caller runs it on the CPU path, which decodes it or
 //!    skips it with the CPU worker's own reason.
@@ -329,7 +339,9 @@ impl GpuRunner {
     }
 
     /// Decodes and transforms `samples` for `spec`, one result per sample
-    /// (in any order). Waits while the lanes are busy.
+    /// (in any order). Queues them at once (the queue has no bound) and
+    /// waits until every sample has its result, from a lane or from a CPU
+    /// thread that stole it.
     pub async fn run(
         &self,
         samples: Vec<GpuSample>,

@@ -371,7 +371,7 @@ pub async fn convert(
     shard_size: u64,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<PackSummary, PackError> {
-    let listing = storage.list_shards(&from.dataset, from.format).await?;
+    let listing = crate::catalog::list_shards(storage, &from.dataset, from.format).await?;
     let mut sink = ShardSink::new(storage, output, format, shard_size, listing.classes.clone()).await?;
     let mut pending: Vec<OwnedSample> = Vec::new();
     let mut pending_bytes = 0u64;
@@ -475,8 +475,7 @@ mod tests {
         assert_eq!(summary.samples, 7);
         assert_eq!(summary.classes, ["cat", "dog"]);
         assert!(summary.shards >= 3, "{} shards", summary.shards);
-        let listing = storage
-            .list_shards(&uri, stoker_core::FormatChoice::Auto)
+        let listing = crate::catalog::list_shards(&storage, &uri, stoker_core::FormatChoice::Auto)
             .await
             .unwrap();
         let (shards, indexed) = (listing.shards, listing.indexed);

@@ -29,7 +29,7 @@ pub struct IndexEntry {
 
 impl Index {
     /// The indexed shards as the plan takes them, in the index's order.
-    pub(super) fn into_shard_refs(self) -> Vec<ShardRef> {
+    pub(crate) fn into_shard_refs(self) -> Vec<ShardRef> {
         self.shards
             .into_iter()
             .map(|e| ShardRef {
@@ -43,7 +43,7 @@ impl Index {
 
 impl Storage {
     /// The dataset's index, or `None` when it has none.
-    pub(super) async fn read_index(&self, uri: &DatasetUri) -> Result<Option<Index>, StorageError> {
+    pub(crate) async fn read_index(&self, uri: &DatasetUri) -> Result<Option<Index>, StorageError> {
         let object = uri.join(INDEX_FILE);
         let Some(bytes) = self.read_if_exists(uri, INDEX_FILE).await? else {
             return Ok(None);

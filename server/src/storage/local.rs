@@ -146,22 +146,25 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn lists_local_tars_sorted_and_reports_missing_folder() {
-        use stoker_core::{FormatChoice, ShardFormat};
+    async fn lists_every_file_and_reports_missing_folder() {
         let dir = tempfile::tempdir().unwrap();
         for n in ["b.tar", "a.tar", "notes.txt"] {
             std::fs::write(dir.path().join(n), b"x").unwrap();
         }
         let storage = Storage::new();
         let uri = DatasetUri::Local(dir.path().into());
-        let listing = storage.list_shards(&uri, FormatChoice::Auto).await.unwrap();
-        assert!(!listing.indexed);
-        assert_eq!(listing.format, ShardFormat::WebDataset);
-        let names: Vec<_> = listing.shards.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(names, ["a.tar", "b.tar"]);
+        let mut names: Vec<_> = storage
+            .list_files(&uri)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        names.sort();
+        assert_eq!(names, ["a.tar", "b.tar", "notes.txt"]);
 
         let missing = DatasetUri::Local(dir.path().join("nope"));
-        let err = storage.list_shards(&missing, FormatChoice::Auto).await.unwrap_err();
+        let err = storage.list_files(&missing).await.unwrap_err();
         assert!(matches!(err, StorageError::NotFound(_)), "{err}");
         assert!(err.to_string().contains("nope"));
     }

@@ -18,6 +18,10 @@
 //! resumable shard body), `object` (byte-range reads of one object, for
 //! Parquet) and `gzip` (gzipped shard bodies, decompressed as they
 //! stream).
+//!
+//! Storage lists files and reads bytes; it imports no other worker module.
+//! Which files are shards and how many samples each holds (record indexes,
+//! Parquet footers) is the [`catalog`](crate::catalog)'s work.
 
 mod ca;
 mod gzip;
@@ -27,15 +31,13 @@ mod object;
 mod resume;
 mod s3;
 
-use std::collections::HashSet;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use futures::StreamExt;
-use stoker_core::{DatasetUri, FormatChoice, ShardFormat, ShardRef};
+use stoker_core::{DatasetUri, ShardFormat, ShardRef};
 use tokio::io::AsyncRead;
 use tokio::sync::OnceCell;
 
@@ -138,79 +140,6 @@ impl Default for StorageConfig {
     }
 }
 
-/// Record index files read at once while a listing counts samples.
-const INDEX_READS_AT_ONCE: usize = 16;
-
-/// A dataset's shards as [`Storage::list_shards`] found them.
-#[derive(Debug)]
-pub struct Listing {
-    pub shards: Vec<ShardRef>,
-    /// Every shard's sample count is known: from the dataset's index
-    /// ([`INDEX_FILE`]) or from the shards' record indexes.
-    pub indexed: bool,
-    pub format: ShardFormat,
-    /// Class names by label, from the dataset's index (none without one).
-    pub classes: Vec<String>,
-}
-
-/// Keeps the shards among a listing's `files`. With a format given, the
-/// files it [`ShardFormat::lists`]; with `auto`, the files whose extension
-/// names a format, which must all name the same one (else an error naming
-/// a file of each).
-pub fn select_shards(
-    files: Vec<ShardRef>,
-    choice: FormatChoice,
-    uri: &str,
-) -> Result<(Vec<ShardRef>, ShardFormat), StorageError> {
-    let (shards, format) = match choice {
-        FormatChoice::Given(format) => (files.into_iter().filter(|f| format.lists(&f.name)).collect(), format),
-        FormatChoice::Auto => {
-            let mut found: Option<(ShardFormat, String)> = None;
-            let mut shards = Vec::new();
-            for file in files {
-                let Some(format) = ShardFormat::from_name(&file.name) else {
-                    continue;
-                };
-                match &found {
-                    Some((first_format, first)) if *first_format != format => {
-                        return Err(StorageError::MixedFormats {
-                            uri: uri.to_owned(),
-                            first: first.clone(),
-                            first_format: *first_format,
-                            second: file.name,
-                            second_format: format,
-                        });
-                    }
-                    Some(_) => {}
-                    None => found = Some((format, file.name.clone())),
-                }
-                shards.push(file);
-            }
-            (shards, found.map_or(ShardFormat::WebDataset, |(f, _)| f))
-        }
-    };
-    if shards.is_empty() {
-        let what = match choice {
-            FormatChoice::Auto => format!(
-                "looked for {}; extension-less TFRecord files need --format tfrecord",
-                ShardFormat::ALL.map(ShardFormat::files).join(", ")
-            ),
-            FormatChoice::Given(ShardFormat::TfRecord) => {
-                format!(
-                    "looked for {} and files without an extension",
-                    ShardFormat::TfRecord.files()
-                )
-            }
-            FormatChoice::Given(format) => format!("looked for {}", format.files()),
-        };
-        return Err(StorageError::Empty {
-            uri: uri.to_owned(),
-            what,
-        });
-    }
-    Ok((shards, format))
-}
-
 /// Access to datasets on S3 and local disk. The S3 client is created on
 /// first use from the standard AWS environment (`AWS_ENDPOINT_URL`,
 /// `AWS_ACCESS_KEY_ID`, `AWS_REGION`, profiles...), with the retries and
@@ -274,64 +203,13 @@ impl Storage {
         &self.stats
     }
 
-    /// The dataset's shards, sorted by name, and their format: from its
-    /// index when it has one, from a listing otherwise, where `choice`
-    /// says which files are shards ([`select_shards`]). Listed shards of a
-    /// format with record indexes (RecordIO, TFRecord) take their sample
-    /// counts from the indexes beside them, Parquet shards from their
-    /// footers; the listing is indexed when every shard has a count.
-    pub async fn list_shards(&self, uri: &DatasetUri, choice: FormatChoice) -> Result<Listing, StorageError> {
-        if let Some(mut index) = self.read_index(uri).await? {
-            let classes = std::mem::take(&mut index.classes);
-            let (mut shards, format) = select_shards(index.into_shard_refs(), choice, &uri.to_string())?;
-            shards.sort_by(|a, b| a.name.cmp(&b.name));
-            return Ok(Listing {
-                shards,
-                indexed: true,
-                format,
-                classes,
-            });
+    /// The files under `uri`, in no order, whatever they are: the
+    /// [`catalog`](crate::catalog) keeps the shards among them.
+    pub(crate) async fn list_files(&self, uri: &DatasetUri) -> Result<Vec<ShardRef>, StorageError> {
+        match uri {
+            DatasetUri::S3 { bucket, prefix } => self.list_s3(bucket, prefix).await,
+            DatasetUri::Local(dir) => local::list(dir).await,
         }
-        let files = match uri {
-            DatasetUri::S3 { bucket, prefix } => self.list_s3(bucket, prefix).await?,
-            DatasetUri::Local(dir) => local::list(dir).await?,
-        };
-        let names: HashSet<String> = files.iter().map(|f| f.name.clone()).collect();
-        let (mut shards, format) = select_shards(files, choice, &uri.to_string())?;
-        shards.sort_by(|a, b| a.name.cmp(&b.name));
-        // Parquet footers, and the record indexes the listing holds (no
-        // request for the others).
-        let countable: Vec<Option<(String, u64)>> = shards
-            .iter()
-            .map(|s| {
-                let parquet = format == ShardFormat::Parquet;
-                let indexed = format.index_name(&s.name).is_some_and(|i| names.contains(&i));
-                (parquet || indexed).then(|| (s.name.clone(), s.size_bytes))
-            })
-            .collect();
-        let counts = futures::stream::iter(countable.into_iter().map(|shard| async move {
-            match shard {
-                Some((name, size)) if format == ShardFormat::Parquet => self.parquet_rows(uri, &name, size).await,
-                Some((name, _)) => Ok(self
-                    .record_offsets(uri, &name, format)
-                    .await?
-                    .map(|offsets| offsets.len() as u64)),
-                None => Ok(None),
-            }
-        }))
-        .buffered(INDEX_READS_AT_ONCE)
-        .collect::<Vec<_>>()
-        .await;
-        for (shard, count) in shards.iter_mut().zip(counts) {
-            shard.samples = count?;
-        }
-        let indexed = shards.iter().all(|s| s.samples.is_some());
-        Ok(Listing {
-            shards,
-            indexed,
-            format,
-            classes: Vec::new(),
-        })
     }
 
     /// Opens one shard for streaming.
@@ -374,21 +252,6 @@ impl Storage {
             self.stats.read_bytes.fetch_add(b.len() as u64, Ordering::Relaxed);
         }
         Ok(bytes)
-    }
-
-    /// The rows of the Parquet shard `name`, from its footer; `None`, with
-    /// a warning, when the footer is unreadable (the shard's items then say
-    /// why).
-    async fn parquet_rows(&self, uri: &DatasetUri, name: &str, size: u64) -> Result<Option<u64>, StorageError> {
-        let object = self.object_of_size(uri, name, size).await?;
-        match crate::parquet::row_count(object).await {
-            Ok(rows) => Ok(Some(rows)),
-            Err(crate::parquet::ParquetShardError::Storage(e)) => Err(e),
-            Err(e) => {
-                tracing::warn!(shard = %uri.join(name), error = %e, "parquet footer unreadable: no sample count");
-                Ok(None)
-            }
-        }
     }
 
     /// Where each record of the shard `name` starts, in file order, from
