@@ -308,6 +308,7 @@ async fn run_items(
                     mode: stoker_core::ItemMode::Process,
                     format: stoker_core::ShardFormat::WebDataset,
                     fields: stoker_core::RecordFields::default(),
+                    extra: Vec::new(),
                 };
                 let (tx, mut rx) = tokio::sync::mpsc::channel(2);
                 let running = tokio::spawn(run_item(Arc::clone(&ctx), item, tx));
@@ -348,6 +349,7 @@ fn run_cpu(args: &BenchArgs, spec: &TransformSpec, images: &[(String, ImageKind,
                                 position: position as u64,
                                 image: Ok((*kind, data.clone())),
                                 label: Ok(0),
+                                fields: Vec::new(),
                             };
                             match process_sample(raw, spec, seed, 100_000_000, metrics) {
                                 Ok(p) => {

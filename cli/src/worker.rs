@@ -294,7 +294,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         let metrics_addr = listener.local_addr().context("metrics listener has no local address")?;
         info!(addr = %metrics_addr, "serving metrics at /metrics");
         println!("stoker worker metrics on http://{metrics_addr}/metrics");
-        stoker_metrics::spawn(listener, Arc::new(stoker_server::metrics::registry(&ctx)));
+        stoker_metrics::spawn(listener, Arc::new(stoker_server::scrape::registry(&ctx)));
     }
     let _ = std::io::stdout().flush();
     anyhow::ensure!(

@@ -50,5 +50,8 @@ pub use health::worker_health;
 pub use loader::{EpochStream, EpochWatch, Loader};
 pub use report::{EpochReport, WorkerReport};
 pub use state::{EpochState, Fingerprint};
-pub use stoker_core::{FormatChoice, PositionSet, RecordFields, Secret, ShardFormat, ShardRef, TransformSpec};
+pub use stoker_core::{
+    FieldKind, FieldSpec, FieldValue, Fields, FormatChoice, PositionSet, RecordFields, Secret, ShardFormat, ShardRef,
+    TransformSpec, validate_fields,
+};
 pub use tls::TlsOptions;

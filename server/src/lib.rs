@@ -17,7 +17,9 @@
 //! - [`service`]: the gRPC edge, `serve` and its graceful drain; [`tls`]:
 //!   the worker's certificate and the CA for client certificates;
 //!   [`allow`]: the datasets it may read (`--allow-dataset`).
-//! - [`metrics`]: the worker's Prometheus metrics (`--metrics-listen`).
+//! - [`metrics`]: the worker's Prometheus metrics (`--metrics-listen`);
+//!   [`scrape`]: what a scrape reads (the registry and a snapshot of the
+//!   pipeline's counters).
 //! - [`parquet`]: Parquet shards, read by row groups over ranged reads.
 //! - [`pack`]: ImageFolder trees to WebDataset shards.
 //! - [`synth`]: procedural images for the demo and benchmarks.
@@ -40,6 +42,7 @@ pub mod pack;
 pub mod parquet;
 pub mod pipeline;
 pub mod pool;
+pub mod scrape;
 pub mod service;
 pub mod storage;
 pub mod synth;

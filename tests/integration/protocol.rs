@@ -57,6 +57,7 @@ impl WorkerApi for OutOfRange {
                 channels: 3,
                 pixels: vec![0; (SIZE * SIZE * 3) as usize].into(),
                 position: item.end,
+                fields: Vec::new(),
             }],
             done: true,
             ..pb::SampleChunk::default()

@@ -1,14 +1,15 @@
 //! A sample is a record: captions, metadata and multi-labels travel with
 //! the image, from shards written by each ecosystem's own writer
 //! (webdataset's `TarWriter`, the `tfrecord` package, MXNet), through real
-//! workers over S3, to `stoker stream --fields-out`.
+//! workers reading a dataset folder (the S3 path is the same reader,
+//! tested in `formats`), to `stoker stream --fields-out`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::Value;
 
-use crate::support::{S3Server, StreamRun, mxnet_python, python, python_script, run_ok, stream, synth_images};
+use crate::support::{StreamRun, Worker, mxnet_python, python, python_script, run_ok, stream, synth_images};
 
 const ARGS: &[&str] = &["--batch-size", "8", "--image-size", "32"];
 
@@ -29,18 +30,13 @@ fn write_records(kind: &str, images: &Path, out: &Path) -> Value {
 
 /// `stoker stream --fields-out` with `args`: the run and each delivered
 /// sample's JSON line, by key (a key delivered twice fails).
-fn stream_fields(
-    workers: &[&crate::support::Worker],
-    dataset: &str,
-    args: &[&str],
-    env: &[(&'static str, String)],
-) -> (StreamRun, BTreeMap<String, Value>) {
+fn stream_fields(workers: &[&Worker], dataset: &Path, args: &[&str]) -> (StreamRun, BTreeMap<String, Value>) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("fields.jsonl");
     let mut all: Vec<&str> = ARGS.to_vec();
     all.extend_from_slice(args);
     all.extend_from_slice(&["--fields-out", out.to_str().unwrap()]);
-    let run = stream(workers, dataset, &all, env);
+    let run = stream(workers, dataset.to_str().unwrap(), &all, &[]);
     assert!(run.success(), "{}", run.stderr());
     let mut lines = BTreeMap::new();
     for line in std::fs::read_to_string(&out).unwrap().lines() {
@@ -56,10 +52,10 @@ fn laion_style_webdataset_delivers_captions_and_metadata_with_their_images() {
     let dir = tempfile::tempdir().unwrap();
     let images = dir.path().join("images");
     synth_images(&images, 30, 3, 96, 72);
-    let s3 = S3Server::start();
-    let manifest = write_records("wds", &images, &s3.bucket("data").join("laion"));
-    let w1 = s3.start_worker(2);
-    let w2 = s3.start_worker(2);
+    let laion = dir.path().join("laion");
+    let manifest = write_records("wds", &images, &laion);
+    let w1 = Worker::start(2);
+    let w2 = Worker::start(2);
     let fields = [
         "--field",
         "caption=txt",
@@ -68,7 +64,7 @@ fn laion_style_webdataset_delivers_captions_and_metadata_with_their_images() {
         "--field",
         "labels=labels:int_list",
     ];
-    let (run, got) = stream_fields(&[&w1, &w2], "s3://data/laion/", &fields, &s3.env());
+    let (run, got) = stream_fields(&[&w1, &w2], &laion, &fields);
 
     // Every complete sample exactly once, with its own caption, metadata
     // and multi-label as the writer recorded them.
@@ -106,7 +102,7 @@ fn laion_style_webdataset_delivers_captions_and_metadata_with_their_images() {
     }
 
     // An optional caption: the sample without one arrives, with null.
-    let (_, got) = stream_fields(&[&w1], "s3://data/laion/", &["--field", "caption=txt?"], &s3.env());
+    let (_, got) = stream_fields(&[&w1], &laion, &["--field", "caption=txt?"]);
     assert_eq!(
         got.len(),
         complete.len() + 2,
@@ -121,9 +117,9 @@ fn field_requests_are_refused_before_any_work() {
     let dir = tempfile::tempdir().unwrap();
     let images = dir.path().join("images");
     synth_images(&images, 6, 2, 48, 40);
-    let s3 = S3Server::start();
-    write_records("wds", &images, &s3.bucket("data").join("laion"));
-    let w = s3.start_worker(1);
+    let laion = dir.path().join("laion");
+    write_records("wds", &images, &laion);
+    let w = Worker::start(1);
     for (field, says) in [
         ("label=txt", "field name \"label\" is reserved"),
         ("x=pyd", "extension \"pyd\" has no decoder"),
@@ -133,7 +129,7 @@ fn field_requests_are_refused_before_any_work() {
     ] {
         let mut args = ARGS.to_vec();
         args.extend_from_slice(&["--field", field]);
-        let run = stream(&[&w], "s3://data/laion/", &args, &s3.env());
+        let run = stream(&[&w], laion.to_str().unwrap(), &args, &[]);
         assert!(!run.success(), "{field}");
         assert!(run.stderr().contains(says), "{field}: {}", run.stderr());
         assert!(run.keys.is_empty(), "{field}: nothing delivered");
@@ -145,9 +141,9 @@ fn tfrecord_features_arrive_whole_as_written() {
     let dir = tempfile::tempdir().unwrap();
     let images = dir.path().join("images");
     synth_images(&images, 20, 2, 64, 48);
-    let s3 = S3Server::start();
-    let manifest = write_records("tfrecord", &images, &s3.bucket("data").join("tfr"));
-    let w = s3.start_worker(2);
+    let tfr = dir.path().join("tfr");
+    let manifest = write_records("tfrecord", &images, &tfr);
+    let w = Worker::start(2);
     let fields = [
         "--field",
         "caption=caption:text",
@@ -156,7 +152,7 @@ fn tfrecord_features_arrive_whole_as_written() {
         "--field",
         "box=box",
     ];
-    let (_, got) = stream_fields(&[&w], "s3://data/tfr/", &fields, &s3.env());
+    let (_, got) = stream_fields(&[&w], &tfr, &fields);
     let complete = manifest["complete"].as_object().unwrap();
     assert_eq!(got.len(), complete.len());
     for (key, want) in complete {
@@ -185,8 +181,7 @@ fn recordio_multi_labels_arrive_whole() {
     let dir = tempfile::tempdir().unwrap();
     let images = dir.path().join("images");
     synth_images(&images, 12, 2, 48, 40);
-    let s3 = S3Server::start();
-    let out = s3.bucket("data").join("rec");
+    let out = dir.path().join("rec");
     // MXNet's own writer; record 2 of shard 0 has labels [label, 99.0].
     run_ok(
         mxnet_python()
@@ -196,8 +191,8 @@ fn recordio_multi_labels_arrive_whole() {
             .arg("1")
             .args(["--multi-label", "0:2"]),
     );
-    let w = s3.start_worker(2);
-    let (_, got) = stream_fields(&[&w], "s3://data/rec/", &["--field", "labels=label"], &s3.env());
+    let w = Worker::start(2);
+    let (_, got) = stream_fields(&[&w], &out, &["--field", "labels=label"]);
     assert_eq!(got.len(), 12);
     let mut multi = 0;
     for line in got.values() {
@@ -210,4 +205,27 @@ fn recordio_multi_labels_arrive_whole() {
         }
     }
     assert_eq!(multi, 1, "the one multi-label record arrives whole");
+}
+
+#[test]
+fn the_python_loader_delivers_fields_as_str_dict_and_tensors() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 18, 3, 64, 48);
+    let shards = dir.path().join("shards");
+    write_records("wds", &images, &shards);
+    let manifest = shards.with_extension("manifest.json");
+    let w = Worker::start(2);
+    let out = run_ok(
+        python()
+            .arg(python_script("fields_check.py"))
+            .arg(&w.addr)
+            .arg(&shards)
+            .arg(&manifest),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("ok: 15 samples with caption, meta and labels"),
+        "{stdout}"
+    );
 }

@@ -39,7 +39,10 @@ fn err(e: impl std::fmt::Display) -> PyErr {
 /// client uploads, a `DeviceTensor` for `torch.from_dlpack`; the side
 /// length, labels, keys, the batch's index in its epoch, and how many of
 /// its last samples are padding.
-type PyBatch = (Py<PyAny>, u32, Vec<i64>, Vec<String>, u64, usize);
+/// Pixels, size, labels, keys, index, padded, and each requested field's
+/// values (a list per field, in the request's order; `None` where an
+/// optional field is absent).
+type PyBatch = (Py<PyAny>, u32, Vec<i64>, Vec<String>, u64, usize, Vec<Vec<Py<PyAny>>>);
 
 /// An epoch's report: samples, skipped, reassigned items, (key, reason) of
 /// the first skips, batches, seconds waited, seconds elapsed, recommended
@@ -94,7 +97,7 @@ impl Client {
         workers, dataset, batch_size, image_size, transform, seed, rank, world_size,
         prefetch, last_batch, max_errors=None, token=None, progress_timeout=60.0,
         deterministic=false, upload=None, mean=None, std=None, metrics_port=None, dns_server=None, resolve_interval=10.0,
-        format="auto", image_key=None, label_key=None, label_offset=0
+        format="auto", image_key=None, label_key=None, label_offset=0, fields=Vec::new()
     ))]
     #[allow(clippy::too_many_arguments, reason = "mirrors the Python constructor's keywords")]
     fn new(
@@ -123,6 +126,7 @@ impl Client {
         image_key: Option<String>,
         label_key: Option<String>,
         label_offset: i64,
+        fields: Vec<(String, String, String, bool)>,
     ) -> PyResult<Self> {
         let spec = TransformSpec::parse(transform, image_size).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let mut config = LoaderConfig::new(workers, dataset, batch_size, spec);
@@ -138,6 +142,17 @@ impl Client {
             label: label_key,
             label_offset,
         };
+        config.extra_fields = fields
+            .into_iter()
+            .map(|(name, source, kind, optional)| {
+                let kind = stoker_client::FieldKind::parse(&kind).map_err(|e| PyValueError::new_err(e.to_string()))?;
+                Ok(stoker_client::FieldSpec {
+                    optional,
+                    ..stoker_client::FieldSpec::new(&name, &source, kind)
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        stoker_client::validate_fields(&config.extra_fields, None).map_err(|e| PyValueError::new_err(e.to_string()))?;
         if let Some((ordinal, dtype, layout)) = upload {
             let dtype = dtype.parse::<DType>().map_err(err)?;
             let layout = layout.parse::<Layout>().map_err(err)?;
@@ -328,17 +343,21 @@ impl Client {
         match next {
             None => Ok(None),
             Some(Err(e)) => Err(err(e)),
-            Some(Ok(mut batch)) => Ok(Some((
-                match batch.device.take() {
-                    Some(device) => Py::new(py, DeviceTensor::new(device))?.into_any(),
-                    None => PyBytes::new(py, &batch.pixels).into_any().unbind(),
-                },
-                batch.size,
-                batch.labels,
-                batch.keys,
-                batch.index,
-                batch.padded,
-            ))),
+            Some(Ok(mut batch)) => {
+                let fields = fields_to_py(py, &batch.fields, self.loader.config().extra_fields.len())?;
+                Ok(Some((
+                    match batch.device.take() {
+                        Some(device) => Py::new(py, DeviceTensor::new(device))?.into_any(),
+                        None => PyBytes::new(py, &batch.pixels).into_any().unbind(),
+                    },
+                    batch.size,
+                    batch.labels,
+                    batch.keys,
+                    batch.index,
+                    batch.padded,
+                    fields,
+                )))
+            }
         }
     }
 
@@ -402,6 +421,33 @@ impl Client {
         out.set_item("workers_for_target", d.workers_for_target)?;
         Ok(out)
     }
+}
+
+/// A batch's field values as Python lists, one per field: int, float,
+/// lists of them, str, the JSON text (parsed in Python), bytes, and an
+/// array as `(dtype, shape, bytes)`.
+fn fields_to_py(py: Python<'_>, rows: &[stoker_client::Fields], fields: usize) -> PyResult<Vec<Vec<Py<PyAny>>>> {
+    use stoker_client::FieldValue as V;
+    let mut out: Vec<Vec<Py<PyAny>>> = (0..fields).map(|_| Vec::with_capacity(rows.len())).collect();
+    for row in rows {
+        for (j, column) in out.iter_mut().enumerate() {
+            let value = match row.get(j).and_then(Option::as_ref) {
+                None => py.None(),
+                Some(V::Int(i)) => i.into_pyobject(py)?.into_any().unbind(),
+                Some(V::Float(f)) => f.into_pyobject(py)?.into_any().unbind(),
+                Some(V::IntList(v)) => PyList::new(py, v)?.into_any().unbind(),
+                Some(V::FloatList(v)) => PyList::new(py, v)?.into_any().unbind(),
+                Some(V::Text(s) | V::Json(s)) => s.into_pyobject(py)?.into_any().unbind(),
+                Some(V::Bytes(b)) => PyBytes::new(py, b).into_any().unbind(),
+                Some(V::Npy(a)) => (a.dtype.as_str(), a.shape.clone(), PyBytes::new(py, &a.data))
+                    .into_pyobject(py)?
+                    .into_any()
+                    .unbind(),
+            };
+            column.push(value);
+        }
+    }
+    Ok(out)
 }
 
 fn state_to_py<'py>(py: Python<'py>, s: &EpochState) -> PyResult<Bound<'py, PyDict>> {

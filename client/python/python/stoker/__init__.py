@@ -48,7 +48,7 @@ import numpy as np
 from . import transforms
 from ._stoker import Client, StokerError, check_transform
 
-__all__ = ["Loader", "StokerError", "transforms"]
+__all__ = ["Field", "Loader", "StokerError", "transforms"]
 
 _LAST_BATCH = ("drop", "partial", "pad")
 
@@ -166,6 +166,13 @@ class Loader:
     ``label``); ``label_offset`` is added to every label (``-1`` for
     TensorFlow's 1-based ImageNet labels).
 
+    ``fields={"caption": "txt", "meta": "json", "labels": stoker.Field("labels",
+    "int_list")}`` delivers each sample's other fields under those names
+    (see :class:`Field`): a caption as ``batch["caption"]``, a list of
+    ``str``. A sample without a required field is skipped with the reason
+    ``missing_field``; one whose text is not UTF-8 or whose JSON does not
+    parse, as ``bad_field``.
+
     ``metrics_port=PORT`` (or ``"HOST:PORT"``) serves the loader's Prometheus
     metrics at ``/metrics``: time the training loop waited for batches,
     samples, bytes and batches received, reassigned items, samples per
@@ -208,6 +215,7 @@ class Loader:
         label_key=None,
         label_offset=0,
         batch_transform=None,
+        fields=None,
     ):
         if isinstance(workers, str):
             workers = [w for w in workers.split(",") if w]
@@ -233,6 +241,7 @@ class Loader:
             mean, std = p_mean, p_std
         if mean is not None and dtype_name == "uint8":
             raise ValueError("normalising (mean, std) needs a float dtype, but the output dtype is uint8")
+        self._fields = _fields(fields)
         self._batch_transform = None if batch_transform is None else transforms.as_batch_transform(batch_transform)
         if self._batch_transform is not None:
             floats = dtype_name not in (None, "uint8") or mean is not None
@@ -286,6 +295,7 @@ class Loader:
             None if image_key is None else str(image_key),
             None if label_key is None else str(label_key),
             int(label_offset),
+            [(name, f.source, f.kind, f.optional) for name, f in self._fields],
         )
         if upload is not None and not self._client.uploads():
             warnings.warn(
@@ -396,7 +406,18 @@ class Loader:
             self._client.stop_epoch(generation)
             raise
 
-    def _convert(self, pixels, size, labels, keys, index, padded, epoch):
+    def _convert(self, pixels, size, labels, keys, index, padded, fields, epoch):
+        batch = self._convert_images(pixels, size, labels, keys, index, padded, epoch)
+        valid = {}
+        for (name, field), values in zip(self._fields, fields):
+            batch[name], mask = _field_column(field, values, self._torch, self.device)
+            if mask is not None:
+                valid[name] = mask
+        if valid:
+            batch["valid"] = valid
+        return batch
+
+    def _convert_images(self, pixels, size, labels, keys, index, padded, epoch):
         n = len(keys)
         if not isinstance(pixels, bytes):
             # Already on the device, converted: shared through DLPack, and
@@ -439,6 +460,102 @@ class Loader:
                 image = image.contiguous()
             label = torch.from_numpy(labels).to(self.device)
         return {"image": image, "label": label, "key": list(keys), "epoch": epoch, "index": index, "padded": padded}
+
+
+class Field:
+    """A sample's field beyond its image and label, for ``Loader(fields=...)``.
+
+    ``source`` is where it is in the shard: a WebDataset member extension
+    (``"txt"``, ``"json"``, ``"cls"``, ``"seg.png"``), a TFRecord feature
+    name, a Parquet column, or RecordIO's ``"label"`` (the header's whole
+    label array). ``kind`` is how it is read: ``"auto"`` (WebDataset's
+    decoder for the extension: ``txt`` is text, ``json`` JSON, ``cls`` an
+    int, ``npy`` an array; for record formats the stored type), ``"int"``,
+    ``"int_list"``, ``"float"``, ``"float_list"``, ``"text"``, ``"json"``,
+    ``"bytes"`` or ``"npy"``. A sample without a required field is skipped
+    (``missing_field``); an ``optional`` one arrives as ``None``, and for
+    tensors with ``batch["valid"][name]``, a bool tensor.
+
+    In a batch, text is a list of ``str``, JSON a list of ``dict``, bytes a
+    list of ``bytes``; numbers a tensor ``[B]`` (or ``[B, K]`` for lists of
+    one length, else a list of tensors); arrays a stacked tensor when they
+    share dtype and shape, else a list.
+    """
+
+    KINDS = ("auto", "int", "int_list", "float", "float_list", "text", "json", "bytes", "npy")
+
+    def __init__(self, source, kind="auto", optional=False):
+        if kind not in self.KINDS:
+            raise ValueError(f"unknown field kind {kind!r} (kinds: {', '.join(self.KINDS)})")
+        self.source, self.kind, self.optional = str(source), kind, bool(optional)
+
+    def __repr__(self):
+        return f"Field({self.source!r}, kind={self.kind!r}, optional={self.optional})"
+
+
+_RESERVED = ("image", "label", "key", "views", "epoch", "index", "padded", "valid")
+
+
+def _fields(fields):
+    """``fields={"caption": "txt", "meta": Field("json", optional=True)}`` as
+    [(name, Field)], in order, checked."""
+    out = []
+    for name, f in (fields or {}).items():
+        if name in _RESERVED:
+            raise ValueError(f"field name {name!r} is reserved ({', '.join(_RESERVED)} are the batch's own)")
+        if isinstance(f, str):
+            source, _, kind = f.partition(":")
+            f = Field(source, kind or "auto")
+        if not isinstance(f, Field):
+            raise ValueError(f"field {name!r}: give a source string or stoker.Field, got {f!r}")
+        out.append((str(name), f))
+    return out
+
+
+def _field_column(field, values, torch, device):
+    """One field's values in a batch: lists for text, JSON and bytes,
+    tensors (numpy without torch) for numbers and arrays, with a validity
+    mask when a value is absent."""
+    present = [v is not None for v in values]
+    mask = None
+    if not all(present):
+        mask = np.asarray(present, dtype=bool)
+        mask = torch.from_numpy(mask).to(device) if torch is not None else mask
+    first = next((v for v in values if v is not None), None)
+    if first is None:
+        return list(values), mask
+    if isinstance(first, str) and field.kind in ("json", "auto") and _is_json(field):
+        return [None if v is None else json.loads(v) for v in values], mask
+    if isinstance(first, (str, bytes)):
+        return list(values), mask
+    if isinstance(first, tuple):  # .npy: (dtype, shape, data)
+        arrays = [None if v is None else np.frombuffer(v[2], dtype=np.dtype(v[0])).reshape(v[1]) for v in values]
+        same = all(a is not None and a.shape == arrays[0].shape and a.dtype == arrays[0].dtype for a in arrays)
+        if same:
+            stacked = np.stack(arrays)
+            return (_tensor(torch, stacked, device) if torch is not None else stacked), mask
+        return [a if a is None or torch is None else _tensor(torch, a, device) for a in arrays], mask
+    dtype = np.int64 if isinstance(first, int) or (isinstance(first, list) and first and isinstance(first[0], int)) else np.float64
+    if field.kind in ("float", "float_list"):
+        dtype = np.float64
+    if isinstance(first, list):
+        lengths = {len(v) for v in values if v is not None}
+        if len(lengths) == 1:
+            width = lengths.pop()
+            arr = np.asarray([v if v is not None else [0] * width for v in values], dtype=dtype).reshape(len(values), width)
+            return (_tensor(torch, arr, device) if torch is not None else arr), mask
+        ragged = [None if v is None else np.asarray(v, dtype=dtype) for v in values]
+        return [a if a is None or torch is None else _tensor(torch, a, device) for a in ragged], mask
+    arr = np.asarray([v if v is not None else 0 for v in values], dtype=dtype)
+    return (_tensor(torch, arr, device) if torch is not None else arr), mask
+
+
+def _is_json(field):
+    return field.kind == "json" or (field.kind == "auto" and field.source.rsplit(".", 1)[-1] in ("json", "jsn"))
+
+
+def _tensor(torch, arr, device):
+    return torch.from_numpy(np.ascontiguousarray(arr)).to(device)
 
 
 def doctor(loader, train_step=None, samples=2048, seconds=2.0, steps=10):
