@@ -56,6 +56,9 @@ done
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1 | sed 's/^/gpu: /'
 
 export STOKER_BIN=$PWD/.carry/stoker STOKER_PHOTOS=$PWD/.carry/photos STOKER_GPU_BENCH_DIR=$work/bench
+# The integration tests' Python: the machine's own (pillow, numpy; tests that need
+# webdataset's writer fall back to the standard library's tarfile there).
+export STOKER_TEST_PYTHON=${STOKER_TEST_PYTHON:-$(command -v python3)}
 chmod +x .carry/stoker .carry/integration 2>/dev/null
 .carry/integration gpu device --test-threads 1 --nocapture 2>&1 | tee "$out/gpu-tests.log"
 tests_rc=${PIPESTATUS[0]}

@@ -24,7 +24,7 @@ const SEED: u64 = 7;
 const SIZE: u32 = 224;
 
 /// The GPU, or `None` after printing why the test is skipped.
-fn gpu_or_skip(test: &str) -> Option<Gpu> {
+pub(crate) fn gpu_or_skip(test: &str) -> Option<Gpu> {
     match Gpu::open(0) {
         Ok(gpu) => {
             println!("{test}: {}", gpu.info);
@@ -579,7 +579,7 @@ fn gpu_dataset(dir: &Path, per_class: usize) -> String {
     "odd/truncated".to_owned()
 }
 
-async fn worker_info(addr: &str) -> stoker_proto::pb::InfoResponse {
+pub(crate) async fn worker_info(addr: &str) -> stoker_proto::pb::InfoResponse {
     let mut client = stoker_proto::pb::worker_client::WorkerClient::connect(format!("http://{addr}"))
         .await
         .unwrap();

@@ -229,3 +229,40 @@ fn the_python_loader_delivers_fields_as_str_dict_and_tensors() {
         "{stdout}"
     );
 }
+
+/// A `--device cuda` worker's images come from the GPU lanes while their
+/// fields are read with the sample: each arrives with its own caption,
+/// metadata and multi-label, and the bad ones are skipped as on the CPU.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_worker_delivers_fields_with_its_images() {
+    let Some(gpu) = crate::gpu::gpu_or_skip("a_gpu_worker_delivers_fields_with_its_images") else {
+        return;
+    };
+    drop(gpu);
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 120, 3, 320, 240);
+    let laion = dir.path().join("laion");
+    let manifest = write_records("wds", &images, &laion);
+    let w = Worker::start_with(2, &["--device", "cuda", "--gpu-only", "--gpu-batch", "16"], &[]);
+    let fields = ["--field", "caption=txt", "--field", "meta=json", "--field", "labels=labels:int_list"];
+    let (run, got) = tokio::task::block_in_place(|| stream_fields(&[&w], &laion, &fields));
+    let complete = manifest["complete"].as_object().unwrap();
+    assert_eq!(got.len(), complete.len(), "{}", run.stderr());
+    for (key, want) in complete {
+        for name in ["caption", "meta", "labels", "label"] {
+            assert_eq!(got[key][name], want[name], "{key} {name}");
+        }
+    }
+    assert_eq!(
+        run.json.as_ref().unwrap()["skipped"],
+        manifest["incomplete"].as_object().unwrap().len() as u64
+    );
+    let info = crate::gpu::worker_info(&w.addr).await;
+    assert!(info.gpu_samples > 0, "the images went through the gpu lanes: {info:?}");
+    println!(
+        "gpu fields: {} samples with their fields, {} decoded on the gpu",
+        got.len(),
+        info.gpu_samples
+    );
+}

@@ -45,14 +45,46 @@ def labels(i):
     return [i % 7, (i * 3) % 11, 42]
 
 
+class _StdlibTarWriter:
+    """webdataset.TarWriter's layout (members <key>.<ext> in sample order,
+    str encoded as UTF-8, int as its decimal text) with the standard
+    library, where webdataset is not installed (the GPU machine)."""
+
+    def __init__(self, path):
+        import tarfile
+        self.tar = tarfile.open(path, "w")
+
+    def write(self, sample):
+        import io
+        import tarfile
+        key = sample["__key__"]
+        for ext, value in sample.items():
+            if ext == "__key__":
+                continue
+            data = value if isinstance(value, bytes) else str(value).encode()
+            info = tarfile.TarInfo(f"{key}.{ext}")
+            info.size = len(data)
+            self.tar.addfile(info, io.BytesIO(data))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.tar.close()
+
+
 def write_wds(src, out, manifest):
-    import webdataset as wds
+    try:
+        import webdataset as wds
+        writer = wds.TarWriter
+    except ImportError:
+        writer = _StdlibTarWriter
     os.makedirs(out, exist_ok=True)
     complete, incomplete = {}, {}
     samples = images(src)
     per_shard = max(1, len(samples) // 3)
     for shard, start in enumerate(range(0, len(samples), per_shard)):
-        with wds.TarWriter(os.path.join(out, f"laion-{shard:06d}.tar")) as sink:
+        with writer(os.path.join(out, f"laion-{shard:06d}.tar")) as sink:
             for i in range(start, min(start + per_shard, len(samples))):
                 key, label, data = samples[i]
                 sample = {"__key__": key, "jpg": data, "cls": label, "labels": " ".join(map(str, labels(i)))}
