@@ -118,6 +118,7 @@ impl From<&crate::wds::MemberProblem> for SkipKind {
             | crate::wds::MemberProblem::NotImage { .. } => SkipKind::NotImage,
             crate::wds::MemberProblem::TooLarge { .. } => SkipKind::TooLarge,
             crate::wds::MemberProblem::Corrupt { .. } => SkipKind::Corrupt,
+            crate::wds::MemberProblem::Unreadable { .. } => SkipKind::BadField,
         }
     }
 }

@@ -34,7 +34,10 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type, UInt32Type, UInt64Type};
+use arrow_array::types::{
+    Float16Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type,
+    UInt32Type, UInt64Type,
+};
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::DataType;
 use bytes::Bytes;
@@ -46,7 +49,7 @@ use parquet::errors::ParquetError;
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 use stoker_core::{RecordFields, ShardFormat};
 use stoker_formats::image::sniff;
-use stoker_formats::sample::{MemberProblem, RawSample, Step};
+use stoker_formats::sample::{MemberProblem, RawField, RawSample, RawValue, Step};
 
 use crate::memory::Reservation;
 use crate::storage::{Object, StorageError};
@@ -275,6 +278,8 @@ pub struct ParquetSamples {
     /// The label column, when the shard has one.
     label: Option<String>,
     label_offset: i64,
+    /// Columns read as the samples' requested fields, in order.
+    extra: Vec<String>,
     max_image_bytes: u64,
     /// The batch being read, and those decoded after it.
     batch: Option<RecordBatch>,
@@ -309,6 +314,7 @@ impl ParquetSamples {
         object: Object,
         shard: &str,
         fields: &RecordFields,
+        extra: &[String],
         (start, end): (u64, Option<u64>),
         max_image_bytes: u64,
         limit: RowGroupLimit,
@@ -346,7 +352,14 @@ impl ParquetSamples {
             }
             None => None,
         };
-        let mask = ProjectionMask::roots(builder.parquet_schema(), [image_index].into_iter().chain(label_index));
+        // A requested column the shard lacks leaves that field missing in
+        // every row (skipped as missing_field, or None when optional), as a
+        // WebDataset sample without the member.
+        let extra_indices: Vec<usize> = extra.iter().filter_map(|c| schema.index_of(c).ok()).collect();
+        let mask = ProjectionMask::roots(
+            builder.parquet_schema(),
+            [image_index].into_iter().chain(label_index).chain(extra_indices),
+        );
         let mut selected = Vec::new();
         let mut groups = VecDeque::new();
         let mut needs = VecDeque::new();
@@ -378,6 +391,7 @@ impl ParquetSamples {
             image,
             label: label_index.map(|_| label_name.to_owned()),
             label_offset: fields.label_offset,
+            extra: extra.to_vec(),
             max_image_bytes,
             batch: None,
             decoded: VecDeque::new(),
@@ -515,7 +529,85 @@ impl ParquetSamples {
             position,
             image,
             label,
-            fields: Vec::new(),
+            fields: self
+                .extra
+                .iter()
+                .map(|name| match batch.column_by_name(name) {
+                    Some(col) => cell(name, col, row),
+                    None => Ok(None),
+                })
+                .collect(),
         }
+    }
+}
+
+/// A cell of a requested column as a field's stored value: `None` when
+/// null. Integers, numbers, strings, binaries (and a Hugging Face `Image`
+/// struct's bytes), booleans as 0 or 1, and lists of integers or numbers.
+fn cell(name: &str, col: &ArrayRef, row: usize) -> RawField {
+    if col.is_null(row) {
+        return Ok(None);
+    }
+    let unreadable = |what: &DataType| MemberProblem::Unreadable {
+        field: format!("column {name}"),
+        what: what.to_string(),
+    };
+    let dt = col.data_type();
+    let value = match dt {
+        DataType::Boolean => RawValue::Int(i64::from(col.as_boolean().value(row))),
+        t if t.is_integer() => match integer_at(col, row) {
+            Some(Ok(v)) => RawValue::Int(v),
+            Some(Err(_)) => return Err(unreadable(t)),
+            None => return Ok(None),
+        },
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => match float_at(col, row) {
+            Some(v) => RawValue::Float(v),
+            None => return Err(unreadable(dt)),
+        },
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => RawValue::Str(Bytes::copy_from_slice(
+            string_at(col, row).unwrap_or_default().as_bytes(),
+        )),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => match binary_at(col, row) {
+            Some(b) => RawValue::Bytes(b),
+            None => return Ok(None),
+        },
+        DataType::Struct(_) => match col.as_struct().column_by_name("bytes").and_then(|c| binary_at(c, row)) {
+            Some(b) => RawValue::Bytes(b),
+            None => return Err(unreadable(dt)),
+        },
+        DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(_, _) => {
+            let items: ArrayRef = match dt {
+                DataType::List(_) => col.as_list::<i32>().value(row),
+                DataType::LargeList(_) => col.as_list::<i64>().value(row),
+                _ => col.as_fixed_size_list().value(row),
+            };
+            let it = items.data_type();
+            if it.is_integer() {
+                let ints: Option<Vec<i64>> = (0..items.len())
+                    .map(|i| integer_at(&items, i).and_then(Result::ok))
+                    .collect();
+                RawValue::Ints(ints.ok_or_else(|| unreadable(dt))?)
+            } else if matches!(it, DataType::Float16 | DataType::Float32 | DataType::Float64) {
+                let floats: Option<Vec<f64>> = (0..items.len()).map(|i| float_at(&items, i)).collect();
+                RawValue::Floats(floats.ok_or_else(|| unreadable(dt))?)
+            } else {
+                return Err(unreadable(dt));
+            }
+        }
+        other => return Err(unreadable(other)),
+    };
+    Ok(Some(value))
+}
+
+/// The number at `row` of a float column, `None` when null or not one.
+fn float_at(col: &ArrayRef, row: usize) -> Option<f64> {
+    if col.is_null(row) {
+        return None;
+    }
+    match col.data_type() {
+        DataType::Float16 => Some(f64::from(col.as_primitive::<Float16Type>().value(row))),
+        DataType::Float32 => Some(f64::from(col.as_primitive::<Float32Type>().value(row))),
+        DataType::Float64 => Some(col.as_primitive::<Float64Type>().value(row)),
+        _ => None,
     }
 }

@@ -208,11 +208,6 @@ fn item_fields(extra: Vec<pb::FieldRequest>, format: ShardFormat) -> Result<Vec<
         .collect::<Result<Vec<_>, String>>()
         .map_err(Status::invalid_argument)?;
     validate_fields(&fields, Some(format)).map_err(|e| Status::invalid_argument(e.to_string()))?;
-    if format == ShardFormat::Parquet && !fields.is_empty() {
-        return Err(Status::invalid_argument(
-            "fields from Parquet columns are not read yet: ask for image and label only",
-        ));
-    }
     fields
         .into_iter()
         .map(|f| {

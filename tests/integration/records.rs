@@ -177,6 +177,48 @@ fn tfrecord_features_arrive_whole_as_written() {
 }
 
 #[test]
+fn parquet_columns_arrive_whole_as_hugging_face_wrote_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 16, 2, 64, 48);
+    let pq = dir.path().join("pq");
+    let manifest = write_records("parquet", &images, &pq);
+    let w = Worker::start(2);
+    let fields = [
+        "--field",
+        "caption=caption",
+        "--field",
+        "labels=labels",
+        "--field",
+        "box=box",
+    ];
+    let (run, got) = stream_fields(&[&w], &pq, &fields);
+    let complete = manifest["complete"].as_object().unwrap();
+    assert_eq!(got.len(), complete.len(), "{}", run.stderr());
+    for (key, want) in complete {
+        let line = &got[key];
+        for name in ["caption", "labels", "box", "label"] {
+            assert_eq!(line[name], want[name], "{key} {name}");
+        }
+    }
+    // The row whose caption is null is skipped, naming the field.
+    let (key, _) = manifest["incomplete"].as_object().unwrap().iter().next().unwrap();
+    assert!(
+        run.stderr().contains(&format!("{key}: missing field \"caption\"")),
+        "{}",
+        run.stderr()
+    );
+    // A column of the wrong kind for what is asked: each sample says so.
+    let (run, got) = stream_fields(&[&w], &pq, &["--field", "caption=caption:int"]);
+    assert!(got.is_empty());
+    assert!(
+        run.stderr().contains("field \"caption\" (int from caption)"),
+        "{}",
+        run.stderr()
+    );
+}
+
+#[test]
 fn recordio_multi_labels_arrive_whole() {
     let dir = tempfile::tempdir().unwrap();
     let images = dir.path().join("images");
@@ -245,7 +287,14 @@ async fn a_gpu_worker_delivers_fields_with_its_images() {
     let laion = dir.path().join("laion");
     let manifest = write_records("wds", &images, &laion);
     let w = Worker::start_with(2, &["--device", "cuda", "--gpu-only", "--gpu-batch", "16"], &[]);
-    let fields = ["--field", "caption=txt", "--field", "meta=json", "--field", "labels=labels:int_list"];
+    let fields = [
+        "--field",
+        "caption=txt",
+        "--field",
+        "meta=json",
+        "--field",
+        "labels=labels:int_list",
+    ];
     let (run, got) = tokio::task::block_in_place(|| stream_fields(&[&w], &laion, &fields));
     let complete = manifest["complete"].as_object().unwrap();
     assert_eq!(got.len(), complete.len(), "{}", run.stderr());

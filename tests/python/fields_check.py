@@ -46,9 +46,11 @@ def main() -> None:
     for key in missing:
         assert key in seen and seen[key] is None, key
 
-    for bad, says in [({"label": "txt"}, "reserved"), ({"x": stoker.Field("txt", "str8")}, "unknown field kind")]:
+    bad_requests = [(lambda: {"label": "txt"}, "reserved"), (lambda: {"x": stoker.Field("txt", "str8")}, "unknown field kind"),
+                    (lambda: {"x": "pyd"}, "has no decoder")]
+    for bad, says in bad_requests:
         try:
-            stoker.Loader([worker], dataset, batch_size=4, rank=0, world_size=1, fields=bad)
+            stoker.Loader([worker], dataset, batch_size=4, rank=0, world_size=1, fields=bad())
         except Exception as e:  # ValueError, or the package's error type
             assert says in str(e), e
         else:

@@ -7,6 +7,11 @@ record of what was written, for the integration tests of fields.
         <key>.json (about 300 bytes of metadata) and <key>.labels (a
         multi-label, as text). Sample 3 has no caption, sample 5's caption
         is not UTF-8, sample 7's JSON is malformed.
+    write_records.py parquet IMAGE_FOLDER OUT_DIR MANIFEST
+        Parquet shards as Hugging Face publishes them (datasets.Dataset
+        with an Image() and a ClassLabel feature, to_parquet): and the
+        columns caption (string; null in row 2), labels (Sequence of int64)
+        and box (Sequence of float32).
     write_records.py tfrecord IMAGE_FOLDER OUT_DIR MANIFEST
         TFRecord shards (the tfrecord package): image/encoded,
         image/class/label, and the extra features caption (bytes),
@@ -133,9 +138,38 @@ def write_tfrecord(src, out, manifest):
         json.dump({"complete": complete, "incomplete": {}}, f)
 
 
+def write_parquet(src, out, manifest):
+    from datasets import ClassLabel, Dataset, Features, Image, Sequence, Value
+    os.makedirs(out, exist_ok=True)
+    samples = images(src)
+    classes = sorted({k.split("/")[0] for k, _, _ in samples})
+    complete, incomplete = {}, {}
+    per_shard = max(1, len(samples) // 2)
+    for shard, start in enumerate(range(0, len(samples), per_shard)):
+        rows = {"image": [], "label": [], "caption": [], "labels": [], "box": []}
+        for i in range(start, min(start + per_shard, len(samples))):
+            key, label, data = samples[i]
+            box = [0.125 * (i % 4), 0.5, 0.75, 1.0]
+            cap = None if i == 2 else caption(i)
+            rows["image"].append({"bytes": data, "path": key})
+            rows["label"].append(label)
+            rows["caption"].append(cap)
+            rows["labels"].append(labels(i))
+            rows["box"].append(box)
+            if cap is None:
+                incomplete[key] = "missing_field"
+            else:
+                complete[key] = {"caption": cap, "labels": labels(i), "box": box, "label": label}
+        features = Features({"image": Image(), "label": ClassLabel(names=classes), "caption": Value("string"),
+                             "labels": Sequence(Value("int64")), "box": Sequence(Value("float32"))})
+        Dataset.from_dict(rows, features=features).to_parquet(os.path.join(out, f"train-{shard}.parquet"))
+    with open(manifest, "w") as f:
+        json.dump({"complete": complete, "incomplete": incomplete}, f)
+
+
 def main():
     kind, src, out, manifest = sys.argv[1:5]
-    {"wds": write_wds, "tfrecord": write_tfrecord}[kind](src, out, manifest)
+    {"wds": write_wds, "tfrecord": write_tfrecord, "parquet": write_parquet}[kind](src, out, manifest)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,10 @@ pub enum MemberProblem {
     /// Bytes that are neither a JPEG nor a PNG.
     #[error("{field} is not a JPEG or PNG image")]
     NotImage { field: String },
+    /// A stored value of a type no field kind reads (a Parquet column
+    /// of dates, say).
+    #[error("{field} holds {what}, which no field kind reads")]
+    Unreadable { field: String, what: String },
     /// A record whose checksum does not match its bytes.
     #[error("corrupt record at byte {offset}: {reason}")]
     Corrupt { offset: u64, reason: String },

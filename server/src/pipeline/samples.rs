@@ -195,6 +195,7 @@ impl ItemSamples {
             object,
             read.shard,
             read.fields,
+            &read.extra.iter().map(|f| f.source.clone()).collect::<Vec<_>>(),
             range,
             read.max_member_bytes,
             read.row_group_limit,
