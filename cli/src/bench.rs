@@ -308,7 +308,7 @@ async fn run_items(
                     mode: stoker_core::ItemMode::Process,
                     format: stoker_core::ShardFormat::WebDataset,
                     fields: stoker_core::RecordFields::default(),
-                    extra: Vec::new(),
+                    extra: Arc::new([]),
                 };
                 let (tx, mut rx) = tokio::sync::mpsc::channel(2);
                 let running = tokio::spawn(run_item(Arc::clone(&ctx), item, tx));

@@ -48,10 +48,16 @@ pub enum FieldKind {
     Bytes,
     /// A NumPy `.npy` array: dtype and shape kept.
     Npy,
+    /// A segmentation mask: an 8-bit image (a grayscale PNG; of an RGB
+    /// one the first channel) of the sample's image's size, which follows
+    /// the image's geometry (crops, resizes, flips, pads, rotations and
+    /// affine warps, with nearest-neighbour sampling and 0 where nothing
+    /// is) and none of its colour ops. Delivered as `|u1` `[1, H, W]`.
+    Mask,
 }
 
 impl FieldKind {
-    pub const ALL: [FieldKind; 9] = [
+    pub const ALL: [FieldKind; 10] = [
         FieldKind::Auto,
         FieldKind::Int,
         FieldKind::IntList,
@@ -61,6 +67,7 @@ impl FieldKind {
         FieldKind::Json,
         FieldKind::Bytes,
         FieldKind::Npy,
+        FieldKind::Mask,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -74,6 +81,7 @@ impl FieldKind {
             FieldKind::Json => "json",
             FieldKind::Bytes => "bytes",
             FieldKind::Npy => "npy",
+            FieldKind::Mask => "mask",
         }
     }
 
@@ -231,6 +239,8 @@ pub enum FieldValue {
     Json(String),
     Bytes(Bytes),
     Npy(NpyArray),
+    /// A mask after the sample's geometric steps: `|u1`, `[1, H, W]`.
+    Mask(NpyArray),
 }
 
 impl FieldValue {
@@ -242,7 +252,7 @@ impl FieldValue {
             FieldValue::FloatList(v) => v.len() * 8,
             FieldValue::Text(s) | FieldValue::Json(s) => s.len(),
             FieldValue::Bytes(b) => b.len(),
-            FieldValue::Npy(a) => a.data.len(),
+            FieldValue::Npy(a) | FieldValue::Mask(a) => a.data.len(),
         }
     }
 }
@@ -263,7 +273,9 @@ impl FieldValue {
             FieldValue::Text(s) => Value::from(s.as_str()),
             FieldValue::Json(s) => serde_json::from_str(s).unwrap_or_else(|_| Value::from(s.as_str())),
             FieldValue::Bytes(b) => Value::from(b.to_vec()),
-            FieldValue::Npy(a) => serde_json::json!({"dtype": a.dtype, "shape": a.shape, "bytes": a.data.len()}),
+            FieldValue::Npy(a) | FieldValue::Mask(a) => {
+                serde_json::json!({"dtype": a.dtype, "shape": a.shape, "bytes": a.data.len()})
+            }
         }
     }
 }
@@ -376,7 +388,7 @@ fn npy_itemsize(dtype: &str) -> Option<u64> {
 pub enum FieldError {
     #[error("field {0:?}: expected NAME=SOURCE[:KIND][?]")]
     Syntax(String),
-    #[error("unknown field kind {0:?} (kinds: auto, int, int_list, float, float_list, text, json, bytes, npy)")]
+    #[error("unknown field kind {0:?} (kinds: auto, int, int_list, float, float_list, text, json, bytes, npy, mask)")]
     UnknownKind(String),
     #[error("field name {0:?} is reserved (image, label, key, views and epoch are the batch's own)")]
     Reserved(String),

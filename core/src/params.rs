@@ -225,6 +225,44 @@ pub enum Step {
 }
 
 impl Step {
+    /// This step as it applies to a segmentation mask of the image: the
+    /// geometric steps with nearest-neighbour sampling and a fill of 0
+    /// (torchvision's handling of `tv_tensors.Mask`); colour steps, blurs
+    /// and erasing leave a mask as it is (`None`).
+    pub fn for_mask(&self) -> Option<Step> {
+        match self {
+            Step::CropResize { crop, out_w, out_h, .. } => Some(Step::CropResize {
+                crop: *crop,
+                out_w: *out_w,
+                out_h: *out_h,
+                filter: Interpolation::Nearest,
+            }),
+            Step::Pad { ltrb, mode, .. } => Some(Step::Pad {
+                ltrb: *ltrb,
+                mode: *mode,
+                fill: [0; 3],
+            }),
+            Step::FlipHorizontal => Some(Step::FlipHorizontal),
+            Step::FlipVertical => Some(Step::FlipVertical),
+            Step::Affine {
+                matrix, out_w, out_h, ..
+            } => Some(Step::Affine {
+                matrix: *matrix,
+                out_w: *out_w,
+                out_h: *out_h,
+                warp: Warp::Nearest,
+                fill: [0; 3],
+            }),
+            Step::Enhance { .. }
+            | Step::Hue { .. }
+            | Step::Lut { .. }
+            | Step::Equalize
+            | Step::Autocontrast
+            | Step::Blur { .. }
+            | Step::Erase { .. } => None,
+        }
+    }
+
     /// The step's name, for messages.
     pub fn name(&self) -> &'static str {
         match self {

@@ -192,6 +192,7 @@ fn kind_to_pb(kind: FieldKind) -> pb::FieldKind {
         FieldKind::Json => pb::FieldKind::Json,
         FieldKind::Bytes => pb::FieldKind::Bytes,
         FieldKind::Npy => pb::FieldKind::Npy,
+        FieldKind::Mask => pb::FieldKind::Mask,
     }
 }
 
@@ -219,6 +220,7 @@ pub fn field_from_pb(f: pb::FieldRequest) -> Result<FieldSpec, String> {
         Ok(pb::FieldKind::Json) => FieldKind::Json,
         Ok(pb::FieldKind::Bytes) => FieldKind::Bytes,
         Ok(pb::FieldKind::Npy) => FieldKind::Npy,
+        Ok(pb::FieldKind::Mask) => FieldKind::Mask,
         Err(_) => return Err(format!("field {:?}: unknown field kind {}", f.name, f.kind)),
     };
     Ok(FieldSpec {
@@ -241,11 +243,8 @@ pub fn value_to_pb(v: Option<FieldValue>) -> pb::FieldValue {
         FieldValue::Text(s) => Value::Text(s),
         FieldValue::Json(s) => Value::Json(s),
         FieldValue::Bytes(b) => Value::Bytes(b),
-        FieldValue::Npy(a) => Value::Npy(pb::NpyArray {
-            dtype: a.dtype,
-            shape: a.shape,
-            data: a.data,
-        }),
+        FieldValue::Npy(a) => Value::Npy(npy_to_pb(a)),
+        FieldValue::Mask(a) => Value::Mask(npy_to_pb(a)),
     });
     pb::FieldValue { value }
 }
@@ -261,12 +260,25 @@ pub fn value_from_pb(v: pb::FieldValue) -> Option<FieldValue> {
         Value::Text(s) => FieldValue::Text(s),
         Value::Json(s) => FieldValue::Json(s),
         Value::Bytes(b) => FieldValue::Bytes(b),
-        Value::Npy(a) => FieldValue::Npy(NpyArray {
-            dtype: a.dtype,
-            shape: a.shape,
-            data: a.data,
-        }),
+        Value::Npy(a) => FieldValue::Npy(npy_from_pb(a)),
+        Value::Mask(a) => FieldValue::Mask(npy_from_pb(a)),
     })
+}
+
+fn npy_to_pb(a: NpyArray) -> pb::NpyArray {
+    pb::NpyArray {
+        dtype: a.dtype,
+        shape: a.shape,
+        data: a.data,
+    }
+}
+
+fn npy_from_pb(a: pb::NpyArray) -> NpyArray {
+    NpyArray {
+        dtype: a.dtype,
+        shape: a.shape,
+        data: a.data,
+    }
 }
 
 impl From<&ShardRef> for pb::ShardInfo {

@@ -320,7 +320,7 @@ impl Worker for WorkerService {
             mode,
             format,
             fields: stoker_proto::fields_from_pb(req.fields),
-            extra,
+            extra: extra.into(),
         };
         info!(
             shard = %item.dataset.join(&item.shard),

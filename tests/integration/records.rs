@@ -315,3 +315,115 @@ async fn a_gpu_worker_delivers_fields_with_its_images() {
         info.gpu_samples
     );
 }
+
+/// Every sample's image and mask, by key, from a `--device` worker at
+/// `addr`, with `transform`; and the skip reasons.
+async fn images_and_masks(
+    addr: &str,
+    dataset: &Path,
+    transform: &str,
+) -> (BTreeMap<String, (Vec<u8>, Vec<u8>)>, Vec<(String, String)>) {
+    use stoker_client::{FieldKind, FieldSpec, FieldValue, Loader, LoaderConfig, TransformSpec};
+    let spec = TransformSpec::from_json(transform).unwrap();
+    let mut config = LoaderConfig::new(vec![addr.to_owned()], dataset.to_str().unwrap(), 8, spec);
+    config.extra_fields = vec![FieldSpec::new("mask", "seg.png", FieldKind::Mask)];
+    let loader = Loader::connect(config).await.unwrap();
+    let mut stream = loader.epoch(0).unwrap();
+    let mut out = BTreeMap::new();
+    while let Some(batch) = stream.next_batch().await {
+        let batch = batch.unwrap();
+        for i in 0..batch.real() {
+            let Some(FieldValue::Mask(mask)) = &batch.fields[i][0] else {
+                panic!("{}: no mask: {:?}", batch.keys[i], batch.fields[i]);
+            };
+            let s = u64::from(batch.size);
+            assert_eq!((mask.dtype.as_str(), mask.shape.as_slice()), ("|u1", &[1, s, s][..]));
+            out.insert(batch.keys[i].clone(), (batch.image(i).to_vec(), mask.data.to_vec()));
+        }
+    }
+    let mut skipped = stream.report().skip_reasons;
+    skipped.sort();
+    (out, skipped)
+}
+
+/// A mask follows its image's crop, flip and rotation, nearest-neighbour
+/// and with none of its colour ops: on the image's red ellipse (blue
+/// ground, black where the rotation leaves nothing) every mask pixel of
+/// 255 lands on red, every 0 on blue or black. With nearest sampling on
+/// the image too the correspondence is exact; with the default bilinear
+/// image (and a colour jitter the mask ignores), to within a pixel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn masks_follow_the_image_geometry_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = dir.path().join("seg");
+    run_ok(python().arg(python_script("write_masks.py")).arg(&seg).arg("24"));
+    let w = Worker::start(2);
+    let geometry =
+        r#"{"op": "RandomHorizontalFlip"}, {"op": "RandomVerticalFlip"}, {"op": "RandomRotation", "degrees": 40}"#;
+    let nearest = format!(
+        r#"{{"version": 1, "ops": [{{"op": "RandomResizedCrop", "size": 48, "scale": [0.3, 1.0], "interpolation": "nearest"}}, {geometry}]}}"#
+    );
+    let (got, skipped) = images_and_masks(&w.addr, &seg, &nearest).await;
+    let reasons: Vec<String> = skipped.iter().map(|(k, r)| format!("{k}: {r}")).collect();
+    assert_eq!(got.len(), 21, "{reasons:?}");
+    assert!(reasons[0].starts_with("s0001: missing field \"mask\""), "{reasons:?}");
+    assert!(
+        reasons[1].contains("s0002: mask \"mask\": mask is 80x60, its image 160x120"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[2].contains("s0003: mask \"mask\": a palette PNG"),
+        "{reasons:?}"
+    );
+    let (mut on, mut off) = (0, 0);
+    for (key, (image, mask)) in &got {
+        for (px, &m) in image.chunks_exact(3).zip(mask) {
+            match m {
+                255 => {
+                    assert_eq!(px, [255, 0, 0], "{key}: a mask pixel off the ellipse");
+                    on += 1;
+                }
+                0 => {
+                    assert!(
+                        px == [0, 0, 255] || px == [0, 0, 0],
+                        "{key}: the ellipse outside the mask: {px:?}"
+                    );
+                    off += 1;
+                }
+                other => panic!("{key}: mask value {other}"),
+            }
+        }
+    }
+    assert!(on > 1000 && off > 1000, "both sides seen: {on} on, {off} off");
+
+    let bilinear = format!(
+        r#"{{"version": 1, "ops": [{{"op": "RandomResizedCrop", "size": 48, "scale": [0.3, 1.0]}}, {geometry}, {{"op": "ColorJitter", "brightness": 0.3}}]}}"#
+    );
+    let (got, _) = images_and_masks(&w.addr, &seg, &bilinear).await;
+    assert_eq!(got.len(), 21);
+    let near = |image: &[u8], x: usize, y: usize, want: &dyn Fn(&[u8]) -> bool| {
+        (y.saturating_sub(1)..=(y + 1).min(47))
+            .flat_map(|yy| (x.saturating_sub(1)..=(x + 1).min(47)).map(move |xx| (xx, yy)))
+            .any(|(xx, yy)| want(&image[(yy * 48 + xx) * 3..][..3]))
+    };
+    for (key, (image, mask)) in &got {
+        assert!(
+            mask.iter().all(|&m| m == 0 || m == 255),
+            "{key}: nearest keeps the mask's values"
+        );
+        for (i, &m) in mask.iter().enumerate() {
+            let (x, y) = (i % 48, i / 48);
+            if m == 255 {
+                assert!(
+                    near(image, x, y, &|p| p[0] > 128 && p[2] < 128),
+                    "{key}: mask at ({x}, {y}) off the ellipse"
+                );
+            } else {
+                assert!(
+                    near(image, x, y, &|p| p[0] < 128),
+                    "{key}: ellipse at ({x}, {y}) outside the mask"
+                );
+            }
+        }
+    }
+}

@@ -439,7 +439,7 @@ fn fields_to_py(py: Python<'_>, rows: &[stoker_client::Fields], fields: usize) -
                 Some(V::FloatList(v)) => PyList::new(py, v)?.into_any().unbind(),
                 Some(V::Text(s) | V::Json(s)) => s.into_pyobject(py)?.into_any().unbind(),
                 Some(V::Bytes(b)) => PyBytes::new(py, b).into_any().unbind(),
-                Some(V::Npy(a)) => (a.dtype.as_str(), a.shape.clone(), PyBytes::new(py, &a.data))
+                Some(V::Npy(a) | V::Mask(a)) => (a.dtype.as_str(), a.shape.clone(), PyBytes::new(py, &a.data))
                     .into_pyobject(py)?
                     .into_any()
                     .unbind(),

@@ -4,16 +4,16 @@
 //! ([`SkipKind::Internal`]).
 
 use bytes::Bytes;
-use stoker_core::{ItemSeed, Rect, SampleRng, Step, TransformSpec, resolve_steps};
+use stoker_core::{FieldSpec, FieldValue, ItemSeed, NpyArray, Rect, SampleRng, Step, TransformSpec, resolve_steps};
 use tracing::debug;
 
 use super::{Processed, SkipKind, Skipped};
 use crate::augment::Augmenter;
-use crate::decode::{RgbImage, check_jpeg, decode, sniff};
+use crate::decode::{RgbImage, check_jpeg, decode, header_dimensions, sniff};
 use crate::libjpeg;
 use crate::metrics::{Stage, WorkerMetrics};
 use crate::pool::catch_panic;
-use crate::wds::{ImageKind, RawSample};
+use crate::wds::{ImageKind, RawSample, RawValue};
 use stoker_image::ImageError;
 
 thread_local! {
@@ -31,6 +31,21 @@ pub fn process_sample(
     max_pixels: u64,
     metrics: &WorkerMetrics,
 ) -> Result<Processed, Skipped> {
+    process_sample_with(raw, spec, seed, max_pixels, metrics, &[])
+}
+
+/// [`process_sample`], with the request's fields `extra`: each mask left
+/// in `raw.fields` (by [`super::fields::read_fields`]) follows the image's
+/// geometric steps, and lands at its index of the result's fields.
+pub(crate) fn process_sample_with(
+    mut raw: RawSample,
+    spec: &TransformSpec,
+    seed: ItemSeed,
+    max_pixels: u64,
+    metrics: &WorkerMetrics,
+    extra: &[FieldSpec],
+) -> Result<Processed, Skipped> {
+    let masks = std::mem::take(&mut raw.fields);
     let position = raw.position;
     let skip = |key: &str, kind: SkipKind, reason: String| Skipped {
         key: key.to_owned(),
@@ -80,6 +95,23 @@ pub fn process_sample(
             ),
         ));
     }
+    let mut fields = Vec::new();
+    for (i, mask) in masks.into_iter().enumerate() {
+        let Ok(Some(RawValue::Bytes(bytes))) = mask else {
+            fields.push(None);
+            continue;
+        };
+        let name = extra.get(i).map_or("mask", |f| f.name.as_str());
+        let image_size = header_dimensions(sniff(&data).unwrap_or(kind), &data)
+            .map_err(|e| skip(&raw.key, SkipKind::Decode, e.to_string()))?;
+        let mask = metrics
+            .time(Stage::Transform, || {
+                catch_panic(|| follow_image(&bytes, image_size, spec, &seed.sample(position), max_pixels))
+            })
+            .map_err(|message| Skipped::panicked(&raw.key, position, "mask transform", &message))?
+            .map_err(|why| skip(&raw.key, SkipKind::BadField, format!("mask {name:?}: {why}")))?;
+        fields.push(Some(FieldValue::Mask(mask)));
+    }
     Ok(Processed {
         key: raw.key,
         position: raw.position,
@@ -87,7 +119,45 @@ pub fn process_sample(
         width: out.width,
         height: out.height,
         pixels: Bytes::from(out.pixels),
-        fields: Vec::new(),
+        fields,
+    })
+}
+
+/// A segmentation mask through the image's geometric steps: decoded (an
+/// 8-bit image of the image's `(width, height)`; of RGB its first
+/// channel), then the steps the image resolved to from the same draws,
+/// with nearest sampling and 0 fill ([`Step::for_mask`]); `|u1` `[1, H, W]`.
+fn follow_image(
+    data: &[u8],
+    (width, height): (u32, u32),
+    spec: &TransformSpec,
+    rng: &SampleRng,
+    max_pixels: u64,
+) -> Result<NpyArray, String> {
+    let kind = sniff(data).ok_or("not a PNG or JPEG")?;
+    // A palette PNG's pixels are colours here, not the class indices
+    // PIL reads: refuse it rather than deliver wrong classes.
+    if kind == ImageKind::Png && data.get(25) == Some(&3) {
+        return Err(
+            "a palette PNG (its colours, not class indices, would be read): save it as grayscale (mode L)".into(),
+        );
+    }
+    let (w, h) = header_dimensions(kind, data).map_err(|e| e.to_string())?;
+    if (w, h) != (width, height) {
+        return Err(format!("mask is {w}x{h}, its image {width}x{height}"));
+    }
+    let img = decode(kind, data, max_pixels).map_err(|e| e.to_string())?;
+    let steps: Vec<Step> = resolve_steps(spec, rng, width, height)
+        .map_err(|e| e.to_string())?
+        .iter()
+        .filter_map(Step::for_mask)
+        .collect();
+    let out = Augmenter::new().run(img, &steps).map_err(|e| e.to_string())?;
+    let data: Vec<u8> = out.pixels.chunks_exact(3).map(|p| p[0]).collect();
+    Ok(NpyArray {
+        dtype: "|u1".to_owned(),
+        shape: vec![1, u64::from(out.height), u64::from(out.width)],
+        data: Bytes::from(data),
     })
 }
 

@@ -11,8 +11,13 @@ use crate::wds::{MemberProblem, RawField, RawSample, RawValue};
 /// Reads `raw`'s fields (taken out of it) as `specs` ask. `Err` is the
 /// sample's skip: a required field missing (`missing_field`), over the
 /// size limit (`too_large`), or not its kind (`bad_field`).
+///
+/// A mask is transformed with its image, later: its value here is `None`,
+/// and its bytes go back into `raw.fields` at its index (every other
+/// index `Ok(None)`) for [`super::cpu::process_sample_with`].
 pub(super) fn read_fields(specs: &[FieldSpec], raw: &mut RawSample) -> Result<Fields, Skipped> {
     let stored = std::mem::take(&mut raw.fields);
+    let mut masks: Vec<RawField> = Vec::new();
     let skip = |kind: SkipKind, reason: String| Skipped {
         key: raw.key.clone(),
         position: raw.position,
@@ -42,6 +47,21 @@ pub(super) fn read_fields(specs: &[FieldSpec], raw: &mut RawSample) -> Result<Fi
             }
             Err(problem) => return Err(skip(SkipKind::BadField, format!("field {:?}: {problem}", spec.name))),
         };
+        if spec.kind == FieldKind::Mask {
+            let bytes = match value {
+                RawValue::Bytes(b) | RawValue::Str(b) => b,
+                other => {
+                    return Err(skip(
+                        SkipKind::BadField,
+                        format!("mask {:?}: a stored {} is not an image", spec.name, stored_name(&other)),
+                    ));
+                }
+            };
+            masks.resize(out.len(), Ok(None));
+            masks.push(Ok(Some(RawValue::Bytes(bytes))));
+            out.push(None);
+            continue;
+        }
         let value = as_kind(spec.kind, value).map_err(|why| {
             skip(
                 SkipKind::BadField,
@@ -49,6 +69,10 @@ pub(super) fn read_fields(specs: &[FieldSpec], raw: &mut RawSample) -> Result<Fi
             )
         })?;
         out.push(Some(value));
+    }
+    if !masks.is_empty() {
+        masks.resize(out.len(), Ok(None));
+        raw.fields = masks;
     }
     Ok(out)
 }
@@ -78,6 +102,7 @@ fn as_kind(kind: FieldKind, value: RawValue) -> Result<FieldValue, String> {
         (FieldKind::IntList, v) => FieldValue::IntList(ints(v)?),
         (FieldKind::Float, v) => FieldValue::Float(one(floats(v)?)?),
         (FieldKind::FloatList, v) => FieldValue::FloatList(floats(v)?),
+        (FieldKind::Mask, _) => return Err("a mask is read with its image, not on its own".to_owned()),
         (kind, v) => return Err(format!("a stored {} is not {kind}", stored_name(&v))),
     })
 }

@@ -380,7 +380,14 @@ impl<'a> ItemRun<'a> {
         for outcome in next.results.await? {
             match outcome {
                 Ok(mut p) => {
-                    if let Some(fields) = self.fields.remove(&p.position) {
+                    if let Some(mut fields) = self.fields.remove(&p.position) {
+                        // The masks came back with the image, at their
+                        // indices; the rest was read with the sample.
+                        for (slot, mask) in fields.iter_mut().zip(std::mem::take(&mut p.fields)) {
+                            if mask.is_some() {
+                                *slot = mask;
+                            }
+                        }
                         p.fields = fields;
                     }
                     let field_bytes: usize = p.fields.iter().flatten().map(FieldValue::byte_len).sum();

@@ -220,7 +220,7 @@ pub struct Item {
     pub fields: RecordFields,
     /// The sample's other fields to deliver, checked, with their kinds
     /// resolved for `format` (never `auto` for WebDataset).
-    pub extra: Vec<FieldSpec>,
+    pub extra: Arc<[FieldSpec]>,
 }
 
 impl Item {

@@ -5,9 +5,10 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use stoker_core::{ItemSeed, TransformSpec};
+use stoker_core::{FieldSpec, ItemSeed, TransformSpec};
 use tracing::debug;
 
+use super::cpu::process_sample_with;
 use super::{Item, ItemError, Processed, Skipped, WorkerContext, process_sample};
 use crate::decode::sniff;
 use crate::gpu::RunnerGone;
@@ -99,8 +100,11 @@ pub(super) struct InFlight {
 /// Whether `raw` is a JPEG the GPU lanes take: named and sniffed as one,
 /// with a label. Anything else goes to the CPU path, which decodes it or
 /// skips it with its reason.
+/// A sample with a mask to transform stays on the CPU, where the mask
+/// follows the image's steps (the lanes transform images only).
 fn gpu_jpeg(raw: &RawSample) -> bool {
     matches!((&raw.image, &raw.label), (Ok((ImageKind::Jpeg, data)), Ok(_)) if sniff(data) == Some(ImageKind::Jpeg))
+        && raw.fields.iter().all(|f| matches!(f, Ok(None)))
 }
 
 /// `raw` as the GPU lanes take it; `None` unless [`gpu_jpeg`].
@@ -122,15 +126,16 @@ fn on_pool(
     raw: RawSample,
     spec: &Arc<TransformSpec>,
     seed: ItemSeed,
+    extra: &Arc<[FieldSpec]>,
 ) -> impl Future<Output = Result<Outcome, PoolError>> + Send + 'static {
-    let (spec, worker) = (Arc::clone(spec), Arc::clone(ctx));
+    let (spec, worker, extra) = (Arc::clone(spec), Arc::clone(ctx), Arc::clone(extra));
     let max_pixels = ctx.config.max_image_pixels;
     // `process_sample` catches a panic in decode or transform itself; one
     // anywhere else in the job is caught by the pool, and is this sample's
     // internal skip too.
     let (key, position) = (raw.key.clone(), raw.position);
     let job = ctx.pool.spawn(move || {
-        let outcome = process_sample(raw, &spec, seed, max_pixels, &worker.metrics);
+        let outcome = process_sample_with(raw, &spec, seed, max_pixels, &worker.metrics, &extra);
         if outcome.is_ok() {
             worker.counters.cpu_samples.fetch_add(1, Ordering::Relaxed);
         }
@@ -147,7 +152,7 @@ fn on_pool(
 /// Queues one sample on the CPU pool now, holding `held` until its result
 /// is collected.
 pub(super) fn on_cpu(ctx: &Arc<WorkerContext>, item: &Item, raw: RawSample, held: Reservation) -> InFlight {
-    let one = on_pool(ctx, raw, &item.spec, item.item_seed());
+    let one = on_pool(ctx, raw, &item.spec, item.item_seed(), &item.extra);
     InFlight {
         results: Box::pin(async move { Ok(vec![one.await?]) }),
         samples: 1,
@@ -179,13 +184,15 @@ pub(super) fn on_gpu(ctx: &Arc<WorkerContext>, item: &Item, samples: Vec<GpuSamp
         ctx.metrics.observe(Stage::GpuBatch, queued.elapsed());
         let mut out = Vec::with_capacity(n);
         let mut back = Vec::new();
+        // Samples with masks never go to the lanes (`gpu_jpeg`).
+        let no_masks: Arc<[FieldSpec]> = Arc::new([]);
         for r in results {
             match r {
                 GpuResult::Done(p) => out.push(Ok(p)),
                 GpuResult::Skipped(s) => out.push(Err(s)),
                 GpuResult::Cpu { sample, reason } => {
                     debug!(key = %sample.key, reason, "gpu handed the sample to the cpu");
-                    back.push(on_pool(&ctx, sample.into_raw(), &spec, seed));
+                    back.push(on_pool(&ctx, sample.into_raw(), &spec, seed, &no_masks));
                 }
             }
         }
@@ -275,7 +282,7 @@ mod tests {
             mode: stoker_core::ItemMode::Process,
             format: stoker_core::ShardFormat::WebDataset,
             fields: stoker_core::RecordFields::default(),
-            extra: Vec::new(),
+            extra: Arc::new([]),
         };
         let (tx, mut rx) = mpsc::channel(2);
         let task = tokio::spawn(run_item(ctx, item, tx));

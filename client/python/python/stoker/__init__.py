@@ -479,10 +479,14 @@ class Field:
     In a batch, text is a list of ``str``, JSON a list of ``dict``, bytes a
     list of ``bytes``; numbers a tensor ``[B]`` (or ``[B, K]`` for lists of
     one length, else a list of tensors); arrays a stacked tensor when they
-    share dtype and shape, else a list.
+    share dtype and shape, else a list. ``kind="mask"`` reads a segmentation
+    mask (an 8-bit grayscale image of the image's size, such as
+    ``"seg.png"``) that follows the image's crops, flips, pads and
+    rotations with nearest-neighbour sampling and none of its colour ops:
+    a ``[B, 1, H, W]`` uint8 tensor on the loader's device.
     """
 
-    KINDS = ("auto", "int", "int_list", "float", "float_list", "text", "json", "bytes", "npy")
+    KINDS = ("auto", "int", "int_list", "float", "float_list", "text", "json", "bytes", "npy", "mask")
 
     def __init__(self, source, kind="auto", optional=False):
         if kind not in self.KINDS:
