@@ -774,6 +774,42 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn requested_members_are_read_as_fields_in_the_order_asked() {
+        let tar = tar_bytes(&[
+            ("a.jpg", b"\xff\xd8a"),
+            ("a.cls", b"3"),
+            ("a.json", br#"{"w": 1}"#),
+            ("a.TXT", b"a caption"),
+            ("b.jpg", b"\xff\xd8b"),
+            ("b.txt", &[b'x'; 40]),
+        ]);
+        let wanted = ["txt".to_owned(), "json".to_owned(), "cls".to_owned(), "jpg".to_owned()];
+        let mut r = SampleReader::new(&tar[..], 32).with_fields(&wanted);
+        let bytes = |s: &'static [u8]| Ok(Some(RawValue::Bytes(Bytes::from_static(s))));
+        let a = r.next_sample().await.unwrap().unwrap();
+        assert_eq!(a.label, Ok(3));
+        assert_eq!(
+            a.fields,
+            vec![
+                bytes(b"a caption"),
+                bytes(br#"{"w": 1}"#),
+                bytes(b"3"),
+                bytes(b"\xff\xd8a")
+            ]
+        );
+        // Over the member limit: that field's problem, read past; a member
+        // the sample lacks: missing.
+        let b = r.next_sample().await.unwrap().unwrap();
+        assert!(
+            matches!(&b.fields[0], Err(MemberProblem::TooLarge { size: 40, .. })),
+            "{:?}",
+            b.fields
+        );
+        assert_eq!(b.fields[1], Ok(None));
+        assert!(r.next_sample().await.unwrap().is_none());
+    }
+
+    #[tokio::test]
     async fn image_members_are_read_only_once_admitted_and_the_rest_not_held() {
         let big_txt = vec![b't'; 50_000];
         let tar = tar_bytes(&[

@@ -344,7 +344,7 @@ impl<'a> ItemRun<'a> {
                     }
                     return;
                 }
-                Err(raw) => raw,
+                Err(raw) => *raw,
             },
             Route::Cpu => raw,
         };

@@ -108,7 +108,7 @@ fn gpu_jpeg(raw: &RawSample) -> bool {
 }
 
 /// `raw` as the GPU lanes take it; `None` unless [`gpu_jpeg`].
-pub(super) fn gpu_sample(raw: RawSample) -> Result<GpuSample, RawSample> {
+pub(super) fn gpu_sample(raw: RawSample) -> Result<GpuSample, Box<RawSample>> {
     match (&raw.image, &raw.label) {
         (Ok((ImageKind::Jpeg, data)), Ok(label)) if gpu_jpeg(&raw) => Ok(GpuSample {
             label: *label,
@@ -116,7 +116,7 @@ pub(super) fn gpu_sample(raw: RawSample) -> Result<GpuSample, RawSample> {
             key: raw.key,
             position: raw.position,
         }),
-        _ => Err(raw),
+        _ => Err(Box::new(raw)),
     }
 }
 

@@ -31,7 +31,8 @@ pub(crate) struct ItemSamples {
 }
 
 enum Source {
-    Stream(ShardSamples<ShardReader>),
+    /// Boxed: a reader's buffers and state outweigh the other variants.
+    Stream(Box<ShardSamples<ShardReader>>),
     Parquet(Box<ParquetSamples>),
     /// A shard unreadable from its start (a Parquet file without the image
     /// column, say): the error comes as the first read's, so that the item
@@ -178,13 +179,13 @@ impl ItemSamples {
         } else {
             reader
         };
-        Ok(Self::new(Source::Stream(ShardSamples::new(
+        Ok(Self::new(Source::Stream(Box::new(ShardSamples::new(
             &kind,
             reader,
             read.shard,
             read.max_member_bytes,
             start,
-        ))))
+        )))))
     }
 
     /// A Parquet shard's row groups that hold the samples asked for.
