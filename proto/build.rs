@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bytes(".stoker.v1.Sample.pixels")
         .bytes(".stoker.v1.FieldValue.bytes")
         .bytes(".stoker.v1.NpyArray.data")
+        .bytes(".stoker.v1.FieldValue.image")
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -309,6 +309,7 @@ async fn run_items(
                     format: stoker_core::ShardFormat::WebDataset,
                     fields: stoker_core::RecordFields::default(),
                     extra: Arc::new([]),
+                    views: Arc::new([]),
                 };
                 let (tx, mut rx) = tokio::sync::mpsc::channel(2);
                 let running = tokio::spawn(run_item(Arc::clone(&ctx), item, tx));

@@ -85,7 +85,8 @@ pub struct StreamArgs {
     /// Write one JSON object per delivered sample: `epoch`, `key`, `label`
     /// and each `--field` by its name (text as a string, JSON as the
     /// document, numbers as numbers or lists, an absent optional field as
-    /// null).
+    /// null), and each `--view` as its size and the FNV-1a hash of its
+    /// pixels.
     #[arg(long, value_name = "FILE")]
     pub fields_out: Option<PathBuf>,
     /// Print a JSON summary as the last line of stdout.
@@ -230,6 +231,42 @@ pub struct FormatArgs {
     /// Repeatable.
     #[arg(long = "field", value_name = "NAME=SOURCE[:KIND][?]", value_parser = parse_field)]
     pub fields: Vec<stoker_core::FieldSpec>,
+    /// One more augmented view of each sample's image under NAME, from the
+    /// same decode, with its own pipeline and draws: `train[:SIZE]`,
+    /// `eval[:SIZE]`, a JSON spec or a FILE.json. Repeatable (DINOv2: two
+    /// `train:224` and eight local crops).
+    #[arg(long = "view", value_name = "NAME=SPEC", value_parser = parse_view)]
+    pub views: Vec<stoker_core::ViewSpec>,
+}
+
+fn parse_view(text: &str) -> Result<stoker_core::ViewSpec, String> {
+    let (name, spec) = text
+        .split_once('=')
+        .ok_or_else(|| format!("view {text:?}: expected NAME=SPEC"))?;
+    let spec = spec.trim();
+    let transform = if spec.starts_with('{') {
+        stoker_core::TransformSpec::from_json(spec).map_err(|e| e.to_string())
+    } else if spec.ends_with(".json") || std::path::Path::new(spec).is_file() {
+        let json = std::fs::read_to_string(spec).map_err(|e| format!("cannot read {spec}: {e}"))?;
+        stoker_core::TransformSpec::from_json(&json).map_err(|e| e.to_string())
+    } else {
+        let (preset, size) = match spec.split_once(':') {
+            Some((p, s)) => (
+                p,
+                Some(
+                    s.parse::<u32>()
+                        .map_err(|_| format!("view {name:?}: size {s:?} is not a number"))?,
+                ),
+            ),
+            None => (spec, None),
+        };
+        stoker_core::TransformSpec::parse(preset, size).map_err(|e| e.to_string())
+    }
+    .map_err(|e| format!("view {name:?}: {e}"))?;
+    Ok(stoker_core::ViewSpec {
+        name: name.to_owned(),
+        transform,
+    })
 }
 
 fn parse_field(text: &str) -> Result<stoker_core::FieldSpec, String> {
@@ -246,6 +283,7 @@ impl FormatArgs {
             label_offset: self.label_offset,
         };
         config.extra_fields = self.fields.clone();
+        config.views = self.views.clone();
     }
 }
 
@@ -472,6 +510,13 @@ pub async fn run(args: StreamArgs) -> anyhow::Result<()> {
                 for (name, value) in names.iter().zip(&batch.fields[i]) {
                     let value = value.as_ref().map_or(serde_json::Value::Null, |v| v.to_json());
                     line.insert(name.clone(), value);
+                }
+                for view in &batch.views {
+                    let digest = format!("{:016x}", stoker_core::rng::fnv1a(view.image(i)));
+                    line.insert(
+                        view.name.clone(),
+                        serde_json::json!({"size": view.size, "fnv1a": digest}),
+                    );
                 }
                 writeln!(out, "{}", serde_json::Value::Object(line)).with_context(cannot_write_fields)?;
             }

@@ -97,6 +97,9 @@ pub struct Batch<D> {
     /// order; `None` for an optional field the sample lacks). Empty rows
     /// when none were asked for.
     pub fields: Vec<Fields>,
+    /// The request's views (`LoaderConfig::views`), in its order: each
+    /// `len()` images of its own size, uint8 NHWC, in host memory.
+    pub views: Vec<ViewPixels>,
     /// The last `padded` samples repeat an earlier one, to fill the batch
     /// (see [`LastBatch`]); a training step should mask them out.
     pub padded: usize,
@@ -106,6 +109,24 @@ pub struct Batch<D> {
     pub(crate) positions: Vec<u64>,
     /// Plan items whose samples are all in this batch or before it.
     pub(crate) completes: Vec<u32>,
+}
+
+/// One view of every sample of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ViewPixels {
+    pub name: String,
+    /// Side of each (square) image.
+    pub size: u32,
+    /// `len() * size * size * 3` bytes, HWC RGB, sample after sample.
+    pub pixels: Vec<u8>,
+}
+
+impl ViewPixels {
+    /// The pixels of image `i` (HWC).
+    pub fn image(&self, i: usize) -> &[u8] {
+        let n = self.size as usize * self.size as usize * 3;
+        &self.pixels[i * n..(i + 1) * n]
+    }
 }
 
 impl<D> Batch<D> {
@@ -141,7 +162,9 @@ pub(crate) struct Assembler<D> {
     next_index: u64,
     current: Option<Batch<D>>,
     /// The last sample added: what padding repeats.
-    last: Option<(Bytes, i64, String, Fields)>,
+    last: Option<(Bytes, i64, String, Fields, Vec<Bytes>)>,
+    /// The views asked for: (name, size).
+    views: Vec<(String, u32)>,
     /// Completions waiting for the next batch.
     completes: Vec<u32>,
     /// Samples that arrived after the target was reached.
@@ -173,7 +196,14 @@ impl<D> Assembler<D> {
             completes: Vec::new(),
             dropped: 0,
             buffers,
+            views: Vec::new(),
         }
+    }
+
+    /// Batches that also carry these views (name, size) of each sample.
+    pub fn with_views(mut self, views: Vec<(String, u32)>) -> Self {
+        self.views = views;
+        self
     }
 
     async fn fresh(&self) -> Result<Batch<D>, ClientError> {
@@ -186,6 +216,15 @@ impl<D> Assembler<D> {
             labels: Vec::with_capacity(self.batch_size),
             keys: Vec::with_capacity(self.batch_size),
             fields: Vec::with_capacity(self.batch_size),
+            views: self
+                .views
+                .iter()
+                .map(|(name, size)| ViewPixels {
+                    name: name.clone(),
+                    size: *size,
+                    pixels: Vec::with_capacity(self.batch_size * (*size as usize).pow(2) * 3),
+                })
+                .collect(),
             padded: 0,
             items: Vec::with_capacity(self.batch_size),
             positions: Vec::with_capacity(self.batch_size),
@@ -224,8 +263,11 @@ impl<D> Assembler<D> {
         batch.positions.push(sample.position);
         batch.keys.push(sample.key.clone());
         batch.fields.push(sample.fields.clone());
+        for (view, pixels) in batch.views.iter_mut().zip(&sample.views) {
+            view.pixels.extend_from_slice(pixels);
+        }
         // Kept for padding: a reference to the received bytes, no copy.
-        self.last = Some((sample.pixels, sample.label, sample.key, sample.fields));
+        self.last = Some((sample.pixels, sample.label, sample.key, sample.fields, sample.views));
         if batch.len() == self.batch_size {
             Ok(Some(self.emit(batch)))
         } else {
@@ -246,11 +288,11 @@ impl<D> Assembler<D> {
     /// label -1 and an empty key: padding is masked out either way.
     fn pad(&self, batch: &mut Batch<D>) -> Result<(), ClientError> {
         let blank;
-        let (pixels, label, key, fields) = match &self.last {
-            Some((pixels, label, key, fields)) => (&pixels[..], *label, key.as_str(), Some(fields)),
+        let (pixels, label, key, fields, views) = match &self.last {
+            Some((pixels, label, key, fields, views)) => (&pixels[..], *label, key.as_str(), Some(fields), Some(views)),
             None => {
                 blank = vec![0u8; self.size as usize * self.size as usize * 3];
-                (blank.as_slice(), -1, "", None)
+                (blank.as_slice(), -1, "", None, None)
             }
         };
         while batch.len() < self.batch_size {
@@ -261,6 +303,14 @@ impl<D> Assembler<D> {
             batch.keys.push(key.to_owned());
             // With nothing to repeat, a pad has no field values at all.
             batch.fields.push(fields.cloned().unwrap_or_default());
+            for (j, view) in batch.views.iter_mut().enumerate() {
+                match views.and_then(|v| v.get(j)) {
+                    Some(p) => view.pixels.extend_from_slice(p),
+                    None => view
+                        .pixels
+                        .resize(view.pixels.len() + (view.size as usize).pow(2) * 3, 0),
+                }
+            }
             batch.padded += 1;
         }
         Ok(())
@@ -349,6 +399,7 @@ mod tests {
             position: u64::from(i),
             item: 0,
             fields: Vec::new(),
+            views: Vec::new(),
         }
     }
 

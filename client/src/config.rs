@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use stoker_core::{FieldSpec, FormatChoice, RecordFields, Secret, TransformSpec};
+use stoker_core::{FieldSpec, FormatChoice, RecordFields, Secret, TransformSpec, ViewSpec};
 
 use crate::assemble::LastBatch;
 use crate::budget::ErrorBudget;
@@ -43,6 +43,9 @@ pub struct LoaderConfig {
     /// The sample's other fields to deliver with each image (captions,
     /// metadata, multi-labels, arrays): [`crate::Batch::fields`].
     pub extra_fields: Vec<FieldSpec>,
+    /// More augmented views of each sample's image, each with its own
+    /// pipeline, from the same decode: [`crate::Batch::views`].
+    pub views: Vec<ViewSpec>,
     pub batch_size: usize,
     pub transform: TransformSpec,
     pub seed: u64,
@@ -112,6 +115,7 @@ impl LoaderConfig {
             format: FormatChoice::Auto,
             fields: RecordFields::default(),
             extra_fields: Vec::new(),
+            views: Vec::new(),
             batch_size,
             transform,
             seed: 0,
@@ -164,6 +168,7 @@ impl LoaderConfig {
             ));
         }
         stoker_core::validate_fields(&self.extra_fields, None).map_err(|e| ClientError::Config(e.to_string()))?;
+        stoker_core::validate_views(&self.views, &self.extra_fields).map_err(|e| ClientError::Config(e.to_string()))?;
         if self.max_attempts == 0 {
             return bad("max attempts must be at least 1".into());
         }

@@ -315,7 +315,11 @@ impl WorkerLane {
             };
             self.ledger.worker_ok(self.worker);
             let done = chunk.done;
-            let received = chunk.take_samples(self.config.transform.size, self.config.extra_fields.len());
+            let received = chunk.take_samples(
+                self.config.transform.size,
+                &self.config.extra_fields,
+                &self.config.views,
+            );
             let mut samples = Vec::with_capacity(received.len());
             for s in received {
                 let checked = s.and_then(|s| {

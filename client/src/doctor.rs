@@ -339,6 +339,7 @@ impl Loader {
                 position,
                 item: 0,
                 fields: Vec::new(),
+                views: Vec::new(),
             };
             if let Some(batch) = assembler.push(sample).await? {
                 land(batch)?;
@@ -422,7 +423,7 @@ async fn run_stage(
                             let Some(mut chunk) = chunk else { break };
                             n += chunk.read_samples;
                             bytes += chunk.read_bytes;
-                            for sample in chunk.take_samples(size, 0) {
+                            for sample in chunk.take_samples(size, &[], &[]) {
                                 let sample = sample.map_err(&fail)?;
                                 n += 1;
                                 bytes += sample.pixels.len() as u64;

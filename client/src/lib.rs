@@ -37,7 +37,7 @@ mod tls;
 mod wire;
 mod workers;
 
-pub use assemble::{LastBatch, batches_per_rank};
+pub use assemble::{LastBatch, ViewPixels, batches_per_rank};
 pub use batch::Batch;
 pub use budget::ErrorBudget;
 pub use buffers::Pixels;
@@ -52,6 +52,6 @@ pub use report::{EpochReport, WorkerReport};
 pub use state::{EpochState, Fingerprint};
 pub use stoker_core::{
     FieldKind, FieldSpec, FieldValue, Fields, FormatChoice, PositionSet, RecordFields, Secret, ShardFormat, ShardRef,
-    TransformSpec, validate_fields,
+    TransformSpec, ViewSpec, validate_fields, validate_views,
 };
 pub use tls::TlsOptions;

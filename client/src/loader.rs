@@ -309,7 +309,8 @@ impl Loader {
                 self.config.chunk_bytes,
             )
             .with_format(self.format, &self.config.fields)
-            .with_fields(&self.config.extra_fields),
+            .with_fields(&self.config.extra_fields)
+            .with_views(&self.config.views),
         );
         let lanes = self.workers.start_epoch(|workers| {
             let limits: Vec<(String, CreditLimit)> = workers.iter().map(|w| (w.addr.clone(), w.limit)).collect();
@@ -357,6 +358,13 @@ impl Loader {
             target,
             resumed.map_or(0, |s| s.batches),
             self.buffers.clone(),
+        )
+        .with_views(
+            self.config
+                .views
+                .iter()
+                .map(|v| (v.name.clone(), v.transform.size))
+                .collect(),
         );
         tokio::spawn(
             Supervisor {

@@ -136,6 +136,7 @@ mod tests {
             position,
             item,
             fields: Vec::new(),
+            views: Vec::new(),
         })
     }
 

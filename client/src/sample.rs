@@ -16,6 +16,9 @@ pub(crate) struct Sample {
     pub item: u32,
     /// The request's other fields, in its order.
     pub fields: stoker_core::Fields,
+    /// The request's views' pixels (HWC RGB, each its view's size), in
+    /// its order.
+    pub views: Vec<Bytes>,
 }
 
 /// A sample the worker could not produce, and why.

@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use stoker_core::{FieldSpec, FormatChoice, PositionSet, RecordFields, Secret, ShardFormat, ShardRef, TransformSpec};
+use stoker_core::{
+    FieldSpec, FormatChoice, PositionSet, RecordFields, Secret, ShardFormat, ShardRef, TransformSpec, ViewSpec,
+};
 use tonic_health::ServingStatus;
 use tonic_health::pb::HealthCheckRequest;
 
@@ -198,6 +200,12 @@ impl ItemTemplate {
         self
     }
 
+    /// The same requests, asking for more `views` of each image too.
+    pub fn with_views(mut self, views: &[ViewSpec]) -> Self {
+        self.base.views = views.iter().map(pb::ViewRequest::from).collect();
+        self
+    }
+
     /// The same requests in `mode` (`stoker doctor`'s stages).
     pub fn with_mode(mut self, mode: stoker_core::ItemMode) -> Self {
         self.base.mode = pb::ItemMode::from(mode) as i32;
@@ -272,27 +280,47 @@ pub(crate) struct Chunk {
 
 impl Chunk {
     /// Takes the chunk's samples, each checked against the transform's
-    /// output `size` and the `fields` fields asked for, in the order they
-    /// came.
+    /// output `size`, the `fields` and the `views` asked for, in the order
+    /// they came.
     pub fn take_samples(
         &mut self,
         size: u32,
-        fields: usize,
+        fields: &[FieldSpec],
+        views: &[ViewSpec],
     ) -> impl ExactSizeIterator<Item = Result<Sample, String>> + use<> {
+        let fields = fields.len();
+        let view_sizes: Vec<u32> = views.iter().map(|v| v.transform.size).collect();
         std::mem::take(&mut self.samples)
             .into_iter()
-            .map(move |s| sample_from_pb(s, size, fields))
+            .map(move |s| sample_from_pb(s, size, fields, &view_sizes))
     }
 }
 
 /// Checks one wire sample: shape and byte count must match the transform.
-fn sample_from_pb(s: pb::Sample, size: u32, fields: usize) -> Result<Sample, String> {
-    if s.fields.len() != fields {
+fn sample_from_pb(s: pb::Sample, size: u32, fields: usize, views: &[u32]) -> Result<Sample, String> {
+    if s.fields.len() != fields + views.len() {
         return Err(format!(
-            "sample {} has {} fields, {fields} were asked for",
+            "sample {} has {} fields, {fields} and {} views were asked for",
             s.key,
-            s.fields.len()
+            s.fields.len(),
+            views.len()
         ));
+    }
+    let mut values: Vec<Option<stoker_core::FieldValue>> =
+        s.fields.into_iter().map(stoker_proto::value_from_pb).collect();
+    let mut view_pixels = Vec::with_capacity(views.len());
+    for (j, (value, &side)) in values.drain(fields..).zip(views).enumerate() {
+        let expected = side as usize * side as usize * 3;
+        match value {
+            Some(stoker_core::FieldValue::Image(pixels)) if pixels.len() == expected => view_pixels.push(pixels),
+            other => {
+                let got = other.as_ref().map_or(0, stoker_core::FieldValue::byte_len);
+                return Err(format!(
+                    "sample {} view {j}: expected {expected} pixel bytes ({side}x{side}x3), got {got}",
+                    s.key
+                ));
+            }
+        }
     }
     if (s.height, s.width, s.channels) != (size, size, 3) {
         return Err(format!(
@@ -314,6 +342,7 @@ fn sample_from_pb(s: pb::Sample, size: u32, fields: usize) -> Result<Sample, Str
         pixels: s.pixels,
         position: s.position,
         item: 0,
-        fields: s.fields.into_iter().map(stoker_proto::value_from_pb).collect(),
+        fields: values,
+        views: view_pixels,
     })
 }

@@ -24,6 +24,39 @@ pub const RESERVED_FIELD_NAMES: [&str; 5] = ["image", "label", "key", "views", "
 /// The most fields one request may ask for.
 pub const MAX_FIELDS: usize = 64;
 
+/// The most views one request may ask for (DINOv2 takes 10).
+pub const MAX_VIEWS: usize = 32;
+
+/// One more augmented view of the sample's image, from the same decode,
+/// with a pipeline of its own (DINOv2's global and local crops, SimCLR's
+/// two views). Its draws come from (seed, epoch, sample, view index).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ViewSpec {
+    pub name: String,
+    pub transform: crate::TransformSpec,
+}
+
+/// Checks a request's views: names unique, not reserved and not a
+/// field's; each pipeline valid (ending at a fixed square size).
+pub fn validate_views(views: &[ViewSpec], fields: &[FieldSpec]) -> Result<(), FieldError> {
+    if views.len() > MAX_VIEWS {
+        return Err(FieldError::TooManyViews(views.len()));
+    }
+    for (i, v) in views.iter().enumerate() {
+        if v.name.is_empty() || RESERVED_FIELD_NAMES.contains(&v.name.as_str()) {
+            return Err(FieldError::Reserved(v.name.clone()));
+        }
+        if views[..i].iter().any(|w| w.name == v.name) || fields.iter().any(|f| f.name == v.name) {
+            return Err(FieldError::Duplicate(v.name.clone()));
+        }
+        v.transform.validate().map_err(|e| FieldError::View {
+            view: v.name.clone(),
+            why: e.to_string(),
+        })?;
+    }
+    Ok(())
+}
+
 /// How a field's bytes become a value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FieldKind {
@@ -241,6 +274,9 @@ pub enum FieldValue {
     Npy(NpyArray),
     /// A mask after the sample's geometric steps: `|u1`, `[1, H, W]`.
     Mask(NpyArray),
+    /// A view of the sample's image ([`ViewSpec`]): uint8 HWC RGB pixels,
+    /// square, of its pipeline's size.
+    Image(Bytes),
 }
 
 impl FieldValue {
@@ -251,7 +287,7 @@ impl FieldValue {
             FieldValue::IntList(v) => v.len() * 8,
             FieldValue::FloatList(v) => v.len() * 8,
             FieldValue::Text(s) | FieldValue::Json(s) => s.len(),
-            FieldValue::Bytes(b) => b.len(),
+            FieldValue::Bytes(b) | FieldValue::Image(b) => b.len(),
             FieldValue::Npy(a) | FieldValue::Mask(a) => a.data.len(),
         }
     }
@@ -276,6 +312,7 @@ impl FieldValue {
             FieldValue::Npy(a) | FieldValue::Mask(a) => {
                 serde_json::json!({"dtype": a.dtype, "shape": a.shape, "bytes": a.data.len()})
             }
+            FieldValue::Image(b) => serde_json::json!({"bytes": b.len()}),
         }
     }
 }
@@ -392,10 +429,14 @@ pub enum FieldError {
     UnknownKind(String),
     #[error("field name {0:?} is reserved (image, label, key, views and epoch are the batch's own)")]
     Reserved(String),
-    #[error("field {0:?} is asked for twice")]
+    #[error("{0:?} is asked for twice (as a field or a view)")]
     Duplicate(String),
     #[error("{0} fields asked for; at most 64")]
     TooMany(usize),
+    #[error("{0} views asked for; at most 32")]
+    TooManyViews(usize),
+    #[error("view {view:?}: {why}")]
+    View { view: String, why: String },
     #[error("extension {ext:?} has no decoder: {why}; name a kind (for example {ext}:bytes)")]
     NoDecoder { ext: String, why: &'static str },
     #[error("field {field:?}: extension {ext:?} has no decoder: {why}; name a kind (for example {ext}:bytes)")]

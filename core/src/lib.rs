@@ -35,7 +35,9 @@ pub mod transform;
 pub mod uri;
 
 pub use error::error_chain;
-pub use field::{FieldError, FieldKind, FieldSpec, FieldValue, Fields, NpyArray, validate_fields};
+pub use field::{
+    FieldError, FieldKind, FieldSpec, FieldValue, Fields, NpyArray, ViewSpec, validate_fields, validate_views,
+};
 pub use format::{FormatChoice, RecordFields, ShardFormat};
 pub use mode::ItemMode;
 pub use params::{

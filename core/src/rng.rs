@@ -68,6 +68,14 @@ impl SampleRng {
         Self::from_seed(mix64(self.state ^ mix64(index.wrapping_add(0x5851_f42d_4c95_7f2d))))
     }
 
+    /// The generator of the sample's `index`th view: independent of the
+    /// main image's and of the other views' (their forks are far from any
+    /// op index), and a function of (seed, epoch, sample, view) only.
+    pub fn view(&self, index: usize) -> Self {
+        const VIEWS: u64 = 0x7669_6577_0000_0000; // "view"
+        self.fork(VIEWS | index as u64)
+    }
+
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
         mix64(self.state)

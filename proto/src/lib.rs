@@ -17,7 +17,9 @@ pub mod transport;
 
 use stoker_core::plan::ShardRef;
 use stoker_core::transform::{Op, SpecError, TransformSpec};
-use stoker_core::{FieldKind, FieldSpec, FieldValue, FormatChoice, ItemMode, NpyArray, RecordFields, ShardFormat};
+use stoker_core::{
+    FieldKind, FieldSpec, FieldValue, FormatChoice, ItemMode, NpyArray, RecordFields, ShardFormat, ViewSpec,
+};
 
 /// A wire transform spec converted to the domain type and validated: the
 /// versioned JSON when set, else the ops of older clients.
@@ -231,6 +233,24 @@ pub fn field_from_pb(f: pb::FieldRequest) -> Result<FieldSpec, String> {
     })
 }
 
+impl From<&ViewSpec> for pb::ViewRequest {
+    fn from(v: &ViewSpec) -> Self {
+        Self {
+            name: v.name.clone(),
+            transform: Some(spec_to_pb(&v.transform)),
+        }
+    }
+}
+
+/// A wire view request as the domain's; its pipeline as any spec is read.
+pub fn view_from_pb(v: pb::ViewRequest) -> Result<ViewSpec, String> {
+    let transform = spec_from_pb(v.transform.as_ref()).map_err(|e| format!("view {:?}: {e}", v.name))?;
+    Ok(ViewSpec {
+        name: v.name,
+        transform,
+    })
+}
+
 /// A sample's field on the wire; `None` (an optional field it lacks) is a
 /// value with nothing set.
 pub fn value_to_pb(v: Option<FieldValue>) -> pb::FieldValue {
@@ -245,6 +265,7 @@ pub fn value_to_pb(v: Option<FieldValue>) -> pb::FieldValue {
         FieldValue::Bytes(b) => Value::Bytes(b),
         FieldValue::Npy(a) => Value::Npy(npy_to_pb(a)),
         FieldValue::Mask(a) => Value::Mask(npy_to_pb(a)),
+        FieldValue::Image(b) => Value::Image(b),
     });
     pb::FieldValue { value }
 }
@@ -262,6 +283,7 @@ pub fn value_from_pb(v: pb::FieldValue) -> Option<FieldValue> {
         Value::Bytes(b) => FieldValue::Bytes(b),
         Value::Npy(a) => FieldValue::Npy(npy_from_pb(a)),
         Value::Mask(a) => FieldValue::Mask(npy_from_pb(a)),
+        Value::Image(b) => FieldValue::Image(b),
     })
 }
 

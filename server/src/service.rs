@@ -10,7 +10,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use stoker_core::{DatasetUri, FieldSpec, FormatChoice, ItemMode, PositionSet, Secret, ShardFormat, validate_fields};
+use stoker_core::{
+    DatasetUri, FieldSpec, FormatChoice, ItemMode, PositionSet, Secret, ShardFormat, ViewSpec, validate_fields,
+    validate_views,
+};
 use stoker_proto::pb::worker_server::{Worker, WorkerServer};
 use stoker_proto::{pb, spec_from_pb};
 use tokio::net::TcpListener;
@@ -307,6 +310,13 @@ impl Worker for WorkerService {
             }
         };
         let extra = item_fields(req.extra, format)?;
+        let views = req
+            .views
+            .into_iter()
+            .map(stoker_proto::view_from_pb)
+            .collect::<Result<Vec<ViewSpec>, String>>()
+            .map_err(Status::invalid_argument)?;
+        validate_views(&views, &extra).map_err(|e| Status::invalid_argument(e.to_string()))?;
         let item = Item {
             dataset,
             shard: req.shard,
@@ -321,6 +331,7 @@ impl Worker for WorkerService {
             format,
             fields: stoker_proto::fields_from_pb(req.fields),
             extra: extra.into(),
+            views: views.into(),
         };
         info!(
             shard = %item.dataset.join(&item.shard),

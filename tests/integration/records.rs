@@ -427,3 +427,167 @@ async fn masks_follow_the_image_geometry_exactly() {
         }
     }
 }
+
+/// The views of every delivered sample, by key: (name -> (size, pixels)).
+type Views = BTreeMap<String, BTreeMap<String, (u32, Vec<u8>)>>;
+
+async fn views_by_key(addr: &str, dataset: &Path, views: &[(&str, &str)]) -> Views {
+    use stoker_client::{Loader, LoaderConfig, TransformSpec, ViewSpec};
+    let mut config = LoaderConfig::new(
+        vec![addr.to_owned()],
+        dataset.to_str().unwrap(),
+        8,
+        TransformSpec::train(32),
+    );
+    config.seed = 11;
+    config.views = views
+        .iter()
+        .map(|(name, json)| ViewSpec {
+            name: (*name).to_owned(),
+            transform: TransformSpec::from_json(json).unwrap(),
+        })
+        .collect();
+    let loader = Loader::connect(config).await.unwrap();
+    let mut stream = loader.epoch(0).unwrap();
+    let mut out = Views::new();
+    while let Some(batch) = stream.next_batch().await {
+        let batch = batch.unwrap();
+        assert_eq!(batch.views.len(), views.len());
+        for v in &batch.views {
+            assert_eq!(v.pixels.len(), batch.len() * (v.size as usize).pow(2) * 3, "{}", v.name);
+        }
+        for i in 0..batch.real() {
+            let per = batch
+                .views
+                .iter()
+                .map(|v| (v.name.clone(), (v.size, v.image(i).to_vec())));
+            assert!(
+                out.insert(batch.keys[i].clone(), per.collect()).is_none(),
+                "{} twice",
+                batch.keys[i]
+            );
+        }
+    }
+    out
+}
+
+const GLOBAL: &str = r#"{"version": 1, "ops": [{"op": "RandomResizedCrop", "size": 48, "scale": [0.4, 1.0]}, {"op": "RandomHorizontalFlip"}, {"op": "ColorJitter", "brightness": 0.4, "saturation": 0.2}]}"#;
+const LOCAL: &str = r#"{"version": 1, "ops": [{"op": "RandomResizedCrop", "size": 24, "scale": [0.05, 0.4]}, {"op": "RandomHorizontalFlip"}]}"#;
+
+/// Several views of one decode (DINOv2's global and local crops, scaled
+/// down): each its own size, independent draws (two views with the same
+/// pipeline differ), the same pixels on a second run, and a view is the
+/// pipeline's output over the decoded image (checked against
+/// `stoker augment` on the sample's own bytes is the transforms tests'
+/// job; here: local crops are not global ones shrunk).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn views_have_their_sizes_independent_draws_and_repeat_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 24, 2, 120, 90);
+    let shards = dir.path().join("shards");
+    crate::support::pack(&images, shards.to_str().unwrap(), "1M", &[]);
+    let w = Worker::start(2);
+    let views = [
+        ("global_1", GLOBAL),
+        ("local_0", LOCAL),
+        ("local_1", LOCAL),
+        ("local_2", LOCAL),
+    ];
+    let first = views_by_key(&w.addr, &shards, &views).await;
+    assert_eq!(first.len(), 24);
+    let mut same_locals = 0;
+    for (key, v) in &first {
+        assert_eq!(v["global_1"].0, 48, "{key}");
+        for local in ["local_0", "local_1", "local_2"] {
+            assert_eq!((v[local].0, v[local].1.len()), (24, 24 * 24 * 3), "{key}");
+        }
+        if v["local_0"].1 == v["local_1"].1 || v["local_1"].1 == v["local_2"].1 {
+            same_locals += 1;
+        }
+    }
+    assert!(
+        same_locals <= 1,
+        "views with one pipeline draw independently: {same_locals} of 24 alike"
+    );
+    let second = views_by_key(&w.addr, &shards, &views).await;
+    assert!(
+        first == second,
+        "the same (seed, epoch, sample, view) gives the same pixels"
+    );
+    // Adding a view leaves the others' draws alone.
+    let fewer = views_by_key(&w.addr, &shards, &views[..2]).await;
+    for (key, v) in &fewer {
+        assert_eq!(v["local_0"], first[key]["local_0"], "{key}");
+    }
+}
+
+/// A worker killed mid-epoch: every sample once, with the views a clean
+/// run gives it (identity by position: the retried item's views are drawn
+/// from the same (seed, epoch, sample, view)).
+#[test]
+fn views_survive_a_worker_kill_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 160, 4, 200, 150);
+    let shards = dir.path().join("shards");
+    crate::support::pack(&images, shards.to_str().unwrap(), "1M", &[]);
+    let expected = crate::support::image_folder_keys(&images);
+    let out = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+    let (clean, killed) = (out("clean.jsonl"), out("killed.jsonl"));
+    let args = |fields_out: &str| -> Vec<String> {
+        [
+            "--batch-size",
+            "8",
+            "--image-size",
+            "32",
+            "--prefetch",
+            "1",
+            "--seed",
+            "5",
+            "--view",
+            "g=train:48",
+            "--view",
+            "l=train:24",
+            "--fields-out",
+            fields_out,
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    };
+    let small_chunks = ["--chunk-bytes", "16K"];
+    let (w1, w2) = (
+        Worker::start_with(1, &small_chunks, &[]),
+        Worker::start_with(1, &small_chunks, &[]),
+    );
+    let clean_args = args(&clean);
+    let run = stream(
+        &[&w2],
+        shards.to_str().unwrap(),
+        &clean_args.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[],
+    );
+    assert!(run.success(), "{}", run.stderr());
+    let killed_args = args(&killed);
+    let mut child = crate::support::StreamChild::spawn(
+        &[&w1, &w2],
+        shards.to_str().unwrap(),
+        &killed_args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    child.wait_for_samples(8, std::time::Duration::from_secs(30));
+    crate::support::signal(w1.child.0.id(), "-KILL");
+    let run = child.finish();
+    crate::support::assert_exactly_once(&run, &expected, 0..1);
+    assert!(run.num("retries") >= 1, "the killed worker's items were reassigned");
+    let read = |path: &str| -> BTreeMap<String, (Value, Value)> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .map(|v| (v["key"].as_str().unwrap().to_owned(), (v["g"].clone(), v["l"].clone())))
+            .collect()
+    };
+    let (clean, killed) = (read(&clean), read(&killed));
+    assert_eq!(clean.len(), expected.len());
+    assert!(clean == killed, "the views of a retried item are the clean run's");
+}

@@ -55,6 +55,24 @@ def main() -> None:
             assert says in str(e), e
         else:
             raise AssertionError(f"{bad} accepted")
+    # Views: each its own pipeline's size, NCHW; a float view normalised.
+    local = '{"version": 1, "ops": [{"op": "RandomResizedCrop", "size": 24, "scale": [0.05, 0.4]}]}'
+    normalised = ('{"version": 1, "ops": [{"op": "RandomResizedCrop", "size": 40}, {"op": "ToDtype", "dtype": "float32", '
+                  '"scale": true}, {"op": "Normalize", "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]}]}')
+    views = stoker.Loader([worker], dataset, batch_size=4, image_size=32, transform="eval", last_batch="partial",
+                          rank=0, world_size=1, views={"local_0": local, "local_1": local, "g": normalised})
+    for batch in views:
+        n = len(batch["key"])
+        l0, l1, g = (np.asarray(batch["views"][k]) for k in ("local_0", "local_1", "g"))
+        assert l0.shape == (n, 3, 24, 24) and l0.dtype == np.uint8, (l0.shape, l0.dtype)
+        assert g.shape == (n, 3, 40, 40) and g.dtype == np.float32 and g.min() >= -2.0001 and g.max() <= 2.0001
+        assert not np.array_equal(l0, l1), "two views of one pipeline draw independently"
+    try:
+        stoker.Loader([worker], dataset, batch_size=4, rank=0, world_size=1, views={"label": local})
+    except ValueError as e:
+        assert "reserved" in str(e), e
+    else:
+        raise AssertionError("a view named label accepted")
     print(f"ok: {len(got)} samples with caption, meta and labels")
 
 

@@ -42,7 +42,16 @@ fn err(e: impl std::fmt::Display) -> PyErr {
 /// Pixels, size, labels, keys, index, padded, and each requested field's
 /// values (a list per field, in the request's order; `None` where an
 /// optional field is absent).
-type PyBatch = (Py<PyAny>, u32, Vec<i64>, Vec<String>, u64, usize, Vec<Vec<Py<PyAny>>>);
+type PyBatch = (
+    Py<PyAny>,
+    u32,
+    Vec<i64>,
+    Vec<String>,
+    u64,
+    usize,
+    Vec<Vec<Py<PyAny>>>,
+    Vec<(String, u32, Py<PyAny>)>,
+);
 
 /// An epoch's report: samples, skipped, reassigned items, (key, reason) of
 /// the first skips, batches, seconds waited, seconds elapsed, recommended
@@ -97,7 +106,7 @@ impl Client {
         workers, dataset, batch_size, image_size, transform, seed, rank, world_size,
         prefetch, last_batch, max_errors=None, token=None, progress_timeout=60.0,
         deterministic=false, upload=None, mean=None, std=None, metrics_port=None, dns_server=None, resolve_interval=10.0,
-        format="auto", image_key=None, label_key=None, label_offset=0, fields=Vec::new()
+        format="auto", image_key=None, label_key=None, label_offset=0, fields=Vec::new(), views=Vec::new()
     ))]
     #[allow(clippy::too_many_arguments, reason = "mirrors the Python constructor's keywords")]
     fn new(
@@ -127,6 +136,7 @@ impl Client {
         label_key: Option<String>,
         label_offset: i64,
         fields: Vec<(String, String, String, bool)>,
+        views: Vec<(String, String)>,
     ) -> PyResult<Self> {
         let spec = TransformSpec::parse(transform, image_size).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let mut config = LoaderConfig::new(workers, dataset, batch_size, spec);
@@ -153,6 +163,16 @@ impl Client {
             })
             .collect::<PyResult<Vec<_>>>()?;
         stoker_client::validate_fields(&config.extra_fields, None).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        config.views = views
+            .into_iter()
+            .map(|(name, transform)| {
+                let transform = TransformSpec::parse(&transform, None)
+                    .map_err(|e| PyValueError::new_err(format!("view {name:?}: {e}")))?;
+                Ok(stoker_client::ViewSpec { name, transform })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        stoker_client::validate_views(&config.views, &config.extra_fields)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
         if let Some((ordinal, dtype, layout)) = upload {
             let dtype = dtype.parse::<DType>().map_err(err)?;
             let layout = layout.parse::<Layout>().map_err(err)?;
@@ -345,6 +365,10 @@ impl Client {
             Some(Err(e)) => Err(err(e)),
             Some(Ok(mut batch)) => {
                 let fields = fields_to_py(py, &batch.fields, self.loader.config().extra_fields.len())?;
+                let views = std::mem::take(&mut batch.views)
+                    .into_iter()
+                    .map(|v| (v.name, v.size, PyBytes::new(py, &v.pixels).into_any().unbind()))
+                    .collect();
                 Ok(Some((
                     match batch.device.take() {
                         Some(device) => Py::new(py, DeviceTensor::new(device))?.into_any(),
@@ -356,6 +380,7 @@ impl Client {
                     batch.index,
                     batch.padded,
                     fields,
+                    views,
                 )))
             }
         }
@@ -438,7 +463,7 @@ fn fields_to_py(py: Python<'_>, rows: &[stoker_client::Fields], fields: usize) -
                 Some(V::IntList(v)) => PyList::new(py, v)?.into_any().unbind(),
                 Some(V::FloatList(v)) => PyList::new(py, v)?.into_any().unbind(),
                 Some(V::Text(s) | V::Json(s)) => s.into_pyobject(py)?.into_any().unbind(),
-                Some(V::Bytes(b)) => PyBytes::new(py, b).into_any().unbind(),
+                Some(V::Bytes(b) | V::Image(b)) => PyBytes::new(py, b).into_any().unbind(),
                 Some(V::Npy(a) | V::Mask(a)) => (a.dtype.as_str(), a.shape.clone(), PyBytes::new(py, &a.data))
                     .into_pyobject(py)?
                     .into_any()

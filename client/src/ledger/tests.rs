@@ -128,6 +128,7 @@ fn samples(list: &[(&str, u64)]) -> Vec<Sample> {
             position,
             item: 0,
             fields: Vec::new(),
+            views: Vec::new(),
         })
         .collect()
 }

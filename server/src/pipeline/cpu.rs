@@ -4,7 +4,9 @@
 //! ([`SkipKind::Internal`]).
 
 use bytes::Bytes;
-use stoker_core::{FieldSpec, FieldValue, ItemSeed, NpyArray, Rect, SampleRng, Step, TransformSpec, resolve_steps};
+use stoker_core::{
+    FieldSpec, FieldValue, ItemSeed, NpyArray, Rect, SampleRng, Step, TransformSpec, ViewSpec, resolve_steps,
+};
 use tracing::debug;
 
 use super::{Processed, SkipKind, Skipped};
@@ -31,12 +33,14 @@ pub fn process_sample(
     max_pixels: u64,
     metrics: &WorkerMetrics,
 ) -> Result<Processed, Skipped> {
-    process_sample_with(raw, spec, seed, max_pixels, metrics, &[])
+    process_sample_with(raw, spec, seed, max_pixels, metrics, &[], &[])
 }
 
-/// [`process_sample`], with the request's fields `extra`: each mask left
-/// in `raw.fields` (by [`super::fields::read_fields`]) follows the image's
-/// geometric steps, and lands at its index of the result's fields.
+/// [`process_sample`], with the request's fields `extra` and `views`: each
+/// mask left in `raw.fields` (by [`super::fields::read_fields`]) follows
+/// the image's geometric steps, and lands at its index of the result's
+/// fields; each view is its own pipeline over the same decoded image,
+/// with its own draws, after them (`FieldValue::Image`).
 pub(crate) fn process_sample_with(
     mut raw: RawSample,
     spec: &TransformSpec,
@@ -44,6 +48,7 @@ pub(crate) fn process_sample_with(
     max_pixels: u64,
     metrics: &WorkerMetrics,
     extra: &[FieldSpec],
+    views: &[ViewSpec],
 ) -> Result<Processed, Skipped> {
     let masks = std::mem::take(&mut raw.fields);
     let position = raw.position;
@@ -64,15 +69,22 @@ pub(crate) fn process_sample_with(
     // which reads the same header.)
     stoker_image::check_footprint(kind, &data, spec, max_pixels)
         .map_err(|e| skip(&raw.key, SkipKind::TooLarge, e.to_string()))?;
+    for v in views {
+        stoker_image::check_footprint(kind, &data, &v.transform, max_pixels)
+            .map_err(|e| skip(&raw.key, SkipKind::TooLarge, format!("view {:?}: {e}", v.name)))?;
+    }
+    // Views need the whole image: no region decode then.
+    let region = views.is_empty();
     let (img, steps) = metrics
         .time(Stage::Decode, || {
             catch_panic(|| {
                 inject_decode_fault(&raw.key);
-                decode_for(kind, &data, spec, &seed.sample(position), &raw.key, max_pixels)
+                decode_for(kind, &data, spec, &seed.sample(position), &raw.key, max_pixels, region)
             })
         })
         .map_err(|message| Skipped::panicked(&raw.key, position, "decode", &message))?
         .map_err(|e| skip(&raw.key, SkipKind::from(&e), e.to_string()))?;
+    let source = (!views.is_empty()).then(|| img.clone());
     let out = metrics
         .time(Stage::Transform, || {
             catch_panic(|| AUGMENTER.with(|a| a.borrow_mut().run(img, &steps)))
@@ -112,6 +124,18 @@ pub(crate) fn process_sample_with(
             .map_err(|why| skip(&raw.key, SkipKind::BadField, format!("mask {name:?}: {why}")))?;
         fields.push(Some(FieldValue::Mask(mask)));
     }
+    if let Some(source) = source {
+        fields.resize(extra.len(), None);
+        for (j, v) in views.iter().enumerate() {
+            let pixels = metrics
+                .time(Stage::Transform, || {
+                    catch_panic(|| view_of(&source, &v.transform, &seed.sample(position).view(j)))
+                })
+                .map_err(|message| Skipped::panicked(&raw.key, position, "view transform", &message))?
+                .map_err(|why| skip(&raw.key, SkipKind::Transform, format!("view {:?}: {why}", v.name)))?;
+            fields.push(Some(FieldValue::Image(pixels)));
+        }
+    }
     Ok(Processed {
         key: raw.key,
         position: raw.position,
@@ -121,6 +145,20 @@ pub(crate) fn process_sample_with(
         pixels: Bytes::from(out.pixels),
         fields,
     })
+}
+
+/// One view: `transform` over a copy of the decoded `source`, with the
+/// view's own draws `rng`; its pixels, checked to be its size.
+fn view_of(source: &RgbImage, transform: &TransformSpec, rng: &SampleRng) -> Result<Bytes, String> {
+    let steps = resolve_steps(transform, rng, source.width, source.height).map_err(|e| e.to_string())?;
+    let out = AUGMENTER
+        .with(|a| a.borrow_mut().run(source.clone(), &steps))
+        .map_err(|e| e.to_string())?;
+    let s = transform.size;
+    if (out.width, out.height) != (s, s) {
+        return Err(format!("produced {}x{}, expected {s}x{s}", out.width, out.height));
+    }
+    Ok(Bytes::from(out.pixels))
 }
 
 /// A segmentation mask through the image's geometric steps: decoded (an
@@ -189,8 +227,9 @@ fn decode_for(
     rng: &SampleRng,
     key: &str,
     max_pixels: u64,
+    region: bool,
 ) -> Result<(RgbImage, Vec<Step>), ImageError> {
-    if libjpeg::enabled() && kind == ImageKind::Jpeg && sniff(data) == Some(ImageKind::Jpeg) {
+    if region && libjpeg::enabled() && kind == ImageKind::Jpeg && sniff(data) == Some(ImageKind::Jpeg) {
         let (w, h) = check_jpeg(data, max_pixels)?;
         let mut steps = resolve_steps(spec, rng, w, h)?;
         if let Some(Step::CropResize { crop, .. }) = steps.first_mut()

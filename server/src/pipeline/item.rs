@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use stoker_core::{FieldValue, Fields, ItemMode, TransformSpec, footprint};
+use stoker_core::{FieldValue, Fields, ItemMode, TransformSpec, ViewSpec, footprint};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
@@ -55,6 +55,30 @@ fn memory_need(raw: &RawSample, spec: &TransformSpec, max_pixels: u64, gpu: bool
         Err(_) => (0, 0),
     };
     len + working + output
+}
+
+/// What a sample's views add to [`memory_need`]: each view's transform at
+/// its peak (they run one after another over a copy of the decoded image,
+/// counted as if at once) and its output.
+fn views_need(raw: &RawSample, views: &[ViewSpec], max_pixels: u64) -> u64 {
+    if views.is_empty() {
+        return 0;
+    }
+    let dims = match &raw.image {
+        Ok((kind, data)) => header_dimensions(crate::decode::sniff(data).unwrap_or(*kind), data).ok(),
+        Err(_) => None,
+    };
+    views
+        .iter()
+        .map(|v| {
+            let output = u64::from(v.transform.size).pow(2) * 3;
+            let working = dims
+                .filter(|&(w, h)| u64::from(w) * u64::from(h) <= max_pixels)
+                .and_then(|(w, h)| footprint(&v.transform, w, h, max_pixels).ok())
+                .unwrap_or(0);
+            working + output
+        })
+        .sum()
 }
 
 /// Runs one item, sending chunks to `tx`. Returns when the item is done, it
@@ -303,13 +327,18 @@ impl<'a> ItemRun<'a> {
                             }
                         }
                     }
-                    let route = self.ctx.route(&raw);
+                    // Views come from one decode on the CPU (the lanes run
+                    // one pipeline per image).
+                    let route = match self.item.views.is_empty() {
+                        true => self.ctx.route(&raw),
+                        false => Route::Cpu,
+                    };
                     let need = memory_need(
                         &raw,
                         &self.item.spec,
                         self.ctx.config.max_image_pixels,
                         route == Route::Gpu,
-                    );
+                    ) + views_need(&raw, &self.item.views, self.ctx.config.max_image_pixels);
                     return Ok(Some(ReadSample { raw, need, route, held }));
                 }
                 Ok(Read::End) => self.exhausted = true,
@@ -383,11 +412,14 @@ impl<'a> ItemRun<'a> {
                     if let Some(mut fields) = self.fields.remove(&p.position) {
                         // The masks came back with the image, at their
                         // indices; the rest was read with the sample.
-                        for (slot, mask) in fields.iter_mut().zip(std::mem::take(&mut p.fields)) {
+                        // Views follow, after the requested fields.
+                        let mut from_pool = std::mem::take(&mut p.fields).into_iter();
+                        for (slot, mask) in fields.iter_mut().zip(from_pool.by_ref()) {
                             if mask.is_some() {
                                 *slot = mask;
                             }
                         }
+                        fields.extend(from_pool);
                         p.fields = fields;
                     }
                     let field_bytes: usize = p.fields.iter().flatten().map(FieldValue::byte_len).sum();

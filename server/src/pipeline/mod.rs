@@ -29,7 +29,9 @@ pub(crate) use samples::{ItemSamples, ShardRead};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use stoker_core::{DatasetUri, FieldSpec, ItemMode, ItemSeed, PositionSet, RecordFields, ShardFormat, TransformSpec};
+use stoker_core::{
+    DatasetUri, FieldSpec, ItemMode, ItemSeed, PositionSet, RecordFields, ShardFormat, TransformSpec, ViewSpec,
+};
 
 pub use crate::outcome::{Processed, SkipKind, Skipped};
 
@@ -221,6 +223,9 @@ pub struct Item {
     /// The sample's other fields to deliver, checked, with their kinds
     /// resolved for `format` (never `auto` for WebDataset).
     pub extra: Arc<[FieldSpec]>,
+    /// More views of each sample's image, each with its own pipeline,
+    /// delivered after `extra` as image fields.
+    pub views: Arc<[ViewSpec]>,
 }
 
 impl Item {

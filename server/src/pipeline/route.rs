@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use stoker_core::{FieldSpec, ItemSeed, TransformSpec};
+use stoker_core::{FieldSpec, ItemSeed, TransformSpec, ViewSpec};
 use tracing::debug;
 
 use super::cpu::process_sample_with;
@@ -126,16 +126,17 @@ fn on_pool(
     raw: RawSample,
     spec: &Arc<TransformSpec>,
     seed: ItemSeed,
-    extra: &Arc<[FieldSpec]>,
+    (extra, views): (&Arc<[FieldSpec]>, &Arc<[ViewSpec]>),
 ) -> impl Future<Output = Result<Outcome, PoolError>> + Send + 'static {
-    let (spec, worker, extra) = (Arc::clone(spec), Arc::clone(ctx), Arc::clone(extra));
+    let (spec, worker) = (Arc::clone(spec), Arc::clone(ctx));
+    let (extra, views) = (Arc::clone(extra), Arc::clone(views));
     let max_pixels = ctx.config.max_image_pixels;
     // `process_sample` catches a panic in decode or transform itself; one
     // anywhere else in the job is caught by the pool, and is this sample's
     // internal skip too.
     let (key, position) = (raw.key.clone(), raw.position);
     let job = ctx.pool.spawn(move || {
-        let outcome = process_sample_with(raw, &spec, seed, max_pixels, &worker.metrics, &extra);
+        let outcome = process_sample_with(raw, &spec, seed, max_pixels, &worker.metrics, &extra, &views);
         if outcome.is_ok() {
             worker.counters.cpu_samples.fetch_add(1, Ordering::Relaxed);
         }
@@ -152,7 +153,7 @@ fn on_pool(
 /// Queues one sample on the CPU pool now, holding `held` until its result
 /// is collected.
 pub(super) fn on_cpu(ctx: &Arc<WorkerContext>, item: &Item, raw: RawSample, held: Reservation) -> InFlight {
-    let one = on_pool(ctx, raw, &item.spec, item.item_seed(), &item.extra);
+    let one = on_pool(ctx, raw, &item.spec, item.item_seed(), (&item.extra, &item.views));
     InFlight {
         results: Box::pin(async move { Ok(vec![one.await?]) }),
         samples: 1,
@@ -184,15 +185,16 @@ pub(super) fn on_gpu(ctx: &Arc<WorkerContext>, item: &Item, samples: Vec<GpuSamp
         ctx.metrics.observe(Stage::GpuBatch, queued.elapsed());
         let mut out = Vec::with_capacity(n);
         let mut back = Vec::new();
-        // Samples with masks never go to the lanes (`gpu_jpeg`).
-        let no_masks: Arc<[FieldSpec]> = Arc::new([]);
+        // Samples with masks or views never go to the lanes (`gpu_jpeg`,
+        // `ItemRun::next_sample`).
+        let (no_masks, no_views): (Arc<[FieldSpec]>, Arc<[ViewSpec]>) = (Arc::new([]), Arc::new([]));
         for r in results {
             match r {
                 GpuResult::Done(p) => out.push(Ok(p)),
                 GpuResult::Skipped(s) => out.push(Err(s)),
                 GpuResult::Cpu { sample, reason } => {
                     debug!(key = %sample.key, reason, "gpu handed the sample to the cpu");
-                    back.push(on_pool(&ctx, sample.into_raw(), &spec, seed, &no_masks));
+                    back.push(on_pool(&ctx, sample.into_raw(), &spec, seed, (&no_masks, &no_views)));
                 }
             }
         }
@@ -283,6 +285,7 @@ mod tests {
             format: stoker_core::ShardFormat::WebDataset,
             fields: stoker_core::RecordFields::default(),
             extra: Arc::new([]),
+            views: Arc::new([]),
         };
         let (tx, mut rx) = mpsc::channel(2);
         let task = tokio::spawn(run_item(ctx, item, tx));

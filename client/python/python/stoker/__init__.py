@@ -166,6 +166,13 @@ class Loader:
     ``label``); ``label_offset`` is added to every label (``-1`` for
     TensorFlow's 1-based ImageNet labels).
 
+    ``views={"global_1": pipeline, "local_0": pipeline, ...}`` (or a list,
+    named ``"0"``, ``"1"``, ...) makes more augmented views of each image
+    from the same decode, each with its own pipeline (any ``transform``
+    form) and its own random draws: ``batch["views"][name]``, an NCHW
+    tensor of that pipeline's size and output dtype. DINOv2's 2 global and
+    8 local crops are ``transform`` plus 9 views.
+
     ``fields={"caption": "txt", "meta": "json", "labels": stoker.Field("labels",
     "int_list")}`` delivers each sample's other fields under those names
     (see :class:`Field`): a caption as ``batch["caption"]``, a list of
@@ -216,6 +223,7 @@ class Loader:
         label_offset=0,
         batch_transform=None,
         fields=None,
+        views=None,
     ):
         if isinstance(workers, str):
             workers = [w for w in workers.split(",") if w]
@@ -242,6 +250,7 @@ class Loader:
         if mean is not None and dtype_name == "uint8":
             raise ValueError("normalising (mean, std) needs a float dtype, but the output dtype is uint8")
         self._fields = _fields(fields)
+        self._views = _views(views)
         self._batch_transform = None if batch_transform is None else transforms.as_batch_transform(batch_transform)
         if self._batch_transform is not None:
             floats = dtype_name not in (None, "uint8") or mean is not None
@@ -296,6 +305,7 @@ class Loader:
             None if label_key is None else str(label_key),
             int(label_offset),
             [(name, f.source, f.kind, f.optional) for name, f in self._fields],
+            [(name, canonical) for name, canonical, _ in self._views],
         )
         if upload is not None and not self._client.uploads():
             warnings.warn(
@@ -406,8 +416,13 @@ class Loader:
             self._client.stop_epoch(generation)
             raise
 
-    def _convert(self, pixels, size, labels, keys, index, padded, fields, epoch):
+    def _convert(self, pixels, size, labels, keys, index, padded, fields, views, epoch):
         batch = self._convert_images(pixels, size, labels, keys, index, padded, epoch)
+        if self._views:
+            batch["views"] = {
+                name: _convert_view(data, vsize, len(keys), output, self._torch, self.device, self._channels_last)
+                for (name, vsize, data), (_, _, output) in zip(views, self._views)
+            }
         valid = {}
         for (name, field), values in zip(self._fields, fields):
             batch[name], mask = _field_column(field, values, self._torch, self.device)
@@ -495,6 +510,53 @@ class Field:
 
     def __repr__(self):
         return f"Field({self.source!r}, kind={self.kind!r}, optional={self.optional})"
+
+
+def _views(views):
+    """``views={"global_0": pipeline, ...}`` (or a list, named "0", "1",
+    ...) as [(name, canonical JSON, (dtype, mean, std))], each pipeline
+    checked as the main one is."""
+    if views is None:
+        return []
+    items = views.items() if isinstance(views, dict) else ((str(i), v) for i, v in enumerate(views))
+    out = []
+    for name, view in items:
+        if name in _RESERVED:
+            raise ValueError(f"view name {name!r} is reserved ({', '.join(_RESERVED)} are the batch's own)")
+        try:
+            spec = transforms.as_pipeline_json(view)
+            _, canonical = check_transform(spec, None)
+        except ValueError as e:
+            raise ValueError(f"view {name!r}: {e}") from None
+        out.append((str(name), canonical, _pipeline_output(canonical)))
+    return out
+
+
+def _convert_view(data, size, n, output, torch, device, channels_last):
+    """A view's uint8 HWC images as NCHW, with its own pipeline's output
+    conversion (ToDtype / Normalize), on the loader's device."""
+    dtype, mean, std = output
+    hwc = np.frombuffer(data, dtype=np.uint8).reshape(n, size, size, 3)
+    if torch is None:
+        image = np.ascontiguousarray(hwc.transpose(0, 3, 1, 2))
+        if dtype not in (None, "uint8") or mean is not None:
+            image = image.astype(np.float32) / np.float32(255.0)
+            if mean is not None:
+                mean_ = np.asarray(mean, np.float32).reshape(1, 3, 1, 1)
+                std_ = np.asarray(std, np.float32).reshape(1, 3, 1, 1)
+                image = (image - mean_) / std_
+        return image
+    image = torch.from_numpy(np.array(hwc))
+    if device != "cpu":
+        image = image.pin_memory().to(device, non_blocking=True)
+    image = image.permute(0, 3, 1, 2)
+    if dtype not in (None, "uint8") or mean is not None:
+        image = image.to(getattr(torch, dtype or "float32")) / 255.0
+        if mean is not None:
+            m = torch.tensor(mean, dtype=image.dtype, device=image.device).view(1, 3, 1, 1)
+            s = torch.tensor(std, dtype=image.dtype, device=image.device).view(1, 3, 1, 1)
+            image = (image - m) / s
+    return image.contiguous(memory_format=torch.channels_last) if channels_last else image.contiguous()
 
 
 _RESERVED = ("image", "label", "key", "views", "epoch", "index", "padded", "valid")

@@ -25,6 +25,8 @@ fuzz_target!(|input: &[u8]| {
         label: "image/class/label".to_owned(),
         label_offset: -1,
         key: "image/filename".to_owned(),
+        // Fields of every list kind (feature_value).
+        extra: vec!["caption".to_owned(), "image/class/label".to_owned(), "image/encoded".to_owned()],
     };
     let mut reader = ExampleReader::new(Dribble { data, step }, "shard", fields, max_record_bytes, SampleStart::default());
     let mut samples = 0u64;
@@ -36,6 +38,8 @@ fuzz_target!(|input: &[u8]| {
                 assert!(samples * 16 <= data.len() as u64, "{samples} records from {} bytes", data.len());
                 assert_eq!(sample.position, samples - 1);
                 assert!(!sample.key.is_empty());
+                // Every field asked for, or none for a record that is not an Example.
+                assert!(matches!(sample.fields.len(), 0 | 3), "{} fields", sample.fields.len());
                 if let Ok((_, bytes)) = &sample.image {
                     assert!(!bytes.is_empty() && bytes.len() as u64 <= max_record_bytes);
                 }
