@@ -257,13 +257,16 @@ fn the_python_loader_delivers_fields_as_str_dict_and_tensors() {
     let shards = dir.path().join("shards");
     write_records("wds", &images, &shards);
     let manifest = shards.with_extension("manifest.json");
+    let seg = dir.path().join("seg");
+    run_ok(python().arg(python_script("write_masks.py")).arg(&seg).arg("24"));
     let w = Worker::start(2);
     let out = run_ok(
         python()
             .arg(python_script("fields_check.py"))
             .arg(&w.addr)
             .arg(&shards)
-            .arg(&manifest),
+            .arg(&manifest)
+            .arg(&seg),
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(

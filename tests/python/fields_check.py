@@ -4,7 +4,10 @@ caption as str, its metadata as dict and its multi-label as a [B, 3]
 int64 tensor (numpy without torch); an optional caption arrives as None
 with its validity mask; bad requests are refused before connecting.
 
-usage: fields_check.py WORKER DATASET MANIFEST
+With MASKS (tests/python/write_masks.py's shards), a mask field arrives
+as a [B, 1, H, W] uint8 array of 0 and 255, where the image is red.
+
+usage: fields_check.py WORKER DATASET MANIFEST [MASKS]
 """
 
 import json
@@ -17,6 +20,7 @@ import stoker
 
 def main() -> None:
     worker, dataset, manifest = sys.argv[1:4]
+    masks = sys.argv[4] if len(sys.argv) > 4 else None
     with open(manifest) as f:
         manifest = json.load(f)
     complete = manifest["complete"]
@@ -73,6 +77,19 @@ def main() -> None:
         assert "reserved" in str(e), e
     else:
         raise AssertionError("a view named label accepted")
+    if masks is not None:
+        nearest = ('{"version": 1, "ops": [{"op": "RandomResizedCrop", "size": 32, "interpolation": "nearest"}, '
+                   '{"op": "RandomHorizontalFlip"}]}')
+        seen = 0
+        for batch in stoker.Loader([worker], masks, batch_size=4, transform=nearest, last_batch="partial", rank=0,
+                                   world_size=1, fields={"seg": stoker.Field("seg.png", "mask")}):
+            seg, image = np.asarray(batch["seg"]), np.asarray(batch["image"])
+            n = len(batch["key"])
+            assert seg.shape == (n, 1, 32, 32) and seg.dtype == np.uint8, (seg.shape, seg.dtype)
+            red = (image[:, 0] == 255) & (image[:, 2] == 0)
+            assert np.array_equal(seg[:, 0] == 255, red), "the mask is where the image is red"
+            seen += n
+        assert seen == 21, seen
     print(f"ok: {len(got)} samples with caption, meta and labels")
 
 
