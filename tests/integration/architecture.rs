@@ -219,3 +219,77 @@ fn workspace_dependencies_point_one_way() {
         "{cli:?}"
     );
 }
+
+/// The top-level modules of the crate at `src` (a file `X.rs` or a folder
+/// `X/`) and, for each, the other top-level modules its non-test code
+/// names as `crate::Y` (comments and `#[cfg(test)] mod tests` left out:
+/// only what ships).
+fn module_graph(src: &std::path::Path) -> BTreeMap<String, BTreeSet<String>> {
+    fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files: BTreeMap<String, Vec<std::path::PathBuf>> = BTreeMap::new();
+    for entry in std::fs::read_dir(src).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_str().unwrap().to_owned();
+        if path.is_dir() {
+            rust_files(&path, files.entry(name).or_default());
+        } else if path.extension().is_some_and(|e| e == "rs") && name != "lib" && name != "main" {
+            files.entry(name).or_default().push(path);
+        }
+    }
+    let mut graph = BTreeMap::new();
+    for (module, paths) in &files {
+        let mut uses = BTreeSet::new();
+        for path in paths {
+            if path.file_name().is_some_and(|n| n == "tests.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(path).unwrap();
+            let shipped = text.split("#[cfg(test)]\nmod tests").next().unwrap_or_default();
+            for line in shipped.lines() {
+                let code = line.split("//").next().unwrap_or_default();
+                for (i, _) in code.match_indices("crate::") {
+                    let name: String = code[i + 7..]
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    if name != *module && files.contains_key(&name) {
+                        uses.insert(name);
+                    }
+                }
+            }
+        }
+        graph.insert(module.clone(), uses);
+    }
+    graph
+}
+
+/// ARCHITECTURE.md: "Modules depend on each other one way (no cycles)":
+/// within core, the worker library and the client, no module reaches
+/// itself through the modules it uses.
+#[test]
+fn modules_depend_on_each_other_one_way() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for krate in ["core/src", "server/src", "client/src"] {
+        let graph = module_graph(&root.join(krate));
+        assert!(graph.len() > 5, "{krate}: {} modules found", graph.len());
+        for module in graph.keys() {
+            let mut seen = BTreeSet::new();
+            let mut stack: Vec<&String> = graph[module].iter().collect();
+            while let Some(next) = stack.pop() {
+                assert!(next != module, "{krate}: {module} reaches itself through {seen:?}");
+                if seen.insert(next.clone()) {
+                    stack.extend(graph[next].iter());
+                }
+            }
+        }
+    }
+}
