@@ -27,7 +27,7 @@ cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-20}
 [ $# -gt 0 ] && shift
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(tar_stream tar_header image_header tfrecord_stream recordio_stream image_transform npy_field)
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(tar_stream tar_header image_header tfrecord_stream recordio_stream image_transform npy_field field_bytes)
 
 CARGO_FUZZ_VERSION=0.13.2
 export PATH="$PWD/target/tools/bin:$PATH"

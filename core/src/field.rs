@@ -294,6 +294,33 @@ impl FieldValue {
 }
 
 impl FieldValue {
+    /// A field's bytes as stored in a file-like member (a WebDataset
+    /// member, a bytes feature, a binary column) read as `kind`, as
+    /// WebDataset's decoders read them: text must be UTF-8, JSON must
+    /// parse, numbers are written as text (`3`, `1 5 9`, `[1, 5, 9]`), an
+    /// `npy` is a `.npy` file. `Auto` keeps the bytes. A mask is decoded
+    /// with its image, never here. Errors say what is wrong, not where
+    /// (the caller names the field).
+    pub fn from_bytes(kind: FieldKind, b: Bytes) -> Result<FieldValue, String> {
+        Ok(match kind {
+            FieldKind::Auto | FieldKind::Bytes => FieldValue::Bytes(b),
+            FieldKind::Text => FieldValue::Text(utf8(b)?),
+            FieldKind::Json => {
+                let text = utf8(b)?;
+                // serde_json bounds nesting (128 levels): a hostile document
+                // is an error, not a deep recursion.
+                serde_json::from_str::<serde::de::IgnoredAny>(&text).map_err(|e| format!("not JSON: {e}"))?;
+                FieldValue::Json(text)
+            }
+            FieldKind::Npy => FieldValue::Npy(NpyArray::parse(b)?),
+            FieldKind::Int => FieldValue::Int(one(text_numbers(&b)?)?),
+            FieldKind::IntList => FieldValue::IntList(text_numbers(&b)?),
+            FieldKind::Float => FieldValue::Float(one(text_numbers(&b)?)?),
+            FieldKind::FloatList => FieldValue::FloatList(text_numbers(&b)?),
+            FieldKind::Mask => return Err("a mask is read with its image, not on its own".to_owned()),
+        })
+    }
+
     /// As JSON (`stoker stream --fields-out`): text as a string, a JSON
     /// field as the document, numbers as numbers or lists (a NaN as
     /// null), bytes as a list of byte values, an array as its dtype, shape
@@ -315,6 +342,35 @@ impl FieldValue {
             FieldValue::Image(b) => serde_json::json!({"bytes": b.len()}),
         }
     }
+}
+
+fn utf8(b: Bytes) -> Result<String, String> {
+    String::from_utf8(b.to_vec()).map_err(|e| format!("not UTF-8 (invalid byte at {})", e.utf8_error().valid_up_to()))
+}
+
+/// The one value of `v`.
+pub fn one<T: Copy>(v: Vec<T>) -> Result<T, String> {
+    match v.as_slice() {
+        [x] => Ok(*x),
+        other => Err(format!("{} values where one was expected", other.len())),
+    }
+}
+
+/// Numbers written as text: whitespace- or comma-separated, or a JSON
+/// list (`3`, `1 5 9`, `[1, 5, 9]`).
+pub fn text_numbers<T: std::str::FromStr>(b: &[u8]) -> Result<Vec<T>, String> {
+    let text = std::str::from_utf8(b).map_err(|_| "not UTF-8 text".to_owned())?;
+    let inner = text.trim().trim_start_matches('[').trim_end_matches(']');
+    inner
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<T>().map_err(|_| {
+                let shown: String = s.chars().take(32).collect();
+                format!("{shown:?} is not a number of this kind")
+            })
+        })
+        .collect()
 }
 
 /// A sample's values, in the request's order: `None` for an optional

@@ -2,8 +2,8 @@
 //! (before its image is decoded): a sample whose field is missing or not
 //! its kind is skipped then, naming the field, and never decoded.
 
-use bytes::Bytes;
-use stoker_core::{FieldKind, FieldSpec, FieldValue, Fields, NpyArray};
+use stoker_core::field::one;
+use stoker_core::{FieldKind, FieldSpec, FieldValue, Fields};
 
 use super::{SkipKind, Skipped};
 use crate::wds::{MemberProblem, RawField, RawSample, RawValue};
@@ -77,14 +77,15 @@ pub(super) fn read_fields(specs: &[FieldSpec], raw: &mut RawSample) -> Result<Fi
     Ok(out)
 }
 
-/// A stored value read as `kind`, or why it is not one.
+/// A stored value read as `kind`, or why it is not one: bytes as core
+/// reads them ([`FieldValue::from_bytes`]), typed values (TFRecord lists,
+/// Parquet cells) as their type allows.
 fn as_kind(kind: FieldKind, value: RawValue) -> Result<FieldValue, String> {
     use RawValue as R;
     Ok(match (kind, value) {
-        // As stored (record formats; a WebDataset field's kind is always
-        // resolved from its extension before the item starts).
-        (FieldKind::Auto, R::Bytes(b)) | (FieldKind::Bytes, R::Bytes(b) | R::Str(b)) => FieldValue::Bytes(b),
-        (FieldKind::Auto, R::Str(b)) | (FieldKind::Text, R::Bytes(b) | R::Str(b)) => FieldValue::Text(utf8(b)?),
+        // A string column read as stored is text.
+        (FieldKind::Auto, R::Str(b)) => FieldValue::Text(String::from_utf8(b.to_vec()).map_err(|_| "not UTF-8")?),
+        (kind, R::Bytes(b) | R::Str(b)) => FieldValue::from_bytes(kind, b)?,
         (FieldKind::Auto, R::Int(i)) => FieldValue::Int(i),
         (FieldKind::Auto, R::Float(f)) => FieldValue::Float(f),
         (FieldKind::Auto | FieldKind::IntList, R::Ints(v)) => FieldValue::IntList(v),
@@ -92,17 +93,10 @@ fn as_kind(kind: FieldKind, value: RawValue) -> Result<FieldValue, String> {
         (_, R::BytesList(list)) => {
             return Err(format!("{} byte strings stored where one was expected", list.len()));
         }
-        (FieldKind::Json, R::Bytes(b) | R::Str(b)) => {
-            let text = utf8(b)?;
-            serde_json::from_str::<serde::de::IgnoredAny>(&text).map_err(|e| format!("not JSON: {e}"))?;
-            FieldValue::Json(text)
-        }
-        (FieldKind::Npy, R::Bytes(b) | R::Str(b)) => FieldValue::Npy(NpyArray::parse(b)?),
         (FieldKind::Int, v) => FieldValue::Int(one(ints(v)?)?),
         (FieldKind::IntList, v) => FieldValue::IntList(ints(v)?),
         (FieldKind::Float, v) => FieldValue::Float(one(floats(v)?)?),
         (FieldKind::FloatList, v) => FieldValue::FloatList(floats(v)?),
-        (FieldKind::Mask, _) => return Err("a mask is read with its image, not on its own".to_owned()),
         (kind, v) => return Err(format!("a stored {} is not {kind}", stored_name(&v))),
     })
 }
@@ -119,39 +113,10 @@ fn stored_name(v: &RawValue) -> &'static str {
     }
 }
 
-fn utf8(b: Bytes) -> Result<String, String> {
-    String::from_utf8(b.to_vec()).map_err(|e| format!("not UTF-8 (invalid byte at {})", e.utf8_error().valid_up_to()))
-}
-
-fn one<T: Copy>(v: Vec<T>) -> Result<T, String> {
-    match v.as_slice() {
-        [x] => Ok(*x),
-        other => Err(format!("{} values where one was expected", other.len())),
-    }
-}
-
-/// Numbers written as text: whitespace- or comma-separated, or a JSON
-/// list (`3`, `1 5 9`, `[1, 5, 9]`).
-fn text_numbers<T: std::str::FromStr>(b: &[u8]) -> Result<Vec<T>, String> {
-    let text = std::str::from_utf8(b).map_err(|_| "not UTF-8 text".to_owned())?;
-    let inner = text.trim().trim_start_matches('[').trim_end_matches(']');
-    inner
-        .split(|c: char| c == ',' || c.is_whitespace())
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            s.parse::<T>().map_err(|_| {
-                let shown: String = s.chars().take(32).collect();
-                format!("{shown:?} is not a number of this kind")
-            })
-        })
-        .collect()
-}
-
 fn ints(v: RawValue) -> Result<Vec<i64>, String> {
     match v {
         RawValue::Int(i) => Ok(vec![i]),
         RawValue::Ints(v) => Ok(v),
-        RawValue::Bytes(b) | RawValue::Str(b) => text_numbers(&b),
         other => Err(format!("a stored {} is not integers", stored_name(&other))),
     }
 }
@@ -162,13 +127,14 @@ fn floats(v: RawValue) -> Result<Vec<f64>, String> {
         RawValue::Int(i) => Ok(vec![i as f64]),
         RawValue::Floats(v) => Ok(v),
         RawValue::Ints(v) => Ok(v.into_iter().map(|i| i as f64).collect()),
-        RawValue::Bytes(b) | RawValue::Str(b) => text_numbers(&b),
         other => Err(format!("a stored {} is not numbers", stored_name(&other))),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
     use crate::wds::ImageKind;
 

@@ -1,0 +1,28 @@
+//! Arbitrary bytes as a field's stored value, read as every kind
+//! (`stoker_core::FieldValue::from_bytes`, what a worker does with a
+//! dataset's `txt`, `json`, `cls`, `npy`... member): never a panic, and
+//! what parses holds no more than the input says.
+
+#![no_main]
+
+use bytes::Bytes;
+use libfuzzer_sys::fuzz_target;
+use stoker_core::{FieldKind, FieldValue};
+
+fuzz_target!(|data: &[u8]| {
+    for kind in FieldKind::ALL {
+        let Ok(value) = FieldValue::from_bytes(kind, Bytes::copy_from_slice(data)) else {
+            continue;
+        };
+        match value {
+            FieldValue::Text(s) | FieldValue::Json(s) => assert_eq!(s.as_bytes(), data),
+            // Each number takes at least one byte of text.
+            FieldValue::IntList(v) => assert!(v.len() <= data.len()),
+            FieldValue::FloatList(v) => assert!(v.len() <= data.len()),
+            FieldValue::Npy(a) => assert!(a.data.len() <= data.len()),
+            FieldValue::Bytes(b) => assert_eq!(&b[..], data),
+            FieldValue::Int(_) | FieldValue::Float(_) => {}
+            FieldValue::Mask(_) | FieldValue::Image(_) => panic!("{kind}: never from bytes alone"),
+        }
+    }
+});
