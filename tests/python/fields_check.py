@@ -90,6 +90,35 @@ def main() -> None:
             assert np.array_equal(seg[:, 0] == 255, red), "the mask is where the image is red"
             seen += n
         assert seen == 21, seen
+    # Ragged numbers (a TFRecord multi-label of 1 to 3 values) arrive as a
+    # list of arrays; fixed ones (a box of 4) as one [B, 4] array.
+    import os
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        here = os.path.dirname(os.path.abspath(__file__))
+        images = os.path.join(tmp, "images")
+        for c in range(2):
+            os.makedirs(os.path.join(images, f"c{c}"))
+            for i in range(6):
+                from PIL import Image
+                Image.new("RGB", (40, 30), (40 * i, 90 * c, 20)).save(os.path.join(images, f"c{c}", f"{i}.jpg"))
+        records = os.path.join(tmp, "tfr")
+        subprocess.run([sys.executable, os.path.join(here, "write_records.py"), "tfrecord", images, records,
+                        os.path.join(tmp, "m.json")], check=True)
+        with open(os.path.join(tmp, "m.json")) as f:
+            want = json.load(f)["complete"]
+        ragged = {}
+        for batch in stoker.Loader([worker], records, batch_size=4, image_size=16, transform="eval", last_batch="partial",
+                                   rank=0, world_size=1, fields={"labels": "labels", "box": stoker.Field("box", "float_list")}):
+            lengths = {len(want[k]["labels"]) for k in batch["key"]}
+            # A list when the lengths differ in the batch, else [B, K].
+            assert isinstance(batch["labels"], list) == (len(lengths) > 1), (lengths, type(batch["labels"]))
+            box = np.asarray(batch["box"])
+            assert box.shape == (len(batch["key"]), 4) and box.dtype == np.float64, (box.shape, box.dtype)
+            for key, labels in zip(batch["key"], batch["labels"]):
+                ragged[key] = np.asarray(labels).tolist()
+        assert ragged == {k: v["labels"] for k, v in want.items()}, ragged
     print(f"ok: {len(got)} samples with caption, meta and labels")
 
 

@@ -15,7 +15,7 @@ record of what was written, for the integration tests of fields.
     write_records.py tfrecord IMAGE_FOLDER OUT_DIR MANIFEST
         TFRecord shards (the tfrecord package): image/encoded,
         image/class/label, and the extra features caption (bytes),
-        labels (int64 list) and box (float list).
+        labels (an int64 list of 1 to 3 values) and box (float list).
 
 MANIFEST is JSON: {"complete": {key: {"caption", "meta", "labels", "box",
 "label"}}, "incomplete": {key: reason_kind}}.
@@ -124,15 +124,17 @@ def write_tfrecord(src, out, manifest):
         for i in range(start, min(start + per_shard, len(samples))):
             key, label, data = samples[i]
             box = [0.125 * (i % 4), 0.5, 0.75, 1.0]
+            # A ragged multi-label: 1 to 3 labels.
+            ragged = labels(i)[: 1 + i % 3]
             writer.write({
                 "image/encoded": (data, "byte"),
                 "image/class/label": (label, "int"),
                 "image/filename": (key.encode(), "byte"),
                 "caption": (caption(i).encode(), "byte"),
-                "labels": (labels(i), "int"),
+                "labels": (ragged, "int"),
                 "box": (box, "float"),
             })
-            complete[key] = {"caption": caption(i), "labels": labels(i), "box": box, "label": label}
+            complete[key] = {"caption": caption(i), "labels": ragged, "box": box, "label": label}
         writer.close()
     with open(manifest, "w") as f:
         json.dump({"complete": complete, "incomplete": {}}, f)

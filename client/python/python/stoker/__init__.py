@@ -492,8 +492,8 @@ class Field:
     tensors with ``batch["valid"][name]``, a bool tensor.
 
     In a batch, text is a list of ``str``, JSON a list of ``dict``, bytes a
-    list of ``bytes``; numbers a tensor ``[B]`` (or ``[B, K]`` for lists of
-    one length, else a list of tensors); arrays a stacked tensor when they
+    list of ``bytes``; numbers a tensor ``[B]`` (or ``[B, K]`` when the
+    batch's lists have one length, else a list of tensors); arrays a stacked tensor when they
     share dtype and shape, else a list. ``kind="mask"`` reads a segmentation
     mask (an 8-bit grayscale image of the image's size, such as
     ``"seg.png"``) that follows the image's crops, flips, pads and
