@@ -694,6 +694,16 @@ mod tests {
             Ok(peak) => assert_eq!(peak, u64::MAX),
             Err(err) => assert_eq!(err.op, "Resize", "{err}"),
         }
+        // And no op's bounds or scratch overflows on them (a padded
+        // RandomCrop's did, found by image_transform too).
+        for (op, ops) in crate::transform::EXAMPLES {
+            let spec = TransformSpec::from_json(&crate::transform::example_spec(ops, 32)).unwrap();
+            for (w, h) in [(u32::MAX, u32::MAX), (u32::MAX, 1), (1, u32::MAX)] {
+                if let Ok(peak) = footprint(&spec, w, h, 1 << 22) {
+                    assert!(peak >= u64::from(w) * u64::from(h), "{op}: {peak}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -245,7 +245,7 @@ impl OpImpl for RandomCrop {
     fn scratch(&self, inp: Bounds, out: Bounds) -> u64 {
         // The padded image, when the padding is not plain zeros.
         if self.padding.is_some() || self.pad_if_needed {
-            inp.pixels().saturating_add(out.pixels()).saturating_mul(3) * 2
+            inp.pixels().saturating_add(out.pixels()).saturating_mul(6)
         } else {
             0
         }
