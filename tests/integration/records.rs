@@ -479,10 +479,8 @@ const LOCAL: &str = r#"{"version": 1, "ops": [{"op": "RandomResizedCrop", "size"
 
 /// Several views of one decode (DINOv2's global and local crops, scaled
 /// down): each its own size, independent draws (two views with the same
-/// pipeline differ), the same pixels on a second run, and a view is the
-/// pipeline's output over the decoded image (checked against
-/// `stoker augment` on the sample's own bytes is the transforms tests'
-/// job; here: local crops are not global ones shrunk).
+/// pipeline differ), the same pixels on a second run, and a view's draws
+/// unchanged when later views are dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn views_have_their_sizes_independent_draws_and_repeat_exactly() {
     let dir = tempfile::tempdir().unwrap();

@@ -400,6 +400,13 @@ struct Group {
 }
 
 impl Group {
+    /// A member's bytes as the requested fields at `indices`.
+    fn set_fields(&mut self, indices: &[usize], data: &Bytes) {
+        for &i in indices {
+            self.fields[i] = Ok(Some(RawValue::Bytes(data.clone())));
+        }
+    }
+
     fn finish(self, position: u64) -> RawSample {
         let image = match (self.image, self.problem) {
             (Some(img), _) => Ok(img),
@@ -556,9 +563,7 @@ impl<R: AsyncRead + Unpin> SampleReader<R> {
                 } else {
                     let data = self.read_file().await?.data;
                     if let (Some(data), Some(group)) = (data, self.current.as_mut()) {
-                        for &i in &as_fields {
-                            group.fields[i] = Ok(Some(RawValue::Bytes(data.clone())));
-                        }
+                        group.set_fields(&as_fields, &data);
                     }
                 }
                 continue;
@@ -581,9 +586,7 @@ impl<R: AsyncRead + Unpin> SampleReader<R> {
                     } else {
                         let data = self.read_file().await?.data;
                         if let (Some(data), Some(group)) = (data, self.current.as_mut()) {
-                            for &i in &as_fields {
-                                group.fields[i] = Ok(Some(RawValue::Bytes(data.clone())));
-                            }
+                            group.set_fields(&as_fields, &data);
                             group.image = Some((kind, data));
                         }
                     }
@@ -599,9 +602,7 @@ impl<R: AsyncRead + Unpin> SampleReader<R> {
                     } else {
                         let data = self.read_file().await?.data;
                         if let (Some(data), Some(group)) = (data, self.current.as_mut()) {
-                            for &i in &as_fields {
-                                group.fields[i] = Ok(Some(RawValue::Bytes(data.clone())));
-                            }
+                            group.set_fields(&as_fields, &data);
                             group.label = Some(parse_label(&data));
                         }
                     }

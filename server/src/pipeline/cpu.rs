@@ -108,14 +108,20 @@ pub(crate) fn process_sample_with(
         ));
     }
     let mut fields = Vec::new();
+    let mut image_size = None;
     for (i, mask) in masks.into_iter().enumerate() {
         let Ok(Some(RawValue::Bytes(bytes))) = mask else {
             fields.push(None);
             continue;
         };
         let name = extra.get(i).map_or("mask", |f| f.name.as_str());
-        let image_size = header_dimensions(sniff(&data).unwrap_or(kind), &data)
-            .map_err(|e| skip(&raw.key, SkipKind::Decode, e.to_string()))?;
+        let image_size = match image_size {
+            Some(dims) => dims,
+            None => *image_size.insert(
+                header_dimensions(sniff(&data).unwrap_or(kind), &data)
+                    .map_err(|e| skip(&raw.key, SkipKind::Decode, e.to_string()))?,
+            ),
+        };
         let mask = metrics
             .time(Stage::Transform, || {
                 catch_panic(|| follow_image(&bytes, image_size, spec, &seed.sample(position), max_pixels))

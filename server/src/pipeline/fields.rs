@@ -84,7 +84,7 @@ fn as_kind(kind: FieldKind, value: RawValue) -> Result<FieldValue, String> {
     use RawValue as R;
     Ok(match (kind, value) {
         // A string column read as stored is text.
-        (FieldKind::Auto, R::Str(b)) => FieldValue::Text(String::from_utf8(b.to_vec()).map_err(|_| "not UTF-8")?),
+        (FieldKind::Auto, R::Str(b)) => FieldValue::from_bytes(FieldKind::Text, b)?,
         (kind, R::Bytes(b) | R::Str(b)) => FieldValue::from_bytes(kind, b)?,
         (FieldKind::Auto, R::Int(i)) => FieldValue::Int(i),
         (FieldKind::Auto, R::Float(f)) => FieldValue::Float(f),

@@ -29,56 +29,36 @@ const MAX_SKIPS_PER_CHUNK: usize = 256;
 
 /// Bytes a sample may hold while it is processed: its encoded bytes, the
 /// most its decode and transform hold at once ([`footprint`], worked out
-/// from the image header) and the result. Images whose header cannot be
-/// read, that are over the pixel limit or whose transform would be, count
-/// only their bytes: they are skipped before decoding. On a GPU worker a
-/// JPEG is decoded in device memory, so it holds only its bytes and the
-/// result in host memory; a JPEG the GPU hands back to the CPU, or that a
-/// CPU thread takes from the lanes' backlog, is decoded there outside the
-/// budget (at most one per pool thread at once).
-fn memory_need(raw: &RawSample, spec: &TransformSpec, max_pixels: u64, gpu: bool) -> u64 {
-    let output = u64::from(spec.size).pow(2) * 3;
+/// from the image header) and the result, and the same for each of its
+/// `views` (they run one after another over a copy of the decoded image,
+/// counted as if at once). Images whose header cannot be read, that are
+/// over the pixel limit or whose transform would be, count only their
+/// bytes: they are skipped before decoding. On a GPU worker a JPEG is
+/// decoded in device memory, so it holds only its bytes and the result in
+/// host memory; a JPEG the GPU hands back to the CPU, or that a CPU thread
+/// takes from the lanes' backlog, is decoded there outside the budget (at
+/// most one per pool thread at once).
+fn memory_need(raw: &RawSample, spec: &TransformSpec, views: &[ViewSpec], max_pixels: u64, gpu: bool) -> u64 {
+    let output = |spec: &TransformSpec| u64::from(spec.size).pow(2) * 3;
     if gpu && let Ok((ImageKind::Jpeg, data)) = &raw.image {
-        return data.len() as u64 + output;
+        return data.len() as u64 + output(spec);
     }
-    let (len, working) = match &raw.image {
-        Ok((kind, data)) => (
-            data.len() as u64,
-            // The header of the kind the bytes are, whatever the name says.
-            match header_dimensions(crate::decode::sniff(data).unwrap_or(*kind), data) {
-                Ok((w, h)) if u64::from(w) * u64::from(h) <= max_pixels => {
-                    footprint(spec, w, h, max_pixels).unwrap_or(0)
-                }
-                _ => 0,
-            },
-        ),
-        Err(_) => (0, 0),
+    let Ok((kind, data)) = &raw.image else {
+        return output(spec);
     };
-    len + working + output
-}
-
-/// What a sample's views add to [`memory_need`]: each view's transform at
-/// its peak (they run one after another over a copy of the decoded image,
-/// counted as if at once) and its output.
-fn views_need(raw: &RawSample, views: &[ViewSpec], max_pixels: u64) -> u64 {
-    if views.is_empty() {
-        return 0;
-    }
-    let dims = match &raw.image {
-        Ok((kind, data)) => header_dimensions(crate::decode::sniff(data).unwrap_or(*kind), data).ok(),
-        Err(_) => None,
+    // The header of the kind the bytes are, whatever the name says.
+    let dims = header_dimensions(crate::decode::sniff(data).unwrap_or(*kind), data)
+        .ok()
+        .filter(|&(w, h)| u64::from(w) * u64::from(h) <= max_pixels);
+    let working = |spec: &TransformSpec| {
+        dims.and_then(|(w, h)| footprint(spec, w, h, max_pixels).ok())
+            .unwrap_or(0)
     };
-    views
-        .iter()
-        .map(|v| {
-            let output = u64::from(v.transform.size).pow(2) * 3;
-            let working = dims
-                .filter(|&(w, h)| u64::from(w) * u64::from(h) <= max_pixels)
-                .and_then(|(w, h)| footprint(&v.transform, w, h, max_pixels).ok())
-                .unwrap_or(0);
-            working + output
-        })
-        .sum()
+    std::iter::once(spec)
+        .chain(views.iter().map(|v| &v.transform))
+        .map(|s| working(s) + output(s))
+        .sum::<u64>()
+        + data.len() as u64
 }
 
 /// Runs one item, sending chunks to `tx`. Returns when the item is done, it
@@ -245,6 +225,7 @@ impl<'a> ItemRun<'a> {
                     key: next.raw.key,
                     position: next.raw.position,
                 };
+                self.fields.remove(&s.position);
                 self.skip(s);
                 continue;
             }
@@ -304,7 +285,7 @@ impl<'a> ItemRun<'a> {
                     let granted = self.ctx.budget.reserve(bytes).await;
                     self.samples.grant(granted);
                 }
-                Ok(Read::Sample(raw, held)) => {
+                Ok(Read::Sample(mut raw, held)) => {
                     self.ctx.metrics.observe(Stage::Read, reading.elapsed());
                     if self.item.end.is_some_and(|end| raw.position >= end) {
                         // Past the item's range: the rest of the shard
@@ -315,7 +296,6 @@ impl<'a> ItemRun<'a> {
                     if raw.position < self.item.start || self.item.skip.contains(raw.position) {
                         continue;
                     }
-                    let mut raw = raw;
                     if !self.item.extra.is_empty() && raw.image.is_ok() {
                         match read_fields(&self.item.extra, &mut raw) {
                             Ok(fields) => {
@@ -327,18 +307,14 @@ impl<'a> ItemRun<'a> {
                             }
                         }
                     }
-                    // Views come from one decode on the CPU (the lanes run
-                    // one pipeline per image).
-                    let route = match self.item.views.is_empty() {
-                        true => self.ctx.route(&raw),
-                        false => Route::Cpu,
-                    };
+                    let route = self.ctx.route(&raw, self.item);
                     let need = memory_need(
                         &raw,
                         &self.item.spec,
+                        &self.item.views,
                         self.ctx.config.max_image_pixels,
                         route == Route::Gpu,
-                    ) + views_need(&raw, &self.item.views, self.ctx.config.max_image_pixels);
+                    );
                     return Ok(Some(ReadSample { raw, need, route, held }));
                 }
                 Ok(Read::End) => self.exhausted = true,

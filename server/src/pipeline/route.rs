@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use stoker_core::{FieldSpec, ItemSeed, TransformSpec, ViewSpec};
+use stoker_core::{FieldKind, FieldSpec, ItemSeed, TransformSpec, ViewSpec};
 use tracing::debug;
 
 use super::cpu::process_sample_with;
@@ -19,12 +19,15 @@ use crate::pool::PoolError;
 use crate::wds::{ImageKind, RawSample};
 
 impl WorkerContext {
-    /// Where `raw` is decoded: on a GPU worker a JPEG goes to the GPU
-    /// lanes (whose backlog idle CPU threads share: [`share_backlog`]),
-    /// anything else to the CPU pool.
-    pub(super) fn route(&self, raw: &RawSample) -> Route {
+    /// Where `raw` of `item` is decoded: on a GPU worker a JPEG goes to
+    /// the GPU lanes (whose backlog idle CPU threads share:
+    /// [`share_backlog`]), anything else to the CPU pool. So does every
+    /// sample of an item with views or masks: the lanes run one pipeline
+    /// per image and transform images only.
+    pub(super) fn route(&self, raw: &RawSample, item: &Item) -> Route {
+        let one_image = item.views.is_empty() && !item.extra.iter().any(|f| f.kind == FieldKind::Mask);
         match &self.gpu {
-            Some(_) if gpu_jpeg(raw) => Route::Gpu,
+            Some(_) if one_image && gpu_jpeg(raw) => Route::Gpu,
             _ => Route::Cpu,
         }
     }
@@ -100,11 +103,8 @@ pub(super) struct InFlight {
 /// Whether `raw` is a JPEG the GPU lanes take: named and sniffed as one,
 /// with a label. Anything else goes to the CPU path, which decodes it or
 /// skips it with its reason.
-/// A sample with a mask to transform stays on the CPU, where the mask
-/// follows the image's steps (the lanes transform images only).
 fn gpu_jpeg(raw: &RawSample) -> bool {
     matches!((&raw.image, &raw.label), (Ok((ImageKind::Jpeg, data)), Ok(_)) if sniff(data) == Some(ImageKind::Jpeg))
-        && raw.fields.iter().all(|f| matches!(f, Ok(None)))
 }
 
 /// `raw` as the GPU lanes take it; `None` unless [`gpu_jpeg`].
@@ -185,8 +185,8 @@ pub(super) fn on_gpu(ctx: &Arc<WorkerContext>, item: &Item, samples: Vec<GpuSamp
         ctx.metrics.observe(Stage::GpuBatch, queued.elapsed());
         let mut out = Vec::with_capacity(n);
         let mut back = Vec::new();
-        // Samples with masks or views never go to the lanes (`gpu_jpeg`,
-        // `ItemRun::next_sample`).
+        // Samples with masks or views never go to the lanes
+        // (`WorkerContext::route`).
         let (no_masks, no_views): (Arc<[FieldSpec]>, Arc<[ViewSpec]>) = (Arc::new([]), Arc::new([]));
         for r in results {
             match r {

@@ -54,8 +54,8 @@ pub trait OpImpl {
     fn bounds(&self, b: Bounds) -> Bounds;
 
     /// Extra bytes the op holds while it runs, besides its input and output
-    /// images (of `inp` and `out` pixels at most): a resize's pass between
-    /// its two directions, a blur's float copy.
+    /// images (of sizes within `inp` and `out`): a resize's pass between
+    /// its two directions and its weights, a blur's float copy.
     fn scratch(&self, _inp: Bounds, _out: Bounds) -> u64 {
         0
     }
