@@ -47,6 +47,13 @@ if [[ ! -x .carry/stoker && -f .carry-xz/carry.tar.xz ]]; then
     tar -xJf .carry-xz/carry.tar.xz
 fi
 
+# The panic tests need the worker's fault-injection points: a stoker built
+# without them ignores FAILPOINTS (and a PNG meant to panic arrives).
+if ! grep -q stoker-decode-panic .carry/stoker; then
+    echo "gpu-check: .carry/stoker has no failpoints: stage it with scripts/gpu-check.sh --stage" >&2
+    exit 1
+fi
+
 out=${OUT:-gpu-check-out}
 mkdir -p "$out"
 work=$(mktemp -d)
@@ -55,6 +62,9 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda-13.0/targets/x86_64-linux/lib /us
 done
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1 | sed 's/^/gpu: /'
 
+# The tests find their helper files (tests/python/...) in this checkout,
+# not under the build machine's path compiled into the binary.
+export STOKER_REPO_ROOT=$PWD
 export STOKER_BIN=$PWD/.carry/stoker STOKER_PHOTOS=$PWD/.carry/photos STOKER_GPU_BENCH_DIR=$work/bench
 # The integration tests' Python: the machine's own (pillow, numpy; tests that need
 # webdataset's writer fall back to the standard library's tarfile there).

@@ -4,6 +4,8 @@
 //! service's messages); the rest of the crate speaks in [`Sample`],
 //! [`Skipped`], [`ShardRef`] and the requests built here.
 
+mod chunks;
+
 use std::time::Duration;
 
 use stoker_core::{
@@ -69,9 +71,16 @@ impl Interceptor for Auth {
     }
 }
 
-/// A worker client with the configured token.
+/// A channel with the token added to every request.
+type Authed = InterceptedService<Channel, Auth>;
+
+/// A worker client with the configured token: tonic's generated client,
+/// and the same channel for `ProcessShard`'s hand-framed stream.
 #[derive(Clone)]
-pub(crate) struct Client(WorkerClient<InterceptedService<Channel, Auth>>);
+pub(crate) struct Client {
+    rpc: WorkerClient<Authed>,
+    raw: Authed,
+}
 
 /// The worker's grpc.health.v1 client (health checks need no token, but
 /// carry it anyway: a proxy in front of the worker may want it).
@@ -100,9 +109,12 @@ fn auth(token: Option<&Secret>) -> Result<Auth, String> {
 }
 
 pub(crate) fn client(channel: Channel, token: Option<&Secret>) -> Result<Client, String> {
-    Ok(Client(
-        WorkerClient::with_interceptor(channel, auth(token)?).max_decoding_message_size(transport::MAX_RESPONSE_BYTES),
-    ))
+    let auth = auth(token)?;
+    Ok(Client {
+        rpc: WorkerClient::with_interceptor(channel.clone(), auth.clone())
+            .max_decoding_message_size(transport::MAX_RESPONSE_BYTES),
+        raw: InterceptedService::new(channel, auth),
+    })
 }
 
 /// A dataset as a worker describes it.
@@ -123,7 +135,7 @@ impl Client {
             dataset: dataset.to_owned(),
             format: pb::ShardFormat::from(format) as i32,
         };
-        let described = self.0.describe_dataset(request).await?.into_inner();
+        let described = self.rpc.describe_dataset(request).await?.into_inner();
         let format = match stoker_proto::format_from_pb(described.format) {
             Some(FormatChoice::Given(format)) => format,
             // A worker from before formats lists WebDataset only.
@@ -145,13 +157,16 @@ impl Client {
     /// The samples the worker asks to have in flight (its
     /// `Info.inflight_samples`); 0 from a worker too old to say.
     pub async fn inflight_samples(&mut self) -> Result<u64, tonic::Status> {
-        let info = self.0.info(pb::InfoRequest::default()).await?.into_inner();
+        let info = self.rpc.info(pb::InfoRequest::default()).await?.into_inner();
         Ok(info.inflight_samples)
     }
 
-    /// Starts one work item; its results stream back as [`Chunks`].
+    /// Starts one work item; its results stream back as [`Chunks`],
+    /// read by [`stoker_proto::chained`]: pixels that arrive in one HTTP/2
+    /// frame are slices of it, never copied into a decode buffer (tonic's
+    /// generated call would copy every frame).
     pub async fn process_shard(&mut self, request: WorkRequest) -> Result<Chunks, tonic::Status> {
-        Ok(Chunks(self.0.process_shard(request.0).await?.into_inner()))
+        chunks::start(&mut self.raw, request.0).await
     }
 }
 
@@ -236,30 +251,7 @@ impl ItemTemplate {
 #[derive(Debug)]
 pub(crate) struct WorkRequest(pb::WorkItem);
 
-/// The chunks a worker streams back for one work item.
-pub(crate) struct Chunks(tonic::Streaming<pb::SampleChunk>);
-
-impl Chunks {
-    /// The next chunk; `None` when the worker ended the stream.
-    pub async fn next(&mut self) -> Result<Option<Chunk>, tonic::Status> {
-        Ok(self.0.message().await?.map(|c| Chunk {
-            samples: c.samples,
-            skipped: c
-                .skipped
-                .into_iter()
-                .map(|s| Skipped {
-                    key: s.key,
-                    reason: s.reason,
-                    position: s.position,
-                })
-                .collect(),
-            done: c.done,
-            shard_error: c.shard_error,
-            read_samples: c.read_samples,
-            read_bytes: c.read_bytes,
-        }))
-    }
-}
+pub(crate) use chunks::Chunks;
 
 /// One chunk of a work item's results.
 #[derive(Debug)]

@@ -13,6 +13,7 @@ pub mod pb {
     include!(concat!(env!("OUT_DIR"), "/stoker.v1.rs"));
 }
 
+pub mod chained;
 pub mod transport;
 
 use stoker_core::plan::ShardRef;

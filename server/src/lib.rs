@@ -31,6 +31,7 @@
 
 pub mod allow;
 pub mod catalog;
+mod chained;
 #[cfg(feature = "failpoints")]
 pub mod failpoint;
 pub mod gpu;

@@ -24,6 +24,7 @@ use tracing::{info, warn};
 
 use crate::allow::{AllowList, Denied};
 use crate::catalog;
+use crate::chained::Chained;
 use crate::pipeline::{Chunk, Item, ItemError, WorkerContext, run_item};
 use crate::storage::StorageError;
 use crate::tls::ServerTls;
@@ -503,8 +504,14 @@ pub async fn serve(
     let allowed_datasets = options.allow.to_string();
     let worker = WorkerService::new(ctx, options.allow);
     let drain = Arc::clone(&worker.drain);
+    // ProcessShard's pixels are chained into the response, not copied
+    // (`chained`); the other calls are tonic's.
+    let worker = Arc::new(worker);
     let service = tonic::service::interceptor::InterceptedService::new(
-        WorkerServer::new(worker).max_decoding_message_size(MAX_REQUEST_BYTES),
+        Chained::new(
+            Arc::clone(&worker),
+            WorkerServer::from_arc(worker).max_decoding_message_size(MAX_REQUEST_BYTES),
+        ),
         check,
     );
     let tls = options

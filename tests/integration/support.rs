@@ -18,10 +18,17 @@ pub fn stoker_bin() -> &'static str {
     BIN.get_or_init(|| std::env::var("STOKER_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_stoker").to_owned()))
 }
 
+/// The checkout the tests run from: `STOKER_REPO_ROOT` when set (a test
+/// binary carried to another machine runs against a copy of the repository
+/// at another path, as scripts/gpu-check.sh does), else the checkout this
+/// binary was built in.
 pub fn repo_root() -> PathBuf {
+    if let Some(root) = std::env::var_os("STOKER_REPO_ROOT").filter(|r| !r.is_empty()) {
+        return PathBuf::from(root);
+    }
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
-        .expect("server/ has a parent")
+        .expect("cli/ has a parent")
         .to_owned()
 }
 

@@ -15,9 +15,11 @@
 //!   `safe`), private to this module.
 
 mod decode;
+mod lend;
 mod nvjpeg;
 mod queue;
 mod runner;
+mod steal;
 
 use std::fmt;
 use std::sync::Arc;

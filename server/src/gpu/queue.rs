@@ -5,11 +5,13 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
 
 use stoker_core::{ItemSeed, TransformSpec};
 use tokio::sync::oneshot;
 
 use super::runner::{GpuResult, GpuSample};
+use super::steal::StealPolicy;
 
 /// Samples an item queued for the lanes, with what their steps depend on.
 pub(super) struct Job {
@@ -66,6 +68,8 @@ pub struct Stolen {
     pub spec: Arc<TransformSpec>,
     pub seed: ItemSeed,
     reply: Arc<Reply>,
+    /// When it was taken, and the policy that times the thread's work.
+    pub(super) clock: Option<(Instant, Arc<StealPolicy>)>,
 }
 
 impl std::fmt::Debug for Stolen {
@@ -77,6 +81,10 @@ impl std::fmt::Debug for Stolen {
 impl Stolen {
     /// Hands the sample's result back to the item that sent it.
     pub fn finish(self, result: GpuResult) {
+        if let Some((taken, policy)) = &self.clock {
+            let now = Instant::now();
+            policy.stolen(now.saturating_duration_since(*taken), now);
+        }
         self.reply.deliver([result]);
     }
 }
@@ -145,9 +153,11 @@ impl JobQueue {
 
     /// Waits for a job, then merges the jobs already waiting behind it into
     /// one batch, up to `max_batch` samples; `None` once the runner is gone
-    /// and the queue empty.
-    pub(super) fn take(&self) -> Option<Vec<Job>> {
+    /// and the queue empty. Says whether it had to wait (the queue was
+    /// empty).
+    pub(super) fn take(&self) -> Option<(Vec<Job>, bool)> {
         let mut q = self.lock();
+        let waited = q.jobs.is_empty();
         while q.jobs.is_empty() {
             if q.closed {
                 return None;
@@ -163,7 +173,7 @@ impl JobQueue {
             jobs.push(job);
         }
         q.queued -= count;
-        Some(jobs)
+        Some((jobs, waited))
     }
 
     /// Takes the newest sample off the back of the queue for the CPU path,
@@ -180,6 +190,7 @@ impl JobQueue {
             spec: Arc::clone(&job.spec),
             seed: job.seed,
             reply: Arc::clone(&job.reply),
+            clock: None,
         };
         if job.samples.is_empty() {
             q.jobs.pop_back();

@@ -53,9 +53,11 @@ use stoker_core::{ItemSeed, Step, TransformSpec, footprint, resolve_steps};
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
+use super::lend::Shelf;
 pub use super::queue::RunnerGone;
 pub(crate) use super::queue::Stolen;
 use super::queue::{Job, JobQueue, Reply};
+use super::steal::StealPolicy;
 use super::{DeviceImage, Gpu, GpuCrop, GpuDecoder, GpuError, GpuInfo};
 use crate::decode::check_jpeg;
 use crate::outcome::{Processed, Skipped};
@@ -189,6 +191,8 @@ pub struct GpuRunner {
     ctx: Option<Arc<cudarc::driver::CudaContext>>,
     pub counters: Arc<GpuCounters>,
     queue: Arc<JobQueue>,
+    /// When the CPU path may take samples from the queue.
+    policy: Arc<StealPolicy>,
     /// Joined on drop, so that no lane is still freeing its stream, decoder
     /// or pinned buffer while the process exits (the CUDA libraries tear
     /// themselves down at exit; a lane freeing into them then segfaults).
@@ -234,15 +238,16 @@ impl GpuRunner {
             ctx: Some(Arc::clone(&gpu.ctx)),
             counters,
             queue,
+            policy: Arc::new(StealPolicy::new(config.lanes, Instant::now())),
             lanes: Vec::with_capacity(config.lanes),
         };
         for i in 0..config.lanes {
             // On an error, dropping `runner` stops the lanes already started.
             let mut lane = Lane::new(gpu, &runner.config, Arc::clone(&runner.counters))?;
-            let queue = Arc::clone(&runner.queue);
+            let (queue, policy) = (Arc::clone(&runner.queue), Arc::clone(&runner.policy));
             let handle = std::thread::Builder::new()
                 .name(format!("stoker-gpu-{i}"))
-                .spawn(move || lane.serve(&queue))
+                .spawn(move || lane.serve(&queue, &policy))
                 .map_err(|e| GpuError::Invalid(format!("cannot start gpu lane thread: {e}")))?;
             runner.lanes.push(handle);
         }
@@ -259,12 +264,16 @@ impl GpuRunner {
     ) -> Self {
         let queue = Arc::new(JobQueue::new(config.max_batch));
         let counters = Arc::new(GpuCounters::default());
+        let policy = Arc::new(StealPolicy::new(config.lanes, Instant::now()));
         let answer = Arc::new(answer);
         let mut lanes = Vec::with_capacity(config.lanes);
         for _ in 0..config.lanes {
             let (queue, answer, counters) = (Arc::clone(&queue), Arc::clone(&answer), Arc::clone(&counters));
+            let policy = Arc::clone(&policy);
             lanes.push(std::thread::spawn(move || {
-                while let Some(jobs) = queue.take() {
+                let mut timer = BatchTimer::default();
+                while let Some((jobs, waited)) = queue.take() {
+                    timer.taken(&jobs, waited, &policy);
                     for job in jobs {
                         // Each answer is a sample's host work, caught as
                         // a lane catches it.
@@ -306,14 +315,18 @@ impl GpuRunner {
             ctx: None,
             counters,
             queue,
+            policy,
             lanes,
         }
     }
 
-    /// Whether the lanes have a backlog: more than a full batch per lane
-    /// waits, so every lane has its next batch ready whenever it is free.
+    /// Whether the CPU path may take from the lanes' backlog now: more
+    /// than a full batch per lane waits (so every lane has its next batch
+    /// ready whenever it is free), and the steal policy lets it
+    /// ([`StealPolicy`]: only where that finishes the work sooner).
     pub fn backlogged(&self) -> bool {
-        self.queue.queued() > self.backlog()
+        self.policy
+            .may_steal(self.queue.queued(), self.backlog(), Instant::now())
     }
 
     /// Samples kept waiting for the lanes before the CPU path may steal.
@@ -327,7 +340,12 @@ impl GpuRunner {
     /// goes back through [`Stolen::finish`] and reaches its item with the
     /// rest of its batch.
     pub fn steal(&self) -> Option<Stolen> {
-        self.queue.steal(self.backlog())
+        if !self.backlogged() {
+            return None;
+        }
+        let mut stolen = self.queue.steal(self.backlog())?;
+        stolen.clock = Some((Instant::now(), Arc::clone(&self.policy)));
+        Some(stolen)
     }
 
     pub fn info(&self) -> &GpuInfo {
@@ -456,6 +474,9 @@ struct PlannedSample {
 struct Lane {
     gpu: Gpu,
     decoder: GpuDecoder,
+    /// Page-locked buffers lent out as the batches' pixels.
+    shelf: Shelf,
+    /// The copy-back buffer when the shelf has lent all it may.
     pinned: Option<PinnedHostSlice<u8>>,
     config: GpuRunnerConfig,
     counters: Arc<GpuCounters>,
@@ -468,18 +489,21 @@ impl Lane {
         Ok(Self {
             gpu,
             decoder,
+            shelf: Shelf::default(),
             pinned: None,
             config: *config,
             counters,
         })
     }
 
-    fn serve(&mut self, queue: &JobQueue) {
+    fn serve(&mut self, queue: &JobQueue, policy: &StealPolicy) {
         if let Err(e) = self.gpu.ctx.bind_to_thread() {
             warn!(error = %e, "gpu lane cannot bind the cuda context; it stops");
             return;
         }
-        while let Some(jobs) = queue.take() {
+        let mut timer = BatchTimer::default();
+        while let Some((jobs, waited)) = queue.take() {
+            timer.taken(&jobs, waited, policy);
             // Samples and batches catch their own panics; this is the last
             // line, for the lane's bookkeeping: the jobs' items then fail
             // (their replies are dropped: `RunnerGone`) and go to another
@@ -767,7 +791,7 @@ impl Lane {
         let count = fused.len() + finished.len();
         let images: Vec<&DeviceImage> = fused.iter().map(|(_, img, _)| img).collect();
         let crops: Vec<GpuCrop> = fused.iter().map(|(_, _, c)| *c).collect();
-        let mut dev = if finished.is_empty() {
+        let dev = if finished.is_empty() {
             self.gpu.resized_crop_flip(&images, &crops, size)?
         } else {
             let stream = &self.gpu.stream;
@@ -788,30 +812,61 @@ impl Lane {
             }
             dev
         };
-        let dev = &mut dev;
         let need = dev.len();
-        if self.pinned.as_ref().is_none_or(|p| p.len() < need) {
-            // Grown to the largest batch seen, then reused.
-            self.pinned = Some(self.gpu.pinned(need)?);
-        }
-        let Some(pinned) = self.pinned.as_mut() else {
-            return Err(GpuError::Invalid("no page-locked buffer".into()));
+        let all = match self.shelf.take(need) {
+            // Lent: the samples' pixels are slices of the page-locked
+            // buffer itself, back on the shelf once they are sent.
+            Some(free) => {
+                let mut buf = match free {
+                    Some(b) if b.len() >= need => b,
+                    // Grown in whole MiB to the largest batch seen.
+                    _ => self.gpu.pinned(need.next_multiple_of(1 << 20))?,
+                };
+                self.gpu.copy_to_pinned(&dev, &mut buf)?;
+                add_elapsed(&self.counters.finish_ns, started);
+                self.shelf.lend(buf, need)?
+            }
+            None => {
+                if self.pinned.as_ref().is_none_or(|p| p.len() < need) {
+                    self.pinned = Some(self.gpu.pinned(need)?);
+                }
+                let Some(pinned) = self.pinned.as_mut() else {
+                    return Err(GpuError::Invalid("no page-locked buffer".into()));
+                };
+                self.gpu.copy_to_pinned(&dev, pinned)?;
+                let host = pinned
+                    .as_slice()
+                    .map_err(super::driver("waiting for the copy to the host"))?;
+                add_elapsed(&self.counters.finish_ns, started);
+                // One allocation for the batch, shared by its samples: a
+                // copy per image (and the page faults of as many fresh
+                // allocations) cost more than the decode.
+                Bytes::copy_from_slice(&host[..need])
+            }
         };
-        self.gpu.copy_to_pinned(dev, pinned)?;
-        let host = pinned
-            .as_slice()
-            .map_err(super::driver("waiting for the copy to the host"))?;
-        add_elapsed(&self.counters.finish_ns, started);
         let started = Instant::now();
-        // One allocation for the batch, shared by its samples: a copy per
-        // image (and the page faults of as many fresh allocations) cost
-        // more than the decode.
-        let all = Bytes::copy_from_slice(&host[..need]);
         let out = (0..count)
             .map(|i| all.slice(i * image_bytes..(i + 1) * image_bytes))
             .collect();
         add_elapsed(&self.counters.unpack_ns, started);
         Ok(out)
+    }
+}
+
+/// Times a lane's batches for the [`StealPolicy`]: from one take to the
+/// next is what a batch cost the lane, when it never waited for work.
+#[derive(Default)]
+struct BatchTimer {
+    last: Option<(Instant, usize)>,
+}
+
+impl BatchTimer {
+    fn taken(&mut self, jobs: &[Job], waited: bool, policy: &StealPolicy) {
+        let now = Instant::now();
+        if let Some((at, samples)) = self.last {
+            policy.lane_batch(samples, now.saturating_duration_since(at), waited, now);
+        }
+        self.last = Some((now, jobs.iter().map(|j| j.samples.len()).sum()));
     }
 }
 

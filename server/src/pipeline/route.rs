@@ -411,6 +411,55 @@ mod tests {
         assert_eq!(keys, expected);
     }
 
+    /// Lanes much faster than a CPU thread (0.1 ms a sample, answering
+    /// with the CPU path's result computed beforehand): the pool takes no
+    /// JPEG from their backlog, since it would finish each later than the
+    /// lanes reach it (`StealPolicy`'s tail rule). Under the old rule (any
+    /// backlog past a batch per lane) idle threads stole here.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_pool_takes_nothing_the_lanes_would_finish_sooner() {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = dataset(dir.path()).await;
+        let cpu = Arc::new(WorkerContext::new(config(2)).unwrap());
+        let reference = Arc::new(run(Arc::clone(&cpu), uri.clone(), 0, None).await);
+        let known = Arc::clone(&reference);
+        let lanes = GpuRunnerConfig {
+            lanes: 1,
+            max_batch: 4,
+            ..GpuRunnerConfig::default()
+        };
+        let fast = GpuRunner::emulated(lanes, move |sample: GpuSample, _, _| {
+            std::thread::sleep(Duration::from_micros(100));
+            match known.samples.get(&sample.key) {
+                Some((position, pixels)) => GpuResult::Done(crate::outcome::Processed {
+                    key: sample.key.clone(),
+                    position: *position,
+                    label: sample.label,
+                    width: 32,
+                    height: 32,
+                    pixels: pixels.clone().into(),
+                    fields: Vec::new(),
+                }),
+                None => GpuResult::Cpu {
+                    sample,
+                    reason: "emulated hand-back".to_owned(),
+                },
+            }
+        });
+        let gpu = Arc::new(WorkerContext::with_gpu(config(2), fast).unwrap());
+        let runs = (0..3).map(|_| tokio::spawn(run(Arc::clone(&gpu), uri.clone(), 0, None)));
+        for got in futures::future::join_all(runs).await {
+            let got = got.unwrap();
+            assert_eq!(got.samples, reference.samples);
+            assert_eq!(got.skipped, reference.skipped);
+        }
+        let stolen = gpu.counters.cpu_jpegs.load(Ordering::Relaxed);
+        assert_eq!(
+            stolen, 0,
+            "the pool took {stolen} jpegs the lanes would have finished sooner"
+        );
+    }
+
     /// A shard of 12 JPEGs, one of which panics when decoded (its key
     /// ends in `TEST_PANIC_SUFFIX`); returns the shard and that key.
     async fn dataset_with_a_panic(dir: &std::path::Path) -> (DatasetUri, String) {

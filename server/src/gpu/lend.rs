@@ -1,0 +1,108 @@
+//! Page-locked buffers lent out as [`Bytes`]: a lane copies a batch's
+//! output from the device into one, and its samples' pixels are slices of
+//! it all the way to the socket, with no copy to the heap. The buffer goes
+//! back on its lane's shelf when the last slice drops (after the gRPC edge
+//! has written it), and is reused for a later batch.
+//!
+//! A lane lends at most [`MAX_LENT`] buffers at once, so page-locked memory
+//! stays bounded when a slow client holds samples in its stream's window;
+//! past that, the lane copies the batch to the heap as before (`None` from
+//! [`Shelf::take`]).
+
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use cudarc::driver::PinnedHostSlice;
+
+use super::GpuError;
+
+/// Buffers one lane lends at most at once.
+pub(super) const MAX_LENT: usize = 16;
+
+/// A lane's page-locked buffers: those free to fill, and a count of those
+/// lent out.
+#[derive(Debug, Default)]
+pub(super) struct Shelf {
+    inner: Arc<Mutex<Stock>>,
+}
+
+#[derive(Debug, Default)]
+struct Stock {
+    free: Vec<PinnedHostSlice<u8>>,
+    lent: usize,
+}
+
+impl Shelf {
+    /// A free buffer of at least `len` bytes (the largest free one when
+    /// none is, for the caller to replace), or `None` when [`MAX_LENT`]
+    /// are out. The caller fills it and lends it with [`Shelf::lend`].
+    pub(super) fn take(&self, len: usize) -> Option<Option<PinnedHostSlice<u8>>> {
+        let mut stock = lock(&self.inner);
+        if stock.lent >= MAX_LENT {
+            return None;
+        }
+        let fits = stock.free.iter().position(|b| b.len() >= len);
+        Some(fits.map(|i| stock.free.swap_remove(i)).or_else(|| stock.free.pop()))
+    }
+
+    /// Lends the first `len` bytes of `buf` (filled, with no copy in
+    /// flight into it) as one `Bytes`; `buf` comes back to this shelf when
+    /// the last slice of it drops.
+    pub(super) fn lend(&self, buf: PinnedHostSlice<u8>, len: usize) -> Result<Bytes, GpuError> {
+        if len > buf.len() {
+            return Err(GpuError::Invalid(format!(
+                "lending {len} bytes of a {}-byte buffer",
+                buf.len()
+            )));
+        }
+        // `as_ptr` waits on the buffer's event (the copy into it was
+        // already waited for, so it returns at once).
+        let ptr = buf.as_ptr().map_err(super::driver("lending a page-locked buffer"))?;
+        lock(&self.inner).lent += 1;
+        Ok(Bytes::from_owner(Lent {
+            buf: Some(buf),
+            ptr,
+            len,
+            shelf: Arc::clone(&self.inner),
+        }))
+    }
+}
+
+fn lock(m: &Mutex<Stock>) -> std::sync::MutexGuard<'_, Stock> {
+    // The stock is two plain fields, consistent after any panic.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A filled buffer lent out; back on its shelf on drop.
+struct Lent {
+    buf: Option<PinnedHostSlice<u8>>,
+    ptr: *const u8,
+    len: usize,
+    shelf: Arc<Mutex<Stock>>,
+}
+
+// SAFETY: `ptr` points into `buf`, a page-locked allocation that `Lent`
+// owns (PinnedHostSlice is Send and Sync) and that nothing writes while it
+// is lent; reading it from any thread is sound.
+unsafe impl Send for Lent {}
+
+impl AsRef<[u8]> for Lent {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `ptr` is the start of `buf`'s allocation of at least
+        // `len` bytes (checked in `lend`), alive as long as `self`, fully
+        // written by the copy that was waited for before lending, and
+        // written by no one while lent: the shelf hands it out again only
+        // after this drop.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        let mut stock = lock(&self.shelf);
+        stock.lent -= 1;
+        if let Some(buf) = self.buf.take() {
+            stock.free.push(buf);
+        }
+    }
+}

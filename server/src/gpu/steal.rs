@@ -1,0 +1,291 @@
+//! When a GPU worker's CPU threads may take JPEGs from the lanes' backlog:
+//! only when that finishes the lanes' work sooner.
+//!
+//! Two rules, both from measurements the runner makes as it goes:
+//!
+//! - **The whole host against the lanes alone.** Stealing costs the lanes
+//!   something (the threads share the host's cores, caches and memory
+//!   bandwidth with the lanes' host work and the network), so whether it
+//!   pays depends on the machine and the workload. Time is cut into
+//!   windows of [`WINDOW`]; a window either lets the threads steal or keeps
+//!   them out, and counts the samples finished (by lanes and threads) while
+//!   the lanes stayed backlogged. The mode with the higher rate
+//!   (exponentially averaged) runs; the other is tried again one window in
+//!   [`EXPLORE_EVERY`], so a change of workload is noticed. A window in
+//!   which the lanes ran dry measures the input, not the executors, and is
+//!   not counted.
+//! - **The tail.** A stolen sample is the newest in the queue: the lanes
+//!   would reach it after the samples ahead of it. A thread takes it only
+//!   when its own measured time per sample ([`StealPolicy::stolen`]) is
+//!   shorter than the lanes' time to get there (their measured rate), with
+//!   a margin: the pool takes no sample it would finish later than the
+//!   lanes would have.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A measuring window.
+pub(super) const WINDOW: Duration = Duration::from_millis(250);
+/// One window in this many runs the mode that measured slower.
+pub(super) const EXPLORE_EVERY: u64 = 8;
+/// A steal must finish this much sooner than the lanes would (a ratio).
+const TAIL_MARGIN: f64 = 1.25;
+/// A thread's seconds per sample before one was measured: pessimistic (a
+/// 500x375 JPEG's decode and crop take about 4 ms on one core).
+const UNMEASURED_CPU_SAMPLE: f64 = 0.02;
+/// Weight of the newest window (or sample time) in the averages.
+const ALPHA: f64 = 0.3;
+
+/// What the runner knows of both executors, and the current window.
+#[derive(Debug)]
+pub(super) struct StealPolicy {
+    lanes: usize,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Samples finished per second with the threads stealing, and kept
+    /// out; `None` until measured.
+    rate_steal: Option<f64>,
+    rate_alone: Option<f64>,
+    /// A lane's seconds per sample when it never waited for work.
+    lane_sample: Option<f64>,
+    /// A thread's seconds per stolen sample, wall clock.
+    cpu_sample: Option<f64>,
+    window: Window,
+    windows: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    started: Instant,
+    steal: bool,
+    finished: u64,
+    /// The lanes ran dry (or were never backlogged) during the window.
+    starved: bool,
+}
+
+impl StealPolicy {
+    pub(super) fn new(lanes: usize, now: Instant) -> Self {
+        Self {
+            lanes: lanes.max(1),
+            state: Mutex::new(State {
+                rate_steal: None,
+                rate_alone: None,
+                lane_sample: None,
+                cpu_sample: None,
+                // The first window lets the threads steal (the tail rule
+                // still holds them back), the second keeps them out.
+                window: Window {
+                    started: now,
+                    steal: true,
+                    finished: 0,
+                    starved: false,
+                },
+                windows: 0,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // Plain numbers, consistent after any panic.
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether a thread may take the newest of `queued` waiting samples
+    /// now, `keep` being the backlog the lanes always keep.
+    pub(super) fn may_steal(&self, queued: usize, keep: usize, now: Instant) -> bool {
+        let mut st = self.lock();
+        st.roll(now);
+        if queued <= keep || !st.window.steal {
+            return false;
+        }
+        // The lanes reach the newest sample after the `queued - 1` ahead
+        // of it, `lanes` at a time. Until the lanes are measured nothing is
+        // taken; until a thread is, it is assumed slow.
+        let Some(lane) = st.lane_sample else { return false };
+        let cpu = st.cpu_sample.unwrap_or(UNMEASURED_CPU_SAMPLE);
+        cpu * TAIL_MARGIN < (queued - 1) as f64 * lane / self.lanes as f64
+    }
+
+    /// A lane finished `samples` taken `elapsed` after its previous batch
+    /// was taken; `waited` when it found the queue empty in between (then
+    /// the interval measures the input, not the lane).
+    pub(super) fn lane_batch(&self, samples: usize, elapsed: Duration, waited: bool, now: Instant) {
+        let mut st = self.lock();
+        st.roll(now);
+        st.window.finished += samples as u64;
+        if waited {
+            st.window.starved = true;
+        } else if samples > 0 {
+            let per = elapsed.as_secs_f64() / samples as f64;
+            st.lane_sample = Some(ewma(st.lane_sample, per));
+        }
+    }
+
+    /// A thread finished a stolen sample in `elapsed`.
+    pub(super) fn stolen(&self, elapsed: Duration, now: Instant) {
+        let mut st = self.lock();
+        st.roll(now);
+        st.window.finished += 1;
+        st.cpu_sample = Some(ewma(st.cpu_sample, elapsed.as_secs_f64()));
+    }
+
+    /// Whether the current window lets threads steal (tests, logs).
+    #[cfg(test)]
+    fn stealing(&self, now: Instant) -> bool {
+        let mut st = self.lock();
+        st.roll(now);
+        st.window.steal
+    }
+}
+
+impl State {
+    /// Closes the window if it is over, and opens the next one.
+    fn roll(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.window.started);
+        if elapsed < WINDOW {
+            return;
+        }
+        let w = self.window;
+        if !w.starved && w.finished > 0 {
+            let rate = w.finished as f64 / elapsed.as_secs_f64();
+            let slot = if w.steal {
+                &mut self.rate_steal
+            } else {
+                &mut self.rate_alone
+            };
+            *slot = Some(ewma(*slot, rate));
+        }
+        self.windows += 1;
+        let steal = match (self.rate_steal, self.rate_alone) {
+            // Measure each mode once first.
+            (None, _) => true,
+            (_, None) => false,
+            (Some(s), Some(a)) => {
+                let better = s > a;
+                if self.windows.is_multiple_of(EXPLORE_EVERY) {
+                    !better
+                } else {
+                    better
+                }
+            }
+        };
+        if steal != w.steal {
+            tracing::debug!(
+                steal,
+                rate_steal = self.rate_steal,
+                rate_alone = self.rate_alone,
+                lane_ms = self.lane_sample.map(|s| s * 1e3),
+                cpu_ms = self.cpu_sample.map(|s| s * 1e3),
+                "gpu worker's cpu threads: steal policy switched"
+            );
+        }
+        // A long gap (an idle worker) starts afresh from now.
+        self.window = Window {
+            started: now,
+            steal,
+            finished: 0,
+            starved: false,
+        };
+    }
+}
+
+fn ewma(old: Option<f64>, new: f64) -> f64 {
+    old.map_or(new, |o| o + ALPHA * (new - o))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Drives `policy` through `windows` windows in which lanes finish
+    /// `lane_rate` samples/s, plus `cpu_rate` when the threads steal.
+    fn drive(policy: &StealPolicy, start: Instant, windows: u32, lane_rate: f64, cpu_rate: f64) -> (u32, Instant) {
+        let mut stealing = 0;
+        let mut now = start;
+        for _ in 0..windows {
+            let steal = policy.stealing(now);
+            stealing += u32::from(steal);
+            let rate = lane_rate + if steal { cpu_rate } else { 0.0 };
+            let per_tick = (rate * 0.01).round() as usize;
+            for _ in 0..25 {
+                now += Duration::from_millis(10);
+                policy.lane_batch(per_tick, Duration::from_millis(10), false, now);
+            }
+        }
+        (stealing, now)
+    }
+
+    #[test]
+    fn threads_that_slow_the_host_stay_out_after_measuring() {
+        let start = Instant::now();
+        let policy = StealPolicy::new(4, start);
+        // Stealing costs the lanes more than the threads add.
+        let (stealing, _) = drive(&policy, start, 64, 10_000.0, -1_500.0);
+        assert!(
+            stealing <= 64 / EXPLORE_EVERY as u32 + 2,
+            "stole in {stealing} of 64 windows"
+        );
+    }
+
+    #[test]
+    fn threads_that_add_to_the_host_steal_most_of_the_time() {
+        let start = Instant::now();
+        let policy = StealPolicy::new(4, start);
+        let (stealing, _) = drive(&policy, start, 64, 10_000.0, 3_000.0);
+        assert!(
+            stealing >= 64 - 64 / EXPLORE_EVERY as u32 - 2,
+            "stole in only {stealing} of 64 windows"
+        );
+    }
+
+    #[test]
+    fn a_workload_change_is_noticed() {
+        let start = Instant::now();
+        let policy = StealPolicy::new(4, start);
+        let (_, now) = drive(&policy, start, 32, 10_000.0, 3_000.0);
+        let (stealing, _) = drive(&policy, now, 64, 10_000.0, -3_000.0);
+        assert!(
+            stealing <= 64 / 4,
+            "still stealing in {stealing} of 64 windows after the change"
+        );
+    }
+
+    #[test]
+    fn starved_windows_are_not_counted() {
+        let start = Instant::now();
+        let policy = StealPolicy::new(1, start);
+        let mut now = start;
+        // Lanes waiting for input all along: nothing is measured, so the
+        // policy keeps measuring the first mode it has no rate for.
+        for _ in 0..100 {
+            now += Duration::from_millis(10);
+            policy.lane_batch(10, Duration::from_millis(10), true, now);
+        }
+        let st = policy.lock();
+        assert!(st.rate_alone.is_none() && st.rate_steal.is_none(), "{st:?}");
+    }
+
+    #[test]
+    fn no_sample_is_taken_that_the_lanes_would_finish_sooner() {
+        let start = Instant::now();
+        let policy = StealPolicy::new(2, start);
+        // The first window steals, but not before the lanes are measured.
+        let mut now = start;
+        assert!(policy.stealing(now));
+        assert!(!policy.may_steal(1000, 8, now), "the lanes' speed is not known yet");
+        // Lanes: 1 ms a sample each, 2 lanes: the 100th waiting sample is
+        // reached in ~50 ms. Unmeasured, a thread is taken to need 20 ms.
+        policy.lane_batch(10, Duration::from_millis(10), false, now);
+        assert!(policy.may_steal(100, 8, now));
+        assert!(!policy.may_steal(40, 8, now), "25 ms > 19.5 ms");
+        // Measured: 30 ms a sample.
+        policy.stolen(Duration::from_millis(30), now);
+        now += Duration::from_millis(1);
+        assert!(policy.may_steal(100, 8, now), "30 ms x 1.25 < 49.5 ms");
+        assert!(!policy.may_steal(60, 8, now), "the lanes reach the 60th in 29.5 ms");
+        assert!(!policy.may_steal(8, 8, now), "the lanes' own backlog is never taken");
+    }
+}
