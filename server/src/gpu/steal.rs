@@ -9,9 +9,11 @@
 //!   pays depends on the machine and the workload. Time is cut into
 //!   windows of [`WINDOW`]; a window either lets the threads steal or keeps
 //!   them out, and counts the samples finished (by lanes and threads) while
-//!   the lanes stayed backlogged. The mode with the higher rate
-//!   (exponentially averaged) runs; the other is tried again one window in
-//!   [`EXPLORE_EVERY`], so a change of workload is noticed. A window in
+//!   the lanes stayed backlogged. The lanes run alone first; stealing runs
+//!   only once it has measured faster by a margin ([`STEAL_GAIN`], on
+//!   exponentially averaged rates), and the mode not running is tried
+//!   again one window in [`EXPLORE_EVERY`], so a change of workload is
+//!   noticed. A window in
 //!   which the lanes ran dry measures the input, not the executors, and is
 //!   not counted.
 //! - **The tail.** A stolen sample is the newest in the queue: the lanes
@@ -28,6 +30,9 @@ use std::time::{Duration, Instant};
 pub(super) const WINDOW: Duration = Duration::from_millis(250);
 /// One window in this many runs the mode that measured slower.
 pub(super) const EXPLORE_EVERY: u64 = 8;
+/// Stealing runs only when it measured this much faster than the lanes
+/// alone: the host is never made slower for a gain within the noise.
+const STEAL_GAIN: f64 = 1.03;
 /// A steal must finish this much sooner than the lanes would (a ratio).
 const TAIL_MARGIN: f64 = 1.25;
 /// A thread's seconds per sample before one was measured: pessimistic (a
@@ -75,11 +80,11 @@ impl StealPolicy {
                 rate_alone: None,
                 lane_sample: None,
                 cpu_sample: None,
-                // The first window lets the threads steal (the tail rule
-                // still holds them back), the second keeps them out.
+                // The first window keeps the threads out, the second lets
+                // them steal (the tail rule still holds them back).
                 window: Window {
                     started: now,
-                    steal: true,
+                    steal: false,
                     finished: 0,
                     starved: false,
                 },
@@ -159,12 +164,12 @@ impl State {
             *slot = Some(ewma(*slot, rate));
         }
         self.windows += 1;
-        let steal = match (self.rate_steal, self.rate_alone) {
+        let steal = match (self.rate_alone, self.rate_steal) {
             // Measure each mode once first.
-            (None, _) => true,
-            (_, None) => false,
-            (Some(s), Some(a)) => {
-                let better = s > a;
+            (None, _) => false,
+            (_, None) => true,
+            (Some(a), Some(s)) => {
+                let better = s > a * STEAL_GAIN;
                 if self.windows.is_multiple_of(EXPLORE_EVERY) {
                     !better
                 } else {
@@ -272,13 +277,15 @@ mod tests {
     fn no_sample_is_taken_that_the_lanes_would_finish_sooner() {
         let start = Instant::now();
         let policy = StealPolicy::new(2, start);
-        // The first window steals, but not before the lanes are measured.
-        let mut now = start;
-        assert!(policy.stealing(now));
-        assert!(!policy.may_steal(1000, 8, now), "the lanes' speed is not known yet");
+        // The first window keeps the threads out.
+        assert!(!policy.may_steal(1000, 8, start), "the lanes run alone first");
         // Lanes: 1 ms a sample each, 2 lanes: the 100th waiting sample is
-        // reached in ~50 ms. Unmeasured, a thread is taken to need 20 ms.
-        policy.lane_batch(10, Duration::from_millis(10), false, now);
+        // reached in ~50 ms.
+        policy.lane_batch(10, Duration::from_millis(10), false, start);
+        // The second window steals. Unmeasured, a thread is taken to need
+        // 20 ms a sample.
+        let mut now = start + WINDOW;
+        assert!(policy.stealing(now));
         assert!(policy.may_steal(100, 8, now));
         assert!(!policy.may_steal(40, 8, now), "25 ms > 19.5 ms");
         // Measured: 30 ms a sample.
