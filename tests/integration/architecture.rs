@@ -293,3 +293,55 @@ fn modules_depend_on_each_other_one_way() {
         }
     }
 }
+
+/// ARCHITECTURE.md: "Protobuf stays at the edge": outside the proto crate,
+/// only the gRPC edges' files name `pb` types (shipped code and tests
+/// alike; the CLI speaks in the libraries' types).
+#[test]
+fn protobuf_types_stay_at_the_grpc_edges() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let edges = [
+        "server/src/service.rs",
+        "server/src/chained.rs",
+        "client/src/wire.rs",
+        "client/src/wire/chunks.rs",
+    ];
+    fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    for krate in ["core/src", "server/src", "client/src", "cli/src"] {
+        rust_files(&root.join(krate), &mut files);
+    }
+    let mut found_at_edges = 0;
+    let mut outside = Vec::new();
+    for path in files {
+        let relative = path.strip_prefix(&root).unwrap().to_string_lossy().replace('\\', "/");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let names_pb = text
+            .lines()
+            .map(|l| l.split("//").next().unwrap_or_default())
+            .any(|code| code.contains("pb::") || code.contains("stoker_proto::pb"));
+        if edges.contains(&relative.as_str()) {
+            found_at_edges += usize::from(names_pb);
+        } else if names_pb {
+            outside.push(relative);
+        }
+    }
+    assert!(
+        outside.is_empty(),
+        "protobuf types named outside the gRPC edges: {outside:?}"
+    );
+    assert_eq!(
+        found_at_edges,
+        edges.len(),
+        "an edge file no longer names pb types: update the list"
+    );
+}
