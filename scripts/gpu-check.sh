@@ -70,7 +70,7 @@ export STOKER_BIN=$PWD/.carry/stoker STOKER_PHOTOS=$PWD/.carry/photos STOKER_GPU
 # webdataset's writer fall back to the standard library's tarfile there).
 export STOKER_TEST_PYTHON=${STOKER_TEST_PYTHON:-$(command -v python3)}
 chmod +x .carry/stoker .carry/integration 2>/dev/null
-.carry/integration gpu device --test-threads 1 --nocapture 2>&1 | tee "$out/gpu-tests.log"
+.carry/integration gpu device ipc --test-threads 1 --nocapture 2>&1 | tee "$out/gpu-tests.log"
 tests_rc=${PIPESTATUS[0]}
 
 # The worker's own report of the path it took.
@@ -278,6 +278,12 @@ if command -v compute-sanitizer >/dev/null; then
     timeout 120 compute-sanitizer --tool memcheck .carry/integration client_device_converts_every_dtype_and_layout \
         --test-threads 1 >"$out/memcheck-client.log" 2>&1
     echo "memcheck client convert: $(grep -m1 'ERROR SUMMARY' "$out/memcheck-client.log" || tail -n 2 "$out/memcheck-client.log")"
+    # CUDA IPC, writer and reader processes (the sanitizer follows the
+    # child). API errors are not reported: the reader's refusals of forged
+    # handles are deliberate ones.
+    timeout 120 compute-sanitizer --tool memcheck --report-api-errors no .carry/integration \
+        ipc_a_buffer_and_its_event_reach_another_process --test-threads 1 >"$out/memcheck-ipc.log" 2>&1
+    echo "memcheck ipc (both processes): $(grep -m1 'ERROR SUMMARY' "$out/memcheck-ipc.log" || tail -n 2 "$out/memcheck-ipc.log")"
 fi
 
 # Every transform op against torchvision itself (torch and torchvision are
@@ -311,7 +317,7 @@ fi
 
 echo
 echo "=== gpu-check summary ==="
-grep -E "^test result|^gpu-vs-cpu worst|^gpu-worker|^decoded |^client-upload|^gpu-steps" "$out/gpu-tests.log"
+grep -E "^test result|^gpu-vs-cpu worst|^gpu-worker|^decoded |^client-upload|^gpu-steps|^ipc reader" "$out/gpu-tests.log"
 grep -hE "^transform oracle" "$out/transform-oracle.log" 2>/dev/null
 tail -n 1 "$out/transforms-check.log" 2>/dev/null | sed 's/^/transforms-check: /'
 cat "$out/worker-exits.log" 2>/dev/null

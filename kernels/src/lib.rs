@@ -19,7 +19,9 @@
 //! client's ([`CONVERT`]), so neither compiles what it does not run.
 //!
 //! [`runtime`] finds CUDA at run time (libcuda, the device, libnvrtc) for
-//! both; [`host`] is the conversion kernels' arithmetic on the host.
+//! both; [`host`] is the conversion kernels' arithmetic on the host;
+//! [`ipc`] shares device buffers and events between a worker and a client
+//! on one GPU (CUDA IPC).
 //!
 //! One job per module: `registry` holds the
 //! sources, kernel names, NVRTC compilation and the PTX cache; `worker`
@@ -31,6 +33,7 @@
 mod convert;
 mod error;
 pub mod host;
+pub mod ipc;
 mod launch;
 mod registry;
 pub mod runtime;

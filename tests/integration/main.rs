@@ -21,6 +21,7 @@ mod doctor;
 mod fidelity;
 mod formats;
 mod gpu;
+mod ipc;
 mod lifecycle;
 mod memory;
 mod metrics;
