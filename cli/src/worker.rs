@@ -232,7 +232,7 @@ fn start_gpu(args: &WorkerArgs, config: &WorkerConfig) -> anyhow::Result<Option<
                 lanes = c.lanes,
                 batch = c.max_batch,
                 batch_memory_mib = c.batch_memory >> 20,
-                "serving on gpu: nvjpeg batch decode and cuda kernels for every transform; images the gpu cannot take (png, grey or cmyk jpeg) run on the cpu pool, which also takes jpegs while the gpu lanes have a backlog"
+                "serving on gpu: nvjpeg batch decode and cuda kernels for every transform; images the gpu cannot take (png, grey or cmyk jpeg) run on the cpu pool, which also takes jpegs from the gpu lanes' backlog when that measured faster"
             );
             Ok(Some(runner))
         }

@@ -170,3 +170,49 @@ async fn absurd_requests_get_invalid_argument_and_the_worker_shuts_down_cleanly(
         .unwrap()
         .unwrap();
 }
+
+/// `ProcessShard`'s hand-framed response (pixels chained, not encoded:
+/// `stoker_proto::chained`) is plain gRPC: tonic's generated client, as
+/// an older stoker client or any other gRPC client would use, reads a real
+/// shard's samples from it, every one whole and each chunk a message of
+/// its own (small chunks, so the item takes many).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generated_grpc_client_reads_the_chained_response() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    crate::support::synth_images(&images, 24, 2, 96, 80);
+    let shards = dir.path().join("shards");
+    crate::support::pack(&images, shards.to_str().unwrap(), "100M", &[]);
+    let (addr, stop, server) = start().await;
+    let mut client = WorkerClient::connect(addr).await.unwrap();
+    let request = pb::WorkItem {
+        dataset: shards.to_str().unwrap().into(),
+        shard: "shard-000000.tar".into(),
+        chunk_bytes: 40_000,
+        ..item(48, stoker_proto::spec_to_pb(&stoker_core::TransformSpec::train(48)))
+    };
+    let mut stream = client.process_shard(request).await.unwrap().into_inner();
+    let (mut chunks, mut keys, mut done) = (0, std::collections::BTreeSet::new(), false);
+    while let Some(chunk) = stream.message().await.unwrap() {
+        assert!(!done, "a chunk after the last");
+        chunks += 1;
+        done = chunk.done;
+        for s in chunk.samples {
+            assert_eq!((s.height, s.width, s.channels), (48, 48, 3), "{}", s.key);
+            assert_eq!(s.pixels.len(), 48 * 48 * 3, "{}", s.key);
+            assert!(s.pixels.iter().any(|&p| p != 0), "{}: blank pixels", s.key);
+            assert!(keys.insert(s.key.clone()), "{} twice", s.key);
+        }
+    }
+    assert!(done, "the stream ended with its last chunk");
+    println!("generated grpc client: {} samples in {chunks} chunks", keys.len());
+    assert_eq!(keys.len(), 24);
+    assert!(chunks >= 3, "{chunks} chunks: each holds at most a few 6.9 KB samples");
+    drop(client);
+    stop.send(()).unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), server)
+        .await
+        .expect("serve returns after shutdown")
+        .unwrap()
+        .unwrap();
+}
