@@ -8,7 +8,9 @@
 //! `Result` naming the call), and owning types freed on drop:
 //!
 //! - [`SharedBuffer`]: device memory from `cuMemAlloc` (IPC cannot export
-//!   the stream-ordered pool's memory) with the handle that names it;
+//!   the stream-ordered pool's memory) with the handle that names it; it
+//!   must outlive every other process's mapping of it (CUDA keeps no
+//!   count), which the protocol that shares it has to ensure;
 //! - [`MappedBuffer`]: another process's buffer opened here, its length
 //!   checked against the allocation the driver maps, so a message cannot
 //!   make the reader run past it;
@@ -125,8 +127,10 @@ impl Drop for SharedBuffer {
     fn drop(&mut self) {
         if bind(&self.ctx).is_ok() {
             // SAFETY: `ptr` came from cuMemAlloc in this context and is
-            // freed once; a process that still maps it keeps the memory
-            // until it closes its mapping (the driver counts them).
+            // freed once. Freeing it while another process still maps it
+            // is undefined for that process (CUDA keeps no count): whoever
+            // shares a buffer must free it only after the peer has closed
+            // its mapping or is gone (the ring's protocol, not this type).
             let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
         }
     }
@@ -172,7 +176,11 @@ impl MappedBuffer {
         call("cuMemGetAddressRange", unsafe {
             sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr)
         })?;
-        let available = size.saturating_sub((ptr - base) as usize);
+        let offset = ptr.checked_sub(base).ok_or(IpcError::Call {
+            call: "cuMemGetAddressRange",
+            reason: "the mapping lies before its allocation's base".to_owned(),
+        })?;
+        let available = size.saturating_sub(offset as usize);
         if available < len {
             return Err(IpcError::TooShort {
                 mapped: available,
@@ -324,9 +332,9 @@ impl Drop for MappedEvent {
     }
 }
 
-/// The device's UUID as `nvidia-smi -L` prints it (`GPU-` then 32 hex
-/// digits in 8-4-4-4-12 groups), as `cuDeviceGetUuid_v2` reports it (a MIG
-/// instance's own UUID under MIG): two processes use the same GPU when
+/// The device's UUID (`cuDeviceGetUuid_v2`: a MIG instance's own under
+/// MIG), written as `nvidia-smi -L` writes a GPU's: `GPU-` then 32 hex
+/// digits in 8-4-4-4-12 groups. Two processes use the same device when
 /// theirs are equal.
 pub fn device_uuid(ctx: &CudaContext) -> Result<String, IpcError> {
     let mut uuid = sys::CUuuid { bytes: [0; 16] };

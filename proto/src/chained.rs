@@ -137,6 +137,8 @@ pub struct MessageReader {
     limit: usize,
     /// The length of the message whose prefix has been read, if any.
     pending: Option<usize>,
+    /// The first error: the stream is not read past it.
+    failed: Option<FrameError>,
 }
 
 impl MessageReader {
@@ -147,6 +149,7 @@ impl MessageReader {
             rope: Rope::default(),
             limit,
             pending: None,
+            failed: None,
         }
     }
 
@@ -155,8 +158,20 @@ impl MessageReader {
         self.rope.push(data);
     }
 
-    /// The next whole message, if the frames so far hold one.
+    /// The next whole message, if the frames so far hold one. After an
+    /// error every call returns it again.
     pub fn next_message<M: Message + Default>(&mut self) -> Result<Option<M>, FrameError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let next = self.read::<M>();
+        if let Err(e) = &next {
+            self.failed = Some(e.clone());
+        }
+        next
+    }
+
+    fn read<M: Message + Default>(&mut self) -> Result<Option<M>, FrameError> {
         if self.pending.is_none() {
             if self.rope.remaining() < PREFIX_BYTES {
                 return Ok(None);
@@ -187,23 +202,41 @@ impl MessageReader {
         let missing = match self.pending {
             Some(len) => len - self.rope.remaining().min(len),
             None if self.rope.remaining() == 0 => return Ok(()),
-            None => PREFIX_BYTES - self.rope.remaining(),
+            // Bytes left of a message whose prefix was not read yet.
+            None => PREFIX_BYTES.saturating_sub(self.rope.remaining()),
         };
         Err(FrameError::Truncated { missing })
     }
 }
 
-/// Received bytes as the frames they came in.
+/// Frames shorter than this are copied into the rope's tail instead of
+/// kept apart: the rope then holds at most one entry per 2 KiB received,
+/// whatever frames a worker sends.
+const SMALL_FRAME_BYTES: usize = 2048;
+
+/// Received bytes as the frames they came in (small frames gathered into
+/// one tail buffer, so that tiny frames cannot make it grow without bound
+/// in entries).
 #[derive(Debug, Default)]
 pub struct Rope {
     chunks: VecDeque<Bytes>,
+    /// After `chunks`: small frames' bytes, copied.
+    tail: BytesMut,
     len: usize,
 }
 
 impl Rope {
     fn push(&mut self, data: Bytes) {
-        if !data.is_empty() {
-            self.len += data.len();
+        if data.is_empty() {
+            return;
+        }
+        self.len += data.len();
+        if data.len() < SMALL_FRAME_BYTES {
+            self.tail.extend_from_slice(&data);
+        } else {
+            if !self.tail.is_empty() {
+                self.chunks.push_back(self.tail.split().freeze());
+            }
             self.chunks.push_back(data);
         }
     }
@@ -213,16 +246,20 @@ impl Rope {
     fn split_to(&mut self, n: usize) -> Rope {
         let mut front = Rope::default();
         while front.len < n {
-            let Some(mut chunk) = self.chunks.pop_front() else {
-                break;
-            };
             let want = n - front.len;
-            if chunk.len() > want {
-                let rest = chunk.split_off(want);
-                self.chunks.push_front(rest);
-            }
-            self.len -= chunk.len();
-            front.push(chunk);
+            let piece = match self.chunks.pop_front() {
+                Some(mut chunk) => {
+                    if chunk.len() > want {
+                        self.chunks.push_front(chunk.split_off(want));
+                    }
+                    chunk
+                }
+                None if !self.tail.is_empty() => self.tail.split_to(want.min(self.tail.len())).freeze(),
+                None => break,
+            };
+            self.len -= piece.len();
+            front.len += piece.len();
+            front.chunks.push_back(piece);
         }
         front
     }
@@ -234,17 +271,20 @@ impl Buf for Rope {
     }
 
     fn chunk(&self) -> &[u8] {
-        self.chunks.front().map_or(&[], |c| &c[..])
+        self.chunks.front().map_or(&self.tail[..], |c| &c[..])
     }
 
     fn advance(&mut self, mut cnt: usize) {
         assert!(cnt <= self.len, "advance past the end of a rope");
         self.len -= cnt;
         while cnt > 0 {
-            let Some(front) = self.chunks.front_mut() else { break };
+            let Some(front) = self.chunks.front_mut() else {
+                self.tail.advance(cnt);
+                return;
+            };
             if front.len() > cnt {
                 front.advance(cnt);
-                break;
+                return;
             }
             cnt -= front.len();
             self.chunks.pop_front();
@@ -263,6 +303,10 @@ impl Buf for Rope {
                 }
                 self.len -= len;
                 out
+            }
+            None => {
+                self.len -= len;
+                self.tail.split_to(len).freeze()
             }
             _ => {
                 let mut out = BytesMut::with_capacity(len);
@@ -363,6 +407,19 @@ mod tests {
         );
     }
 
+    /// One-byte frames are gathered, not kept one entry each.
+    #[test]
+    fn tiny_frames_do_not_grow_the_rope_per_frame() {
+        let wire: Vec<u8> = encode_chunk(chunk()).iter().flat_map(|p| p.to_vec()).collect();
+        let mut reader = MessageReader::new(1 << 20);
+        for b in &wire {
+            reader.push(Bytes::copy_from_slice(&[*b]));
+        }
+        assert!(reader.rope.chunks.len() <= 1, "{} entries", reader.rope.chunks.len());
+        assert_eq!(reader.next_message::<pb::SampleChunk>().unwrap(), Some(chunk()));
+        reader.finish().unwrap();
+    }
+
     #[test]
     fn reader_refuses_oversized_compressed_and_truncated_streams() {
         let wire: Vec<u8> = encode_chunk(chunk()).iter().flat_map(|p| p.to_vec()).collect();
@@ -377,6 +434,11 @@ mod tests {
         let mut reader = MessageReader::new(1 << 20);
         reader.push(Bytes::from(compressed));
         assert_eq!(reader.next_message::<pb::SampleChunk>(), Err(FrameError::Compressed));
+        assert_eq!(
+            reader.next_message::<pb::SampleChunk>(),
+            Err(FrameError::Compressed),
+            "an error sticks"
+        );
         let mut reader = MessageReader::new(1 << 20);
         reader.push(Bytes::copy_from_slice(&wire[..wire.len() - 10]));
         assert_eq!(reader.next_message::<pb::SampleChunk>(), Ok(None));

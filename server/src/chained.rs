@@ -19,7 +19,7 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt, stream};
 use http_body::Frame;
 use http_body_util::{BodyExt, Limited, StreamBody};
-use stoker_proto::chained::{MessageReader, PREFIX_BYTES, encode_chunk};
+use stoker_proto::chained::{FrameError, MessageReader, PREFIX_BYTES, encode_chunk};
 use stoker_proto::pb;
 use stoker_proto::pb::worker_server::{Worker, WorkerServer};
 use tonic::Status;
@@ -97,13 +97,23 @@ async fn start<T: Worker<ProcessShardStream = ChunkStream>>(
     let body = Limited::new(body, limit + PREFIX_BYTES)
         .collect()
         .await
-        .map_err(|e| Status::invalid_argument(format!("reading the work item: {e}")))?
+        .map_err(|e| {
+            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                Status::out_of_range(format!("work item over the limit of {limit} bytes"))
+            } else {
+                Status::cancelled(format!("reading the work item: {e}"))
+            }
+        })?
         .to_bytes();
     let mut reader = MessageReader::new(limit);
     reader.push(body);
     let item = reader
         .next_message::<pb::WorkItem>()
-        .map_err(|e| Status::invalid_argument(format!("work item: {e}")))?
+        .map_err(|e| match e {
+            FrameError::Compressed => Status::unimplemented("work item: compressed requests are not supported"),
+            FrameError::TooLarge { .. } => Status::out_of_range(format!("work item: {e}")),
+            _ => Status::invalid_argument(format!("work item: {e}")),
+        })?
         .ok_or_else(|| Status::invalid_argument("work item: the request ended before a whole message"))?;
     let request = tonic::Request::from_http(http::Request::from_parts(parts, item));
     Ok(service.process_shard(request).await?.into_inner())

@@ -20,6 +20,8 @@ const PROCESS_SHARD: &str = "/stoker.v1.Worker/ProcessShard";
 /// The chunks a worker streams back for one work item.
 pub(crate) struct Chunks {
     body: ResponseBody<Body>,
+    /// A trailers-only answer's status, from the headers.
+    header_status: Option<Status>,
     reader: MessageReader,
     /// The trailers (or the body's end) have been read.
     ended: bool,
@@ -62,13 +64,15 @@ pub(super) async fn start(channel: &mut Authed, item: pb::WorkItem) -> Result<Ch
         )));
     }
     // A trailers-only answer: the status is in the headers.
-    if let Some(status) = Status::from_header_map(&parts.headers)
+    let header_status = Status::from_header_map(&parts.headers);
+    if let Some(status) = header_status.as_ref()
         && status.code() != Code::Ok
     {
-        return Err(status);
+        return Err(status.clone());
     }
     Ok(Chunks {
         body,
+        header_status,
         reader: MessageReader::new(MAX_RESPONSE_BYTES),
         ended: false,
     })
@@ -113,7 +117,7 @@ impl Chunks {
                 Some(Err(status)) => return Err(status),
                 None => {
                     self.ended = true;
-                    self.end(None)?;
+                    self.end(self.header_status.clone())?;
                 }
             }
         }

@@ -30,12 +30,14 @@ pub(super) struct Shelf {
 struct Stock {
     free: Vec<PinnedHostSlice<u8>>,
     lent: usize,
+    /// The lane has stopped (its runner dropped, the worker exiting).
+    closed: bool,
 }
 
 impl Shelf {
-    /// A free buffer of at least `len` bytes (the largest free one when
-    /// none is, for the caller to replace), or `None` when [`MAX_LENT`]
-    /// are out. The caller fills it and lends it with [`Shelf::lend`].
+    /// A free buffer of at least `len` bytes (another free one when none
+    /// is that large, for the caller to replace), or `None` when
+    /// [`MAX_LENT`] are out. The caller fills it and lends it with [`Shelf::lend`].
     pub(super) fn take(&self, len: usize) -> Option<Option<PinnedHostSlice<u8>>> {
         let mut stock = lock(&self.inner);
         if stock.lent >= MAX_LENT {
@@ -65,6 +67,22 @@ impl Shelf {
             len,
             shelf: Arc::clone(&self.inner),
         }))
+    }
+}
+
+/// The lane frees its free buffers itself, on its own thread, as it stops
+/// (the runner joins the lanes before the process exits, so no CUDA memory
+/// is freed while the libraries tear down); a buffer still lent then is
+/// let go of when its last slice drops, without freeing it: the process is
+/// ending.
+impl Drop for Shelf {
+    fn drop(&mut self) {
+        let free = {
+            let mut stock = lock(&self.inner);
+            stock.closed = true;
+            std::mem::take(&mut stock.free)
+        };
+        drop(free);
     }
 }
 
@@ -102,7 +120,11 @@ impl Drop for Lent {
         let mut stock = lock(&self.shelf);
         stock.lent -= 1;
         if let Some(buf) = self.buf.take() {
-            stock.free.push(buf);
+            if stock.closed {
+                std::mem::forget(buf);
+            } else {
+                stock.free.push(buf);
+            }
         }
     }
 }

@@ -8,20 +8,21 @@
 //!   bandwidth with the lanes' host work and the network), so whether it
 //!   pays depends on the machine and the workload. Time is cut into
 //!   windows of [`WINDOW`]; a window either lets the threads steal or keeps
-//!   them out, and counts the samples finished (by lanes and threads) while
-//!   the lanes stayed backlogged. The lanes run alone first; stealing runs
+//!   them out, and counts the samples finished (by lanes and threads); a
+//!   window in which a lane found the queue empty, or that spans an idle
+//!   gap, is not counted. The lanes run alone first; stealing runs
 //!   only once it has measured faster by a margin ([`STEAL_GAIN`], on
 //!   exponentially averaged rates), and the mode not running is tried
 //!   again one window in [`EXPLORE_EVERY`], so a change of workload is
-//!   noticed. A window in
-//!   which the lanes ran dry measures the input, not the executors, and is
-//!   not counted.
+//!   noticed.
 //! - **The tail.** A stolen sample is the newest in the queue: the lanes
 //!   would reach it after the samples ahead of it. A thread takes it only
 //!   when its own measured time per sample ([`StealPolicy::stolen`]) is
 //!   shorter than the lanes' time to get there (their measured rate), with
-//!   a margin: the pool takes no sample it would finish later than the
-//!   lanes would have.
+//!   a margin: the pool takes no sample it expects to finish later than
+//!   the lanes would have (the rule reads the queue's length just before
+//!   the steal, so threads stealing at once may each count a sample the
+//!   other took).
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -67,7 +68,7 @@ struct Window {
     started: Instant,
     steal: bool,
     finished: u64,
-    /// The lanes ran dry (or were never backlogged) during the window.
+    /// A lane found the queue empty during the window.
     starved: bool,
 }
 
@@ -119,11 +120,14 @@ impl StealPolicy {
     /// the interval measures the input, not the lane).
     pub(super) fn lane_batch(&self, samples: usize, elapsed: Duration, waited: bool, now: Instant) {
         let mut st = self.lock();
-        st.roll(now);
-        st.window.finished += samples as u64;
+        // The wait happened in the window open until now: it is that
+        // window's lanes that ran dry.
         if waited {
             st.window.starved = true;
-        } else if samples > 0 {
+        }
+        st.roll(now);
+        st.window.finished += samples as u64;
+        if !waited && samples > 0 {
             let per = elapsed.as_secs_f64() / samples as f64;
             st.lane_sample = Some(ewma(st.lane_sample, per));
         }
@@ -154,7 +158,10 @@ impl State {
             return;
         }
         let w = self.window;
-        if !w.starved && w.finished > 0 {
+        // A window that ran much longer than planned spans an idle gap
+        // (nothing called in between): it measures the input, not the
+        // executors.
+        if !w.starved && w.finished > 0 && elapsed <= 2 * WINDOW {
             let rate = w.finished as f64 / elapsed.as_secs_f64();
             let slot = if w.steal {
                 &mut self.rate_steal
@@ -187,7 +194,7 @@ impl State {
                 "gpu worker's cpu threads: steal policy switched"
             );
         }
-        // A long gap (an idle worker) starts afresh from now.
+        // The next window starts now, whatever gap came before.
         self.window = Window {
             started: now,
             steal,

@@ -43,14 +43,14 @@ pub(super) enum Route {
 }
 
 /// Lets idle CPU threads share the GPU lanes' backlog: while more than a
-/// full batch per lane waits and a pool thread is idle, a thread takes
-/// the newest waiting JPEG ([`GpuRunner::steal`]), decodes it on the CPU,
-/// hands the result back to its batch, and goes for the next. The split
-/// follows the load, with nothing to tune: the CPU takes JPEGs only while
-/// the GPU is the bottleneck and only as fast as it frees threads, so
-/// neither side waits on the other (unlike a fixed share, such as DALI's
-/// `hw_decoder_load`). Runs at the pool's background priority on a GPU
-/// worker; `--gpu-only` turns it off.
+/// full batch per lane waits, a pool thread is idle and the runner's steal
+/// policy allows it (`GpuRunner::backlogged`: only when stealing measured
+/// faster than the lanes alone, and never a sample the lanes would reach
+/// before the thread finished it), a thread takes the newest waiting JPEG
+/// ([`GpuRunner::steal`]), decodes it on the CPU, hands the result back to
+/// its batch, and goes for the next. No ratio to tune (unlike a fixed
+/// share, such as DALI's `hw_decoder_load`). Runs at the pool's background
+/// priority on a GPU worker; `--gpu-only` turns it off.
 fn share_backlog(ctx: &Arc<WorkerContext>) {
     let Some(gpu) = ctx.gpu.as_ref() else { return };
     if !ctx.config.cpu_jpegs {
