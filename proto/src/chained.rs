@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::Message;
-use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
+use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
 
 use crate::pb;
 
@@ -96,10 +96,6 @@ pub fn encode_message(message: &impl Message) -> Bytes {
     out.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
     message.encode_raw(&mut out);
     out.freeze()
-}
-
-fn key_len(field: u32) -> usize {
-    prost::encoding::key_len(field)
 }
 
 /// Why a received stream is not a well-formed sequence of messages.

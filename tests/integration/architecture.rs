@@ -220,21 +220,23 @@ fn workspace_dependencies_point_one_way() {
     );
 }
 
+/// Every `.rs` file under `dir`, into `out`.
+fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
 /// The top-level modules of the crate at `src` (a file `X.rs` or a folder
 /// `X/`) and, for each, the other top-level modules its non-test code
 /// names as `crate::Y` (comments and `#[cfg(test)] mod tests` left out:
 /// only what ships).
 fn module_graph(src: &std::path::Path) -> BTreeMap<String, BTreeSet<String>> {
-    fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                rust_files(&path, out);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
-            }
-        }
-    }
     let mut files: BTreeMap<String, Vec<std::path::PathBuf>> = BTreeMap::new();
     for entry in std::fs::read_dir(src).unwrap() {
         let path = entry.unwrap().path();
@@ -306,16 +308,6 @@ fn protobuf_types_stay_at_the_grpc_edges() {
         "client/src/wire.rs",
         "client/src/wire/chunks.rs",
     ];
-    fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                rust_files(&path, out);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
-            }
-        }
-    }
     let mut files = Vec::new();
     for krate in ["core/src", "server/src", "client/src", "cli/src"] {
         rust_files(&root.join(krate), &mut files);

@@ -30,6 +30,16 @@ async fn start() -> (
     (addr, tx, handle)
 }
 
+/// Stops the worker `start` began and checks that `serve` returns cleanly.
+async fn shut_down(stop: oneshot::Sender<()>, server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>) {
+    stop.send(()).unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), server)
+        .await
+        .expect("serve returns after shutdown")
+        .unwrap()
+        .unwrap();
+}
+
 fn item(size: u32, spec: pb::TransformSpec) -> pb::WorkItem {
     pb::WorkItem {
         dataset: "/tmp".into(),
@@ -163,12 +173,7 @@ async fn absurd_requests_get_invalid_argument_and_the_worker_shuts_down_cleanly(
 
     drop(client);
     drop(health);
-    stop.send(()).unwrap();
-    tokio::time::timeout(std::time::Duration::from_secs(10), server)
-        .await
-        .expect("serve returns after shutdown")
-        .unwrap()
-        .unwrap();
+    shut_down(stop, server).await;
 }
 
 /// `ProcessShard`'s hand-framed response (pixels chained, not encoded:
@@ -209,10 +214,5 @@ async fn a_generated_grpc_client_reads_the_chained_response() {
     assert_eq!(keys.len(), 24);
     assert!(chunks >= 3, "{chunks} chunks: each holds at most a few 6.9 KB samples");
     drop(client);
-    stop.send(()).unwrap();
-    tokio::time::timeout(std::time::Duration::from_secs(10), server)
-        .await
-        .expect("serve returns after shutdown")
-        .unwrap()
-        .unwrap();
+    shut_down(stop, server).await;
 }
