@@ -8,7 +8,9 @@
 #                 ImageFolder of JPEGs
 #   stoker-cpu    Stoker, CPU workers on this host (2 processes splitting all
 #                 cores but $BENCH_TRAIN_TRAINER_CORES), dataset packed from
-#                 the same ImageFolder
+#                 the same ImageFolder; their samples come through the
+#                 client's shared-memory ring (stoker-shm)
+#   stoker-cpu-net  the same workers, everything over gRPC (--shared-memory 0)
 #   stoker-replay Stoker, workers that resend cached results (--replay): no
 #                 decode cost, so this is the client's ingest into training
 #                 when the workers have the capacity
@@ -16,7 +18,10 @@
 #   stoker-gpu0   Stoker, one GPU worker on GPU 0, the training GPU itself:
 #                 its JPEG engines are hardware of their own, beside the SMs
 #                 that train (--gpu-only, so the host's cores stay the
-#                 trainer's)
+#                 trainer's); through shared memory
+#   stoker-gpu0-net the same worker, everything over gRPC
+#   stoker-mix    the GPU worker on GPU 0 and the CPU workers together,
+#                 through shared memory
 #
 # alternating the cases round by round, and prints a table of medians with
 # each case's ratio to the upper bound, the fraction of wall time the loop
@@ -35,7 +40,9 @@
 # at least), BENCH_TRAIN_WARMUP (30), BENCH_TRAIN_ARCH
 # (resnet18), BENCH_TRAIN_BATCH (256), BENCH_TRAIN_PREFETCH (8, Stoker's),
 # BENCH_TRAIN_IMAGES (4096 distinct JPEGs), BENCH_TRAIN_COPIES (4),
-# BENCH_TRAIN_TRAINER_CORES (2), BENCH_TRAIN_CASE_TIMEOUT (100 seconds per
+# BENCH_TRAIN_TRAINER_CORES (2), BENCH_TRAIN_CASES (a space-separated
+# subset of the cases above; default: every case but the -net and mix
+# ones), BENCH_TRAIN_CASE_TIMEOUT (100 seconds per
 # training run), BENCH_TRAIN_BUDGET (450 seconds since the start: no round
 # starts that would, at the last round's pace, end after it; the first always
 # runs). The defaults fit one 10-minute device call: about a minute of set-up
@@ -158,7 +165,10 @@ cpu_workers=$cpu_workers,$addr
 # shard ranges the training loop asks for: one rank, full batches), so that
 # either holds every shard's results whichever it is given later.
 replay_workers=""
-for i in 0 1; do
+replay_rounds="0 1"
+# Not warmed up when no case uses them.
+[[ -n ${BENCH_TRAIN_CASES:-} && " $BENCH_TRAIN_CASES " != *" stoker-replay "* ]] && replay_rounds=""
+for i in $replay_rounds; do
     start_worker "replay$i" "$stoker" worker --device cpu --threads "$wthreads" --replay
     timeout 120 "$stoker" stream --workers "$addr" --dataset "$work/shards" --batch-size "$batch" --image-size 224 \
         --epochs 1 --drop-last >/dev/null 2>>"$out/replay-warmup.log"
@@ -191,9 +201,13 @@ for l in sys.stdin:
     grep -q "\"case\": \"$case\", \"round\": $round}" "$results" || echo "bench-train: $case failed in round $round (see $log)" >&2
 }
 
-cases=(synthetic dataloader stoker-cpu stoker-replay)
-[[ -n $gpu_worker ]] && cases+=(stoker-gpu)
-[[ -n $gpu0_worker ]] && cases+=(stoker-gpu0)
+if [[ -n ${BENCH_TRAIN_CASES:-} ]]; then
+    read -r -a cases <<<"$BENCH_TRAIN_CASES"
+else
+    cases=(synthetic dataloader stoker-cpu stoker-replay)
+    [[ -n $gpu_worker ]] && cases+=(stoker-gpu)
+    [[ -n $gpu0_worker ]] && cases+=(stoker-gpu0)
+fi
 t_bench=$SECONDS
 last=0
 done_rounds=0
@@ -208,6 +222,9 @@ for r in $(seq "$rounds"); do
         synthetic) run_case "$c" "$r" --loader synthetic ;;
         dataloader) run_case "$c" "$r" --loader dataloader --image-folder "$work/imgs" --dataloader-workers $((cores - 1)) ;;
         stoker-cpu) run_case "$c" "$r" --loader stoker --workers "$cpu_workers" --dataset "$work/shards" --prefetch "$prefetch" ;;
+        stoker-cpu-net) run_case "$c" "$r" --loader stoker --workers "$cpu_workers" --dataset "$work/shards" --prefetch "$prefetch" --shared-memory 0 ;;
+        stoker-gpu0-net) run_case "$c" "$r" --loader stoker --workers "$gpu0_worker" --dataset "$work/shards" --prefetch "$prefetch" --shared-memory 0 ;;
+        stoker-mix) run_case "$c" "$r" --loader stoker --workers "$gpu0_worker,$cpu_workers" --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-replay) run_case "$c" "$r" --loader stoker --workers "$replay_workers" --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-gpu) run_case "$c" "$r" --loader stoker --workers "$gpu_worker" --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-gpu0) run_case "$c" "$r" --loader stoker --workers "$gpu0_worker" --dataset "$work/shards" --prefetch "$prefetch" ;;
@@ -227,10 +244,13 @@ cores, cases = int(sys.argv[2]), sys.argv[3:]
 names = {
     "synthetic": "synthetic batch on the GPU (upper bound)",
     "dataloader": f"torch DataLoader, {cores - 1} workers, pin_memory",
-    "stoker-cpu": "stoker, 2 CPU workers on this host",
+    "stoker-cpu": "stoker, 2 CPU workers on this host, shm",
+    "stoker-cpu-net": "stoker, 2 CPU workers on this host, grpc",
+    "stoker-gpu0-net": "stoker, GPU worker on GPU 0, grpc",
+    "stoker-mix": "stoker, GPU worker on GPU 0 + 2 CPU workers, shm",
     "stoker-replay": "stoker, 2 replay workers (no decode)",
     "stoker-gpu": "stoker, 1 GPU worker on GPU 1",
-    "stoker-gpu0": "stoker, 1 GPU worker on GPU 0 (the trainer's)",
+    "stoker-gpu0": "stoker, GPU worker on GPU 0 (the trainer's), shm",
 }
 by = {}
 for r in rows:

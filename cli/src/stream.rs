@@ -92,6 +92,11 @@ pub struct StreamArgs {
     /// Print a JSON summary as the last line of stdout.
     #[arg(long)]
     pub json: bool,
+    /// MiB of the shared-memory ring that workers on this host (same
+    /// kernel and PID namespace) write samples into instead of sending
+    /// them; 0 sends everything over the network.
+    #[arg(long, default_value_t = stoker_client::DEFAULT_SHARED_MEMORY >> 20, value_name = "MIB")]
+    pub shared_memory: usize,
     /// Pause this long after each batch, standing in for a training step
     /// (the local cluster's trainer does): the report's wait time then says
     /// how long such a trainer would wait for its data.
@@ -123,6 +128,8 @@ pub struct StreamArgs {
 pub struct WorkerJson {
     pub addr: String,
     pub samples: u64,
+    /// Of them, those that came through the shared-memory ring.
+    pub ring_samples: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -187,6 +194,10 @@ impl StreamArgs {
         );
         config.resolve_interval = std::time::Duration::from_secs_f64(self.resolve_interval);
         config.dns_server = self.dns_server;
+        config.shared_memory = self
+            .shared_memory
+            .checked_mul(1 << 20)
+            .context("--shared-memory is too large")?;
         config.metrics_listen = self
             .metrics_listen
             .as_deref()
@@ -373,10 +384,12 @@ pub async fn stream_epochs(
         for (i, w) in r.workers.iter().enumerate() {
             if let Some(existing) = workers.get_mut(i) {
                 existing.samples += w.samples;
+                existing.ring_samples += w.ring_samples;
             } else {
                 workers.push(WorkerJson {
                     addr: w.addr.clone(),
                     samples: w.samples,
+                    ring_samples: w.ring_samples,
                 });
             }
         }
@@ -426,7 +439,8 @@ pub fn print_summary(summary: &StreamSummary, reports: &[EpochReport], recommend
     );
     for w in &summary.workers {
         let share = 100.0 * w.samples as f64 / summary.samples.max(1) as f64;
-        let _ = writeln!(err, "  worker {}: {} samples ({share:.0}%)", w.addr, w.samples);
+        let path = if w.ring_samples > 0 { ", shared memory" } else { "" };
+        let _ = writeln!(err, "  worker {}: {} samples ({share:.0}%{path})", w.addr, w.samples);
     }
     let waited = 100.0 * summary.wait_seconds / summary.seconds.max(1e-9);
     let _ = write!(

@@ -23,6 +23,9 @@ pub const DEFAULT_WORKER_PATIENCE: Duration = Duration::from_secs(30);
 /// (`--resolve-interval`).
 pub const DEFAULT_RESOLVE_INTERVAL: Duration = Duration::from_secs(10);
 
+/// Bytes of the shared-memory ring that workers on the client's host
+/// write samples into ([`LoaderConfig::shared_memory`]).
+pub const DEFAULT_SHARED_MEMORY: usize = 256 << 20;
 pub(crate) const DEFAULT_INFLIGHT_ITEMS: usize = 2;
 
 /// The most lanes, and so items in flight, one worker gets.
@@ -95,6 +98,10 @@ pub struct LoaderConfig {
     /// Ask this DNS server for `dns://` entries instead of the system's
     /// resolver configuration (`/etc/resolv.conf`).
     pub dns_server: Option<std::net::SocketAddr>,
+    /// Bytes of the shared-memory ring workers on this host write samples
+    /// into instead of sending them (0: every worker over the network).
+    /// Its pages are allocated as they are first written.
+    pub shared_memory: usize,
 }
 
 /// Where and how batches are uploaded.
@@ -137,6 +144,7 @@ impl LoaderConfig {
             metrics_listen: None,
             resolve_interval: DEFAULT_RESOLVE_INTERVAL,
             dns_server: None,
+            shared_memory: DEFAULT_SHARED_MEMORY,
         }
     }
 

@@ -6,11 +6,12 @@
 //! [`WorkerConn`]; it depends on neither, so `workers` → `dispatch` →
 //! `conn` runs one way.
 
-use std::time::Duration;
+use std::sync::Arc;
 
 use crate::config::{DEFAULT_INFLIGHT_ITEMS, LoaderConfig};
 use crate::error::ClientError;
 use crate::ledger::CreditLimit;
+use crate::ring::{RingRoute, SharedRing};
 use crate::tls::TlsOptions;
 use crate::wire::{self, Client};
 
@@ -31,11 +32,18 @@ pub(crate) struct WorkerConn {
     pub source: Option<String>,
     /// Among the addresses its entry has now.
     pub active: bool,
+    /// Whether it writes samples into the loader's shared ring.
+    pub ring: Arc<RingRoute>,
 }
 
 impl WorkerConn {
     /// Connections to `addr` (made lazily, on first use).
-    pub fn open(addr: &str, config: &LoaderConfig, source: Option<String>) -> Result<Self, ClientError> {
+    pub fn open(
+        addr: &str,
+        config: &LoaderConfig,
+        source: Option<String>,
+        ring: Option<&Arc<SharedRing>>,
+    ) -> Result<Self, ClientError> {
         // `https://` addresses get TLS with the system roots unless the
         // configuration says how to verify them.
         let default_tls = TlsOptions::default();
@@ -57,28 +65,31 @@ impl WorkerConn {
             limit: CreditLimit::Items(config.inflight_per_worker.unwrap_or(DEFAULT_INFLIGHT_ITEMS)),
             source,
             active: true,
+            ring: RingRoute::new(addr, ring.cloned()),
         })
     }
 
-    /// Asks the worker what it needs in flight (its `Info`), unless the
-    /// configuration fixes it; a worker that does not answer keeps the
-    /// default and asks again when its lanes first reach it.
-    pub async fn ask_limit(&mut self, config: &LoaderConfig) {
-        if config.inflight_per_worker.is_none()
-            && let Some(limit) = worker_limit(&mut self.client, config.connect_timeout).await
-        {
+    /// Asks the worker its `Info`: what it needs in flight (unless the
+    /// configuration fixes it) and its host (whether it gets the shared
+    /// ring). A worker that does not answer keeps the default credit and
+    /// the network, and is asked again when its lanes first reach it.
+    pub async fn ask_info(&mut self, config: &LoaderConfig) {
+        if let Some(limit) = ask_info(&mut self.client, config, &self.ring).await {
             tracing::debug!(worker = %self.addr, ?limit, "worker credit");
             self.limit = limit;
         }
     }
 }
 
-/// The credit a worker asks for in its `Info` (samples in flight), or
-/// `None` when it does not answer in time or is too old to say.
-pub(crate) async fn worker_limit(client: &mut Client, timeout: Duration) -> Option<CreditLimit> {
-    let samples = tokio::time::timeout(timeout, client.inflight_samples())
+/// Asks a worker its `Info`, decides its ring `route` from it, and returns
+/// the credit it asks for (samples in flight); `None` when it does not
+/// answer in time, is too old to say, or the configuration fixes it.
+pub(crate) async fn ask_info(client: &mut Client, config: &LoaderConfig, route: &RingRoute) -> Option<CreditLimit> {
+    let info = tokio::time::timeout(config.connect_timeout, client.info())
         .await
         .ok()?
         .ok()?;
-    (samples > 0).then_some(CreditLimit::Samples(samples))
+    route.decide(&info.host);
+    (config.inflight_per_worker.is_none() && info.inflight_samples > 0)
+        .then_some(CreditLimit::Samples(info.inflight_samples))
 }

@@ -16,11 +16,12 @@ use tracing::{debug, warn};
 
 use crate::budget::ReasonTally;
 use crate::config::{DEFAULT_INFLIGHT_ITEMS, LoaderConfig, MAX_LANES_PER_WORKER};
-use crate::conn::{WorkerConn, worker_limit};
+use crate::conn::{WorkerConn, ask_info};
 use crate::error::{ClientError, describe_status, is_permanent};
 use crate::event::Event;
 use crate::ledger::{CreditLimit, Lease, Ledger};
 use crate::report::EpochCounters;
+use crate::ring::RingRoute;
 use crate::wire::{Client, HealthClient, ItemTemplate};
 
 /// The lanes of one epoch, and what it takes to give a worker lanes: the
@@ -97,6 +98,7 @@ impl EpochLanes {
                     template: Arc::clone(&self.template),
                     events: events.clone(),
                     counters: Arc::clone(&self.counters),
+                    ring: Arc::clone(&conn.ring),
                 }
                 .run(),
             );
@@ -140,6 +142,8 @@ pub(crate) struct WorkerLane {
     pub template: Arc<ItemTemplate>,
     pub events: mpsc::Sender<Event>,
     pub counters: Arc<EpochCounters>,
+    /// Whether the worker writes into the loader's shared ring.
+    pub ring: Arc<RingRoute>,
 }
 
 enum Outcome {
@@ -211,10 +215,11 @@ impl WorkerLane {
                     Ok(()) => {
                         debug!(worker = %self.addr, "worker serving again");
                         ledger.worker_ok(self.worker);
-                        // A worker first reached now says what it needs.
+                        // A worker first reached now says what it needs,
+                        // and where it runs.
                         if self.config.inflight_per_worker.is_none()
                             && ledger.limit(self.worker) == CreditLimit::Items(DEFAULT_INFLIGHT_ITEMS)
-                            && let Some(limit) = worker_limit(&mut self.client, self.config.connect_timeout).await
+                            && let Some(limit) = ask_info(&mut self.client, &self.config, &self.ring).await
                         {
                             ledger.set_limit(self.worker, limit);
                         }
@@ -286,7 +291,13 @@ impl WorkerLane {
     }
 
     async fn stream(&mut self, lease: &Lease) -> Outcome {
-        let request = self.template.request(&lease.shard, &lease.skip, lease.start, lease.end);
+        // The item's slots in the shared ring, if the worker takes it: any
+        // it wrote but never named are freed when this returns.
+        let ring = self.ring.offer();
+        let request = self
+            .template
+            .request(&lease.shard, &lease.skip, lease.start, lease.end)
+            .with_ring(ring.as_ref());
         debug!(worker = %self.addr, shard = %lease.shard, skip = lease.skip.len(), "item sent");
         let timeout = self.config.progress_timeout;
         let started = tokio::time::timeout(timeout, self.client.process_shard(request)).await;
@@ -315,10 +326,15 @@ impl WorkerLane {
             };
             self.ledger.worker_ok(self.worker);
             let done = chunk.done;
+            if !chunk.ring_refused.is_empty() {
+                self.ring.refused(&chunk.ring_refused);
+            }
+            self.counters.add_ring_samples(self.worker, chunk.ring_samples());
             let received = chunk.take_samples(
                 self.config.transform.size,
                 &self.config.extra_fields,
                 &self.config.views,
+                ring.as_ref(),
             );
             let mut samples = Vec::with_capacity(received.len());
             for s in received {

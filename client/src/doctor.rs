@@ -423,7 +423,7 @@ async fn run_stage(
                             let Some(mut chunk) = chunk else { break };
                             n += chunk.read_samples;
                             bytes += chunk.read_bytes;
-                            for sample in chunk.take_samples(size, &[], &[]) {
+                            for sample in chunk.take_samples(size, &[], &[], None) {
                                 let sample = sample.map_err(&fail)?;
                                 n += 1;
                                 bytes += sample.pixels.len() as u64;

@@ -30,6 +30,7 @@ pub mod metrics;
 mod order;
 mod pinned;
 mod report;
+mod ring;
 mod sample;
 mod state;
 mod supervisor;
@@ -42,8 +43,8 @@ pub use batch::Batch;
 pub use budget::ErrorBudget;
 pub use buffers::Pixels;
 pub use config::{
-    DEFAULT_PREFETCH, DEFAULT_PROGRESS_TIMEOUT, DEFAULT_RESOLVE_INTERVAL, DEFAULT_WORKER_PATIENCE, DeviceTarget,
-    LoaderConfig,
+    DEFAULT_PREFETCH, DEFAULT_PROGRESS_TIMEOUT, DEFAULT_RESOLVE_INTERVAL, DEFAULT_SHARED_MEMORY,
+    DEFAULT_WORKER_PATIENCE, DeviceTarget, LoaderConfig,
 };
 pub use error::ClientError;
 pub use health::worker_health;

@@ -26,6 +26,7 @@ use crate::ledger::{CreditLimit, Ledger};
 use crate::metrics::ClientMetrics;
 use crate::order::Sequencer;
 use crate::report::{EpochCounters, EpochReport};
+use crate::ring::SharedRing;
 use crate::state::{EpochState, Fingerprint, Progress};
 use crate::supervisor::Supervisor;
 use crate::wire;
@@ -89,12 +90,13 @@ impl Loader {
         } else {
             None
         };
+        let ring = SharedRing::for_config(&config);
         let mut workers = Vec::new();
         for (addr, source) in resolve_at_start(&sources, discovery.as_ref()).await? {
             if workers.iter().any(|w: &WorkerConn| w.addr == addr) {
                 continue;
             }
-            workers.push(WorkerConn::open(&addr, &config, source)?);
+            workers.push(WorkerConn::open(&addr, &config, source, ring.as_ref())?);
         }
         let mut unreachable = Vec::new();
         let mut described = None;
@@ -124,7 +126,7 @@ impl Loader {
         }
         // Asked at once of every worker; one that does not answer keeps
         // the default and asks again when it comes up.
-        futures::future::join_all(workers.iter_mut().map(|w| w.ask_limit(&config))).await;
+        futures::future::join_all(workers.iter_mut().map(|w| w.ask_info(&config))).await;
         let shards = described.shards;
         if shards.is_empty() {
             return Err(ClientError::Config(format!("dataset {} has no shards", config.dataset)));
@@ -177,8 +179,15 @@ impl Loader {
         });
         let config = Arc::new(config);
         let workers = Arc::new(WorkerSet::new(workers));
-        let discovery =
-            discovery.map(|d| tokio::spawn(rediscover(Arc::downgrade(&workers), sources, d, Arc::clone(&config))));
+        let discovery = discovery.map(|d| {
+            tokio::spawn(rediscover(
+                Arc::downgrade(&workers),
+                sources,
+                d,
+                Arc::clone(&config),
+                ring,
+            ))
+        });
         Ok(Self {
             config,
             workers,

@@ -44,6 +44,7 @@ pub(crate) struct EpochCounters {
 struct WorkerTally {
     addr: String,
     samples: AtomicU64,
+    ring_samples: AtomicU64,
     metric: Counter,
     /// Why the worker was set aside for the rest of the epoch, if it was.
     set_aside: OnceLock<String>,
@@ -75,6 +76,7 @@ impl EpochCounters {
                     .map(|addr| WorkerTally {
                         addr: addr.clone(),
                         samples: AtomicU64::new(0),
+                        ring_samples: AtomicU64::new(0),
                         metric: metrics.worker(addr),
                         set_aside: OnceLock::new(),
                     })
@@ -97,12 +99,24 @@ impl EpochCounters {
         }
     }
 
+    /// `n` samples of worker `worker` came through the shared ring.
+    pub fn add_ring_samples(&self, worker: usize, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let workers = self.workers.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(w) = workers.get(worker) {
+            w.ring_samples.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+
     /// A worker found during the epoch, numbered next (as in the ledger).
     pub fn add_worker(&self, addr: &str) -> usize {
         let mut workers = self.workers.write().unwrap_or_else(|p| p.into_inner());
         workers.push(WorkerTally {
             addr: addr.to_owned(),
             samples: AtomicU64::new(0),
+            ring_samples: AtomicU64::new(0),
             metric: self.metrics.worker(addr),
             set_aside: OnceLock::new(),
         });
@@ -198,6 +212,7 @@ impl EpochCounters {
             .map(|w| WorkerReport {
                 addr: w.addr.clone(),
                 samples: w.samples.load(Ordering::Relaxed),
+                ring_samples: w.ring_samples.load(Ordering::Relaxed),
                 set_aside: w.set_aside.get().cloned(),
             })
             .collect();
@@ -231,6 +246,9 @@ impl LiveEpoch for EpochCounters {
 pub struct WorkerReport {
     pub addr: String,
     pub samples: u64,
+    /// Of the samples it sent, those whose pixels came through the
+    /// shared-memory ring (a worker on this host), not the network.
+    pub ring_samples: u64,
     /// Why the worker was set aside for the rest of the epoch (it broke
     /// the protocol: a sample outside its item's range...); its items went
     /// to other workers.

@@ -14,6 +14,7 @@ use stoker_core::{
 use tonic_health::ServingStatus;
 use tonic_health::pb::HealthCheckRequest;
 
+use crate::ring::RingOffer;
 use crate::sample::{Sample, Skipped};
 use crate::tls::TlsOptions;
 use stoker_proto::pb;
@@ -117,6 +118,15 @@ pub(crate) fn client(channel: Channel, token: Option<&Secret>) -> Result<Client,
     })
 }
 
+/// A worker's `Info`, as far as the client acts on it.
+#[derive(Debug)]
+pub(crate) struct WorkerInfo {
+    /// The samples it asks to have in flight; 0 from a worker too old to say.
+    pub inflight_samples: u64,
+    /// Its host, for the shared-memory ring; empty from older workers.
+    pub host: String,
+}
+
 /// A dataset as a worker describes it.
 #[derive(Debug)]
 pub(crate) struct Dataset {
@@ -154,11 +164,13 @@ impl Client {
         })
     }
 
-    /// The samples the worker asks to have in flight (its
-    /// `Info.inflight_samples`); 0 from a worker too old to say.
-    pub async fn inflight_samples(&mut self) -> Result<u64, tonic::Status> {
+    /// What the worker says of itself that the client acts on.
+    pub async fn info(&mut self) -> Result<WorkerInfo, tonic::Status> {
         let info = self.rpc.info(pb::InfoRequest::default()).await?.into_inner();
-        Ok(info.inflight_samples)
+        Ok(WorkerInfo {
+            inflight_samples: info.inflight_samples,
+            host: info.host,
+        })
     }
 
     /// Starts one work item; its results stream back as [`Chunks`],
@@ -251,6 +263,18 @@ impl ItemTemplate {
 #[derive(Debug)]
 pub(crate) struct WorkRequest(pb::WorkItem);
 
+impl WorkRequest {
+    /// The same request, offering the worker this client's ring.
+    pub fn with_ring(mut self, offer: Option<&RingOffer>) -> Self {
+        self.0.ring = offer.map(|o| pb::SharedRing {
+            path: o.path.clone(),
+            nonce: o.nonce.to_vec(),
+            tag: o.tag.tag(),
+        });
+        self
+    }
+}
+
 pub(crate) use chunks::Chunks;
 
 /// One chunk of a work item's results.
@@ -268,28 +292,44 @@ pub(crate) struct Chunk {
     /// bytes read or produced, counted instead of sent.
     pub read_samples: u64,
     pub read_bytes: u64,
+    /// Why the worker could not use the ring the item offered; empty
+    /// otherwise.
+    pub ring_refused: String,
 }
 
 impl Chunk {
     /// Takes the chunk's samples, each checked against the transform's
     /// output `size`, the `fields` and the `views` asked for, in the order
-    /// they came.
-    pub fn take_samples(
+    /// they came; pixels a worker wrote into the item's `ring` are taken
+    /// from it.
+    pub fn take_samples<'a>(
         &mut self,
         size: u32,
         fields: &[FieldSpec],
         views: &[ViewSpec],
-    ) -> impl ExactSizeIterator<Item = Result<Sample, String>> + use<> {
+        ring: Option<&'a RingOffer>,
+    ) -> impl ExactSizeIterator<Item = Result<Sample, String>> + use<'a> {
         let fields = fields.len();
         let view_sizes: Vec<u32> = views.iter().map(|v| v.transform.size).collect();
         std::mem::take(&mut self.samples)
             .into_iter()
-            .map(move |s| sample_from_pb(s, size, fields, &view_sizes))
+            .map(move |s| sample_from_pb(s, size, fields, &view_sizes, ring))
+    }
+
+    /// Samples of the chunk whose pixels lie in the ring.
+    pub fn ring_samples(&self) -> usize {
+        self.samples.iter().filter(|s| s.ring_slot.is_some()).count()
     }
 }
 
 /// Checks one wire sample: shape and byte count must match the transform.
-fn sample_from_pb(s: pb::Sample, size: u32, fields: usize, views: &[u32]) -> Result<Sample, String> {
+fn sample_from_pb(
+    mut s: pb::Sample,
+    size: u32,
+    fields: usize,
+    views: &[u32],
+    ring: Option<&RingOffer>,
+) -> Result<Sample, String> {
     if s.fields.len() != fields + views.len() {
         return Err(format!(
             "sample {} has {} fields, {fields} and {} views were asked for",
@@ -321,6 +361,18 @@ fn sample_from_pb(s: pb::Sample, size: u32, fields: usize, views: &[u32]) -> Res
         ));
     }
     let expected = size as usize * size as usize * 3;
+    if let Some(slot) = s.ring_slot {
+        let ring = ring.ok_or_else(|| format!("sample {} names ring slot {slot}, but no ring was offered", s.key))?;
+        if !s.pixels.is_empty() {
+            return Err(format!(
+                "sample {} names ring slot {slot} and carries pixels too",
+                s.key
+            ));
+        }
+        s.pixels = ring
+            .take(slot, expected)
+            .map_err(|e| format!("sample {}: {e}", s.key))?;
+    }
     if s.pixels.len() != expected {
         return Err(format!(
             "sample {} has {} pixel bytes, expected {expected}",

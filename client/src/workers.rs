@@ -15,6 +15,7 @@ use crate::conn::WorkerConn;
 use crate::discovery::{Discovery, Lookup, WorkerSource};
 use crate::dispatch::EpochLanes;
 use crate::error::ClientError;
+use crate::ring::SharedRing;
 
 /// The workers of a loader, and its epochs in progress.
 #[derive(Default)]
@@ -138,6 +139,7 @@ pub(crate) async fn rediscover(
     sources: Vec<WorkerSource>,
     discovery: Discovery,
     config: Arc<LoaderConfig>,
+    ring: Option<Arc<SharedRing>>,
 ) {
     let mut ticks = tokio::time::interval(config.resolve_interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -162,9 +164,9 @@ pub(crate) async fn rediscover(
             let known = workers.known();
             let mut new = Vec::new();
             for addr in addrs.iter().filter(|a| !known.contains(*a)) {
-                match WorkerConn::open(addr, &config, Some(source.to_string())) {
+                match WorkerConn::open(addr, &config, Some(source.to_string()), ring.as_ref()) {
                     Ok(mut conn) => {
-                        conn.ask_limit(&config).await;
+                        conn.ask_info(&config).await;
                         new.push(conn);
                     }
                     Err(e) => warn!(%source, worker = %addr, error = %e, "cannot use a worker found by dns"),

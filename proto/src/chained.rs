@@ -329,6 +329,7 @@ mod tests {
             fields: vec![pb::FieldValue {
                 value: Some(pb::field_value::Value::Text(format!("caption {i}"))),
             }],
+            ring_slot: None,
         }
     }
 
@@ -344,6 +345,7 @@ mod tests {
             shard_error: "shard x.tar: truncated at byte 9".into(),
             read_samples: 0,
             read_bytes: 0,
+            ring_refused: String::new(),
         }
     }
 

@@ -13,6 +13,10 @@ pub const DECODE_PANIC: &str = "stoker-decode-panic";
 /// A GPU lane's header read of the chosen key panics (`gpu::runner`).
 pub const GPU_PLAN_PANIC: &str = "stoker-gpu-plan-panic";
 
+/// A client's shared ring is refused as if it could not be mapped
+/// (`rings::Rings::attach`), for the fallback to inline pixels.
+pub const RING_REFUSED: &str = "stoker-ring-refused";
+
 /// Panics if the point `point` is set to `return(KEY)` with this `key`.
 pub(crate) fn panic_if_chosen(point: &str, key: &str) {
     fail::fail_point!(point, |chosen: Option<String>| {

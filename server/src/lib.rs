@@ -10,6 +10,8 @@
 //!   [`libjpeg`]: region-of-interest JPEG decoding with libjpeg-turbo.
 //! - [`gpu`]: the GPU path, found at run time (CUDA driver, NVRTC, nvJPEG).
 //! - [`pool`]: the CPU thread pool that keeps that work off the runtime.
+//! - `rings`: the shared-memory rings of clients on this host, which
+//!   pixels are written into instead of the response (`stoker-shm`).
 //! - [`outcome`]: what processing a sample comes to ([`outcome::Processed`],
 //!   [`outcome::Skipped`]), below both `pipeline` and `gpu`.
 //! - [`pipeline`]: one work item from shard to chunks, within the worker's
@@ -43,6 +45,7 @@ pub mod pack;
 pub mod parquet;
 pub mod pipeline;
 pub mod pool;
+mod rings;
 pub mod scrape;
 pub mod service;
 pub mod storage;

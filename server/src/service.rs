@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use stoker_core::{
     DatasetUri, FieldSpec, FormatChoice, ItemMode, PositionSet, Secret, ShardFormat, ViewSpec, validate_fields,
@@ -20,12 +21,13 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tonic::{Request, Response, Status};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::allow::{AllowList, Denied};
 use crate::catalog;
 use crate::chained::Chained;
 use crate::pipeline::{Chunk, Item, ItemError, WorkerContext, run_item};
+use crate::rings::{RingWriter, Rings};
 use crate::storage::StorageError;
 use crate::tls::ServerTls;
 use stoker_proto::transport::{self, MAX_CHUNK_BYTES, MAX_REQUEST_BYTES};
@@ -37,6 +39,10 @@ pub struct WorkerService {
     drain: Arc<Drain>,
     /// The datasets this worker may read.
     allow: Arc<AllowList>,
+    /// Clients' shared-memory rings on this host, and the identity a
+    /// client compares with its own to offer one.
+    rings: Arc<Rings>,
+    host: Arc<str>,
 }
 
 impl WorkerService {
@@ -45,6 +51,8 @@ impl WorkerService {
             ctx,
             drain: Arc::new(Drain::new()),
             allow: Arc::new(allow),
+            rings: Arc::new(Rings::default()),
+            host: stoker_shm::host_identity().into(),
         }
     }
 
@@ -163,7 +171,33 @@ fn item_status(err: &ItemError) -> Status {
     }
 }
 
-fn chunk_to_pb(mut chunk: Chunk, mode: ItemMode) -> pb::SampleChunk {
+/// A work item's use of its client's shared ring.
+#[derive(Debug)]
+enum ItemRing {
+    /// None offered (or the item sends no pixels).
+    Inline,
+    Writer(RingWriter),
+    /// Offered, and refused for this reason: said on the first chunk.
+    Refused(Option<String>),
+}
+
+impl ItemRing {
+    /// The ring a work item offers, mapped, or why not.
+    fn offered(rings: &Rings, ring: Option<pb::SharedRing>, mode: ItemMode, shard: &str) -> Self {
+        match ring {
+            Some(r) if mode == ItemMode::Process => match rings.attach(&r.path, &r.nonce, r.tag) {
+                Ok(writer) => Self::Writer(writer),
+                Err(reason) => {
+                    debug!(shard, reason = %reason, "shared ring refused: pixels inline");
+                    Self::Refused(Some(reason))
+                }
+            },
+            _ => Self::Inline,
+        }
+    }
+}
+
+fn chunk_to_pb(mut chunk: Chunk, mode: ItemMode, ring: &mut ItemRing) -> pb::SampleChunk {
     if mode == ItemMode::Decode {
         // Processed, then counted instead of sent: the doctor's decode
         // stage, without the transport.
@@ -175,15 +209,24 @@ fn chunk_to_pb(mut chunk: Chunk, mode: ItemMode) -> pb::SampleChunk {
         samples: chunk
             .samples
             .into_iter()
-            .map(|s| pb::Sample {
-                key: s.key,
-                label: s.label,
-                height: s.height,
-                width: s.width,
-                channels: 3,
-                pixels: s.pixels,
-                position: s.position,
-                fields: s.fields.into_iter().map(stoker_proto::value_to_pb).collect(),
+            .map(|s| {
+                // Into the client's ring when it has a free slot: the copy
+                // replaces the encode and both socket copies.
+                let ring_slot = match ring {
+                    ItemRing::Writer(writer) => writer.write(&s.pixels),
+                    _ => None,
+                };
+                pb::Sample {
+                    key: s.key,
+                    label: s.label,
+                    height: s.height,
+                    width: s.width,
+                    channels: 3,
+                    pixels: if ring_slot.is_some() { Bytes::new() } else { s.pixels },
+                    position: s.position,
+                    fields: s.fields.into_iter().map(stoker_proto::value_to_pb).collect(),
+                    ring_slot,
+                }
             })
             .collect(),
         skipped: chunk
@@ -199,6 +242,10 @@ fn chunk_to_pb(mut chunk: Chunk, mode: ItemMode) -> pb::SampleChunk {
         shard_error: chunk.shard_error.take().unwrap_or_default(),
         read_samples: chunk.read_samples,
         read_bytes: chunk.read_bytes,
+        ring_refused: match ring {
+            ItemRing::Refused(reason) => reason.take().unwrap_or_default(),
+            _ => String::new(),
+        },
     }
 }
 
@@ -310,6 +357,7 @@ impl Worker for WorkerService {
                 )));
             }
         };
+        let mut ring = ItemRing::offered(&self.rings, req.ring, mode, &req.shard);
         let extra = item_fields(req.extra, format)?;
         let views = req
             .views
@@ -362,7 +410,8 @@ impl Worker for WorkerService {
                 }
             }
         });
-        let stream = ReceiverStream::new(rx).map(move |r| r.map(|c| chunk_to_pb(c, mode)).map_err(|e| item_status(&e)));
+        let stream = ReceiverStream::new(rx)
+            .map(move |r| r.map(|c| chunk_to_pb(c, mode, &mut ring)).map_err(|e| item_status(&e)));
         Ok(Response::new(Box::pin(stream)))
     }
 
@@ -375,6 +424,7 @@ impl Worker for WorkerService {
             inflight_samples: self.ctx.inflight_samples(),
             cpu_samples: self.ctx.counters.cpu_samples.load(Ordering::Relaxed),
             cpu_jpeg_samples: self.ctx.counters.cpu_jpegs.load(Ordering::Relaxed),
+            host: self.host.to_string(),
             ..Default::default()
         };
         if let Some(gpu) = &self.ctx.gpu {

@@ -124,6 +124,9 @@ async fn a_sample_gets_the_same_pixels_on_any_worker() {
 /// side has received its first batch, and checks that every sample arrived
 /// exactly once. Returns how many work items were reassigned.
 ///
+/// The workers run on this host, so their samples come through the
+/// client's shared-memory ring: checked too.
+///
 /// Each worker sends a chunk per sample or two and has two long shards in
 /// flight, so when the first batch arrives both are early in their items:
 /// the disruption always catches the first worker mid-item.
@@ -162,6 +165,9 @@ fn epoch_survives(disrupt: impl FnOnce(&Worker), progress_timeout: &str) -> u64 
     disrupt(&w1);
     let run = run.finish();
     assert_exactly_once(&run, &expected, 0..1);
+    let workers = run.json.as_ref().unwrap()["workers"].as_array().unwrap().clone();
+    let ring: u64 = workers.iter().map(|w| w["ring_samples"].as_u64().unwrap()).sum();
+    assert!(ring > 0, "no sample came through the shared ring: {workers:?}");
     run.num("retries")
 }
 

@@ -36,6 +36,7 @@ mod records;
 mod s3;
 mod s3_faults;
 mod s3_tls;
+mod shm;
 mod soak;
 mod tls;
 mod transforms;

@@ -73,6 +73,8 @@ def parse_args(argv=None):
     g.add_argument("--dataset", help="dataset URI the workers read (s3://..., file:///..., or a path)")
     g.add_argument("--prefetch", type=int, default=4, help="batches the Stoker client keeps ready (default: 4)")
     g.add_argument("--token", help="bearer token for the workers (default: $STOKER_TOKEN)")
+    g.add_argument("--shared-memory", type=int, default=256, metavar="MIB",
+                   help="MiB of the ring workers on this host write into; 0: all over the network (default: 256)")
     g = p.add_argument_group("dataloader")
     g.add_argument("--image-folder", help="ImageFolder tree (one subfolder per class) of JPEGs")
     g.add_argument("--dataloader-workers", type=int, default=15, help="DataLoader worker processes (default: 15)")
@@ -156,6 +158,7 @@ class StokerSource:
                 channels_last=True,
                 prefetch=args.prefetch,
                 token=args.token,
+                shared_memory=args.shared_memory << 20,
             )
         # stoker.Loader warns when it cannot upload through its own pinned
         # ring (no usable GPU for the client); batches then arrive through

@@ -106,7 +106,8 @@ impl Client {
         workers, dataset, batch_size, image_size, transform, seed, rank, world_size,
         prefetch, last_batch, max_errors=None, token=None, progress_timeout=60.0,
         deterministic=false, upload=None, mean=None, std=None, metrics_port=None, dns_server=None, resolve_interval=10.0,
-        format="auto", image_key=None, label_key=None, label_offset=0, fields=Vec::new(), views=Vec::new()
+        format="auto", image_key=None, label_key=None, label_offset=0, fields=Vec::new(), views=Vec::new(),
+        shared_memory=stoker_client::DEFAULT_SHARED_MEMORY
     ))]
     #[allow(clippy::too_many_arguments, reason = "mirrors the Python constructor's keywords")]
     fn new(
@@ -137,10 +138,12 @@ impl Client {
         label_offset: i64,
         fields: Vec<(String, String, String, bool)>,
         views: Vec<(String, String)>,
+        shared_memory: usize,
     ) -> PyResult<Self> {
         let spec = TransformSpec::parse(transform, image_size).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let mut config = LoaderConfig::new(workers, dataset, batch_size, spec);
         config.seed = seed;
+        config.shared_memory = shared_memory;
         config.rank = rank;
         config.world_size = world_size;
         config.prefetch = prefetch;

@@ -152,5 +152,6 @@ fn chunk(c: pb::SampleChunk) -> Chunk {
         shard_error: c.shard_error,
         read_samples: c.read_samples,
         read_bytes: c.read_bytes,
+        ring_refused: c.ring_refused,
     }
 }

@@ -180,6 +180,13 @@ class Loader:
     ``missing_field``; one whose text is not UTF-8 or whose JSON does not
     parse, as ``bad_field``.
 
+    ``shared_memory``: bytes of the shared-memory ring (a sealed memfd)
+    that workers on this host write samples into instead of sending them
+    over gRPC; 256 MiB by default, allocated as it is first written. A
+    worker is on this host when it shares the kernel and PID namespace
+    (its ``Info`` says so); others, and any worker that cannot map the
+    ring, send over the network. ``0`` sends everything over the network.
+
     ``metrics_port=PORT`` (or ``"HOST:PORT"``) serves the loader's Prometheus
     metrics at ``/metrics``: time the training loop waited for batches,
     samples, bytes and batches received, reassigned items, samples per
@@ -224,6 +231,7 @@ class Loader:
         batch_transform=None,
         fields=None,
         views=None,
+        shared_memory=256 << 20,
     ):
         if isinstance(workers, str):
             workers = [w for w in workers.split(",") if w]
@@ -306,6 +314,7 @@ class Loader:
             int(label_offset),
             [(name, f.source, f.kind, f.optional) for name, f in self._fields],
             [(name, canonical) for name, canonical, _ in self._views],
+            int(shared_memory),
         )
         if upload is not None and not self._client.uploads():
             warnings.warn(

@@ -1,0 +1,62 @@
+//! The shared-memory ring between a client and the workers on its host.
+//!
+//! A worker on the same host as its client need not send pixels through
+//! protobuf, HTTP/2 and two socket copies: the client owns a ring of
+//! fixed-size slots in a sealed memfd ([`Ring`]), names it in each work
+//! item (its `/proc/<pid>/fd/<n>` path and a random nonce), and the
+//! worker maps it ([`Attached`]), writes each sample's pixels into a free
+//! slot and sends only the slot's number. The client reads the slot in
+//! place and frees it when the sample's bytes are dropped.
+//!
+//! The memory is the client's: it goes away with the client and the last
+//! worker mapping, whoever dies first. A worker never waits for a slot:
+//! when the ring is full, or a sample does not fit, it sends the pixels
+//! inline as before, so a slow consumer cannot deadlock a worker.
+//!
+//! Three layers, as elsewhere in Stoker's FFI: [`sys`] (the libc calls as
+//! `Result`s naming the call), [`layout`] (the header and the slot words,
+//! checked), and the owning types [`Ring`] and [`Attached`].
+
+mod attach;
+pub mod layout;
+mod ring;
+mod sys;
+
+pub use attach::Attached;
+pub use ring::{Lent, Ring, StreamTag};
+
+/// Why a ring could not be made, mapped or used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShmError {
+    #[error("{call} failed: {reason}")]
+    Call { call: &'static str, reason: String },
+    #[error("shared ring {path}: {reason}")]
+    Refused { path: String, reason: String },
+    #[error("slot {slot} of the shared ring: {reason}")]
+    Slot { slot: u32, reason: String },
+    #[error("a shared ring of {slots} slots of {slot_bytes} bytes is out of bounds: {reason}")]
+    Size {
+        slots: u32,
+        slot_bytes: usize,
+        reason: String,
+    },
+}
+
+/// This host as a worker and its client must share it for the ring: the
+/// running kernel (its boot id) and the PID namespace, in which the
+/// client's `/proc/<pid>/fd` path names its memfd. Empty when either
+/// cannot be read (then no ring is offered).
+pub fn host_identity() -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let pid_ns = std::fs::read_link("/proc/self/ns/pid")
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let boot = boot.trim();
+    if boot.is_empty() || pid_ns.is_empty() {
+        return String::new();
+    }
+    format!("{boot}/{pid_ns}")
+}
+
+#[cfg(test)]
+mod tests;
