@@ -22,6 +22,15 @@
 #   stoker-gpu0-net the same worker, everything over gRPC
 #   stoker-mix    the GPU worker on GPU 0 and the CPU workers together,
 #                 through shared memory
+#   stoker-inproc a GPU worker inside the training process
+#                 (stoker.InProcessWorker, --gpu-only), on GPU 0 in the
+#                 trainer's own CUDA context
+#   stoker-inproc-mix  that worker and the 2 CPU workers, through shared memory
+#   dali          NVIDIA DALI in the training process on GPU 0 (mixed
+#                 decoder with the crop window, resize, flip, normalise;
+#                 $(nproc)-4 threads) over the same ImageFolder; only when
+#                 DALI imports (its wheels unpacked under /tmp/dali/site from
+#                 parts in /tmp/dp, as ../shared/GPU.md says)
 #
 # alternating the cases round by round, and prints a table of medians with
 # each case's ratio to the upper bound, the fraction of wall time the loop
@@ -91,6 +100,14 @@ if ! python3 -c 'import stoker' 2>/dev/null; then
     fi
     python3 -c 'import stoker' 2>>"$out/pip.log" || { echo "bench-train: the stoker package is not importable (see $out/pip.log)" >&2; exit 1; }
 fi
+
+# DALI, when its bundle was brought (GPU.md): unpacked once.
+if [[ ! -d /tmp/dali/site ]] && ls /tmp/dp/part-* >/dev/null 2>&1; then
+    mkdir -p /tmp/dali && cat /tmp/dp/part-* | xz -d | tar -x -C /tmp/dali
+fi
+[[ -d /tmp/dali/site ]] && export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/dali/site
+dali=no
+python3 -c 'import nvidia.dali' >/dev/null 2>&1 && dali=yes
 
 cores=$(nproc)
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
@@ -208,6 +225,10 @@ else
     [[ -n $gpu_worker ]] && cases+=(stoker-gpu)
     [[ -n $gpu0_worker ]] && cases+=(stoker-gpu0)
 fi
+if [[ $dali == no && " ${cases[*]} " == *" dali "* ]]; then
+    echo "bench-train: DALI does not import here: its case is left out" >&2
+    read -r -a cases <<<"$(printf '%s\n' "${cases[@]}" | grep -vx dali | tr '\n' ' ')"
+fi
 t_bench=$SECONDS
 last=0
 done_rounds=0
@@ -224,6 +245,9 @@ for r in $(seq "$rounds"); do
         stoker-cpu) run_case "$c" "$r" --loader stoker --workers "$cpu_workers" --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-cpu-net) run_case "$c" "$r" --loader stoker --workers "$cpu_workers" --dataset "$work/shards" --prefetch "$prefetch" --shared-memory 0 ;;
         stoker-gpu0-net) run_case "$c" "$r" --loader stoker --workers "$gpu0_worker" --dataset "$work/shards" --prefetch "$prefetch" --shared-memory 0 ;;
+        dali) run_case "$c" "$r" --loader dali --image-folder "$work/imgs" --dali-threads $((cores > 5 ? cores - 4 : 1)) ;;
+        stoker-inproc) run_case "$c" "$r" --loader stoker --in-process-worker "--device cuda --gpu-only" --dataset "$work/shards" --prefetch "$prefetch" ;;
+        stoker-inproc-mix) run_case "$c" "$r" --loader stoker --in-process-worker "--device cuda --gpu-only" --workers "$cpu_workers" --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-mix) run_case "$c" "$r" --loader stoker --workers "$gpu0_worker,$cpu_workers" --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-replay) run_case "$c" "$r" --loader stoker --workers "$replay_workers" --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-gpu) run_case "$c" "$r" --loader stoker --workers "$gpu_worker" --dataset "$work/shards" --prefetch "$prefetch" ;;
@@ -248,6 +272,9 @@ names = {
     "stoker-cpu-net": "stoker, 2 CPU workers on this host, grpc",
     "stoker-gpu0-net": "stoker, GPU worker on GPU 0, grpc",
     "stoker-mix": "stoker, GPU worker on GPU 0 + 2 CPU workers, shm",
+    "stoker-inproc": "stoker, in-process GPU worker on GPU 0",
+    "stoker-inproc-mix": "stoker, in-process GPU worker + 2 CPU workers",
+    "dali": f"DALI in-process on GPU 0, {max(cores - 4, 1)} threads",
     "stoker-replay": "stoker, 2 replay workers (no decode)",
     "stoker-gpu": "stoker, 1 GPU worker on GPU 1",
     "stoker-gpu0": "stoker, GPU worker on GPU 0 (the trainer's), shm",

@@ -4,6 +4,7 @@
 mod bench;
 mod demo;
 mod doctor;
+pub mod embedded;
 mod health;
 mod progress;
 mod stream;

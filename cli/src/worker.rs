@@ -245,6 +245,28 @@ fn start_gpu(args: &WorkerArgs, config: &WorkerConfig) -> anyhow::Result<Option<
 }
 
 pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
+    run_until(
+        args,
+        |addr| {
+            // Scripts and tests read the bound addresses (useful with port 0).
+            println!("stoker worker listening on {addr}");
+        },
+        async {
+            shutdown_signal().await;
+            info!("shutdown signal received");
+        },
+    )
+    .await
+}
+
+/// Runs a worker until `shutdown` resolves, then drains it; `ready` gets
+/// its address once it listens. [`run`] is this with the process's
+/// signals; an embedded worker ([`crate::embedded`]) installs none.
+pub async fn run_until(
+    args: WorkerArgs,
+    ready: impl FnOnce(std::net::SocketAddr),
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     // Read before anything binds: a bad --token-file fails at once.
     let token = args.token.secret()?;
     // So is a bad CA file for S3 (AWS_CA_BUNDLE, SSL_CERT_FILE), though
@@ -288,8 +310,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     if ctx.config.replay {
         warn!("--replay: each shard is processed once and its results sent again for every epoch; for benchmarks only");
     }
-    // Scripts and tests read the bound addresses (useful with port 0).
-    println!("stoker worker listening on {addr}");
+    ready(addr);
     if let Some(listener) = metrics_listener {
         let metrics_addr = listener.local_addr().context("metrics listener has no local address")?;
         info!(addr = %metrics_addr, "serving metrics at /metrics");
@@ -312,12 +333,9 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         grace: std::time::Duration::from_secs_f64(args.grace_period),
         allow,
     };
-    serve(listener, Arc::clone(&ctx), options, async {
-        shutdown_signal().await;
-        info!("shutdown signal received");
-    })
-    .await
-    .with_context(|| format!("worker on {addr} failed"))?;
+    serve(listener, Arc::clone(&ctx), options, shutdown)
+        .await
+        .with_context(|| format!("worker on {addr} failed"))?;
     let c = &ctx.counters;
     let load = |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed);
     info!(

@@ -33,6 +33,34 @@ fn the_python_package_streams_every_sample_once_with_numpy() {
 }
 
 #[test]
+fn an_in_process_worker_serves_like_a_worker_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&images, 40, 2, 96, 72);
+    pack(&images, shards.to_str().unwrap(), "40K", &[]);
+    let tsv = dir.path().join("expected.tsv");
+    let lines: String = image_folder_keys(&images)
+        .iter()
+        .map(|(k, l)| format!("{k}\t{l}\n"))
+        .collect();
+    std::fs::write(&tsv, lines).unwrap();
+    let process = Worker::start(1);
+    let out = run_ok(
+        python()
+            .arg(python_script("inprocess_check.py"))
+            .arg(&process.addr)
+            .arg(&shards)
+            .arg(&tsv),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("in-process worker: 40 samples x 2 epochs exactly once"),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn the_python_package_raises_past_the_error_budget_and_pads_within_it() {
     let dir = tempfile::tempdir().unwrap();
     let images = dir.path().join("images");

@@ -11,6 +11,10 @@ trains and how much of the time it waited for data.
     # The same loop fed by torchvision's ImageFolder through a DataLoader.
     python3 train.py --loader dataloader --image-folder ~/imagenet/train --dataloader-workers 15
 
+    # NVIDIA DALI in this process, reading the same ImageFolder (the
+    # incumbent on a training node; needs nvidia-dali-cuda130).
+    python3 train.py --loader dali --image-folder ~/imagenet/train --dali-threads 12
+
     # Synthetic data already on the device: what the GPU can do alone.
     python3 train.py --loader synthetic
 
@@ -66,13 +70,16 @@ def parse_args(argv=None):
         "  train.py --loader dataloader --image-folder /data/imagenet/train --dataloader-workers 15\n"
         "  train.py --loader synthetic --json",
     )
-    p.add_argument("--loader", choices=("stoker", "dataloader", "synthetic"), default="stoker",
+    p.add_argument("--loader", choices=("stoker", "dataloader", "dali", "synthetic"), default="stoker",
                    help="where batches come from (default: stoker)")
     g = p.add_argument_group("stoker")
     g.add_argument("--workers", help="comma-separated worker addresses, host:port,...")
     g.add_argument("--dataset", help="dataset URI the workers read (s3://..., file:///..., or a path)")
     g.add_argument("--prefetch", type=int, default=4, help="batches the Stoker client keeps ready (default: 4)")
     g.add_argument("--token", help="bearer token for the workers (default: $STOKER_TOKEN)")
+    g.add_argument("--in-process-worker", metavar="ARGS",
+                   help="also start a worker inside this process with these `stoker worker` arguments "
+                        "(e.g. \"--device cuda --gpu-only\"): on the training GPU it shares the trainer's CUDA context")
     g.add_argument("--shared-memory", type=int, default=256, metavar="MIB",
                    help="MiB of the ring workers on this host write into; 0: all over the network (default: 256)")
     g = p.add_argument_group("dataloader")
@@ -80,6 +87,8 @@ def parse_args(argv=None):
     g.add_argument("--dataloader-workers", type=int, default=15, help="DataLoader worker processes (default: 15)")
     g.add_argument("--prefetch-factor", type=int, default=2,
                    help="batches each DataLoader worker prepares ahead (default: 2)")
+    g = p.add_argument_group("dali")
+    g.add_argument("--dali-threads", type=int, default=12, help="DALI's CPU threads (default: 12; reads --image-folder)")
     g = p.add_argument_group("training")
     g.add_argument("--arch", choices=ARCHS, default="resnet18", help="torchvision model (default: resnet18)")
     g.add_argument("--num-classes", type=int, default=1000,
@@ -99,8 +108,8 @@ def parse_args(argv=None):
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line of stdout")
     args = p.parse_args(argv)
 
-    if args.loader == "stoker" and not (args.workers and args.dataset):
-        p.error("--loader stoker needs --workers and --dataset")
+    if args.loader == "stoker" and not ((args.workers or args.in_process_worker) and args.dataset):
+        p.error("--loader stoker needs --dataset and --workers, --in-process-worker or both")
     if args.loader == "dataloader" and not args.image_folder:
         p.error("--loader dataloader needs --image-folder")
     for name in ("batch_size", "image_size", "steps", "num_classes", "prefetch", "prefetch_factor"):
@@ -140,10 +149,17 @@ class StokerSource:
         self.torch = torch
         self.shape = (args.batch_size, 3, args.image_size, args.image_size)
         self.dtype = dtype
+        workers = [w for w in (args.workers or "").split(",") if w]
+        self.worker = None
+        if args.in_process_worker:
+            import shlex
+
+            self.worker = stoker.InProcessWorker(shlex.split(args.in_process_worker) + ["--listen", "127.0.0.1:0"])
+            workers.insert(0, self.worker.address)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             self.loader = stoker.Loader(
-                workers=args.workers,
+                workers=workers,
                 dataset=args.dataset,
                 batch_size=args.batch_size,
                 image_size=args.image_size,
@@ -188,13 +204,16 @@ class StokerSource:
             batches = len(self.loader)
         except TypeError:
             batches = None
-        return {"workers": args.workers, "dataset": args.dataset, "prefetch": args.prefetch,
+        return {"workers": args.workers, "in_process_worker": args.in_process_worker,
+                "dataset": args.dataset, "prefetch": args.prefetch,
                 "client_upload": self.client_upload, "batches_per_epoch": batches,
                 "epochs_started": self.epochs["epochs"]}
 
     def close(self):
         # Stops the epoch in progress (stoker.Loader's iteration ends it).
         self.it.close()
+        if self.worker is not None:
+            self.worker.stop()
 
 
 class DataLoaderSource:
@@ -247,6 +266,52 @@ class DataLoaderSource:
         self.it.close()
 
 
+class DaliSource:
+    """NVIDIA DALI inside the training process, on the training GPU: files
+    read and shuffled by DALI's reader, nvJPEG's mixed decoder fused with
+    RandomResizedCrop's window (torchvision's scale and ratio), a resize to
+    S x S, a random horizontal flip, and normalisation to CHW float16 in one
+    kernel, then bfloat16 (DALI has no bfloat16 output): the same input as
+    the other paths, in device memory."""
+
+    def __init__(self, args, torch, device, dtype):
+        from nvidia.dali import fn, pipeline_def, types
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+        self.torch, self.dtype = torch, dtype
+        size = args.image_size
+
+        @pipeline_def(batch_size=args.batch_size, num_threads=args.dali_threads, device_id=device.index or 0,
+                      seed=args.seed, prefetch_queue_depth=2)
+        def pipe():
+            jpegs, labels = fn.readers.file(file_root=args.image_folder, random_shuffle=True, name="reader")
+            images = fn.decoders.image_random_crop(jpegs, device="mixed", output_type=types.RGB,
+                                                   random_area=[0.08, 1.0], random_aspect_ratio=[0.75, 4 / 3])
+            images = fn.resize(images, resize_x=size, resize_y=size)
+            images = fn.crop_mirror_normalize(images, dtype=types.FLOAT16, output_layout="CHW",
+                                              mean=[255 * m for m in IMAGENET_MEAN],
+                                              std=[255 * s for s in IMAGENET_STD],
+                                              mirror=fn.random.coin_flip())
+            return images, labels.gpu()
+
+        self.pipe = pipe()
+        self.pipe.build()
+        self.loader = DALIGenericIterator([self.pipe], ["image", "label"], reader_name="reader",
+                                          last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)
+        self.epochs = {"epochs": 0}
+        self.it = endless(self.loader, self.epochs)
+
+    def next(self):
+        batch = next(self.it)[0]
+        return batch["image"].to(self.dtype), batch["label"].view(-1).long()
+
+    def config(self, args):
+        return {"image_folder": args.image_folder, "dali_threads": args.dali_threads, "epochs_started": self.epochs["epochs"]}
+
+    def close(self):
+        self.it.close()
+
+
 class SyntheticSource:
     """One normalised batch, made on the device once and reused: the loop
     never waits for data, which makes it the upper bound."""
@@ -268,7 +333,7 @@ class SyntheticSource:
         pass
 
 
-SOURCES = {"stoker": StokerSource, "dataloader": DataLoaderSource, "synthetic": SyntheticSource}
+SOURCES = {"stoker": StokerSource, "dataloader": DataLoaderSource, "dali": DaliSource, "synthetic": SyntheticSource}
 
 
 def main(argv=None):

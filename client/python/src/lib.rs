@@ -609,9 +609,50 @@ fn check_transform(transform: &str, image_size: Option<u32>) -> PyResult<(u32, S
     Ok((spec.size, spec.to_json()))
 }
 
+/// A worker inside this process, started with `stoker worker`'s arguments.
+/// On the training GPU it shares the trainer's CUDA context, so its work
+/// overlaps the training step's instead of taking turns with it.
+#[pyclass(module = "stoker._stoker", frozen)]
+struct InProcessWorker {
+    addr: String,
+    worker: Mutex<Option<stoker_cli::embedded::EmbeddedWorker>>,
+}
+
+#[pymethods]
+impl InProcessWorker {
+    #[new]
+    fn new(py: Python<'_>, args: Vec<String>) -> PyResult<Self> {
+        let worker = py
+            .detach(|| stoker_cli::embedded::EmbeddedWorker::start(args))
+            .map_err(|e| err(format!("in-process worker: {e:#}")))?;
+        Ok(Self {
+            addr: worker.addr().to_string(),
+            worker: Mutex::new(Some(worker)),
+        })
+    }
+
+    /// Where it listens (`HOST:PORT`).
+    #[getter]
+    fn address(&self) -> String {
+        self.addr.clone()
+    }
+
+    /// Stops it, draining items in flight for its grace period.
+    fn stop(&self, py: Python<'_>) -> PyResult<()> {
+        let worker = self.worker.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match worker {
+            Some(w) => py
+                .detach(|| w.stop())
+                .map_err(|e| err(format!("in-process worker {}: {e:#}", self.addr))),
+            None => Ok(()),
+        }
+    }
+}
+
 #[pymodule]
 fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
+    m.add_class::<InProcessWorker>()?;
     m.add_function(wrap_pyfunction!(check_transform, m)?)?;
     m.add_class::<DeviceTensor>()?;
     m.add("StokerError", m.py().get_type::<StokerError>())?;

@@ -46,9 +46,9 @@ import warnings
 import numpy as np
 
 from . import transforms
-from ._stoker import Client, StokerError, check_transform
+from ._stoker import Client, InProcessWorker, StokerError, check_transform
 
-__all__ = ["Field", "Loader", "StokerError", "transforms"]
+__all__ = ["Field", "InProcessWorker", "Loader", "StokerError", "transforms"]
 
 _LAST_BATCH = ("drop", "partial", "pad")
 
