@@ -9,10 +9,13 @@ use std::sync::{Arc, Mutex, Weak};
 use bytes::Bytes;
 use stoker_shm::Attached;
 
-/// The rings mapped now, by path and nonce.
+/// A client's ring: the path it names and its nonce.
+type RingKey = (String, Vec<u8>);
+
+/// The rings mapped now.
 #[derive(Debug, Default)]
 pub(crate) struct Rings {
-    mapped: Mutex<HashMap<(String, Vec<u8>), Weak<Attached>>>,
+    mapped: Mutex<HashMap<RingKey, Weak<Attached>>>,
 }
 
 impl Rings {
