@@ -61,6 +61,32 @@ pub enum Command {
     Augment(transform::AugmentArgs),
 }
 
+/// The whole command: parses `args` (the program's name first), runs it,
+/// prints an error on one line (the cause chain joined with ": "), and
+/// returns the process's exit code. The `stoker` binary and the Python
+/// package's `stoker` command (`python -m stoker`) are both this.
+pub fn main_with<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version too, on stdout, with exit code 0.
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
+    match run(cli) {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            1
+        }
+    }
+}
+
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     let default_level = match cli.command {

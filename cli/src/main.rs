@@ -1,18 +1,10 @@
 //! The `stoker` binary: parse arguments, run the subcommand, report errors
-//! on one line. The work lives in the `stoker_server` library.
+//! on one line (`stoker_cli::main_with`). The work lives in the
+//! `stoker_server` and `stoker_client` libraries.
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let cli = stoker_cli::Cli::parse();
-    match stoker_cli::run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            // One line: the cause chain joined with ": ".
-            eprintln!("error: {err:#}");
-            ExitCode::FAILURE
-        }
-    }
+    let code = stoker_cli::main_with(std::env::args_os());
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

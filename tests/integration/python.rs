@@ -2,7 +2,14 @@
 //! venv by scripts/test.sh) against real worker processes: the numpy path,
 //! since the test venv has no torch.
 
-use crate::support::{Worker, image_folder_keys, pack, python, python_script, run_ok, synth_images};
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::support::{
+    ChildGuard, Worker, assert_exactly_once, image_folder_keys, pack, python, python_script, run_ok, signal,
+    stream_addrs, synth_images,
+};
 
 #[test]
 fn the_python_package_streams_every_sample_once_with_numpy() {
@@ -30,6 +37,93 @@ fn the_python_package_streams_every_sample_once_with_numpy() {
         stdout.contains("python package: 90 samples x 2 epochs exactly once"),
         "{stdout}"
     );
+}
+
+/// The package's `stoker` command: the console script beside the venv's
+/// python, and `python -m stoker`.
+fn console_script() -> std::path::PathBuf {
+    let py = python().get_program().to_owned();
+    std::path::Path::new(&py).with_file_name("stoker")
+}
+
+#[test]
+fn the_python_package_is_the_whole_command_line() {
+    // Every command in the help, from `python -m stoker`.
+    let help = run_ok(python().args(["-m", "stoker", "--help"]));
+    let help = String::from_utf8_lossy(&help.stdout);
+    for command in [
+        "worker", "stream", "pack", "synth", "bench", "demo", "doctor", "health", "augment",
+    ] {
+        assert!(help.contains(command), "{command} missing from the help: {help}");
+    }
+    // An error: one line, exit code 1.
+    let bad = python()
+        .args([
+            "-m",
+            "stoker",
+            "pack",
+            "--input",
+            "/nonexistent/stoker-in",
+            "--output",
+            "/tmp/stoker-out-x",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1), "{bad:?}");
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.starts_with("error: ") && stderr.contains("/nonexistent/stoker-in"),
+        "{stderr}"
+    );
+
+    // A worker from the console script serves a stream from the binary,
+    // and Ctrl-C stops it promptly, draining first.
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&images, 30, 2, 96, 72);
+    pack(&images, shards.to_str().unwrap(), "40K", &[]);
+    let mut child = ChildGuard(
+        std::process::Command::new(console_script())
+            .args([
+                "worker",
+                "--threads",
+                "1",
+                "--listen",
+                "127.0.0.1:0",
+                "--grace-period",
+                "1",
+            ])
+            .env("STOKER_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(child.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("stoker worker listening on ")
+        .unwrap()
+        .to_owned();
+    let run = stream_addrs(
+        &[addr],
+        shards.to_str().unwrap(),
+        &["--batch-size", "8", "--image-size", "32", "--epochs", "2"],
+    );
+    assert_exactly_once(&run, &image_folder_keys(&images), 0..2);
+    let asked = Instant::now();
+    signal(child.0.id(), "-INT");
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(asked.elapsed() < Duration::from_secs(10), "the worker ignored Ctrl-C");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
 }
 
 #[test]

@@ -649,8 +649,16 @@ impl InProcessWorker {
     }
 }
 
+/// The `stoker` command line, in this process: `argv` with the program's
+/// name first; returns the exit code. The GIL is released while it runs.
+#[pyfunction]
+fn main(py: Python<'_>, argv: Vec<String>) -> i32 {
+    py.detach(|| stoker_cli::main_with(argv))
+}
+
 #[pymodule]
 fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(main, m)?)?;
     m.add_class::<Client>()?;
     m.add_class::<InProcessWorker>()?;
     m.add_function(wrap_pyfunction!(check_transform, m)?)?;
