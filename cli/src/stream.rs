@@ -542,7 +542,9 @@ pub async fn run(args: StreamArgs) -> anyhow::Result<()> {
         Ok(())
     })
     .await?;
-    print_summary(&summary, &reports, true);
+    // Without a training step the consumer always waits for the next
+    // batch, and a worker count that would stop it waiting means nothing.
+    print_summary(&summary, &reports, args.step_seconds > 0.0);
     if args.json {
         println!("{}", serde_json::to_string(&summary)?);
     }

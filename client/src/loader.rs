@@ -68,8 +68,9 @@ impl std::fmt::Debug for Loader {
 impl Loader {
     /// Checks the configuration, reaches the workers and lists the dataset
     /// through the first worker that answers.
-    pub async fn connect(config: LoaderConfig) -> Result<Self, ClientError> {
+    pub async fn connect(mut config: LoaderConfig) -> Result<Self, ClientError> {
         config.validate()?;
+        config.dataset = absolute_dataset(&config.dataset)?;
         // Bound first: a port in use fails the start, before any work.
         let metrics_listener = match config.metrics_listen {
             Some(addr) => Some(
@@ -488,5 +489,35 @@ impl EpochWatch {
 
     pub fn report(&self) -> EpochReport {
         self.counters.report(self.shards)
+    }
+}
+
+/// `dataset` as workers must read it: a relative local path names a folder
+/// under the client's working directory (where the user gave it), never
+/// the worker's, so it is made absolute here; URIs and absolute paths are
+/// kept as given.
+fn absolute_dataset(dataset: &str) -> Result<String, ClientError> {
+    match stoker_core::DatasetUri::parse(dataset) {
+        Ok(stoker_core::DatasetUri::Local(path)) if path.is_relative() => std::path::absolute(&path)
+            .map(|p| p.display().to_string())
+            .map_err(|e| ClientError::Config(format!("cannot make the dataset path {dataset} absolute: {e}"))),
+        _ => Ok(dataset.to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::absolute_dataset;
+
+    #[test]
+    fn a_relative_dataset_path_is_the_clients() {
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(
+            absolute_dataset("ds/wds").unwrap(),
+            cwd.join("ds/wds").display().to_string()
+        );
+        for kept in ["/data/shards", "s3://bucket/train/", "file:///data/x", "s3://b"] {
+            assert_eq!(absolute_dataset(kept).unwrap(), kept);
+        }
     }
 }

@@ -182,3 +182,46 @@ fn a_stalled_worker_is_given_up_on_after_the_progress_timeout() {
     let retries = epoch_survives(|w| signal(w.child.0.id(), "-STOP"), "2");
     assert!(retries >= 1, "the stalled worker's items were never reassigned");
 }
+
+#[test]
+fn a_relative_dataset_path_is_read_where_the_client_runs() {
+    // The worker runs in the test's directory; the client in `dir`, where
+    // `shards` lies: the path is the client's.
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    synth_images(&images, 20, 2, 64, 48);
+    pack(&images, dir.path().join("shards").to_str().unwrap(), "40K", &[]);
+    let worker = Worker::start(1);
+    let keys = dir.path().join("keys.tsv");
+    let output = crate::support::stoker()
+        .current_dir(dir.path())
+        .args(["stream", "--workers", &worker.addr, "--dataset", "shards", "--json"])
+        .args([
+            "--batch-size",
+            "4",
+            "--image-size",
+            "32",
+            "--keys-out",
+            keys.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let run = crate::support::StreamRun::from_output(output, &std::fs::read_to_string(&keys).unwrap_or_default());
+    assert_exactly_once(&run, &image_folder_keys(&images), 0..1);
+    // No training step stood in for: no worker count to keep up with one.
+    assert!(!run.stderr().contains("workers to keep up"), "{}", run.stderr());
+}
+
+#[test]
+fn the_workers_to_keep_up_come_with_a_training_step_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&images, 48, 2, 64, 48);
+    pack(&images, shards.to_str().unwrap(), "40K", &[]);
+    let worker = Worker::start(1);
+    let args = ["--batch-size", "8", "--image-size", "32", "--step-seconds", "0.05"];
+    let run = stream(&[&worker], shards.to_str().unwrap(), &args, &[]);
+    assert_exactly_once(&run, &image_folder_keys(&images), 0..1);
+    assert!(run.stderr().contains("workers to keep up: "), "{}", run.stderr());
+}
