@@ -19,7 +19,8 @@ pub struct DoctorArgs {
     /// Workers, comma-separated: HOST:PORT or dns://NAME:PORT.
     #[arg(long, value_delimiter = ',', required = true)]
     pub workers: Vec<String>,
-    /// s3://bucket/prefix/, file:///abs/dir/ or a path, as workers see it.
+    /// s3://bucket/prefix/, file:///abs/dir/ or a path, as workers see it
+    /// (a relative path is made absolute from this directory first).
     #[arg(long)]
     pub dataset: String,
     #[arg(long)]

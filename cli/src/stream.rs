@@ -27,7 +27,8 @@ pub struct StreamArgs {
     /// system's resolver configuration.
     #[arg(long, value_name = "IP:PORT")]
     pub dns_server: Option<std::net::SocketAddr>,
-    /// s3://bucket/prefix/, file:///abs/dir/ or a path, as workers see it.
+    /// s3://bucket/prefix/, file:///abs/dir/ or a path, as workers see it
+    /// (a relative path is made absolute from this directory first).
     #[arg(long)]
     pub dataset: String,
     #[arg(long)]
