@@ -45,6 +45,12 @@ pub enum ClientError {
     Batches(String),
     #[error("cannot resume epoch {epoch}: the saved state was made with other settings ({detail})")]
     Resume { epoch: u64, detail: String },
+    #[error("no sample delivered: all {skipped} read were skipped: {reasons}")]
+    NothingDelivered {
+        skipped: u64,
+        /// Counts and first examples per kind of reason.
+        reasons: String,
+    },
     #[error("error budget exceeded: {skipped} samples skipped, more than {budget} allows: {reasons}")]
     ErrorBudget {
         skipped: u64,

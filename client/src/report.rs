@@ -191,6 +191,16 @@ impl EpochCounters {
         })
     }
 
+    /// The error of an epoch that ended having skipped every sample it
+    /// read and delivered none: never a silent empty epoch.
+    pub fn nothing_delivered(&self) -> Option<ClientError> {
+        let skipped = self.skipped.load(Ordering::Relaxed);
+        (skipped > 0 && self.samples.load(Ordering::Relaxed) == 0).then(|| ClientError::NothingDelivered {
+            skipped,
+            reasons: self.tally.lock().unwrap_or_else(|p| p.into_inner()).summary(),
+        })
+    }
+
     pub fn record_shard_error(&self, error: &str) {
         self.shard_errors
             .lock()

@@ -133,6 +133,9 @@ impl Supervisor {
         if let Some(err) = self.counters.over_budget(self.config.max_errors, true) {
             return Some(err);
         }
+        if let Some(err) = self.counters.nothing_delivered() {
+            return Some(err);
+        }
         let left = self.ledger.remaining();
         (left > 0).then_some(ClientError::ItemsIncomplete {
             epoch: self.epoch,

@@ -225,3 +225,23 @@ fn the_workers_to_keep_up_come_with_a_training_step_only() {
     assert_exactly_once(&run, &image_folder_keys(&images), 0..1);
     assert!(run.stderr().contains("workers to keep up: "), "{}", run.stderr());
 }
+
+#[test]
+fn an_epoch_that_delivers_nothing_fails_and_says_why() {
+    // Every sample lacks the required field: all skipped, none delivered.
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&images, 12, 2, 64, 48);
+    pack(&images, shards.to_str().unwrap(), "40K", &[]);
+    let worker = Worker::start(1);
+    let args = ["--batch-size", "4", "--image-size", "32", "--field", "x=npy"];
+    let run = stream(&[&worker], shards.to_str().unwrap(), &args, &[]);
+    assert!(!run.success(), "an epoch of nothing passed: {}", run.stderr());
+    let stderr = run.stderr();
+    assert!(
+        stderr.contains("epoch 0 failed: no sample delivered: all 12 read were skipped")
+            && stderr.contains("12 × missing field \"x\""),
+        "{stderr}"
+    );
+}

@@ -208,11 +208,14 @@ fn parquet_columns_arrive_whole_as_hugging_face_wrote_them() {
         "{}",
         run.stderr()
     );
-    // A column of the wrong kind for what is asked: each sample says so.
-    let (run, got) = stream_fields(&[&w], &pq, &["--field", "caption=caption:int"]);
-    assert!(got.is_empty());
+    // A column of the wrong kind for what is asked: each sample says so,
+    // and an epoch of nothing but such skips fails, with the reasons.
+    let mut all: Vec<&str> = ARGS.to_vec();
+    all.extend_from_slice(&["--field", "caption=caption:int"]);
+    let run = stream(&[&w], pq.to_str().unwrap(), &all, &[]);
+    assert!(!run.success(), "{}", run.stderr());
     assert!(
-        run.stderr().contains("field \"caption\" (int from caption)"),
+        run.stderr().contains("no sample delivered") && run.stderr().contains("field \"caption\" (int from caption)"),
         "{}",
         run.stderr()
     );
