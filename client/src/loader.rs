@@ -102,7 +102,22 @@ impl Loader {
         let mut unreachable = Vec::new();
         let mut described = None;
         for w in &mut workers {
-            match w.client.describe_dataset(&config.dataset, config.format).await {
+            // Bounded: a worker that accepts the connection and never
+            // answers (stopped, hung) must not hold the start up.
+            let answer = tokio::time::timeout(
+                config.connect_timeout,
+                w.client.describe_dataset(&config.dataset, config.format),
+            )
+            .await;
+            let Ok(answer) = answer else {
+                unreachable.push(format!(
+                    "{} (no answer within {:.1}s)",
+                    w.addr,
+                    config.connect_timeout.as_secs_f64()
+                ));
+                continue;
+            };
+            match answer {
                 Ok(dataset) => {
                     described = Some(dataset);
                     break;

@@ -245,3 +245,34 @@ fn an_epoch_that_delivers_nothing_fails_and_says_why() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_accepts_and_never_answers_fails_the_start_in_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&images, 8, 2, 64, 48);
+    pack(&images, shards.to_str().unwrap(), "40K", &[]);
+    let worker = Worker::start(1);
+    // Stopped: the kernel still accepts its connections, nothing answers.
+    signal(worker.child.0.id(), "-STOP");
+    let mut config = LoaderConfig::new(
+        vec![worker.addr.clone()],
+        shards.to_str().unwrap(),
+        4,
+        TransformSpec::train(32),
+    );
+    config.connect_timeout = std::time::Duration::from_secs(1);
+    let started = std::time::Instant::now();
+    let err = Loader::connect(config).await.unwrap_err().to_string();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        err.contains(&worker.addr) && err.contains("no answer within 1.0s"),
+        "{err}"
+    );
+    signal(worker.child.0.id(), "-CONT");
+}
