@@ -199,6 +199,39 @@ print("budget 1:", run(1))
 }
 
 #[test]
+fn a_python_loader_gives_up_on_a_worker_that_never_answers_after_its_connect_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&images, 8, 2, 64, 48);
+    pack(&images, shards.to_str().unwrap(), "1M", &[]);
+    let w = Worker::start(1);
+    crate::support::signal(w.child.0.id(), "-STOP");
+    let script = r#"
+import sys, time, stoker
+t0 = time.monotonic()
+try:
+    stoker.Loader(workers=sys.argv[1], dataset=sys.argv[2], batch_size=4, image_size=32, connect_timeout=1)
+except stoker.StokerError as e:
+    print(f"refused after {time.monotonic() - t0:.1f}s: {e}", flush=True)
+"#;
+    let out = run_ok(python().arg("-c").arg(script).arg(&w.addr).arg(&shards));
+    crate::support::signal(w.child.0.id(), "-CONT");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("refused after") && stdout.contains(&w.addr) && stdout.contains("no answer within 1.0s"),
+        "{stdout}"
+    );
+    let secs: f64 = stdout["refused after ".len()..]
+        .split('s')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(secs < 5.0, "{stdout}");
+}
+
+#[test]
 fn ctrl_c_interrupts_a_python_loader_waiting_for_a_stalled_worker() {
     let dir = tempfile::tempdir().unwrap();
     let images = dir.path().join("images");

@@ -107,7 +107,7 @@ impl Client {
         prefetch, last_batch, max_errors=None, token=None, progress_timeout=60.0,
         deterministic=false, upload=None, mean=None, std=None, metrics_port=None, dns_server=None, resolve_interval=10.0,
         format="auto", image_key=None, label_key=None, label_offset=0, fields=Vec::new(), views=Vec::new(),
-        shared_memory=stoker_client::DEFAULT_SHARED_MEMORY
+        shared_memory=stoker_client::DEFAULT_SHARED_MEMORY, connect_timeout=10.0
     ))]
     #[allow(clippy::too_many_arguments, reason = "mirrors the Python constructor's keywords")]
     fn new(
@@ -139,11 +139,18 @@ impl Client {
         fields: Vec<(String, String, String, bool)>,
         views: Vec<(String, String)>,
         shared_memory: usize,
+        connect_timeout: f64,
     ) -> PyResult<Self> {
         let spec = TransformSpec::parse(transform, image_size).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let mut config = LoaderConfig::new(workers, dataset, batch_size, spec);
         config.seed = seed;
         config.shared_memory = shared_memory;
+        if !(connect_timeout.is_finite() && connect_timeout > 0.0) {
+            return Err(err(format!(
+                "connect_timeout must be a positive number of seconds, got {connect_timeout}"
+            )));
+        }
+        config.connect_timeout = Duration::from_secs_f64(connect_timeout);
         config.rank = rank;
         config.world_size = world_size;
         config.prefetch = prefetch;

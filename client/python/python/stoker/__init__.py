@@ -180,6 +180,11 @@ class Loader:
     ``missing_field``; one whose text is not UTF-8 or whose JSON does not
     parse, as ``bad_field``.
 
+    ``connect_timeout`` (seconds, 10 by default) bounds the first contact
+    with each worker: connecting, and its answer listing the dataset. A
+    worker that accepts and never answers (stopped, hung) is then named in
+    the error with the wait, instead of holding the constructor up.
+
     ``shared_memory``: bytes of the shared-memory ring (a sealed memfd)
     that workers on this host write samples into instead of sending them
     over gRPC; 256 MiB by default, allocated as it is first written. A
@@ -232,6 +237,7 @@ class Loader:
         fields=None,
         views=None,
         shared_memory=256 << 20,
+        connect_timeout=10.0,
     ):
         if isinstance(workers, str):
             workers = [w for w in workers.split(",") if w]
@@ -315,6 +321,7 @@ class Loader:
             [(name, f.source, f.kind, f.optional) for name, f in self._fields],
             [(name, canonical) for name, canonical, _ in self._views],
             int(shared_memory),
+            float(connect_timeout),
         )
         if upload is not None and not self._client.uploads():
             warnings.warn(
