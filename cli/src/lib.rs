@@ -57,7 +57,8 @@ pub enum Command {
     /// (a container HEALTHCHECK), 1 otherwise.
     Health(HealthArgs),
     /// Run a transform spec on one image, as a worker would for one sample,
-    /// and write the result as PNG: try a pipeline from the shell.
+    /// and write the result as PNG or JPEG (by the output's extension): try
+    /// a pipeline from the shell.
     Augment(transform::AugmentArgs),
 }
 

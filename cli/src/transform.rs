@@ -53,7 +53,8 @@ pub struct AugmentArgs {
     /// A JPEG or PNG image.
     #[arg(long)]
     pub input: PathBuf,
-    /// Where to write the result (PNG, RGB, 8 bits).
+    /// Where to write the result, RGB, 8 bits, in the format its extension
+    /// names: .png (lossless), or .jpg / .jpeg (JPEG, quality 95).
     #[arg(long)]
     pub output: PathBuf,
     #[arg(long, default_value_t = 0)]
@@ -70,7 +71,34 @@ pub struct AugmentArgs {
     pub max_image_pixels: u64,
 }
 
+/// The formats `augment` writes, by the output's extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OutputFormat {
+    Png,
+    Jpeg,
+}
+
+impl OutputFormat {
+    fn of(path: &std::path::Path) -> anyhow::Result<Self> {
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase)
+            .unwrap_or_default();
+        match ext.as_str() {
+            "png" => Ok(Self::Png),
+            "jpg" | "jpeg" => Ok(Self::Jpeg),
+            _ => anyhow::bail!(
+                "cannot tell the format to write {} in from its extension: use .png or .jpg",
+                path.display()
+            ),
+        }
+    }
+}
+
 pub fn run_augment(args: AugmentArgs) -> anyhow::Result<()> {
+    // Checked before any work: the output's format.
+    let format = OutputFormat::of(&args.output)?;
     let spec = args.transform.spec()?;
     let data = std::fs::read(&args.input).with_context(|| format!("cannot read {}", args.input.display()))?;
     let kind = sniff(&data).unwrap_or(ImageKind::Jpeg);
@@ -78,10 +106,27 @@ pub fn run_augment(args: AugmentArgs) -> anyhow::Result<()> {
     let mut augmenter = stoker_server::augment::Augmenter::new();
     let out = stoker_image::decode_and_transform(&mut augmenter, kind, &data, &spec, &rng, args.max_image_pixels)
         .with_context(|| format!("cannot transform {}", args.input.display()))?;
-    write_png(&out, &args.output)
+    let bytes = match format {
+        OutputFormat::Png => encode_png(&out, &args.output)?,
+        OutputFormat::Jpeg => stoker_server::synth::encode_jpeg(&out, 95)
+            .map_err(|e| anyhow::anyhow!("cannot encode {}: {e}", args.output.display()))?,
+    };
+    std::fs::write(&args.output, bytes).with_context(|| format!("cannot write {}", args.output.display()))?;
+    eprintln!(
+        "wrote {} ({}x{}, {})",
+        args.output.display(),
+        out.width,
+        out.height,
+        if format == OutputFormat::Png {
+            "png"
+        } else {
+            "jpeg, quality 95"
+        }
+    );
+    Ok(())
 }
 
-fn write_png(img: &RgbImage, path: &std::path::Path) -> anyhow::Result<()> {
+fn encode_png(img: &RgbImage, path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
     use zune_core::bit_depth::BitDepth;
     use zune_core::colorspace::ColorSpace;
     use zune_core::options::EncoderOptions;
@@ -95,5 +140,5 @@ fn write_png(img: &RgbImage, path: &std::path::Path) -> anyhow::Result<()> {
     zune_png::PngEncoder::new(&img.pixels, options)
         .encode(&mut png)
         .map_err(|e| anyhow::anyhow!("cannot encode {}: {e:?}", path.display()))?;
-    std::fs::write(path, png).with_context(|| format!("cannot write {}", path.display()))
+    Ok(png)
 }

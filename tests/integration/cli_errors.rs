@@ -156,3 +156,49 @@ fn a_worker_with_a_token_refuses_clients_without_it_and_never_logs_it() {
         assert!(!worker_log.contains(secret), "the worker logged a token");
     }
 }
+
+#[test]
+fn augment_writes_the_format_its_output_names_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    crate::support::synth_images(&images, 1, 1, 96, 72);
+    let input = std::fs::read_dir(images.join("class_000"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    for (name, magic) in [("out.png", &b"\x89PNG"[..]), ("out.JPG", &b"\xff\xd8\xff"[..])] {
+        let output = dir.path().join(name);
+        let run = crate::support::stoker()
+            .args(["augment", "--transform", "train", "--image-size", "48"])
+            .arg("--input")
+            .arg(&input)
+            .arg("--output")
+            .arg(&output)
+            .output()
+            .unwrap();
+        assert!(run.status.success(), "{run:?}");
+        assert!(
+            std::fs::read(&output).unwrap().starts_with(magic),
+            "{name} is not in its format"
+        );
+        let said = String::from_utf8_lossy(&run.stderr);
+        assert!(
+            said.contains(&format!("wrote {}", output.display())) && said.contains("48x48"),
+            "{said}"
+        );
+    }
+    let unknown = dir.path().join("out.bmp");
+    let run = crate::support::stoker()
+        .args(["augment", "--transform", "train", "--image-size", "48"])
+        .arg("--input")
+        .arg(&input)
+        .arg("--output")
+        .arg(&unknown)
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert!(said.contains("use .png or .jpg") && !unknown.exists(), "{said}");
+}
