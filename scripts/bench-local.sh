@@ -91,8 +91,9 @@ for r in rows:
 med = {k: statistics.median(v) for k, v in runs.items()}
 print("| what | median img/s | × its bench | all |")
 print("| --- | ---: | ---: | --- |")
+bench = {"cpu": med.get(f"cpu bench, {sys.argv[2]} threads"), "gpu": med.get("gpu bench")}
 for k, v in runs.items():
-    base = med.get(f"cpu bench, {sys.argv[2]} threads") if k.startswith("cpu") else med.get("gpu bench")
-    ratio = f"{med[k] / base:.2f}" if base and not k.endswith("bench") and not "bench," in k else ""
+    base = bench[k.split()[0]]
+    ratio = f"{med[k] / base:.2f}" if base and "bench" not in k else ""
     print(f"| {k} | {med[k]:.0f} | {ratio} | {' '.join(f'{x:.0f}' for x in v)} |")
 PY

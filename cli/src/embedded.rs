@@ -93,10 +93,29 @@ impl EmbeddedWorker {
         self.halt()
     }
 
-    fn halt(&mut self) -> anyhow::Result<()> {
+    /// Asks it to stop without waiting: it drains for its grace period,
+    /// then [`is_finished`](Self::is_finished) says so. A caller that must
+    /// stay interruptible polls that, then calls [`stop`](Self::stop).
+    pub fn request_stop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+    }
+
+    /// Whether its thread has ended.
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    /// Asks it to stop and lets it drain on its own thread, unwaited: for
+    /// an owner that must not block (a Python object being collected).
+    pub fn detach(mut self) {
+        self.request_stop();
+        self.thread = None;
+    }
+
+    fn halt(&mut self) -> anyhow::Result<()> {
+        self.request_stop();
         match self.thread.take().map(JoinHandle::join) {
             None | Some(Ok(Ok(()))) => Ok(()),
             Some(Ok(Err(e))) => Err(e),

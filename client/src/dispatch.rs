@@ -329,7 +329,7 @@ impl WorkerLane {
             if !chunk.ring_refused.is_empty() {
                 self.ring.refused(&chunk.ring_refused);
             }
-            self.counters.add_ring_samples(self.worker, chunk.ring_samples());
+            let ring_samples = chunk.ring_samples();
             let received = chunk.take_samples(
                 self.config.transform.size,
                 &self.config.extra_fields,
@@ -370,6 +370,7 @@ impl WorkerLane {
                 debug!(worker = %self.addr, shard = %lease.shard, "late chunk discarded");
                 return Outcome::Done;
             };
+            self.counters.add_ring_samples(self.worker, ring_samples);
             for s in &chunk.skipped {
                 debug!(worker = %self.addr, shard = %lease.shard, key = %s.key, position = s.position, reason = %s.reason, "sample skipped");
                 skips.count += 1;

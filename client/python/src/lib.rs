@@ -644,14 +644,34 @@ impl InProcessWorker {
         self.addr.clone()
     }
 
-    /// Stops it, draining items in flight for its grace period.
+    /// Stops it, draining items in flight for its grace period. Ctrl-C
+    /// interrupts the wait (within 200 ms); the worker then drains on, and
+    /// another `stop()` waits for it again.
     fn stop(&self, py: Python<'_>) -> PyResult<()> {
-        let worker = self.worker.lock().unwrap_or_else(|p| p.into_inner()).take();
-        match worker {
+        let mut slot = self.worker.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(worker) = slot.as_mut() else {
+            return Ok(());
+        };
+        worker.request_stop();
+        while !worker.is_finished() {
+            py.detach(|| std::thread::sleep(Duration::from_millis(100)));
+            py.check_signals()?;
+        }
+        match slot.take() {
             Some(w) => py
                 .detach(|| w.stop())
                 .map_err(|e| err(format!("in-process worker {}: {e:#}", self.addr))),
             None => Ok(()),
+        }
+    }
+}
+
+impl Drop for InProcessWorker {
+    /// Collected without `stop()`: asked to stop, left to drain on its own
+    /// thread, never waited for with the GIL held.
+    fn drop(&mut self) {
+        if let Some(w) = self.worker.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+            w.detach();
         }
     }
 }
