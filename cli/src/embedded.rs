@@ -12,7 +12,6 @@
 //! stops, draining in-flight items for its grace period, when its handle
 //! is stopped or dropped.
 
-use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
@@ -25,7 +24,7 @@ use crate::{Cli, Command, worker};
 /// A running in-process worker.
 #[derive(Debug)]
 pub struct EmbeddedWorker {
-    addr: SocketAddr,
+    addr: String,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<anyhow::Result<()>>>,
 }
@@ -46,7 +45,7 @@ impl EmbeddedWorker {
         let Command::Worker(args) = cli.command else {
             anyhow::bail!("not worker arguments");
         };
-        let (ready_tx, ready_rx) = mpsc::channel::<SocketAddr>();
+        let (ready_tx, ready_rx) = mpsc::channel::<String>();
         let (stop, stopped) = oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("stoker-worker".to_owned())
@@ -59,7 +58,7 @@ impl EmbeddedWorker {
                 runtime.block_on(worker::run_until(
                     args,
                     move |addr| {
-                        let _ = ready_tx.send(addr);
+                        let _ = ready_tx.send(addr.to_string());
                     },
                     async {
                         let _ = stopped.await;
@@ -83,8 +82,8 @@ impl EmbeddedWorker {
     }
 
     /// Where it listens.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
+    pub fn addr(&self) -> &str {
+        &self.addr
     }
 
     /// Stops it and waits for it: items in flight drain for its grace

@@ -88,6 +88,27 @@ where
     }
 }
 
+/// How this program runs itself (`stoker worker` for local workers): set
+/// by a host that is not the `stoker` binary, such as the Python package
+/// (`python -m stoker`).
+static SELF_COMMAND: std::sync::OnceLock<Vec<std::ffi::OsString>> = std::sync::OnceLock::new();
+
+/// Says how to run this command line again in a new process: the
+/// program and its first arguments (`[python, -m, stoker]`). Without it,
+/// the running executable is.
+pub fn set_self_command(command: Vec<std::ffi::OsString>) {
+    let _ = SELF_COMMAND.set(command);
+}
+
+/// The program and first arguments that run this command line.
+pub(crate) fn self_command() -> anyhow::Result<Vec<std::ffi::OsString>> {
+    if let Some(c) = SELF_COMMAND.get() {
+        return Ok(c.clone());
+    }
+    let exe = std::env::current_exe().map_err(|e| anyhow::anyhow!("cannot find this program's path: {e}"))?;
+    Ok(vec![exe.into_os_string()])
+}
+
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     let default_level = match cli.command {

@@ -14,11 +14,17 @@ use crate::progress::Progress;
 
 #[derive(Debug, Args)]
 pub struct StreamArgs {
-    /// Workers, comma-separated: HOST:PORT, or dns://NAME:PORT for every
-    /// address NAME resolves to (a Kubernetes headless Service, a scaled
-    /// compose service), resolved again every --resolve-interval.
+    /// Workers, comma-separated: HOST:PORT, unix:PATH, dns://NAME:PORT for
+    /// every address NAME resolves to (a Kubernetes headless Service, a
+    /// scaled compose service; resolved again every --resolve-interval),
+    /// or `local`: workers this command starts on this host and stops
+    /// when it ends (a CPU worker, and a GPU worker with --device cuda).
     #[arg(long, value_delimiter = ',', required = true)]
     pub workers: Vec<String>,
+    /// Threads of the `local` CPU worker (default: this host's cores less
+    /// one, shared among LOCAL_WORLD_SIZE ranks).
+    #[arg(long, value_name = "N")]
+    pub local_threads: Option<usize>,
     /// Seconds between two resolutions of dns:// workers: addresses that
     /// appear get work, those that disappear are drained.
     #[arg(long, default_value_t = stoker_client::DEFAULT_RESOLVE_INTERVAL.as_secs_f64(), value_name = "SECONDS")]
@@ -173,6 +179,13 @@ impl StreamArgs {
         };
         config.deterministic = self.deterministic;
         config.device = self.device.target()?;
+        if self.workers.iter().any(|w| w == stoker_client::LOCAL) {
+            anyhow::ensure!(self.local_threads != Some(0), "--local-threads must be at least 1");
+            let mut local = stoker_client::LocalWorkers::new(crate::self_command()?);
+            local.threads = self.local_threads;
+            local.gpu = config.device.map(|d| d.ordinal);
+            config.local = Some(local);
+        }
         self.format.apply(&mut config);
         config.max_errors = self.max_errors;
         config.token = self.token.secret()?;

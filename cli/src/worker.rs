@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
-use tokio::net::TcpListener;
 use tracing::{info, warn};
 
 use crate::ByteSize;
 use stoker_proto::transport::MAX_CHUNK_BYTES;
 use stoker_server::allow::AllowList;
 use stoker_server::gpu::{self, GpuRunner, GpuRunnerConfig};
+use stoker_server::listen::{ListenAddr, Listener};
 use stoker_server::tls::ServerTls;
 use stoker_server::{ServeOptions, WorkerConfig, WorkerContext, serve};
 use stoker_server::{pipeline, service};
@@ -20,9 +20,15 @@ use stoker_server::{pipeline, service};
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
     /// Address to serve on. The default serves this machine only; use
-    /// 0.0.0.0:PORT to accept work from other hosts.
+    /// 0.0.0.0:PORT to accept work from other hosts, or unix:PATH for a
+    /// Unix domain socket (made readable by its owner only).
     #[arg(long, default_value = "127.0.0.1:50051")]
     pub listen: String,
+    /// Stop, as on SIGTERM, when standard input reaches its end: the
+    /// process that started this worker through a pipe has exited, even
+    /// if killed (local workers of a loader).
+    #[arg(long, hide = true)]
+    pub stop_on_stdin_eof: bool,
     /// Serve Prometheus metrics at http://ADDR/metrics: HOST:PORT, or a
     /// PORT alone for this machine only. Off by default.
     #[arg(long, value_name = "ADDR")]
@@ -245,18 +251,43 @@ fn start_gpu(args: &WorkerArgs, config: &WorkerConfig) -> anyhow::Result<Option<
 }
 
 pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
+    let parent_gone = args.stop_on_stdin_eof.then(stdin_eof).transpose()?;
     run_until(
         args,
         |addr| {
             // Scripts and tests read the bound addresses (useful with port 0).
             println!("stoker worker listening on {addr}");
         },
-        async {
-            shutdown_signal().await;
-            info!("shutdown signal received");
+        async move {
+            match parent_gone {
+                Some(eof) => tokio::select! {
+                    () = shutdown_signal() => info!("shutdown signal received"),
+                    _ = eof => info!("standard input closed: the process that started this worker is gone"),
+                },
+                None => {
+                    shutdown_signal().await;
+                    info!("shutdown signal received");
+                }
+            }
         },
     )
     .await
+}
+
+/// Resolves when standard input reaches its end (or fails), read on a
+/// thread of its own: the parent holding the pipe's other end exited.
+fn stdin_eof() -> anyhow::Result<tokio::sync::oneshot::Receiver<()>> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("stoker-stdin".to_owned())
+        .spawn(move || {
+            let mut sink = [0u8; 256];
+            let mut stdin = std::io::stdin().lock();
+            while matches!(std::io::Read::read(&mut stdin, &mut sink), Ok(n) if n > 0) {}
+            let _ = tx.send(());
+        })
+        .context("--stop-on-stdin-eof: cannot start the thread watching standard input")?;
+    Ok(rx)
 }
 
 /// Runs a worker until `shutdown` resolves, then drains it; `ready` gets
@@ -264,7 +295,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
 /// signals; an embedded worker ([`crate::embedded`]) installs none.
 pub async fn run_until(
     args: WorkerArgs,
-    ready: impl FnOnce(std::net::SocketAddr),
+    ready: impl FnOnce(&ListenAddr),
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     // Read before anything binds: a bad --token-file fails at once.
@@ -283,10 +314,10 @@ pub async fn run_until(
     }
     let gpu = start_gpu(&args, &config)?;
     let device = if gpu.is_some() { "cuda" } else { "cpu" };
-    let listener = TcpListener::bind(&args.listen)
+    let listener = Listener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
-    let addr = listener.local_addr().context("listener has no local address")?;
+    let addr = listener.address().context("listener has no local address")?;
     // Bound before any work starts, so a port in use fails the start.
     let metrics_listener = match &args.metrics_listen {
         Some(value) => Some(stoker_metrics::bind(stoker_metrics::listen_addr(value)?).await?),
@@ -310,7 +341,7 @@ pub async fn run_until(
     if ctx.config.replay {
         warn!("--replay: each shard is processed once and its results sent again for every epoch; for benchmarks only");
     }
-    ready(addr);
+    ready(&addr);
     if let Some(listener) = metrics_listener {
         let metrics_addr = listener.local_addr().context("metrics listener has no local address")?;
         info!(addr = %metrics_addr, "serving metrics at /metrics");

@@ -8,7 +8,9 @@ use stoker_core::{FieldSpec, FormatChoice, RecordFields, Secret, TransformSpec, 
 use crate::assemble::LastBatch;
 use crate::budget::ErrorBudget;
 use crate::device::UploadSpec;
+use crate::discovery::WorkerSource;
 use crate::error::ClientError;
+use crate::local::{LOCAL, LocalWorkers};
 use crate::tls::TlsOptions;
 
 /// Items a worker whose needs are unknown (unreachable at the start, or
@@ -34,7 +36,9 @@ pub(crate) const MAX_LANES_PER_WORKER: usize = 64;
 /// Everything a loader needs to know.
 #[derive(Debug, Clone)]
 pub struct LoaderConfig {
-    /// Worker addresses, `host:port` (or `http://host:port`).
+    /// Worker addresses: `HOST:PORT` (or `http://HOST:PORT`,
+    /// `https://HOST:PORT`), `unix:PATH`, `dns://NAME:PORT`, or `"local"`
+    /// for workers this loader starts on this host ([`Self::local`]).
     pub workers: Vec<String>,
     /// `s3://bucket/prefix/`, `file:///abs/dir/` or a path, as the workers
     /// see it.
@@ -102,6 +106,9 @@ pub struct LoaderConfig {
     /// into instead of sending them (0: every worker over the network).
     /// Its pages are allocated as they are first written.
     pub shared_memory: usize,
+    /// How to start the local workers that a `"local"` entry of
+    /// [`workers`](Self::workers) stands for.
+    pub local: Option<LocalWorkers>,
 }
 
 /// Where and how batches are uploaded.
@@ -145,6 +152,7 @@ impl LoaderConfig {
             resolve_interval: DEFAULT_RESOLVE_INTERVAL,
             dns_server: None,
             shared_memory: DEFAULT_SHARED_MEMORY,
+            local: None,
         }
     }
 
@@ -152,6 +160,9 @@ impl LoaderConfig {
         let bad = |m: String| Err(ClientError::Config(m));
         if self.workers.is_empty() {
             return bad("no workers given".into());
+        }
+        for w in self.workers.iter().filter(|w| *w != LOCAL) {
+            WorkerSource::parse(w)?;
         }
         if self.resolve_interval < Duration::from_millis(100) {
             return bad(format!(

@@ -31,6 +31,7 @@ pub(crate) enum WorkerSource {
 impl WorkerSource {
     pub fn parse(entry: &str) -> Result<Self, ClientError> {
         let Some(rest) = entry.strip_prefix(DNS_SCHEME) else {
+            check_static(entry)?;
             return Ok(Self::Static(entry.to_owned()));
         };
         let bad = |why: &str| ClientError::Config(format!("worker {entry:?}: {why}; expected dns://NAME:PORT"));
@@ -44,6 +45,32 @@ impl WorkerSource {
             port,
         })
     }
+}
+
+/// A listed address: `unix:PATH`, `http(s)://HOST:PORT`, or `HOST:PORT`;
+/// a missing or non-numeric port is refused here, naming the form
+/// expected, rather than failing later as a bare "connection refused".
+fn check_static(entry: &str) -> Result<(), ClientError> {
+    const FORMS: &str = "expected HOST:PORT (e.g. 127.0.0.1:50051), unix:PATH, dns://NAME:PORT or \"local\"";
+    let bad = |why: &str| Err(ClientError::Config(format!("worker {entry:?}: {why}; {FORMS}")));
+    if let Some(path) = entry.strip_prefix(stoker_proto::transport::UNIX_SCHEME) {
+        return if path.is_empty() { bad("no socket path") } else { Ok(()) };
+    }
+    let hostport = match entry.split_once("://") {
+        Some(("http" | "https", rest)) => rest.trim_end_matches('/'),
+        Some((scheme, _)) => return bad(&format!("unknown scheme {scheme}://")),
+        None => entry,
+    };
+    let Some((host, port)) = hostport.rsplit_once(':') else {
+        return bad("no port");
+    };
+    if host.is_empty() || host.ends_with(':') {
+        return bad("no host");
+    }
+    if port.parse::<u16>().is_err() {
+        return bad(&format!("the port {port:?} is not a number"));
+    }
+    Ok(())
 }
 
 impl std::fmt::Display for WorkerSource {
@@ -146,6 +173,26 @@ mod tests {
         for bad in ["dns://worker", "dns://:50051", "dns://worker:port", "dns://a/b:1"] {
             let err = WorkerSource::parse(bad).unwrap_err().to_string();
             assert!(err.contains(bad) && err.contains("dns://NAME:PORT"), "{err}");
+        }
+        for good in [
+            "[::1]:50051",
+            "http://w:1",
+            "https://w.example:443/",
+            "unix:/run/s.sock",
+            "localhost:9",
+        ] {
+            assert_eq!(WorkerSource::parse(good).unwrap(), WorkerSource::Static(good.into()));
+        }
+        for (bad, why) in [
+            ("127.0.0.1", "no port"),
+            ("http://w", "no port"),
+            ("w:http", "is not a number"),
+            (":50051", "no host"),
+            ("unix:", "no socket path"),
+            ("grpc://w:1", "unknown scheme"),
+        ] {
+            let err = WorkerSource::parse(bad).unwrap_err().to_string();
+            assert!(err.contains(why) && err.contains("expected HOST:PORT"), "{bad}: {err}");
         }
     }
 

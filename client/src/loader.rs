@@ -23,6 +23,7 @@ use crate::discovery::{Discovery, WorkerSource};
 use crate::dispatch::EpochLanes;
 use crate::error::{ClientError, describe_status, is_permanent};
 use crate::ledger::{CreditLimit, Ledger};
+use crate::local::{LOCAL, LocalFleet, LocalWorker};
 use crate::metrics::ClientMetrics;
 use crate::order::Sequencer;
 use crate::report::{EpochCounters, EpochReport};
@@ -53,6 +54,8 @@ pub struct Loader {
     _metrics_stop: Option<oneshot::Sender<()>>,
     /// Where the metrics endpoint listens.
     metrics_addr: Option<std::net::SocketAddr>,
+    /// The local workers this loader started (`"local"`), stopped with it.
+    local: Option<LocalFleet>,
 }
 
 impl std::fmt::Debug for Loader {
@@ -70,7 +73,24 @@ impl Loader {
     /// through the first worker that answers.
     pub async fn connect(mut config: LoaderConfig) -> Result<Self, ClientError> {
         config.validate()?;
-        config.dataset = absolute_dataset(&config.dataset)?;
+        config.dataset = absolute_dataset(&config.dataset, &config.workers)?;
+        // `"local"` entries become the local workers' sockets.
+        let local = match (config.workers.iter().any(|w| w == LOCAL), &config.local) {
+            (false, _) => None,
+            (true, None) => {
+                return Err(ClientError::Config(format!(
+                    "workers {LOCAL:?}: no way to start `stoker worker` was configured (LoaderConfig::local)"
+                )));
+            }
+            (true, Some(how)) => Some(LocalFleet::start(how).await?),
+        };
+        if let Some(fleet) = &local {
+            let addrs = fleet.addrs();
+            config.workers = std::mem::take(&mut config.workers)
+                .into_iter()
+                .flat_map(|w| if w == LOCAL { addrs.clone() } else { vec![w] })
+                .collect();
+        }
         // Bound first: a port in use fails the start, before any work.
         let metrics_listener = match config.metrics_listen {
             Some(addr) => Some(
@@ -216,7 +236,14 @@ impl Loader {
             metrics,
             _metrics_stop: metrics_stop,
             metrics_addr,
+            local,
         })
+    }
+
+    /// The local workers this loader started and supervises (the
+    /// `"local"` entry of the worker list), as they are now.
+    pub fn local_workers(&self) -> Vec<LocalWorker> {
+        self.local.as_ref().map_or_else(Vec::new, LocalFleet::workers)
     }
 
     /// Where the loader serves its metrics (`LoaderConfig::metrics_listen`,
@@ -509,15 +536,36 @@ impl EpochWatch {
 
 /// `dataset` as workers must read it: a relative local path names a folder
 /// under the client's working directory (where the user gave it), never
-/// the worker's, so it is made absolute here; URIs and absolute paths are
-/// kept as given.
-fn absolute_dataset(dataset: &str) -> Result<String, ClientError> {
+/// the worker's, so it is made absolute here when every worker is on this
+/// host, and refused otherwise; URIs and absolute paths are kept as given.
+fn absolute_dataset(dataset: &str, workers: &[String]) -> Result<String, ClientError> {
     match stoker_core::DatasetUri::parse(dataset) {
-        Ok(stoker_core::DatasetUri::Local(path)) if path.is_relative() => std::path::absolute(&path)
-            .map(|p| p.display().to_string())
-            .map_err(|e| ClientError::Config(format!("cannot make the dataset path {dataset} absolute: {e}"))),
+        Ok(stoker_core::DatasetUri::Local(path)) if path.is_relative() => {
+            if let Some(remote) = workers.iter().find(|w| !on_this_host(w)) {
+                return Err(ClientError::Config(format!(
+                    "dataset {dataset:?} is a relative path, which only workers on this host could read as this \
+                     process means it, but worker {remote} may be elsewhere: give an absolute path as the workers \
+                     see it, or an s3:// URI"
+                )));
+            }
+            std::path::absolute(&path)
+                .map(|p| p.display().to_string())
+                .map_err(|e| ClientError::Config(format!("cannot make the dataset path {dataset} absolute: {e}")))
+        }
         _ => Ok(dataset.to_owned()),
     }
+}
+
+/// Whether a worker entry is surely on this host: the local workers, a
+/// Unix socket, a loopback address.
+fn on_this_host(entry: &str) -> bool {
+    if entry == LOCAL || entry.starts_with(stoker_proto::transport::UNIX_SCHEME) {
+        return true;
+    }
+    let hostport = entry.split_once("://").map_or(entry, |(_, rest)| rest);
+    let host = hostport.rsplit_once(':').map_or(hostport, |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]
@@ -527,12 +575,26 @@ mod tests {
     #[test]
     fn a_relative_dataset_path_is_the_clients() {
         let cwd = std::env::current_dir().unwrap();
+        let here = [
+            "local",
+            "unix:/run/w.sock",
+            "127.0.0.1:50051",
+            "http://[::1]:1",
+            "localhost:9",
+        ]
+        .map(String::from);
         assert_eq!(
-            absolute_dataset("ds/wds").unwrap(),
+            absolute_dataset("ds/wds", &here).unwrap(),
             cwd.join("ds/wds").display().to_string()
         );
         for kept in ["/data/shards", "s3://bucket/train/", "file:///data/x", "s3://b"] {
-            assert_eq!(absolute_dataset(kept).unwrap(), kept);
+            assert_eq!(absolute_dataset(kept, &here).unwrap(), kept);
+            assert_eq!(absolute_dataset(kept, &["10.0.0.5:50051".into()]).unwrap(), kept);
+        }
+        for elsewhere in ["10.0.0.5:50051", "dns://pool:50051", "https://w.example:443"] {
+            let workers = [here[0].clone(), elsewhere.to_owned()];
+            let err = absolute_dataset("ds/wds", &workers).unwrap_err().to_string();
+            assert!(err.contains("relative path") && err.contains(elsewhere), "{err}");
         }
     }
 }

@@ -34,7 +34,9 @@ pub(crate) const CONNECTIONS_PER_WORKER: usize = 4;
 /// connects lazily and reconnects on its own. With `tls`, a bare
 /// `host:port` means `https://host:port`.
 pub(crate) fn channel(addr: &str, connect_timeout: Duration, tls: Option<&TlsOptions>) -> Result<Channel, String> {
-    let uri = match (addr.contains("://"), tls.is_some()) {
+    let unix = addr.starts_with(transport::UNIX_SCHEME);
+    let tls = tls.filter(|_| !unix);
+    let uri = match (addr.contains("://") || unix, tls.is_some()) {
         (true, _) => addr.to_owned(),
         (false, true) => format!("https://{addr}"),
         (false, false) => format!("http://{addr}"),

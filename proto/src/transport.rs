@@ -28,6 +28,10 @@ pub const MAX_CHUNK_BYTES: u32 = 64 << 20;
 /// size asked for may overshoot it by one sample, which may be large.
 pub const MAX_RESPONSE_BYTES: usize = 256 << 20;
 
+/// The scheme of a worker address that is a Unix domain socket:
+/// `unix:/run/user/1000/stoker/worker-0.sock`.
+pub const UNIX_SCHEME: &str = "unix:";
+
 /// The metadata key that carries the token.
 pub const AUTHORIZATION: &str = "authorization";
 

@@ -38,6 +38,7 @@ mod chained;
 pub mod failpoint;
 pub mod gpu;
 pub mod libjpeg;
+pub mod listen;
 pub mod memory;
 pub mod metrics;
 pub mod outcome;

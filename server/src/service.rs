@@ -19,13 +19,14 @@ use stoker_proto::pb::worker_server::{Worker, WorkerServer};
 use stoker_proto::{pb, spec_from_pb};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream, UnixListenerStream};
 use tonic::{Request, Response, Status};
 use tracing::{debug, info, warn};
 
 use crate::allow::{AllowList, Denied};
 use crate::catalog;
 use crate::chained::Chained;
+use crate::listen::Listener;
 use crate::pipeline::{Chunk, Item, ItemError, WorkerContext, run_item};
 use crate::rings::{RingWriter, Rings};
 use crate::storage::StorageError;
@@ -539,12 +540,15 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// HTTP/2 is tuned for bulk transfer ([`stoker_proto::transport`]), with
 /// TCP_NODELAY.
 pub async fn serve(
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     ctx: Arc<WorkerContext>,
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
-    let addr: Option<SocketAddr> = listener.local_addr().ok();
+    let listener = listener.into();
+    let addr = listener
+        .address()
+        .map_or_else(|e| format!("unknown ({e})"), |a| a.to_string());
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<WorkerServer<WorkerService>>().await;
     let token_required = options.token.is_some();
@@ -569,7 +573,7 @@ pub async fn serve(
         .as_ref()
         .map(|t| if t.requires_client_cert() { "mutual" } else { "server" });
     info!(
-        addr = ?addr,
+        %addr,
         token_required,
         tls = tls.unwrap_or("off"),
         allowed_datasets,
@@ -580,7 +584,7 @@ pub async fn serve(
     if let Some(t) = &options.tls {
         builder = builder.tls_config(t.config())?;
     }
-    let server = builder
+    let router = builder
         .tcp_nodelay(true)
         .max_frame_size(Some(transport::HTTP2_MAX_FRAME_BYTES))
         .initial_stream_window_size(Some(transport::HTTP2_STREAM_WINDOW_BYTES))
@@ -588,11 +592,22 @@ pub async fn serve(
         .http2_keepalive_interval(Some(transport::HTTP2_KEEPALIVE))
         .http2_keepalive_timeout(Some(transport::HTTP2_KEEPALIVE))
         .add_service(health_service)
-        .add_service(service)
-        .serve_with_incoming_shutdown(incoming_nodelay(listener), async {
-            let _ = stop_rx.await;
-        });
-    tokio::pin!(server);
+        .add_service(service);
+    let stopped = async {
+        let _ = stop_rx.await;
+    };
+    // The socket file (for `unix:`) lives as long as the server.
+    let (server, _socket_file): (Pin<Box<dyn Future<Output = _> + Send>>, _) = match listener {
+        Listener::Tcp(l) => (
+            Box::pin(router.serve_with_incoming_shutdown(incoming_nodelay(l), stopped)),
+            None,
+        ),
+        Listener::Unix(l, file) => (
+            Box::pin(router.serve_with_incoming_shutdown(UnixListenerStream::new(l), stopped)),
+            Some(file),
+        ),
+    };
+    let mut server = server;
     tokio::select! {
         result = &mut server => return result,
         () = shutdown => {}

@@ -23,6 +23,7 @@ mod formats;
 mod gpu;
 mod ipc;
 mod lifecycle;
+mod local;
 mod memory;
 mod metrics;
 mod protocol;

@@ -412,6 +412,8 @@ pub struct StreamChild {
     /// `None` once finished; killed on drop otherwise.
     child: Option<Child>,
     keys_path: PathBuf,
+    /// Its stderr, once [`StreamChild::wait_for_log`] reads it.
+    log: Option<std::sync::Arc<std::sync::Mutex<String>>>,
     _dir: tempfile::TempDir,
 }
 
@@ -423,7 +425,13 @@ impl StreamChild {
 
     /// [`StreamChild::spawn`] with `--workers` entries as given.
     pub fn spawn_addrs(addrs: &[&str], dataset: &str, args: &[&str]) -> Self {
-        let (mut cmd, keys_path, dir) = Self::command(addrs, dataset, args, &[]);
+        Self::spawn_addrs_env(addrs, dataset, args, &[])
+    }
+
+    /// [`StreamChild::spawn_addrs`] with more environment.
+    pub fn spawn_addrs_env(addrs: &[&str], dataset: &str, args: &[&str], env: &[(&'static str, &str)]) -> Self {
+        let env: Vec<(&'static str, String)> = env.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
+        let (mut cmd, keys_path, dir) = Self::command(addrs, dataset, args, &env);
         let child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -432,7 +440,50 @@ impl StreamChild {
         Self {
             child: Some(child),
             keys_path,
+            log: None,
             _dir: dir,
+        }
+    }
+
+    /// Waits for a line of the stream's log (stderr) containing `text` and
+    /// returns it. The log is read from then on, so [`Self::finish`] no
+    /// longer has it.
+    pub fn wait_for_log(&mut self, text: &str, limit: Duration) -> String {
+        let log = self.log.get_or_insert_with(|| {
+            let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+            let stderr = self
+                .child
+                .as_mut()
+                .and_then(|c| c.stderr.take())
+                .expect("stream's stderr");
+            let sink = std::sync::Arc::clone(&log);
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    let mut l = sink.lock().unwrap();
+                    l.push_str(&line);
+                    l.push('\n');
+                }
+            });
+            log
+        });
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(line) = log.lock().unwrap().lines().find(|l| l.contains(text)) {
+                return line.to_owned();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {text:?} in the stream's log within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGKILLs the stream.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
 

@@ -1,0 +1,184 @@
+//! Local workers (`"local"` in the worker list): started and supervised by
+//! the loader, exactly once through a kill (restarted, its items to the
+//! others meanwhile), mixed with a remote worker, private to this user,
+//! and gone with the loader or its process. The Python package's
+//! `Loader(workers="local")` is in `python`.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use stoker_client::{LOCAL, Loader, LoaderConfig, LocalWorkers, TransformSpec};
+
+use crate::support::{StreamChild, Worker, image_folder_keys, pack, signal, stoker_bin, synth_images};
+
+fn dataset(images: usize) -> (tempfile::TempDir, String, Vec<(String, i64)>) {
+    let dir = tempfile::tempdir().unwrap();
+    let pics = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&pics, images, 3, 96, 72);
+    pack(&pics, shards.to_str().unwrap(), "60K", &[]);
+    let keys = image_folder_keys(&pics);
+    let shards = shards.to_str().unwrap().to_owned();
+    (dir, shards, keys)
+}
+
+fn local_config(workers: Vec<String>, dataset: &str) -> LoaderConfig {
+    let mut config = LoaderConfig::new(workers, dataset, 8, TransformSpec::train(32));
+    let mut local = LocalWorkers::new(vec![stoker_bin().into()]);
+    local.threads = Some(1);
+    config.local = Some(local);
+    config
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie has exited: only its entry is left until it is reaped.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+fn wait_gone(pid: u32, limit: Duration, what: &str) {
+    let deadline = Instant::now() + limit;
+    while alive(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: local worker {pid} still runs after {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_workers_beside_a_remote_one_deliver_exactly_once_through_a_kill_and_are_restarted() {
+    let (_dir, shards, keys) = dataset(80);
+    let remote = Worker::start(1);
+    let loader = Loader::connect(local_config(vec![LOCAL.into(), remote.addr.clone()], &shards))
+        .await
+        .unwrap();
+    let started = loader.local_workers();
+    assert_eq!(started.len(), 1, "{started:?}");
+    let first = started[0].clone();
+    assert_eq!(first.role, "cpu");
+    assert!(first.addr.starts_with("unix:"), "{first:?}");
+    let pid = first.pid.expect("a running local worker has a pid");
+
+    let expected: BTreeMap<String, i64> = keys.into_iter().collect();
+    // Epochs until the restarted worker serves again; each exactly once.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for epoch in 0.. {
+        let mut stream = loader.epoch(epoch).unwrap();
+        let mut got = BTreeMap::new();
+        while let Some(batch) = stream.next_batch().await {
+            let batch = batch.unwrap();
+            if epoch == 0 && got.is_empty() {
+                // Mid-epoch, the local worker dies.
+                signal(pid, "-KILL");
+            }
+            for (key, label) in batch.keys.iter().zip(&batch.labels) {
+                assert!(got.insert(key.clone(), *label).is_none(), "epoch {epoch}: {key} twice");
+            }
+        }
+        assert_eq!(got, expected, "epoch {epoch}: every sample exactly once");
+        let report = stream.report();
+        let by_worker: BTreeMap<&str, u64> = report.workers.iter().map(|w| (w.addr.as_str(), w.samples)).collect();
+        if epoch == 0 {
+            assert!(
+                by_worker[remote.addr.as_str()] > 0,
+                "the remote worker took the items: {by_worker:?}"
+            );
+        } else if by_worker[first.addr.as_str()] > 0 {
+            let ring: u64 = report.workers.iter().map(|w| w.ring_samples).sum();
+            assert!(ring > 0, "the local worker writes into the shared ring");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the restarted worker served nothing in {epoch} epochs: {by_worker:?}"
+        );
+    }
+    let now = loader.local_workers();
+    assert_eq!(now[0].restarts, 1, "{now:?}");
+    assert_eq!(now[0].addr, first.addr, "restarted on the same socket");
+    let new_pid = now[0].pid.expect("restarted");
+    assert_ne!(new_pid, pid);
+    assert!(!alive(pid));
+
+    drop(loader);
+    wait_gone(new_pid, Duration::from_secs(5), "the loader was dropped");
+    let socket = first.addr.strip_prefix("unix:").unwrap();
+    let dir = std::path::Path::new(socket).parent().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while dir.exists() {
+        assert!(Instant::now() < deadline, "{} outlived its loader", dir.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Connects to a Unix socket as the user `uid` (a fresh process): the
+/// error, or `None` when it connected.
+fn connect_as(uid: u32, socket: &str) -> Option<String> {
+    let mut cmd = Command::new("python3");
+    cmd.args([
+        "-c",
+        "import socket, sys\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect(sys.argv[1])\nexcept OSError as e:\n    print(e)",
+        socket,
+    ]);
+    if uid != 0 {
+        cmd.uid(uid).gid(uid);
+    }
+    let out = cmd.stderr(Stdio::inherit()).output().expect("run python3");
+    assert!(out.status.success(), "python3 as uid {uid} failed");
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    (!said.is_empty()).then_some(said)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_user_cannot_reach_the_local_workers() {
+    let (_dir, shards, _) = dataset(16);
+    let loader = Loader::connect(local_config(vec![LOCAL.into()], &shards))
+        .await
+        .unwrap();
+    let worker = &loader.local_workers()[0];
+    let socket = worker.addr.strip_prefix("unix:").unwrap();
+    let dir = std::path::Path::new(socket).parent().unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(dir), 0o700, "{}", dir.display());
+    assert_eq!(mode(std::path::Path::new(socket)), 0o600, "{socket}");
+
+    let euid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
+    if euid != 0 {
+        eprintln!("skipped the other-user check: it needs root to run a process as another user (euid {euid})");
+        return;
+    }
+    // The owner connects: the check below can tell a refusal apart.
+    assert_eq!(connect_as(0, socket), None, "the owner must reach its worker");
+    const NOBODY: u32 = 65534;
+    let refused = connect_as(NOBODY, socket).expect("another user connected to a local worker");
+    assert!(refused.contains("Permission denied"), "{refused}");
+}
+
+#[test]
+fn local_workers_end_with_their_process_even_when_it_is_killed() {
+    let (_dir, shards, _) = dataset(40);
+    let mut run = StreamChild::spawn_addrs_env(
+        &[LOCAL],
+        &shards,
+        &["--batch-size", "8", "--epochs", "50", "--local-threads", "1"],
+        &[("STOKER_LOG", "info")],
+    );
+    run.wait_for_samples(8, Duration::from_secs(60));
+    let pid = run.wait_for_log("local worker started", Duration::from_secs(10));
+    let pid: u32 = pid
+        .split("pid=Some(")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {pid:?}"));
+    assert!(alive(pid));
+    run.kill();
+    wait_gone(pid, Duration::from_secs(10), "its loader's process was SIGKILLed");
+}
