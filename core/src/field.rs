@@ -195,19 +195,24 @@ impl FieldSpec {
         }
     }
 
-    /// `NAME=SOURCE[:KIND][?]` (the CLI's `--field`): `caption=txt`,
-    /// `meta=json:json`, `labels=labels:int_list`, a trailing `?` for an
-    /// optional field (`caption=txt?`).
+    /// `NAME=SOURCE[:KIND]` (the CLI's `--field`, Python's `fields=`):
+    /// `caption=txt`, `meta=json:json`, `labels=labels:int_list`; a `?`
+    /// after the source or at the end makes the field optional
+    /// (`caption=txt?`, `caption=txt?:bytes`, `caption=txt:bytes?`).
     pub fn parse(text: &str) -> Result<Self, FieldError> {
         let bad = || FieldError::Syntax(text.to_owned());
         let (name, rest) = text.split_once('=').ok_or_else(bad)?;
-        let (rest, optional) = match rest.strip_suffix('?') {
+        let (rest, optional_at_end) = match rest.strip_suffix('?') {
             Some(r) => (r, true),
             None => (rest, false),
         };
         let (source, kind) = match rest.rsplit_once(':') {
             Some((s, k)) => (s, FieldKind::parse(k)?),
             None => (rest, FieldKind::Auto),
+        };
+        let (source, optional) = match source.strip_suffix('?') {
+            Some(s) => (s, true),
+            None => (source, optional_at_end),
         };
         if name.is_empty() || source.is_empty() {
             return Err(bad());
@@ -537,6 +542,11 @@ mod tests {
             (f.source.as_str(), f.kind, f.optional),
             ("image/labels", FieldKind::IntList, true)
         );
+        for text in ["c=txt?", "c=txt?:bytes", "c=txt:bytes?"] {
+            let f = FieldSpec::parse(text).unwrap();
+            assert!(f.optional && f.source == "txt", "{text}: {f:?}");
+        }
+        assert!(!FieldSpec::parse("c=txt:bytes").unwrap().optional);
         assert!(matches!(FieldSpec::parse("caption"), Err(FieldError::Syntax(_))));
         assert!(matches!(
             FieldSpec::parse("x=txt:str8"),

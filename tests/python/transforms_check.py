@@ -497,8 +497,10 @@ def check_loader_conversion(stoker, T):
         assert len(got) == 1
         return got[0], client
 
-    real = stoker.Client
-    stoker.Client = FakeClient
+    import stoker.loader
+
+    real = stoker.loader.Client
+    stoker.loader.Client = FakeClient
     try:
         b, client = batch(transform=pipeline)
         # The client gets the pipeline, no size (the pipeline's), its mean and std.
@@ -529,7 +531,7 @@ def check_loader_conversion(stoker, T):
         else:
             raises(lambda: batch(transform=T.Compose([crop, T.ToDtype("bfloat16", scale=True)])), "bfloat16", "torch")
     finally:
-        stoker.Client = real
+        stoker.loader.Client = real
     print(f"transforms loader conversion: pipeline dtype/mean/std and MixUp applied to batches ({backend})")
 
 

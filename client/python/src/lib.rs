@@ -8,6 +8,7 @@
 //! 200 ms.
 
 mod dlpack;
+mod logs;
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -34,6 +35,35 @@ create_exception!(
 fn err(e: impl std::fmt::Display) -> PyErr {
     StokerError::new_err(e.to_string())
 }
+
+/// `stoker.ConfigError` (a `StokerError` and a `ValueError`, defined in
+/// Python): a setting that can never work, refused before any work.
+fn config_err(e: impl std::fmt::Display) -> PyErr {
+    let message = e.to_string();
+    Python::attach(|py| {
+        match py
+            .import("stoker.errors")
+            .and_then(|m| m.getattr("ConfigError"))
+            .and_then(|cls| cls.call1((message.clone(),)))
+        {
+            Ok(value) => PyErr::from_value(value),
+            Err(_) => PyValueError::new_err(message),
+        }
+    })
+}
+
+/// A client error as Python sees it: a configuration the workers or the
+/// dataset refused is a `ConfigError`, the rest `StokerError`.
+fn client_err(e: stoker_client::ClientError) -> PyErr {
+    match e {
+        stoker_client::ClientError::Config(_) => config_err(e),
+        other => err(other),
+    }
+}
+
+/// How often a Python thread waiting on the client checks for signals
+/// (Ctrl-C) and hands the client's log to `logging`.
+const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 
 /// One batch as Python receives it: uint8 NHWC pixels (bytes) or, when the
 /// client uploads, a `DeviceTensor` for `torch.from_dlpack`; the side
@@ -107,7 +137,7 @@ impl Client {
         prefetch, last_batch, max_errors=None, token=None, progress_timeout=60.0,
         deterministic=false, upload=None, mean=None, std=None, metrics_port=None, dns_server=None, resolve_interval=10.0,
         format="auto", image_key=None, label_key=None, label_offset=0, fields=Vec::new(), views=Vec::new(),
-        shared_memory=stoker_client::DEFAULT_SHARED_MEMORY, connect_timeout=10.0
+        shared_memory=stoker_client::DEFAULT_SHARED_MEMORY, connect_timeout=10.0, local=None
     ))]
     #[allow(clippy::too_many_arguments, reason = "mirrors the Python constructor's keywords")]
     fn new(
@@ -140,13 +170,15 @@ impl Client {
         views: Vec<(String, String)>,
         shared_memory: usize,
         connect_timeout: f64,
+        local: Option<(Vec<String>, Option<usize>, Option<usize>)>,
     ) -> PyResult<Self> {
-        let spec = TransformSpec::parse(transform, image_size).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        logs::install();
+        let spec = TransformSpec::parse(transform, image_size).map_err(config_err)?;
         let mut config = LoaderConfig::new(workers, dataset, batch_size, spec);
         config.seed = seed;
         config.shared_memory = shared_memory;
         if !(connect_timeout.is_finite() && connect_timeout > 0.0) {
-            return Err(err(format!(
+            return Err(config_err(format!(
                 "connect_timeout must be a positive number of seconds, got {connect_timeout}"
             )));
         }
@@ -154,9 +186,18 @@ impl Client {
         config.rank = rank;
         config.world_size = world_size;
         config.prefetch = prefetch;
-        config.last_batch = last_batch.parse::<LastBatch>().map_err(err)?;
+        config.last_batch = last_batch.parse::<LastBatch>().map_err(config_err)?;
         config.deterministic = deterministic;
-        config.format = format.parse::<FormatChoice>().map_err(err)?;
+        config.format = format.parse::<FormatChoice>().map_err(config_err)?;
+        if let Some((command, threads, gpu)) = local {
+            if threads == Some(0) {
+                return Err(config_err("local_threads must be at least 1"));
+            }
+            let mut how = stoker_client::LocalWorkers::new(command.into_iter().map(Into::into).collect());
+            how.threads = threads;
+            how.gpu = gpu;
+            config.local = Some(how);
+        }
         config.fields = RecordFields {
             image: image_key,
             label: label_key,
@@ -165,27 +206,26 @@ impl Client {
         config.extra_fields = fields
             .into_iter()
             .map(|(name, source, kind, optional)| {
-                let kind = stoker_client::FieldKind::parse(&kind).map_err(|e| PyValueError::new_err(e.to_string()))?;
+                let kind = stoker_client::FieldKind::parse(&kind).map_err(config_err)?;
                 Ok(stoker_client::FieldSpec {
                     optional,
                     ..stoker_client::FieldSpec::new(&name, &source, kind)
                 })
             })
             .collect::<PyResult<Vec<_>>>()?;
-        stoker_client::validate_fields(&config.extra_fields, None).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        stoker_client::validate_fields(&config.extra_fields, None).map_err(config_err)?;
         config.views = views
             .into_iter()
             .map(|(name, transform)| {
-                let transform = TransformSpec::parse(&transform, None)
-                    .map_err(|e| PyValueError::new_err(format!("view {name:?}: {e}")))?;
+                let transform =
+                    TransformSpec::parse(&transform, None).map_err(|e| config_err(format!("view {name:?}: {e}")))?;
                 Ok(stoker_client::ViewSpec { name, transform })
             })
             .collect::<PyResult<Vec<_>>>()?;
-        stoker_client::validate_views(&config.views, &config.extra_fields)
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        stoker_client::validate_views(&config.views, &config.extra_fields).map_err(config_err)?;
         if let Some((ordinal, dtype, layout)) = upload {
-            let dtype = dtype.parse::<DType>().map_err(err)?;
-            let layout = layout.parse::<Layout>().map_err(err)?;
+            let dtype = dtype.parse::<DType>().map_err(config_err)?;
+            let layout = layout.parse::<Layout>().map_err(config_err)?;
             let mut spec = UploadSpec::new(layout, dtype);
             if let (Some(mean), Some(std)) = (mean, std) {
                 spec = spec.with_mean_std(mean, std);
@@ -196,14 +236,14 @@ impl Client {
         config.max_errors = max_errors
             .map(|m| m.parse::<ErrorBudget>())
             .transpose()
-            .map_err(|e| err(format!("max_errors: {e}")))?;
+            .map_err(|e| config_err(format!("max_errors: {e}")))?;
         config.token = token.map(Secret::new);
         config.dns_server = dns_server
             .map(|s| s.parse())
             .transpose()
-            .map_err(|e| err(format!("dns_server must be IP:PORT: {e}")))?;
+            .map_err(|e| config_err(format!("dns_server must be IP:PORT: {e}")))?;
         if !(resolve_interval.is_finite() && resolve_interval >= 0.1) {
-            return Err(err(format!(
+            return Err(config_err(format!(
                 "resolve_interval must be at least 0.1 seconds, got {resolve_interval}"
             )));
         }
@@ -212,9 +252,9 @@ impl Client {
             .as_deref()
             .map(stoker_client::metrics::listen_addr)
             .transpose()
-            .map_err(|e| err(format!("metrics_port: {e}")))?;
+            .map_err(|e| config_err(format!("metrics_port: {e}")))?;
         if !(progress_timeout.is_finite() && progress_timeout > 0.0) {
-            return Err(err(format!(
+            return Err(config_err(format!(
                 "progress_timeout must be positive, got {progress_timeout}"
             )));
         }
@@ -226,7 +266,7 @@ impl Client {
             .ok()
             .map(|t| t.parse::<usize>().ok().filter(|&t| t > 0).ok_or(t))
             .transpose()
-            .map_err(|t| err(format!("STOKER_CLIENT_THREADS must be a positive integer, not {t:?}")))?
+            .map_err(|t| config_err(format!("STOKER_CLIENT_THREADS must be a positive integer, not {t:?}")))?
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 4)));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
@@ -236,22 +276,49 @@ impl Client {
             .map_err(|e| err(format!("cannot start the client runtime: {e}")))?;
         // Opening the upload makes the GPU's context current on this
         // thread: keep the caller's (torch's current device).
+        // Polled on this thread in slices, so that Ctrl-C interrupts it
+        // (dropping it stops any local workers it started) and the log
+        // reaches Python while it waits.
         let uploading = config.device.is_some();
-        let connect = || runtime.block_on(Loader::connect(config));
-        let loader = py
-            .detach(|| {
+        let mut connecting = Box::pin(Loader::connect(config));
+        let loader = loop {
+            let mut slice = || runtime.block_on(async { tokio::time::timeout(SIGNAL_CHECK, &mut connecting).await });
+            let waited = py.detach(|| {
                 if uploading {
-                    stoker_client::device::keeping_current_context(connect)
+                    stoker_client::device::keeping_current_context(slice)
                 } else {
-                    connect()
+                    slice()
                 }
-            })
-            .map_err(err)?;
+            });
+            logs::flush(py);
+            match waited {
+                Ok(connected) => break connected.map_err(client_err)?,
+                Err(_) => py.check_signals()?,
+            }
+        };
         Ok(Self {
             runtime,
             loader,
             epoch: Mutex::new(EpochSlot::default()),
         })
+    }
+
+    /// The local workers this client started (`"local"`): a dict each,
+    /// with `address`, `role` (`cpu` or `gpu`), `pid` (None while it is
+    /// started again) and `restarts`.
+    fn local_workers<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        self.loader
+            .local_workers()
+            .into_iter()
+            .map(|w| {
+                let d = PyDict::new(py);
+                d.set_item("address", w.addr)?;
+                d.set_item("role", w.role)?;
+                d.set_item("pid", w.pid)?;
+                d.set_item("restarts", w.restarts)?;
+                Ok(d)
+            })
+            .collect()
     }
 
     /// Whether batches arrive on the GPU (as `DeviceTensor`s): an upload
@@ -344,9 +411,9 @@ impl Client {
         };
         let runtime = &self.runtime;
         let next = loop {
-            let waited = py.detach(|| {
-                runtime.block_on(async { tokio::time::timeout(Duration::from_millis(200), stream.next_batch()).await })
-            });
+            let waited =
+                py.detach(|| runtime.block_on(async { tokio::time::timeout(SIGNAL_CHECK, stream.next_batch()).await }));
+            logs::flush(py);
             match waited {
                 Ok(next) => break Ok(next),
                 // Lets Ctrl-C raise KeyboardInterrupt while waiting.
@@ -612,7 +679,7 @@ fn state_from_py(d: &Bound<'_, PyDict>) -> PyResult<EpochState> {
 #[pyfunction]
 #[pyo3(signature = (transform, image_size=None))]
 fn check_transform(transform: &str, image_size: Option<u32>) -> PyResult<(u32, String)> {
-    let spec = TransformSpec::parse(transform, image_size).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let spec = TransformSpec::parse(transform, image_size).map_err(config_err)?;
     Ok((spec.size, spec.to_json()))
 }
 
@@ -629,9 +696,37 @@ struct InProcessWorker {
 impl InProcessWorker {
     #[new]
     fn new(py: Python<'_>, args: Vec<String>) -> PyResult<Self> {
-        let worker = py
-            .detach(|| stoker_cli::embedded::EmbeddedWorker::start(args))
-            .map_err(|e| err(format!("in-process worker: {e:#}")))?;
+        logs::install();
+        // Started on a thread of its own so that Ctrl-C interrupts the
+        // wait; a worker that starts after the caller gave up is stopped.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("stoker-worker-start".to_owned())
+            .spawn(move || {
+                if let Err(std::sync::mpsc::SendError(Ok(abandoned))) =
+                    tx.send(stoker_cli::embedded::EmbeddedWorker::start(args))
+                {
+                    abandoned.detach();
+                }
+            })
+            .map_err(|e| err(format!("in-process worker: cannot start a thread: {e}")))?;
+        let mut rx = rx;
+        let started = loop {
+            let (back, waited) = py.detach(move || {
+                let waited = rx.recv_timeout(SIGNAL_CHECK);
+                (rx, waited)
+            });
+            rx = back;
+            logs::flush(py);
+            match waited {
+                Ok(started) => break started,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => py.check_signals()?,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(err("in-process worker: its start-up thread ended without an answer"));
+                }
+            }
+        };
+        let worker = started.map_err(|e| err(format!("in-process worker: {e:#}")))?;
         Ok(Self {
             addr: worker.addr().to_string(),
             worker: Mutex::new(Some(worker)),
@@ -654,7 +749,8 @@ impl InProcessWorker {
         };
         worker.request_stop();
         while !worker.is_finished() {
-            py.detach(|| std::thread::sleep(Duration::from_millis(100)));
+            py.detach(|| std::thread::sleep(SIGNAL_CHECK));
+            logs::flush(py);
             py.check_signals()?;
         }
         match slot.take() {
@@ -678,9 +774,24 @@ impl Drop for InProcessWorker {
 
 /// The `stoker` command line, in this process: `argv` with the program's
 /// name first; returns the exit code. The GIL is released while it runs.
+/// `self_command` runs the command line again in a new process (`[python,
+/// -m, stoker]`), for the local workers of `stream --workers local`.
 #[pyfunction]
-fn main(py: Python<'_>, argv: Vec<String>) -> i32 {
+#[pyo3(signature = (argv, self_command=None))]
+fn main(py: Python<'_>, argv: Vec<String>, self_command: Option<Vec<String>>) -> i32 {
+    if let Some(c) = self_command {
+        stoker_cli::set_self_command(c.into_iter().map(Into::into).collect());
+    }
     py.detach(|| stoker_cli::main_with(argv))
+}
+
+/// A field's `SOURCE[:KIND]`, with `?` after the source or at the end for
+/// an optional one (`"txt?"`, `"txt?:bytes"`, `"txt:bytes?"`), as the
+/// command line's `--field NAME=...` reads it: (source, kind, optional).
+#[pyfunction]
+fn parse_field(name: &str, text: &str) -> PyResult<(String, String, bool)> {
+    let f = stoker_client::FieldSpec::parse(&format!("{name}={text}")).map_err(config_err)?;
+    Ok((f.source, f.kind.to_string(), f.optional))
 }
 
 #[pymodule]
@@ -689,6 +800,7 @@ fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
     m.add_class::<InProcessWorker>()?;
     m.add_function(wrap_pyfunction!(check_transform, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_field, m)?)?;
     m.add_class::<DeviceTensor>()?;
     m.add("StokerError", m.py().get_type::<StokerError>())?;
     Ok(())

@@ -14,7 +14,8 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     from ._stoker import main as run
 
-    code = run(["stoker", *sys.argv[1:]])
+    # Local workers (`stream --workers local`) are this command again.
+    code = run(["stoker", *sys.argv[1:]], [sys.executable, "-m", "stoker"])
     sys.exit(code)
 
 

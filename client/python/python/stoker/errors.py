@@ -1,0 +1,11 @@
+"""Stoker's exceptions: one hierarchy under ``StokerError``."""
+
+from ._stoker import StokerError
+
+__all__ = ["ConfigError", "StokerError"]
+
+
+class ConfigError(StokerError, ValueError):
+    """A setting that cannot work (an argument, a transform, a field, a
+    worker address), refused before any work, naming what is wrong. It is
+    a ``ValueError`` too, for code that catches those."""

@@ -1,0 +1,578 @@
+"""``stoker.Loader``: the training loop's side of Stoker."""
+
+import json
+import os
+import sys
+import warnings
+
+import numpy as np
+
+from . import transforms
+from ._stoker import Client, check_transform
+from .errors import ConfigError, StokerError
+from .fields import _RESERVED, _field_column, _fields
+
+try:  # With torch, a Loader is an IterableDataset of whole batches.
+    from torch.utils.data import IterableDataset as _Base
+except ImportError:  # pragma: no cover - numpy-only installs
+    _Base = object
+
+_LAST_BATCH = ("drop", "partial", "pad")
+
+
+def _distributed():
+    """(rank, world_size) from torch.distributed, the environment, or (0, 1)."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except ImportError:
+        pass
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _torch():
+    try:
+        import torch
+
+        return torch
+    except ImportError:
+        return None
+
+
+def _pipeline_output(canonical):
+    """(dtype name or None, mean or None, std or None) of a validated
+    pipeline's output conversion: its top-level ToTensor / ToDtype /
+    ConvertImageDtype and Normalize (the worker's reading)."""
+    dtype = mean = std = None
+    try:
+        ops = json.loads(canonical).get("ops", [])
+    except (ValueError, AttributeError):
+        return None, None, None
+    for op in ops:
+        name = op.get("op")
+        if name == "ToTensor":
+            dtype = "float32"
+        elif name in ("ToDtype", "ConvertImageDtype"):
+            dtype = transforms.dtype_name(op["dtype"])
+        elif name == "Normalize":
+            mean, std = op["mean"], op["std"]
+            if len(mean) == 1:
+                mean = mean * 3
+            if len(std) == 1:
+                std = std * 3
+    return dtype, mean, std
+
+
+def _same(a, b):
+    return np.allclose(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), rtol=1e-6, atol=1e-7)
+
+
+class Loader(_Base):
+    """An iterable over the batches of one epoch at a time (with torch
+    installed, an ``IterableDataset`` of whole batches:
+    ``torch.utils.data.DataLoader(loader, batch_size=None)`` works).
+
+    ``workers``: addresses (``"HOST:PORT"``, ``"unix:PATH"``,
+    ``"dns://NAME:PORT"``), a list or comma-separated, or ``"local"``:
+    worker processes this loader starts on this host and supervises (one
+    that dies is started again, its items going to the others meanwhile),
+    stopped with the loader or this process. They are a CPU worker with
+    ``local_threads`` threads (by default the cores this process may use,
+    shared among ``LOCAL_WORLD_SIZE`` ranks, less one for the training
+    loop), and a GPU worker on the training device when there is one
+    (``device``, else torch's current CUDA device; ``local_gpu=False``
+    starts none, an int picks one). They listen on Unix sockets in a
+    directory only this user may enter, and write samples into the
+    shared-memory ring. ``"local"`` mixes with addresses:
+    ``workers=["local", "dns://pool:50051"]``.
+
+    Settings that cannot work raise ``stoker.ConfigError`` (a
+    ``StokerError`` and a ``ValueError``) before any work; failures while
+    streaming raise ``StokerError``; an epoch in which every sample was
+    skipped raises ``StokerError`` naming the reasons. Skipped samples,
+    failed workers and reassigned items are logged to the ``stoker`` logger
+    (``logging``) at WARNING.
+
+    ``transform``: ``"train"`` (RandomResizedCrop + RandomHorizontalFlip)
+    or ``"eval"`` (Resize to ``image_size * 256 / 224`` + CenterCrop) at
+    ``image_size`` (224 when None); or a pipeline the workers run on every
+    image: a ``stoker.transforms`` object, a torchvision (v1 or v2)
+    transform or ``Compose`` (converted by
+    ``stoker.transforms.from_torchvision``: a ``Lambda`` or an argument
+    Stoker cannot express is refused, naming it and its position), or the
+    JSON of one. A pipeline sets the image size (``image_size``, if given,
+    must agree); it is checked before connecting, and a refused one raises
+    ``ConfigError`` naming the op (``ops[3] (RandomCrop)``) and the argument.
+    Its trailing ``ToTensor`` / ``ToDtype`` / ``ConvertImageDtype`` and
+    ``Normalize`` become the loader's ``dtype``, ``mean`` and ``std``
+    (given as well, they must agree). ``loader.transform`` is the checked
+    pipeline's JSON, ``loader.image_size`` its output side.
+
+    ``batch_transform``: ``MixUp`` or ``CutMix`` (or a ``RandomChoice`` of
+    them; from ``stoker.transforms`` or ``torchvision.transforms.v2``),
+    applied to every batch after its conversion, on the loader's device,
+    as torchvision's are after collation; ``label`` then holds soft targets
+    ``[B, num_classes]`` float32. Its draws depend on (seed, epoch, batch
+    index) only. MixUp needs float images (a float ``dtype``, ``mean`` /
+    ``std``, or a pipeline's float conversion); CutMix also mixes uint8.
+
+    Iterating starts the next epoch (the first is ``start_epoch``);
+    ``set_epoch(e)`` chooses it. ``len(loader)`` is the number of batches per
+    epoch, known when the dataset has a ``stoker-index.json`` (``stoker
+    pack`` writes one).
+
+    ``last_batch``: ``"partial"`` (default, as ``stoker stream`` and
+    torch's ``DataLoader``) yields an incomplete last batch as it is,
+    ``"drop"`` drops it, ``"pad"`` fills it up to
+    ``batch_size`` by repeating its last sample. ``batch["padded"]`` counts
+    the repeats at the end of a batch (mask them out of the loss). When the
+    dataset has an index, every rank yields ``len(loader)`` batches, the
+    same number on every rank, so data-parallel training never waits on a
+    rank with an extra step; samples skipped as unreadable are made up the
+    same way.
+
+    ``channels_last=True`` (torch) yields ``image`` as ``[B, 3, H, W]`` with
+    channels-last strides, what a ``channels_last`` model takes: on the GPU
+    the client's kernel writes that layout directly, with no extra copy.
+
+    ``deterministic=True`` fills batches in plan order rather than arrival
+    order: batch k of an epoch depends only on (seed, epoch, rank, k), not
+    on the number or speed of workers.
+
+    ``workers`` entries of the form ``"dns://NAME:PORT"`` stand for every
+    address NAME resolves to, resolved again every ``resolve_interval``
+    seconds (``dns_server="IP:PORT"`` asks that server instead of the
+    system's resolver): workers that appear get work, those that disappear
+    are drained, and nothing is lost or delivered twice.
+
+    ``format``: the shards' format, ``"auto"`` (by the files' extensions:
+    ``.tar``, ``.tfrecord`` / ``.tfrecords`` / ``.tfrec``, ``.rec``,
+    ``.parquet``), ``"wds"``, ``"tfrecord"`` (needed for TensorFlow's
+    extension-less ``train-00000-of-01024``), ``"recordio"`` (MXNet) or
+    ``"parquet"`` (Hugging Face). ``image_key`` and ``label_key`` name the
+    image and label fields: TFRecord features (default ``image/encoded``
+    and ``image/class/label``) or Parquet columns (default ``image`` and
+    ``label``); ``label_offset`` is added to every label (``-1`` for
+    TensorFlow's 1-based ImageNet labels).
+
+    ``views={"global_1": pipeline, "local_0": pipeline, ...}`` (or a list,
+    named ``"0"``, ``"1"``, ...) makes more augmented views of each image
+    from the same decode, each with its own pipeline (any ``transform``
+    form) and its own random draws: ``batch["views"][name]``, an NCHW
+    tensor of that pipeline's size and output dtype. DINOv2's 2 global and
+    8 local crops are ``transform`` plus 9 views.
+
+    ``fields={"caption": "txt", "meta": "json", "labels": stoker.Field("labels",
+    "int_list")}`` delivers each sample's other fields under those names
+    (see :class:`Field`): a caption as ``batch["caption"]``, a list of
+    ``str``. A sample without a required field is skipped with the reason
+    ``missing_field``; one whose text is not UTF-8 or whose JSON does not
+    parse, as ``bad_field``.
+
+    ``connect_timeout`` (seconds, 10 by default) bounds the first contact
+    with each worker: connecting, and its answer listing the dataset. A
+    worker that accepts and never answers (stopped, hung) is then named in
+    the error with the wait, instead of holding the constructor up.
+
+    ``shared_memory``: bytes of the shared-memory ring (a sealed memfd)
+    that workers on this host write samples into instead of sending them
+    over gRPC; 256 MiB by default, allocated as it is first written. A
+    worker is on this host when it shares the kernel and PID namespace
+    (its ``Info`` says so); others, and any worker that cannot map the
+    ring, send over the network. ``0`` sends everything over the network.
+
+    ``metrics_port=PORT`` (or ``"HOST:PORT"``) serves the loader's Prometheus
+    metrics at ``/metrics``: time the training loop waited for batches,
+    samples, bytes and batches received, reassigned items, samples per
+    worker and the recommended worker count. ``report()`` has the same
+    figures for the current epoch.
+
+    ``state_dict()`` / ``load_state_dict()`` save and restore the position
+    in an epoch: after loading, iterating resumes that epoch with exactly
+    the batches not yet delivered (the same batches, with
+    ``deterministic=True``).
+    """
+
+    def __init__(
+        self,
+        workers,
+        dataset,
+        batch_size,
+        image_size=None,
+        transform="train",
+        device="cpu",
+        dtype=None,
+        mean=None,
+        std=None,
+        seed=0,
+        rank=None,
+        world_size=None,
+        last_batch="partial",
+        prefetch=4,
+        max_errors=None,
+        token=None,
+        progress_timeout=60.0,
+        start_epoch=0,
+        deterministic=False,
+        channels_last=False,
+        metrics_port=None,
+        dns_server=None,
+        resolve_interval=10.0,
+        format="auto",
+        image_key=None,
+        label_key=None,
+        label_offset=0,
+        batch_transform=None,
+        fields=None,
+        views=None,
+        shared_memory=256 << 20,
+        connect_timeout=10.0,
+        local_threads=None,
+        local_gpu=None,
+    ):
+        if isinstance(workers, str):
+            workers = [w for w in workers.split(",") if w]
+        workers = [str(w) for w in workers]
+        if last_batch not in _LAST_BATCH:
+            raise ConfigError(f"last_batch must be one of {_LAST_BATCH}, got {last_batch!r}")
+        if (mean is None) != (std is None):
+            raise ConfigError("give both mean and std, or neither")
+        # The pipeline, checked as a worker would before connecting.
+        try:
+            spec = transforms.as_pipeline_json(transform)
+        except ConfigError:
+            raise
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        size, canonical = check_transform(spec, None if image_size is None else int(image_size))
+        self.image_size = size
+        self.transform = canonical
+        dtype_name = None if dtype is None else transforms.dtype_name(dtype)
+        p_dtype, p_mean, p_std = _pipeline_output(canonical)
+        if p_dtype is not None and dtype_name is not None and p_dtype != dtype_name:
+            raise ConfigError(f"dtype={dtype_name} differs from the transform's output dtype {p_dtype}")
+        if p_mean is not None and mean is not None and not (_same(p_mean, mean) and _same(p_std, std)):
+            raise ConfigError(
+                f"mean={list(mean)}, std={list(std)} differ from the transform's Normalize(mean={p_mean}, std={p_std})"
+            )
+        dtype_name = dtype_name or p_dtype
+        if p_mean is not None:
+            mean, std = p_mean, p_std
+        if mean is not None and dtype_name == "uint8":
+            raise ConfigError("normalising (mean, std) needs a float dtype, but the output dtype is uint8")
+        self._fields = _fields(fields)
+        self._views = _views(views)
+        self._batch_transform = None if batch_transform is None else transforms.as_batch_transform(batch_transform)
+        if self._batch_transform is not None:
+            floats = dtype_name not in (None, "uint8") or mean is not None
+            if self._batch_transform.mixes_float_only() and not floats:
+                raise ConfigError(
+                    "batch_transform: MixUp needs float images, but the loader delivers uint8: end the transform "
+                    "with ToDtype(torch.float32, scale=True) (and Normalize), or pass dtype / mean and std"
+                )
+        if rank is None or world_size is None:
+            r, w = _distributed()
+            rank = r if rank is None else rank
+            world_size = w if world_size is None else world_size
+        self.batch_size = int(batch_size)
+        self.last_batch = last_batch
+        self.rank, self.world_size = int(rank), int(world_size)
+        self.device = str(device)
+        self._torch = _torch()
+        if self.device != "cpu" and self._torch is None:
+            raise ConfigError(f"device={self.device!r} needs torch, which is not installed")
+        if self._torch is None and dtype_name == "bfloat16":
+            raise ConfigError("dtype bfloat16 needs torch, which is not installed (numpy has no bfloat16)")
+        self._dtype_name = dtype_name
+        self._dtype = None if dtype_name is None or self._torch is None else getattr(self._torch, dtype_name)
+        self._seed = int(seed)
+        self._channels_last = bool(channels_last)
+        self._mean = None if mean is None else np.asarray(mean, dtype=np.float32).reshape(1, 3, 1, 1)
+        self._std = None if std is None else np.asarray(std, dtype=np.float32).reshape(1, 3, 1, 1)
+        upload = self._upload_target()
+        local = None
+        if "local" in workers:
+            local = self._local_workers(local_threads, local_gpu, upload)
+        self._client = Client(
+            workers,
+            str(dataset),
+            self.batch_size,
+            None if image_size is None else int(image_size),
+            spec,
+            int(seed),
+            self.rank,
+            self.world_size,
+            int(prefetch),
+            last_batch,
+            None if max_errors is None else str(max_errors),
+            token if token is not None else os.environ.get("STOKER_TOKEN"),
+            float(progress_timeout),
+            bool(deterministic),
+            upload,
+            None if mean is None else [float(x) for x in mean],
+            None if std is None else [float(x) for x in std],
+            None if metrics_port is None else str(metrics_port),
+            None if dns_server is None else str(dns_server),
+            float(resolve_interval),
+            str(format),
+            None if image_key is None else str(image_key),
+            None if label_key is None else str(label_key),
+            int(label_offset),
+            [(name, f.source, f.kind, f.optional) for name, f in self._fields],
+            [(name, canonical) for name, canonical, _ in self._views],
+            int(shared_memory),
+            float(connect_timeout),
+            local,
+        )
+        if upload is not None and not self._client.uploads():
+            warnings.warn(
+                f"stoker: the client cannot upload ({self._client.upload_error()}); "
+                f"batches are copied to {self.device} by torch",
+                stacklevel=2,
+            )
+        self._epoch = int(start_epoch)
+        # The epoch being iterated, or stopped part-way; None between epochs.
+        self._active = None
+        # A position to resume, from load_state_dict.
+        self._resume = None
+
+    def _local_workers(self, threads, gpu, upload):
+        """How the client starts ``"local"`` workers: (command, CPU threads,
+        GPU ordinal or None)."""
+        if threads is not None and int(threads) < 1:
+            raise ConfigError(f"local_threads must be at least 1, got {threads}")
+        if gpu is None:
+            # The training device: where batches go, else torch's current
+            # CUDA device when there is one.
+            torch = self._torch
+            if upload is not None or self.device.startswith("cuda"):
+                dev = torch.device(self.device)
+                gpu = dev.index if dev.index is not None else torch.cuda.current_device()
+            elif torch is not None and torch.cuda.is_available():
+                gpu = torch.cuda.current_device()
+        elif gpu is False:
+            gpu = None
+        command = [sys.executable, "-m", "stoker"]
+        return command, None if threads is None else int(threads), None if gpu is None else int(gpu)
+
+    @property
+    def local_workers(self):
+        """The local workers this loader started and supervises (the
+        ``"local"`` entry of ``workers``): a dict each, with ``address``
+        (``unix:PATH``), ``role`` (``"cpu"`` or ``"gpu"``), ``pid`` (None
+        while it is started again) and ``restarts``."""
+        return self._client.local_workers()
+
+    def _upload_target(self):
+        """(ordinal, dtype name) for the client's own upload to a CUDA
+        device: pinned ring, side-stream copy, conversion kernel; batches
+        reach torch through DLPack without a copy. None on the CPU."""
+        torch = self._torch
+        if torch is None or not self.device.startswith("cuda"):
+            return None
+        dev = torch.device(self.device)
+        ordinal = dev.index if dev.index is not None else torch.cuda.current_device()
+        names = ("float32", "float16", "bfloat16", "uint8")
+        if self._dtype_name is None:
+            dtype = "float32" if self._mean is not None else "uint8"
+        elif self._dtype_name in names:
+            dtype = self._dtype_name
+        else:
+            # float64: converted by torch after a uint8 copy.
+            return None
+        # channels_last: the kernel writes NHWC, handed to torch as an
+        # [B, 3, H, W] view with channels_last strides (no copy).
+        return int(ordinal), dtype, "nhwc" if self._channels_last else "nchw"
+
+    @property
+    def epoch(self):
+        """The epoch the next iteration streams."""
+        return self._epoch
+
+    def set_epoch(self, epoch):
+        self._epoch = int(epoch)
+
+    def __len__(self):
+        batches = self._client.batches_per_epoch()
+        if batches is None:
+            raise TypeError("the dataset has no stoker-index.json with sample counts: its length is unknown")
+        return batches
+
+    def state_dict(self):
+        """The loader's position: the epoch, and within it what was delivered.
+
+        A dict of plain values (ints, strings, lists), fit for a checkpoint.
+        """
+        if self._active is not None:
+            return {"epoch": self._active, "position": self._client.state()}
+        # Loaded but not iterated yet: the loaded position still stands.
+        return {"epoch": self._epoch, "position": self._resume}
+
+    def load_state_dict(self, state):
+        """Restores a position from ``state_dict()``: the next iteration
+        resumes its epoch with the batches not yet delivered."""
+        try:
+            epoch, position = int(state["epoch"]), state["position"]
+        except (KeyError, TypeError, ValueError) as e:
+            raise StokerError(f"not a stoker.Loader state: {e!r}") from None
+        self._epoch, self._resume, self._active = epoch, position, None
+
+    def report(self):
+        """The current or last epoch: samples, skipped, reassigned items, skip reasons."""
+        r = self._client.report()
+        if r is None:
+            return None
+        samples, skipped, retries, reasons, batches, wait, elapsed, recommended, workers = r
+        return {
+            "samples": samples,
+            "skipped": skipped,
+            "reassigned": retries,
+            "skip_reasons": reasons,
+            "batches": batches,
+            "wait_seconds": wait,
+            "seconds": elapsed,
+            "recommended_workers": recommended,
+            "workers": dict(workers),
+        }
+
+    def __iter__(self):
+        if _Base is not object:
+            from torch.utils.data import get_worker_info
+
+            if get_worker_info() is not None:
+                raise StokerError(
+                    "a stoker.Loader is iterated in a DataLoader worker process: it does its own parallel work "
+                    "and yields whole batches, so wrap it as DataLoader(loader, batch_size=None) (num_workers=0)"
+                )
+        epoch = self._epoch
+        # A refused resume (other settings) keeps the loaded position.
+        generation = self._client.start_epoch(epoch, self._resume)
+        self._resume = None
+        self._epoch = epoch + 1
+        self._active = epoch
+        try:
+            while True:
+                raw = self._client.next_batch()
+                if raw is None:
+                    self._active = None
+                    return
+                batch = self._convert(*raw, epoch=epoch)
+                if self._batch_transform is not None:
+                    rng = transforms.batch_rng(self._seed, epoch, batch["index"])
+                    batch["image"], batch["label"] = self._batch_transform(batch["image"], batch["label"], rng=rng)
+                yield batch
+        except BaseException:
+            # An abandoned iteration (break, error, Ctrl-C) stops its epoch,
+            # unless a newer iteration has started; a finished one keeps
+            # its report.
+            self._client.stop_epoch(generation)
+            raise
+
+    def _convert(self, pixels, size, labels, keys, index, padded, fields, views, epoch):
+        batch = self._convert_images(pixels, size, labels, keys, index, padded, epoch)
+        if self._views:
+            batch["views"] = {
+                name: _convert_view(data, vsize, len(keys), output, self._torch, self.device, self._channels_last)
+                for (name, vsize, data), (_, _, output) in zip(views, self._views)
+            }
+        valid = {}
+        for (name, field), values in zip(self._fields, fields):
+            batch[name], mask = _field_column(field, values, self._torch, self.device)
+            if mask is not None:
+                valid[name] = mask
+        if valid:
+            batch["valid"] = valid
+        return batch
+
+    def _convert_images(self, pixels, size, labels, keys, index, padded, epoch):
+        n = len(keys)
+        if not isinstance(pixels, bytes):
+            # Already on the device, converted: shared through DLPack, and
+            # torch's current stream waits for the upload.
+            image = self._torch.from_dlpack(pixels)
+            if self._channels_last:
+                image = image.permute(0, 3, 1, 2)
+            label = self._torch.from_numpy(np.asarray(labels, dtype=np.int64)).to(self.device, non_blocking=True)
+            return {"image": image, "label": label, "key": list(keys), "epoch": epoch, "index": index, "padded": padded}
+        hwc = np.frombuffer(pixels, dtype=np.uint8).reshape(n, size, size, 3)
+        labels = np.asarray(labels, dtype=np.int64)
+        torch = self._torch
+        if torch is None:
+            image = np.ascontiguousarray(hwc.transpose(0, 3, 1, 2))
+            if self._mean is not None or self._dtype_name not in (None, "uint8"):
+                work = np.float64 if self._dtype_name == "float64" else np.float32
+                image = image.astype(work) / work(255.0)
+                if self._mean is not None:
+                    image = (image - self._mean.astype(work)) / self._std.astype(work)
+                image = image.astype(self._dtype_name or "float32", copy=False)
+            label = labels
+        else:
+            # uint8 crosses to the device (4x fewer bytes than float32); the
+            # layout change and normalisation happen there.
+            image = torch.from_numpy(np.array(hwc))
+            if self.device != "cpu":
+                image = image.pin_memory().to(self.device, non_blocking=True)
+            image = image.permute(0, 3, 1, 2)
+            if self._mean is not None or self._dtype is not None:
+                image = image.to(self._dtype or torch.float32)
+                if image.is_floating_point():
+                    image = image / 255.0
+                if self._mean is not None:
+                    mean = torch.from_numpy(self._mean).to(image.device, image.dtype)
+                    std = torch.from_numpy(self._std).to(image.device, image.dtype)
+                    image = (image - mean) / std
+            if self._channels_last:
+                image = image.contiguous(memory_format=torch.channels_last)
+            else:
+                image = image.contiguous()
+            label = torch.from_numpy(labels).to(self.device)
+        return {"image": image, "label": label, "key": list(keys), "epoch": epoch, "index": index, "padded": padded}
+
+
+def _views(views):
+    """``views={"global_0": pipeline, ...}`` (or a list, named "0", "1",
+    ...) as [(name, canonical JSON, (dtype, mean, std))], each pipeline
+    checked as the main one is."""
+    if views is None:
+        return []
+    items = views.items() if isinstance(views, dict) else ((str(i), v) for i, v in enumerate(views))
+    out = []
+    for name, view in items:
+        if name in _RESERVED:
+            raise ConfigError(f"view name {name!r} is reserved ({', '.join(_RESERVED)} are the batch's own)")
+        try:
+            spec = transforms.as_pipeline_json(view)
+            _, canonical = check_transform(spec, None)
+        except ValueError as e:
+            raise ConfigError(f"view {name!r}: {e}") from None
+        out.append((str(name), canonical, _pipeline_output(canonical)))
+    return out
+
+
+def _convert_view(data, size, n, output, torch, device, channels_last):
+    """A view's uint8 HWC images as NCHW, with its own pipeline's output
+    conversion (ToDtype / Normalize), on the loader's device."""
+    dtype, mean, std = output
+    hwc = np.frombuffer(data, dtype=np.uint8).reshape(n, size, size, 3)
+    if torch is None:
+        image = np.ascontiguousarray(hwc.transpose(0, 3, 1, 2))
+        if dtype not in (None, "uint8") or mean is not None:
+            image = image.astype(np.float32) / np.float32(255.0)
+            if mean is not None:
+                mean_ = np.asarray(mean, np.float32).reshape(1, 3, 1, 1)
+                std_ = np.asarray(std, np.float32).reshape(1, 3, 1, 1)
+                image = (image - mean_) / std_
+        return image
+    image = torch.from_numpy(np.array(hwc))
+    if device != "cpu":
+        image = image.pin_memory().to(device, non_blocking=True)
+    image = image.permute(0, 3, 1, 2)
+    if dtype not in (None, "uint8") or mean is not None:
+        image = image.to(getattr(torch, dtype or "float32")) / 255.0
+        if mean is not None:
+            m = torch.tensor(mean, dtype=image.dtype, device=image.device).view(1, 3, 1, 1)
+            s = torch.tensor(std, dtype=image.dtype, device=image.device).view(1, 3, 1, 1)
+            image = (image - m) / s
+    return image.contiguous(memory_format=torch.channels_last) if channels_last else image.contiguous()
