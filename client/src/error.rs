@@ -93,6 +93,26 @@ fn code_name(code: tonic::Code) -> &'static str {
     }
 }
 
+/// Whether a failed first call shows a peer that answered, but not as a
+/// Stoker worker: an HTTP/1 server, or anything else that breaks HTTP/2
+/// framing (hyper and h2 report it only as text), or a gRPC server
+/// without the `stoker.v1.Worker` service.
+pub(crate) fn not_a_worker(status: &tonic::Status) -> bool {
+    const NOT_HTTP2: [&str; 6] = [
+        "bytes remaining on stream",
+        "frame with invalid size",
+        "invalid preface",
+        "PROTOCOL_ERROR",
+        "FRAME_SIZE_ERROR",
+        "invalid HTTP version",
+    ];
+    if status.code() == tonic::Code::Unimplemented {
+        return true;
+    }
+    let text = describe_status(status);
+    NOT_HTTP2.iter().any(|s| text.contains(s))
+}
+
 /// Statuses that another worker would answer the same way: retrying them
 /// elsewhere would only repeat the failure.
 pub(crate) fn is_permanent(status: &tonic::Status) -> bool {

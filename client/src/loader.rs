@@ -21,7 +21,7 @@ use crate::conn::WorkerConn;
 use crate::device::Uploader;
 use crate::discovery::{Discovery, WorkerSource};
 use crate::dispatch::EpochLanes;
-use crate::error::{ClientError, describe_status, is_permanent};
+use crate::error::{ClientError, describe_status, is_permanent, not_a_worker};
 use crate::ledger::{CreditLimit, Ledger};
 use crate::local::{LOCAL, LocalFleet, LocalWorker};
 use crate::metrics::ClientMetrics;
@@ -147,6 +147,14 @@ impl Loader {
                         addr: w.addr.clone(),
                         message: describe_status(&status),
                     });
+                }
+                Err(status) if not_a_worker(&status) => {
+                    unreachable.push(format!(
+                        "{} (not a Stoker worker: it answered, but not as a gRPC server of {}: {})",
+                        w.addr,
+                        stoker_proto::transport::WORKER_SERVICE,
+                        describe_status(&status)
+                    ));
                 }
                 Err(status) => {
                     unreachable.push(format!("{} ({})", w.addr, describe_status(&status)));

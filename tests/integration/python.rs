@@ -284,3 +284,50 @@ except KeyboardInterrupt:
     // The wait checks for signals every 200 ms.
     assert!(took < std::time::Duration::from_secs(3), "Ctrl-C took {took:?}");
 }
+
+#[test]
+fn a_python_loader_starts_its_own_local_workers_and_is_never_silent() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&images, 40, 3, 64, 48);
+    pack(&images, shards.to_str().unwrap(), "40K", &[]);
+    let tsv = dir.path().join("expected.tsv");
+    let lines: String = image_folder_keys(&images)
+        .iter()
+        .map(|(k, l)| format!("{k}\t{l}\n"))
+        .collect();
+    std::fs::write(&tsv, lines).unwrap();
+    // A peer that speaks HTTP/1, not gRPC.
+    let port = crate::support::free_port();
+    let mut http = ChildGuard(
+        python()
+            .args(["-u", "-m", "http.server", &port.to_string(), "--bind", "127.0.0.1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut banner = String::new();
+    BufReader::new(http.0.stdout.take().unwrap())
+        .read_line(&mut banner)
+        .unwrap();
+    let out = run_ok(
+        python()
+            .arg(python_script("local_check.py"))
+            .arg(&shards)
+            .arg(&tsv)
+            .arg(format!("127.0.0.1:{port}")),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    for line in [
+        "local workers: 40 samples x 2 epochs exactly once from a relative path; stopped with the loader",
+        "never silent: ",
+        "config errors: ",
+        "optional fields: ",
+        "not a worker: ",
+    ] {
+        assert!(stdout.contains(line), "{line:?} missing: {stdout}");
+    }
+}
