@@ -51,10 +51,25 @@ echo "==> promtool and kubectl from Debian's packages (target/tools/deb)"
 scripts/deb-tool.sh prometheus >/dev/null
 scripts/deb-tool.sh kubernetes-client >/dev/null
 
-# The Python package, built from this checkout (maturin, abi3 wheel). The
-# cargo build inside reuses client/python/target, so a rebuild is quick.
-echo "==> installing the stoker Python package (pip install ./client/python)"
-target/pyenv/bin/pip install --quiet --disable-pip-version-check ./client/python
+# torch, torchvision and lightning in a venv of their own: the main one
+# stays without torch, for the package's numpy path.
+TORCH_PACKAGES="torch torchvision lightning"
+if [ ! -x target/torchenv/bin/python ] || ! target/torchenv/bin/python -c 'import torch, torchvision, lightning' 2>/dev/null; then
+  echo "==> creating target/torchenv ($TORCH_PACKAGES)"
+  python3 -m venv target/torchenv
+  # shellcheck disable=SC2086 # a list of package names
+  target/torchenv/bin/pip install --quiet --disable-pip-version-check $TORCH_PACKAGES
+fi
+
+# The Python package, built once from this checkout as an abi3 wheel
+# (maturin; scripts/wheel.sh), then installed into both venvs without Rust.
+echo "==> building the stoker wheel (scripts/wheel.sh) and installing it"
+wheel=$(scripts/wheel.sh)
+for venv in target/pyenv target/torchenv; do
+  # Its dependencies, then the wheel itself even when the version is the same.
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "$wheel"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheel"
+done
 
 # The base the container test builds the worker image from: no registry can
 # be reached, so it is made locally. Without it the test says why and skips.
@@ -71,6 +86,7 @@ fi
 export STOKER_TEST_S3S_FS="$PWD/target/tools/bin/s3s-fs"
 export STOKER_TEST_PYTHON="$PWD/target/pyenv/bin/python"
 export STOKER_TEST_MXNET_PYTHON="$PWD/target/mxenv/bin/python"
+export STOKER_TEST_TORCH_PYTHON="$PWD/target/torchenv/bin/python"
 
 # The worker's fault-injection points (FAILPOINTS) are compiled into the
 # `stoker` binary the integration tests run, and only there: a release

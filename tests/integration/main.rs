@@ -40,5 +40,6 @@ mod s3_tls;
 mod shm;
 mod soak;
 mod tls;
+mod torch;
 mod transforms;
 mod worker_api;

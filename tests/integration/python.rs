@@ -331,3 +331,52 @@ fn a_python_loader_starts_its_own_local_workers_and_is_never_silent() {
         assert!(stdout.contains(line), "{line:?} missing: {stdout}");
     }
 }
+
+#[test]
+fn ctrl_c_interrupts_the_python_constructor_within_its_signal_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&images, 8, 2, 64, 48);
+    pack(&images, shards.to_str().unwrap(), "1M", &[]);
+    let w = Worker::start(1);
+    signal(w.child.0.id(), "-STOP");
+    // The worker accepts (the kernel does) and never answers: the
+    // constructor would wait its whole connect_timeout.
+    let script = r#"
+import sys, time, stoker
+print("constructing", flush=True)
+t0 = time.monotonic()
+try:
+    stoker.Loader(workers=sys.argv[1], dataset=sys.argv[2], batch_size=4, image_size=32, connect_timeout=120)
+except KeyboardInterrupt:
+    print(f"interrupted after {time.monotonic() - t0:.1f}s", flush=True)
+"#;
+    let mut child = python()
+        .arg("-c")
+        .arg(script)
+        .arg(&w.addr)
+        .arg(&shards)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "constructing");
+    std::thread::sleep(Duration::from_millis(700));
+    let sent = Instant::now();
+    signal(child.id(), "-INT");
+    let status = child.wait().unwrap();
+    let took = sent.elapsed();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    signal(w.child.0.id(), "-CONT");
+    assert!(
+        status.success() && rest.contains("interrupted after"),
+        "{status:?}: {rest}"
+    );
+    // Signals are checked every 100 ms; the process then exits at once.
+    assert!(took < Duration::from_millis(1500), "Ctrl-C took {took:?}");
+    println!("constructor interrupted; process gone {took:?} after SIGINT");
+}

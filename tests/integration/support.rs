@@ -278,6 +278,20 @@ pub fn python() -> Command {
     c
 }
 
+/// The Python interpreter with torch, torchvision and lightning beside
+/// the stoker package (scripts/test.sh installs it at target/torchenv; the
+/// main test venv stays without torch, for the numpy path).
+pub fn torch_python() -> Command {
+    let py = tool(
+        "STOKER_TEST_TORCH_PYTHON",
+        "target/torchenv/bin/python",
+        "python with torch, torchvision and lightning",
+    );
+    let mut c = Command::new(py);
+    c.env("PYTHONDONTWRITEBYTECODE", "1");
+    c
+}
+
 /// The Python interpreter with MXNet 1.9.1 (and numpy<1.24, which it
 /// needs): MXNet's own RecordIO writer.
 pub fn mxnet_python() -> Command {

@@ -1,0 +1,92 @@
+//! The Python package with torch installed (target/torchenv): the loader
+//! as a `torch.utils.data.IterableDataset` over local workers with a
+//! torchvision pipeline, and `examples/train_ddp.py` under torchrun with
+//! gloo on the CPU, two ranks.
+
+use std::collections::BTreeMap;
+
+use crate::support::{image_folder_keys, pack, python_script, repo_root, run_ok, synth_images, torch_python};
+
+fn dataset(images: usize) -> (tempfile::TempDir, std::path::PathBuf, Vec<(String, i64)>) {
+    let dir = tempfile::tempdir().unwrap();
+    let pics = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&pics, images, 3, 64, 48);
+    pack(&pics, shards.to_str().unwrap(), "20K", &[]);
+    let keys = image_folder_keys(&pics);
+    (dir, shards, keys)
+}
+
+#[test]
+fn a_torch_dataloader_iterates_a_loader_over_local_workers_with_a_torchvision_compose() {
+    let (dir, shards, keys) = dataset(48);
+    let tsv = dir.path().join("expected.tsv");
+    std::fs::write(
+        &tsv,
+        keys.iter().map(|(k, l)| format!("{k}\t{l}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let out = run_ok(
+        torch_python()
+            .arg(python_script("torch_local_check.py"))
+            .arg(&shards)
+            .arg(&tsv),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        stdout.contains("over local workers: 48 samples exactly once"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn train_ddp_under_torchrun_trains_on_every_sample_once_across_two_ranks() {
+    let (dir, shards, keys) = dataset(64);
+    let out_dir = dir.path().join("keys");
+    std::fs::create_dir(&out_dir).unwrap();
+    let out = run_ok(
+        torch_python()
+            .args(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"])
+            .arg(repo_root().join("client/python/examples/train_ddp.py"))
+            .arg("--dataset")
+            .arg(&shards)
+            .args([
+                "--epochs",
+                "2",
+                "--batch-size",
+                "8",
+                "--image-size",
+                "32",
+                "--classes",
+                "3",
+            ])
+            .args(["--local-threads", "1", "--keys-out"])
+            .arg(&out_dir)
+            .env("OMP_NUM_THREADS", "1"),
+    );
+    println!("{}", String::from_utf8_lossy(&out.stdout));
+    let ranks: Vec<serde_json::Value> = (0..2)
+        .map(|r| {
+            let text = std::fs::read_to_string(out_dir.join(format!("rank-{r}.json"))).unwrap();
+            serde_json::from_str(&text).unwrap()
+        })
+        .collect();
+    assert_eq!(
+        ranks[0]["batches"], ranks[1]["batches"],
+        "equal batch counts across ranks"
+    );
+    let expected: std::collections::BTreeSet<&str> = keys.iter().map(|(k, _)| k.as_str()).collect();
+    for epoch in 0..2 {
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        for r in &ranks {
+            for k in r["keys"][epoch].as_array().unwrap() {
+                *seen.entry(k.as_str().unwrap().to_owned()).or_default() += 1;
+            }
+        }
+        let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+        assert!(twice.is_empty(), "epoch {epoch}: trained on twice: {twice:?}");
+        let got: std::collections::BTreeSet<&str> = seen.keys().map(String::as_str).collect();
+        assert_eq!(got, expected, "epoch {epoch}: every sample once across the ranks");
+    }
+}
