@@ -26,8 +26,10 @@ pub struct DemoArgs {
     /// Workers to start in this process.
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
+    /// Samples per batch.
     #[arg(long, default_value_t = 64)]
     pub batch_size: usize,
+    /// Output images are SIZE x SIZE.
     #[arg(long, default_value_t = 224)]
     pub image_size: u32,
 }

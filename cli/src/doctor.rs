@@ -23,6 +23,7 @@ pub struct DoctorArgs {
     /// (a relative path is made absolute from this directory first).
     #[arg(long)]
     pub dataset: String,
+    /// Samples per batch, as training would ask.
     #[arg(long)]
     pub batch_size: usize,
     #[command(flatten)]

@@ -26,7 +26,12 @@ pub use worker::WorkerArgs;
 
 /// Stoker: preprocessing workers that keep training GPUs fed.
 #[derive(Debug, Parser)]
-#[command(name = "stoker", version, about, long_about = None)]
+#[command(
+    name = "stoker",
+    version,
+    about = "Stoker: workers that decode and augment images and stream ready batches to training jobs",
+    long_about = None
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -225,6 +230,24 @@ impl std::fmt::Display for ByteSize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_command_and_flag_has_a_line_of_help() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        let mut missing = Vec::new();
+        for sub in cli.get_subcommands() {
+            if sub.get_about().is_none() {
+                missing.push(sub.get_name().to_owned());
+            }
+            for arg in sub.get_arguments().filter(|a| !a.is_hide_set()) {
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{} --{}", sub.get_name(), arg.get_id()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "no help for: {missing:?}");
+    }
 
     #[test]
     fn sizes_parse() {

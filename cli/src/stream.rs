@@ -37,19 +37,24 @@ pub struct StreamArgs {
     /// (a relative path is made absolute from this directory first).
     #[arg(long)]
     pub dataset: String,
+    /// Samples per batch.
     #[arg(long)]
     pub batch_size: usize,
+    /// Epochs to stream.
     #[arg(long, default_value_t = 1)]
     pub epochs: u64,
     /// First epoch number (epochs run from here).
     #[arg(long, default_value_t = 0)]
     pub start_epoch: u64,
+    /// Seed of the epoch plans and every sample's random draws.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     #[command(flatten)]
     pub transform: crate::transform::TransformArgs,
+    /// This client's rank: it streams its share of each epoch.
     #[arg(long, default_value_t = 0)]
     pub rank: u32,
+    /// Ranks sharing each epoch.
     #[arg(long, default_value_t = 1)]
     pub world_size: u32,
     /// Batches assembled ahead of the consumer.
@@ -249,11 +254,12 @@ pub struct FormatArgs {
     pub label_offset: i64,
     /// Deliver another field of each sample under NAME: a WebDataset
     /// member extension (`caption=txt`, `meta=json`), a TFRecord feature,
-    /// RecordIO's `label` (the whole label array). KIND (int, int_list,
-    /// float, float_list, text, json, bytes, npy) defaults to the
-    /// extension's WebDataset decoder or the record's stored type. A
-    /// sample without it is skipped (missing_field) unless it ends in `?`.
-    /// Repeatable.
+    /// a Parquet column, RecordIO's `label` (the whole label array). KIND
+    /// (int, int_list, float, float_list, text, json, bytes, npy, or mask:
+    /// an 8-bit segmentation mask that follows the image's geometry)
+    /// defaults to the extension's WebDataset decoder or the record's
+    /// stored type. A sample without it is skipped (missing_field) unless
+    /// a `?` follows the source or ends it (`caption=txt?`). Repeatable.
     #[arg(long = "field", value_name = "NAME=SOURCE[:KIND][?]", value_parser = parse_field)]
     pub fields: Vec<stoker_core::FieldSpec>,
     /// One more augmented view of each sample's image under NAME, from the

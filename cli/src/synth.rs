@@ -134,20 +134,26 @@ pub struct SynthArgs {
     /// Folder to write the ImageFolder tree into.
     #[arg(long)]
     pub output: PathBuf,
+    /// Images to write, spread over the classes.
     #[arg(long, default_value_t = 1000)]
     pub images: usize,
+    /// Classes (subfolders).
     #[arg(long, default_value_t = 10)]
     pub classes: usize,
+    /// Image width in pixels.
     #[arg(long, default_value_t = 500)]
     pub width: u32,
+    /// Image height in pixels.
     #[arg(long, default_value_t = 375)]
     pub height: u32,
+    /// JPEG quality (1-100).
     #[arg(long, default_value_t = 90)]
     pub quality: u8,
     /// Cut images from the JPEG photos in this folder instead of drawing
     /// them (falls back to procedural images when it holds none).
     #[arg(long)]
     pub photos: Option<PathBuf>,
+    /// Seed of the images' content.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
 }

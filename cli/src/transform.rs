@@ -57,8 +57,10 @@ pub struct AugmentArgs {
     /// names: .png (lossless), or .jpg / .jpeg (JPEG, quality 95).
     #[arg(long)]
     pub output: PathBuf,
+    /// Seed of the sample's random draws (as the loader's --seed).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Epoch the draws are made for.
     #[arg(long, default_value_t = 0)]
     pub epoch: u64,
     /// The shard name the sample's randomness is drawn for.
@@ -67,6 +69,7 @@ pub struct AugmentArgs {
     /// The sample's position in its shard.
     #[arg(long, default_value_t = 0)]
     pub position: u64,
+    /// Images with more pixels than this are refused before decoding.
     #[arg(long, default_value_t = 100_000_000)]
     pub max_image_pixels: u64,
 }
