@@ -113,6 +113,45 @@ pub(crate) fn not_a_worker(status: &tonic::Status) -> bool {
     NOT_HTTP2.iter().any(|s| text.contains(s))
 }
 
+/// What a peer at `addr` (`HOST:PORT` or `http://HOST:PORT`) answers to
+/// HTTP/2's connection preface, when that shows it is not an HTTP/2
+/// server: an HTTP/1 server answers with a status line, any HTTP/2 server
+/// with a SETTINGS frame. `None` when it looks like HTTP/2, says nothing
+/// in time, or cannot be reached (the call's own error then says more).
+pub(crate) async fn not_http2(addr: &str, limit: std::time::Duration) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let hostport = match addr.split_once("://") {
+        Some(("http", rest)) => rest.trim_end_matches('/'),
+        Some(_) => return None,
+        None => addr,
+    };
+    let probe = async {
+        let mut conn = tokio::net::TcpStream::connect(hostport).await.ok()?;
+        conn.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.ok()?;
+        // An empty SETTINGS frame, as a client's preface ends.
+        conn.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.ok()?;
+        let mut head = [0u8; 64];
+        let mut got = 0;
+        while got < 9 {
+            match conn.read(&mut head[got..]).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got += n,
+            }
+        }
+        let head = &head[..got];
+        if head.len() >= 9 && head[3] == 4 {
+            return None; // a SETTINGS frame: HTTP/2
+        }
+        if head.is_empty() {
+            return Some("it closed the connection at HTTP/2's preface".to_owned());
+        }
+        let text = String::from_utf8_lossy(head);
+        let line = text.lines().next().unwrap_or("").trim();
+        Some(format!("it answered HTTP/2's preface with {line:?}"))
+    };
+    tokio::time::timeout(limit, probe).await.ok().flatten()
+}
+
 /// Statuses that another worker would answer the same way: retrying them
 /// elsewhere would only repeat the failure.
 pub(crate) fn is_permanent(status: &tonic::Status) -> bool {

@@ -21,7 +21,7 @@ use crate::conn::WorkerConn;
 use crate::device::Uploader;
 use crate::discovery::{Discovery, WorkerSource};
 use crate::dispatch::EpochLanes;
-use crate::error::{ClientError, describe_status, is_permanent, not_a_worker};
+use crate::error::{ClientError, describe_status, is_permanent, not_a_worker, not_http2};
 use crate::ledger::{CreditLimit, Ledger};
 use crate::local::{LOCAL, LocalFleet, LocalWorker};
 use crate::metrics::ClientMetrics;
@@ -157,7 +157,21 @@ impl Loader {
                     ));
                 }
                 Err(status) => {
-                    unreachable.push(format!("{} ({})", w.addr, describe_status(&status)));
+                    // Transport errors hide a peer that answered in another
+                    // protocol: ask it directly.
+                    let detail = describe_status(&status);
+                    let probe = match &config.tls {
+                        None => not_http2(&w.addr, config.connect_timeout).await,
+                        Some(_) => None,
+                    };
+                    match probe {
+                        Some(why) => unreachable.push(format!(
+                            "{} (not a Stoker worker: {why}, not as a gRPC server of {}; the call said: {detail})",
+                            w.addr,
+                            stoker_proto::transport::WORKER_SERVICE,
+                        )),
+                        None => unreachable.push(format!("{} ({detail})", w.addr)),
+                    }
                 }
             }
         }

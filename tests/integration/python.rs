@@ -323,6 +323,7 @@ fn a_python_loader_starts_its_own_local_workers_and_is_never_silent() {
     println!("{stdout}");
     for line in [
         "local workers: 40 samples x 2 epochs exactly once from a relative path; stopped with the loader",
+        "state_dict(through_index=...): a resume after a batch fetched ahead has the rest exactly once",
         "never silent: ",
         "config errors: ",
         "optional fields: ",

@@ -90,3 +90,86 @@ fn train_ddp_under_torchrun_trains_on_every_sample_once_across_two_ranks() {
         assert_eq!(got, expected, "epoch {epoch}: every sample once across the ranks");
     }
 }
+
+/// Keys each rank trained on in epoch 0, from `train_lightning.py
+/// --keys-out`, with its batch count.
+fn lightning_keys(dir: &std::path::Path, rank: usize) -> (Vec<String>, usize) {
+    let text = std::fs::read_to_string(dir.join(format!("rank-{rank}.jsonl"))).unwrap_or_default();
+    let mut keys = Vec::new();
+    let mut batches = 0;
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["epoch"], 0);
+        batches += 1;
+        keys.extend(
+            v["keys"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|k| k.as_str().unwrap().to_owned()),
+        );
+    }
+    (keys, batches)
+}
+
+#[test]
+fn a_lightning_run_stopped_mid_epoch_resumes_from_its_checkpoint_with_the_rest_exactly_once() {
+    let (dir, shards, keys) = dataset(64);
+    let script = repo_root().join("client/python/examples/train_lightning.py");
+    let (first, second, ckpt) = (
+        dir.path().join("first"),
+        dir.path().join("second"),
+        dir.path().join("ckpt"),
+    );
+    for d in [&first, &second] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let run = |keys_out: &std::path::Path, more: &[&str]| {
+        let out = run_ok(
+            torch_python()
+                .arg(&script)
+                .arg("--dataset")
+                .arg(&shards)
+                .args([
+                    "--devices",
+                    "2",
+                    "--batch-size",
+                    "8",
+                    "--image-size",
+                    "32",
+                    "--classes",
+                    "3",
+                ])
+                .args(["--local-threads", "1", "--ckpt-every", "2", "--ckpt-dir"])
+                .arg(&ckpt)
+                .arg("--keys-out")
+                .arg(keys_out)
+                .args(more)
+                .env("OMP_NUM_THREADS", "1"),
+        );
+        println!("{}", String::from_utf8_lossy(&out.stdout));
+    };
+    // 64 samples, 2 ranks, batches of 8: 4 steps an epoch; stop after 2.
+    run(&first, &["--max-steps", "2"]);
+    let last = ckpt.join("last.ckpt");
+    assert!(last.exists(), "no last.ckpt in {}", ckpt.display());
+    run(&second, &["--resume", last.to_str().unwrap()]);
+
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut batches = Vec::new();
+    for rank in 0..2 {
+        let (a, na) = lightning_keys(&first, rank);
+        let (b, nb) = lightning_keys(&second, rank);
+        assert_eq!(na, 2, "rank {rank} trained 2 batches before the stop");
+        batches.push(na + nb);
+        for k in a.into_iter().chain(b) {
+            *seen.entry(k).or_default() += 1;
+        }
+    }
+    assert_eq!(batches[0], batches[1], "equal batch counts across ranks: {batches:?}");
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "trained on twice across the stop: {twice:?}");
+    let got: std::collections::BTreeSet<&str> = seen.keys().map(String::as_str).collect();
+    let expected: std::collections::BTreeSet<&str> = keys.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(got, expected, "the stopped and the resumed run cover the epoch once");
+}

@@ -73,6 +73,23 @@ def main():
         time.sleep(0.02)
     print(f"local workers: {len(expected)} samples x 2 epochs exactly once from a relative path; stopped with the loader")
 
+    # A consumer that fetched a batch ahead of the one it trained on saves
+    # the position after the trained one; the resumed epoch has the rest.
+    common = dict(workers="local", dataset=relative, batch_size=8, image_size=32, local_threads=1, seed=3)
+    loader = stoker.Loader(**common)
+    batches = iter(loader)
+    trained = next(batches)
+    next(batches)  # fetched ahead, never trained on
+    state = loader.state_dict(through_index=trained["index"])
+    batches.close()
+    del loader
+    resumed = stoker.Loader(**common)
+    resumed.load_state_dict(state)
+    keys = list(trained["key"]) + [k for b in resumed for k in b["key"]]
+    assert sorted(keys) == sorted(expected), f"{len(keys)} keys after the resume, expected {len(expected)}"
+    del resumed
+    print("state_dict(through_index=...): a resume after a batch fetched ahead has the rest exactly once")
+
     # Every sample skipped: an error naming the reason, and the skips logged.
     records.records.clear()
     skipping = stoker.Loader(

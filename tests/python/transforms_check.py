@@ -455,6 +455,9 @@ class FakeClient:
     def next_batch(self):
         return self.queue.pop(0) if self.queue else None
 
+    def state(self):
+        return {"fake": len(self.queue)}
+
     def stop_epoch(self, generation):
         pass
 

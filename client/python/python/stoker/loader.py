@@ -1,5 +1,6 @@
 """``stoker.Loader``: the training loop's side of Stoker."""
 
+import collections
 import json
 import os
 import sys
@@ -18,6 +19,8 @@ except ImportError:  # pragma: no cover - numpy-only installs
     _Base = object
 
 _LAST_BATCH = ("drop", "partial", "pad")
+# Batches whose positions `state_dict(through_index=...)` can give.
+_KEPT_POSITIONS = 32
 
 
 def _distributed():
@@ -337,6 +340,8 @@ class Loader(_Base):
         self._active = None
         # A position to resume, from load_state_dict.
         self._resume = None
+        # The position after each of the epoch's last batches, by index.
+        self._positions = collections.OrderedDict()
 
     def _local_workers(self, threads, gpu, upload):
         """How the client starts ``"local"`` workers: (command, CPU threads,
@@ -400,11 +405,25 @@ class Loader(_Base):
             raise TypeError("the dataset has no stoker-index.json with sample counts: its length is unknown")
         return batches
 
-    def state_dict(self):
+    def state_dict(self, through_index=None):
         """The loader's position: the epoch, and within it what was delivered.
 
         A dict of plain values (ints, strings, lists), fit for a checkpoint.
+        ``through_index=i`` gives the position just after the batch whose
+        ``batch["index"]`` is ``i`` instead of after the last one yielded:
+        for consumers that fetch ahead of what they trained on (Lightning
+        prefetches a batch), so that a resume repeats nothing and skips
+        nothing. The last ``_KEPT_POSITIONS`` batches' positions are kept.
         """
+        if through_index is not None:
+            try:
+                epoch, position = self._positions[int(through_index)]
+            except KeyError:
+                raise StokerError(
+                    f"no position kept for batch index {through_index} of this epoch "
+                    f"(kept: {sorted(self._positions)})"
+                ) from None
+            return {"epoch": epoch, "position": position}
         if self._active is not None:
             return {"epoch": self._active, "position": self._client.state()}
         # Loaded but not iterated yet: the loaded position still stands.
@@ -448,6 +467,7 @@ class Loader(_Base):
                 )
         epoch = self._epoch
         # A refused resume (other settings) keeps the loaded position.
+        self._positions.clear()
         generation = self._client.start_epoch(epoch, self._resume)
         self._resume = None
         self._epoch = epoch + 1
@@ -462,6 +482,9 @@ class Loader(_Base):
                 if self._batch_transform is not None:
                     rng = transforms.batch_rng(self._seed, epoch, batch["index"])
                     batch["image"], batch["label"] = self._batch_transform(batch["image"], batch["label"], rng=rng)
+                self._positions[batch["index"]] = (epoch, self._client.state())
+                while len(self._positions) > _KEPT_POSITIONS:
+                    self._positions.popitem(last=False)
                 yield batch
         except BaseException:
             # An abandoned iteration (break, error, Ctrl-C) stops its epoch,

@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Lightning training fed by Stoker: a LightningDataModule whose loader
+position is saved in Lightning's checkpoints and restored from them, so a
+run stopped mid-epoch resumes with the batches it had not trained on.
+
+    stoker pack --input ~/imagenet/train --output /data/shards
+    python train_lightning.py --dataset /data/shards --devices 8 --ckpt-dir ckpts
+    python train_lightning.py --dataset /data/shards --devices 8 --ckpt-dir ckpts --resume ckpts/last.ckpt
+
+(Not named lightning.py: run as a script, that name would shadow the
+``lightning`` package.) ``--workers local`` (the default) starts each
+rank's workers on its node; on a machine without CUDA it trains on the CPU
+with gloo.
+
+Each rank streams its own share of the epoch, so the data module gathers
+every rank's position into the checkpoint and each rank restores its own.
+Lightning fetches one batch ahead of the one it trains on, so the module
+notes the index of each batch it trained, and the data module saves the
+loader's position after that batch (``state_dict(through_index=...)``),
+not after the one fetched ahead. The loader goes to Lightning inside a
+``DataLoader(loader, batch_size=None)``, which keeps no state of its own.
+
+With ``--keys-out DIR``, each rank appends the keys it trained on to
+``DIR/rank-N.jsonl`` (the tests check a stopped and resumed run with it).
+"""
+
+import argparse
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+import lightning as L
+import torch
+import torchvision
+from torch.utils.data import DataLoader
+from torchvision.transforms import v2
+
+import stoker
+
+MEAN = [0.485, 0.456, 0.406]
+STD = [0.229, 0.224, 0.225]
+
+
+class StokerData(L.LightningDataModule):
+    """The training set, streamed by Stoker's workers."""
+
+    def __init__(self, workers: str, dataset: str, batch_size: int, image_size: int, local_threads: Optional[int]):
+        super().__init__()
+        self.workers, self.dataset = workers, dataset
+        self.batch_size, self.image_size, self.local_threads = batch_size, image_size, local_threads
+        self.loader: Optional[stoker.Loader] = None
+        # The index of the last batch trained on, this epoch (the module sets it).
+        self.trained: Optional[int] = None
+        self._restored: Optional[Dict[str, Any]] = None
+
+    def setup(self, stage: str) -> None:
+        if self.loader is not None:
+            return
+        transform = v2.Compose(
+            [
+                v2.RandomResizedCrop(self.image_size),
+                v2.RandomHorizontalFlip(),
+                v2.ToDtype(torch.float32, scale=True),
+                v2.Normalize(MEAN, STD),
+            ]
+        )
+        device = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
+        # Rank and world size come from torch.distributed, set up by now.
+        self.loader = stoker.Loader(
+            workers=self.workers,
+            dataset=self.dataset,
+            batch_size=self.batch_size,
+            transform=transform,
+            device=device,
+            local_threads=self.local_threads,
+        )
+        if self._restored is not None:
+            self.loader.load_state_dict(self._restored)
+
+    def train_dataloader(self) -> DataLoader:
+        assert self.loader is not None
+        return DataLoader(self.loader, batch_size=None)
+
+    def state_dict(self) -> Dict[str, Any]:
+        # Every rank has its own share, hence its own position; the
+        # checkpoint is written by rank 0, so it gathers them all
+        # (Lightning calls this on every rank).
+        assert self.loader is not None
+        if self.trained is None:
+            mine = self.loader.state_dict()
+        else:
+            mine = self.loader.state_dict(through_index=self.trained)
+        positions: List[Any] = [mine]
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            positions = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(positions, mine)
+        return {"loaders": positions}
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        positions = state_dict["loaders"]
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        if len(positions) <= rank:
+            raise stoker.ConfigError(f"the checkpoint holds {len(positions)} ranks' positions; this is rank {rank}")
+        self._restored = positions[rank]
+        if self.loader is not None:
+            self.loader.load_state_dict(self._restored)
+
+
+class Classifier(L.LightningModule):
+    def __init__(self, classes: int, lr: float, keys_out: Optional[str]):
+        super().__init__()
+        self.model = torchvision.models.resnet18(num_classes=classes)
+        self.classes, self.lr, self.keys_out = classes, lr, keys_out
+
+    def training_step(self, batch: Dict[str, Any], batch_idx: int) -> torch.Tensor:
+        loss = torch.nn.functional.cross_entropy(self.model(batch["image"]), batch["label"] % self.classes)
+        self.log("loss", loss, prog_bar=True)
+        # Noted here, not in on_train_batch_end: checkpoint callbacks run
+        # before the module's hook, and the checkpoint after this step must
+        # count this batch as trained.
+        self.trainer.datamodule.trained = int(batch["index"])
+        if self.keys_out:
+            path = os.path.join(self.keys_out, f"rank-{self.global_rank}.jsonl")
+            with open(path, "a") as f:
+                f.write(json.dumps({"epoch": self.current_epoch, "keys": list(batch["key"])}) + "\n")
+        return loss
+
+    def on_train_epoch_start(self) -> None:
+        self.trainer.datamodule.trained = None
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--workers", default="local")
+    p.add_argument("--local-threads", type=int, default=None)
+    p.add_argument("--devices", type=int, default=1, help="processes (GPUs, or CPU ranks without CUDA)")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--max-steps", type=int, default=-1, help="stop after this many steps (a checkpoint is saved)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--classes", type=int, default=1000)
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--ckpt-dir", default="checkpoints")
+    p.add_argument("--ckpt-every", type=int, default=1000, help="save a checkpoint every this many steps")
+    p.add_argument("--resume", default=None, help="a checkpoint to resume from, mid-epoch or not")
+    p.add_argument("--keys-out", default=None)
+    args = p.parse_args(argv)
+
+    data = StokerData(args.workers, args.dataset, args.batch_size, args.image_size, args.local_threads)
+    model = Classifier(args.classes, args.lr, args.keys_out)
+    checkpoint = L.pytorch.callbacks.ModelCheckpoint(dirpath=args.ckpt_dir, save_last=True, every_n_train_steps=args.ckpt_every)
+    trainer = L.Trainer(
+        accelerator="gpu" if torch.cuda.is_available() else "cpu",
+        devices=args.devices,
+        strategy="ddp" if args.devices > 1 else "auto",
+        max_epochs=args.epochs,
+        max_steps=args.max_steps,
+        callbacks=[checkpoint],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(model, datamodule=data, ckpt_path=args.resume)
+
+
+if __name__ == "__main__":
+    main()
