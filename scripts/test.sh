@@ -53,8 +53,8 @@ scripts/deb-tool.sh kubernetes-client >/dev/null
 
 # torch, torchvision and lightning in a venv of their own: the main one
 # stays without torch, for the package's numpy path.
-TORCH_PACKAGES="torch torchvision lightning"
-if [ ! -x target/torchenv/bin/python ] || ! target/torchenv/bin/python -c 'import torch, torchvision, lightning' 2>/dev/null; then
+TORCH_PACKAGES="torch torchvision lightning mypy"
+if [ ! -x target/torchenv/bin/python ] || ! target/torchenv/bin/python -c 'import torch, torchvision, lightning, mypy' 2>/dev/null; then
   echo "==> creating target/torchenv ($TORCH_PACKAGES)"
   python3 -m venv target/torchenv
   # shellcheck disable=SC2086 # a list of package names

@@ -173,3 +173,22 @@ fn a_lightning_run_stopped_mid_epoch_resumes_from_its_checkpoint_with_the_rest_e
     let expected: std::collections::BTreeSet<&str> = keys.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(got, expected, "the stopped and the resumed run cover the epoch once");
 }
+
+#[test]
+fn the_package_is_typed_with_stubs_generated_from_the_code_and_the_examples_pass_mypy_strict() {
+    let root = repo_root();
+    // The stubs match what the op table and the extension say now.
+    let out = run_ok(torch_python().arg(root.join("client/python/stubgen.py")).arg("--check"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("match the code"), "{stdout}");
+    let examples = root.join("client/python/examples");
+    let out = run_ok(
+        torch_python()
+            .args(["-m", "mypy", "--no-incremental", "--config-file"])
+            .arg(examples.join("mypy.ini"))
+            .arg(examples.join("train_ddp.py"))
+            .arg(examples.join("train_lightning.py")),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("Success: no issues found"), "{stdout}");
+}

@@ -77,7 +77,7 @@ class StokerData(L.LightningDataModule):
         if self._restored is not None:
             self.loader.load_state_dict(self._restored)
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> "DataLoader[Dict[str, Any]]":
         assert self.loader is not None
         return DataLoader(self.loader, batch_size=None)
 
@@ -107,8 +107,9 @@ class StokerData(L.LightningDataModule):
 
 
 class Classifier(L.LightningModule):
-    def __init__(self, classes: int, lr: float, keys_out: Optional[str]):
+    def __init__(self, data: StokerData, classes: int, lr: float, keys_out: Optional[str]):
         super().__init__()
+        self.data = data
         self.model = torchvision.models.resnet18(num_classes=classes)
         self.classes, self.lr, self.keys_out = classes, lr, keys_out
 
@@ -118,7 +119,7 @@ class Classifier(L.LightningModule):
         # Noted here, not in on_train_batch_end: checkpoint callbacks run
         # before the module's hook, and the checkpoint after this step must
         # count this batch as trained.
-        self.trainer.datamodule.trained = int(batch["index"])
+        self.data.trained = int(batch["index"])
         if self.keys_out:
             path = os.path.join(self.keys_out, f"rank-{self.global_rank}.jsonl")
             with open(path, "a") as f:
@@ -126,7 +127,7 @@ class Classifier(L.LightningModule):
         return loss
 
     def on_train_epoch_start(self) -> None:
-        self.trainer.datamodule.trained = None
+        self.data.trained = None
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
@@ -151,7 +152,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = p.parse_args(argv)
 
     data = StokerData(args.workers, args.dataset, args.batch_size, args.image_size, args.local_threads)
-    model = Classifier(args.classes, args.lr, args.keys_out)
+    model = Classifier(data, args.classes, args.lr, args.keys_out)
     checkpoint = L.pytorch.callbacks.ModelCheckpoint(dirpath=args.ckpt_dir, save_last=True, every_n_train_steps=args.ckpt_every)
     trainer = L.Trainer(
         accelerator="gpu" if torch.cuda.is_available() else "cpu",

@@ -38,7 +38,7 @@ when workers fail; rank and world size come from torch.distributed or the
 RANK / WORLD_SIZE environment variables when not given.
 """
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 from . import transforms
 from ._stoker import InProcessWorker
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["ConfigError", "Field", "InProcessWorker", "Loader", "StokerError", "doctor", "transforms"]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     # The Loader (and torch, its base class with torch installed) is
     # imported when first used, so that ``python -m stoker`` and local
     # worker processes start without importing torch.
@@ -62,7 +62,13 @@ def __getattr__(name):
     raise AttributeError(f"module 'stoker' has no attribute {name!r}")
 
 
-def doctor(loader, train_step=None, samples=2048, seconds=2.0, steps=10):
+def doctor(
+    loader: "Loader",
+    train_step: Optional[Callable[[Dict[str, Any]], Any]] = None,
+    samples: int = 2048,
+    seconds: float = 2.0,
+    steps: int = 10,
+) -> Dict[str, Any]:
     """Finds the bottleneck of ``loader``'s input pipeline (``stoker doctor``).
 
     Measures, in turn: storage, each worker's decode + transform, the

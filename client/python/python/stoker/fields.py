@@ -37,7 +37,7 @@ class Field:
 
     KINDS = ("auto", "int", "int_list", "float", "float_list", "text", "json", "bytes", "npy", "mask")
 
-    def __init__(self, source, kind="auto", optional=False):
+    def __init__(self, source: str, kind: str = "auto", optional: bool = False) -> None:
         if kind not in self.KINDS:
             raise ConfigError(f"unknown field kind {kind!r} (kinds: {', '.join(self.KINDS)})")
         self.source, self.kind, self.optional = str(source), kind, bool(optional)

@@ -5,6 +5,7 @@ import json
 import os
 import sys
 import warnings
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -200,41 +201,41 @@ class Loader(_Base):
 
     def __init__(
         self,
-        workers,
-        dataset,
-        batch_size,
-        image_size=None,
-        transform="train",
-        device="cpu",
-        dtype=None,
-        mean=None,
-        std=None,
-        seed=0,
-        rank=None,
-        world_size=None,
-        last_batch="partial",
-        prefetch=4,
-        max_errors=None,
-        token=None,
-        progress_timeout=60.0,
-        start_epoch=0,
-        deterministic=False,
-        channels_last=False,
-        metrics_port=None,
-        dns_server=None,
-        resolve_interval=10.0,
-        format="auto",
-        image_key=None,
-        label_key=None,
-        label_offset=0,
-        batch_transform=None,
-        fields=None,
-        views=None,
-        shared_memory=256 << 20,
-        connect_timeout=10.0,
-        local_threads=None,
-        local_gpu=None,
-    ):
+        workers: Union[str, Sequence[str]],
+        dataset: str,
+        batch_size: int,
+        image_size: Optional[int] = None,
+        transform: Any = "train",
+        device: Any = "cpu",
+        dtype: Any = None,
+        mean: Optional[Sequence[float]] = None,
+        std: Optional[Sequence[float]] = None,
+        seed: int = 0,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        last_batch: str = "partial",
+        prefetch: int = 4,
+        max_errors: Union[int, float, str, None] = None,
+        token: Optional[str] = None,
+        progress_timeout: float = 60.0,
+        start_epoch: int = 0,
+        deterministic: bool = False,
+        channels_last: bool = False,
+        metrics_port: Union[int, str, None] = None,
+        dns_server: Optional[str] = None,
+        resolve_interval: float = 10.0,
+        format: str = "auto",
+        image_key: Optional[str] = None,
+        label_key: Optional[str] = None,
+        label_offset: int = 0,
+        batch_transform: Any = None,
+        fields: Optional[Dict[str, Any]] = None,
+        views: Any = None,
+        shared_memory: int = 256 << 20,
+        connect_timeout: float = 10.0,
+        local_threads: Optional[int] = None,
+        local_gpu: Union[bool, int, None] = None,
+    ) -> None:
         if isinstance(workers, str):
             workers = [w for w in workers.split(",") if w]
         workers = [str(w) for w in workers]
@@ -363,7 +364,7 @@ class Loader(_Base):
         return command, None if threads is None else int(threads), None if gpu is None else int(gpu)
 
     @property
-    def local_workers(self):
+    def local_workers(self) -> List[Dict[str, Any]]:
         """The local workers this loader started and supervises (the
         ``"local"`` entry of ``workers``): a dict each, with ``address``
         (``unix:PATH``), ``role`` (``"cpu"`` or ``"gpu"``), ``pid`` (None
@@ -392,20 +393,20 @@ class Loader(_Base):
         return int(ordinal), dtype, "nhwc" if self._channels_last else "nchw"
 
     @property
-    def epoch(self):
+    def epoch(self) -> int:
         """The epoch the next iteration streams."""
         return self._epoch
 
-    def set_epoch(self, epoch):
+    def set_epoch(self, epoch: int) -> None:
         self._epoch = int(epoch)
 
-    def __len__(self):
+    def __len__(self) -> int:
         batches = self._client.batches_per_epoch()
         if batches is None:
             raise TypeError("the dataset has no stoker-index.json with sample counts: its length is unknown")
         return batches
 
-    def state_dict(self, through_index=None):
+    def state_dict(self, through_index: Optional[int] = None) -> Dict[str, Any]:
         """The loader's position: the epoch, and within it what was delivered.
 
         A dict of plain values (ints, strings, lists), fit for a checkpoint.
@@ -429,7 +430,7 @@ class Loader(_Base):
         # Loaded but not iterated yet: the loaded position still stands.
         return {"epoch": self._epoch, "position": self._resume}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restores a position from ``state_dict()``: the next iteration
         resumes its epoch with the batches not yet delivered."""
         try:
@@ -438,7 +439,7 @@ class Loader(_Base):
             raise StokerError(f"not a stoker.Loader state: {e!r}") from None
         self._epoch, self._resume, self._active = epoch, position, None
 
-    def report(self):
+    def report(self) -> Optional[Dict[str, Any]]:
         """The current or last epoch: samples, skipped, reassigned items, skip reasons."""
         r = self._client.report()
         if r is None:
@@ -456,7 +457,7 @@ class Loader(_Base):
             "workers": dict(workers),
         }
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
         if _Base is not object:
             from torch.utils.data import get_worker_info
 
