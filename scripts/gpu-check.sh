@@ -267,6 +267,9 @@ if ls .carry/wheels/*.whl >/dev/null 2>&1; then
     PYTHONPATH=$work/site timeout 120 python3 tests/python/torch_check.py "$addr" "$work/shards" 128 2>&1 | tee "$out/torch-check.log"
     kill -TERM $wpid; wait $wpid 2>/dev/null
     worker_exit "torch-check worker" $?
+    # workers="local": the loader starts a GPU and a CPU worker itself.
+    PYTHONPATH=$work/site timeout 180 python3 tests/python/local_gpu_check.py "$work/shards" "$nimages" 2>&1 |
+        tee "$out/local-gpu-check.log"
 fi
 
 # Memory checking of the decode + kernel comparison.
