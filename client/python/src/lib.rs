@@ -8,7 +8,9 @@
 //! 200 ms.
 
 mod dlpack;
+mod inprocess;
 mod logs;
+mod state;
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -19,11 +21,13 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use stoker_client::device::{DType, Layout, UploadSpec};
 use stoker_client::{
-    DeviceTarget, EpochState, EpochStream, EpochWatch, ErrorBudget, Fingerprint, FormatChoice, LastBatch, Loader,
-    LoaderConfig, PositionSet, RecordFields, Secret, TransformSpec,
+    DeviceTarget, EpochState, EpochStream, EpochWatch, ErrorBudget, FormatChoice, LastBatch, Loader, LoaderConfig,
+    RecordFields, Secret, TransformSpec,
 };
 
 use crate::dlpack::DeviceTensor;
+use crate::inprocess::InProcessWorker;
+use crate::state::{state_from_py, state_to_py};
 
 create_exception!(
     stoker,
@@ -552,127 +556,6 @@ fn fields_to_py(py: Python<'_>, rows: &[stoker_client::Fields], fields: usize) -
     Ok(out)
 }
 
-fn state_to_py<'py>(py: Python<'py>, s: &EpochState) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("version", STATE_VERSION)?;
-    d.set_item("epoch", s.epoch)?;
-    d.set_item("batches", s.batches)?;
-    d.set_item("done_items", s.done_items.clone())?;
-    // Lists, not tuples: the state survives a JSON round trip.
-    let partial = PyList::new(
-        py,
-        s.partial
-            .iter()
-            .map(|(item, positions)| {
-                let ranges: Vec<[u64; 2]> = positions.ranges().iter().map(|r| [r.start, r.end]).collect();
-                PyList::new(py, [item.into_pyobject(py)?.into_any(), ranges.into_pyobject(py)?])
-            })
-            .collect::<PyResult<Vec<_>>>()?,
-    )?;
-    d.set_item("partial", partial)?;
-    let f = PyDict::new(py);
-    let fp = &s.fingerprint;
-    f.set_item("seed", fp.seed)?;
-    f.set_item("rank", fp.rank)?;
-    f.set_item("world_size", fp.world_size)?;
-    f.set_item("batch_size", fp.batch_size)?;
-    f.set_item("image_size", fp.image_size)?;
-    f.set_item("last_batch", fp.last_batch.to_string())?;
-    f.set_item("items", fp.items)?;
-    f.set_item("shards", fp.shards)?;
-    f.set_item("deterministic", fp.deterministic)?;
-    d.set_item("fingerprint", f)?;
-    Ok(d)
-}
-
-/// `d[key]`, converted, or a StokerError naming the key.
-fn field<'py, T: FromPyObject<'py>>(d: &Bound<'py, PyDict>, key: &str) -> PyResult<T> {
-    let value = d
-        .get_item(key)?
-        .ok_or_else(|| err(format!("saved loader state has no {key:?}")))?;
-    value
-        .extract()
-        .map_err(|e| err(format!("saved loader state: {key:?} is invalid: {e}")))
-}
-
-/// The saved state's format. 2: items delivered in part list the
-/// positions delivered, as `[start, end)` ranges; 1 (no `version` key)
-/// listed their keys, which cannot tell two samples with one key apart.
-const STATE_VERSION: u32 = 2;
-
-/// `[[item, [[start, end], ...]], ...]`, as lists or tuples.
-fn partial_from_py(v: &Bound<'_, PyAny>) -> PyResult<Vec<(u32, PositionSet)>> {
-    let bad = |e: PyErr| err(format!("saved loader state: \"partial\" is invalid: {e}"));
-    let mut out = Vec::new();
-    for entry in v.try_iter().map_err(bad)? {
-        let entry = entry.map_err(bad)?;
-        let item: u32 = entry.get_item(0).and_then(|x| x.extract()).map_err(bad)?;
-        // Lists after a JSON round trip, so not tuples.
-        let ranges: Vec<Vec<u64>> = entry.get_item(1).and_then(|x| x.extract()).map_err(bad)?;
-        let mut set = Vec::with_capacity(ranges.len());
-        for r in ranges {
-            match r[..] {
-                [start, end] if start < end => set.push(start..end),
-                _ => {
-                    return Err(err(format!(
-                        "saved loader state: \"partial\" is invalid: item {item} has range {r:?}, not [start, end] with start < end"
-                    )));
-                }
-            }
-        }
-        out.push((item, PositionSet::from_ranges(set)));
-    }
-    Ok(out)
-}
-
-fn state_from_py(d: &Bound<'_, PyDict>) -> PyResult<EpochState> {
-    let version: u32 = match d.get_item("version")? {
-        Some(v) => v
-            .extract()
-            .map_err(|e| err(format!("saved loader state: \"version\" is invalid: {e}")))?,
-        None => 1,
-    };
-    let partial_saved = field::<Bound<'_, PyAny>>(d, "partial")?;
-    if version == 1 && partial_saved.len().unwrap_or(0) > 0 {
-        return Err(err(
-            "saved loader state is from a stoker that named the samples of partly delivered items by key; \
-             samples are now identified by their position in the shard (keys repeat), so it cannot resume \
-             mid-item: start the epoch afresh (load_state_dict of a state saved between epochs still works)"
-                .to_owned(),
-        ));
-    }
-    if version > STATE_VERSION {
-        return Err(err(format!(
-            "saved loader state has version {version}, newer than this stoker's {STATE_VERSION}"
-        )));
-    }
-    let partial = if version == 1 {
-        Vec::new()
-    } else {
-        partial_from_py(&partial_saved)?
-    };
-    let f: Bound<'_, PyDict> = field(d, "fingerprint")?;
-    Ok(EpochState {
-        epoch: field(d, "epoch")?,
-        batches: field(d, "batches")?,
-        done_items: field(d, "done_items")?,
-        partial,
-        fingerprint: Fingerprint {
-            seed: field(&f, "seed")?,
-            rank: field(&f, "rank")?,
-            world_size: field(&f, "world_size")?,
-            batch_size: field(&f, "batch_size")?,
-            image_size: field(&f, "image_size")?,
-            last_batch: field::<String>(&f, "last_batch")?
-                .parse::<LastBatch>()
-                .map_err(|e| err(format!("saved loader state: \"last_batch\" is invalid: {e}")))?,
-            items: field(&f, "items")?,
-            shards: field(&f, "shards")?,
-            deterministic: field(&f, "deterministic")?,
-        },
-    })
-}
-
 /// Validates a transform spec (`train`, `eval` or JSON) as a worker would:
 /// returns its output size and its canonical JSON, or raises `ValueError`
 /// naming the op and the argument.
@@ -681,95 +564,6 @@ fn state_from_py(d: &Bound<'_, PyDict>) -> PyResult<EpochState> {
 fn check_transform(transform: &str, image_size: Option<u32>) -> PyResult<(u32, String)> {
     let spec = TransformSpec::parse(transform, image_size).map_err(config_err)?;
     Ok((spec.size, spec.to_json()))
-}
-
-/// A worker inside this process, started with `stoker worker`'s arguments.
-/// On the training GPU it shares the trainer's CUDA context, so its work
-/// overlaps the training step's instead of taking turns with it.
-#[pyclass(module = "stoker._stoker", frozen)]
-struct InProcessWorker {
-    addr: String,
-    worker: Mutex<Option<stoker_cli::embedded::EmbeddedWorker>>,
-}
-
-#[pymethods]
-impl InProcessWorker {
-    #[new]
-    fn new(py: Python<'_>, args: Vec<String>) -> PyResult<Self> {
-        logs::install();
-        // Started on a thread of its own so that Ctrl-C interrupts the
-        // wait; a worker that starts after the caller gave up is stopped.
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("stoker-worker-start".to_owned())
-            .spawn(move || {
-                if let Err(std::sync::mpsc::SendError(Ok(abandoned))) =
-                    tx.send(stoker_cli::embedded::EmbeddedWorker::start(args))
-                {
-                    abandoned.detach();
-                }
-            })
-            .map_err(|e| err(format!("in-process worker: cannot start a thread: {e}")))?;
-        let mut rx = rx;
-        let started = loop {
-            let (back, waited) = py.detach(move || {
-                let waited = rx.recv_timeout(SIGNAL_CHECK);
-                (rx, waited)
-            });
-            rx = back;
-            logs::flush(py);
-            match waited {
-                Ok(started) => break started,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => py.check_signals()?,
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(err("in-process worker: its start-up thread ended without an answer"));
-                }
-            }
-        };
-        let worker = started.map_err(|e| err(format!("in-process worker: {e:#}")))?;
-        Ok(Self {
-            addr: worker.addr().to_string(),
-            worker: Mutex::new(Some(worker)),
-        })
-    }
-
-    /// Where it listens (`HOST:PORT`).
-    #[getter]
-    fn address(&self) -> String {
-        self.addr.clone()
-    }
-
-    /// Stops it, draining items in flight for its grace period. Ctrl-C
-    /// interrupts the wait (within 200 ms); the worker then drains on, and
-    /// another `stop()` waits for it again.
-    fn stop(&self, py: Python<'_>) -> PyResult<()> {
-        let mut slot = self.worker.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(worker) = slot.as_mut() else {
-            return Ok(());
-        };
-        worker.request_stop();
-        while !worker.is_finished() {
-            py.detach(|| std::thread::sleep(SIGNAL_CHECK));
-            logs::flush(py);
-            py.check_signals()?;
-        }
-        match slot.take() {
-            Some(w) => py
-                .detach(|| w.stop())
-                .map_err(|e| err(format!("in-process worker {}: {e:#}", self.addr))),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for InProcessWorker {
-    /// Collected without `stop()`: asked to stop, left to drain on its own
-    /// thread, never waited for with the GIL held.
-    fn drop(&mut self) {
-        if let Some(w) = self.worker.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
-            w.detach();
-        }
-    }
 }
 
 /// The `stoker` command line, in this process: `argv` with the program's
