@@ -106,6 +106,20 @@ pub fn run_augment(args: AugmentArgs) -> anyhow::Result<()> {
     let data = std::fs::read(&args.input).with_context(|| format!("cannot read {}", args.input.display()))?;
     let kind = sniff(&data).unwrap_or(ImageKind::Jpeg);
     let rng = SampleRng::for_sample(args.seed, args.epoch, &args.shard, args.position);
+    // The draws this sample's pipeline makes at the decoded size: the
+    // steps it resolves to, as the worker resolves them.
+    let decoded = stoker_image::decode::decode(kind, &data, args.max_image_pixels)
+        .with_context(|| format!("cannot decode {}", args.input.display()))?;
+    let steps = stoker_core::resolve_steps(&spec, &rng, decoded.width, decoded.height)
+        .with_context(|| format!("cannot resolve the transform for {}", args.input.display()))?;
+    println!(
+        "draws for seed {} epoch {} shard {:?} position {} at {}x{}:",
+        args.seed, args.epoch, args.shard, args.position, decoded.width, decoded.height
+    );
+    for (i, step) in steps.iter().enumerate() {
+        println!("  step {i}: {step:?}");
+    }
+    drop(decoded);
     let mut augmenter = stoker_server::augment::Augmenter::new();
     let out = stoker_image::decode_and_transform(&mut augmenter, kind, &data, &spec, &rng, args.max_image_pixels)
         .with_context(|| format!("cannot transform {}", args.input.display()))?;

@@ -188,6 +188,14 @@ fn augment_writes_the_format_its_output_names_and_says_so() {
             said.contains(&format!("wrote {}", output.display())) && said.contains("48x48"),
             "{said}"
         );
+        // The draws it made: the crop and the flip of this sample.
+        let draws = String::from_utf8_lossy(&run.stdout);
+        assert!(
+            draws.contains("draws for seed 0 epoch 0")
+                && draws.contains("at 96x72")
+                && draws.contains("step 0: CropResize"),
+            "{draws}"
+        );
     }
     let unknown = dir.path().join("out.bmp");
     let run = crate::support::stoker()

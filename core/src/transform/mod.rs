@@ -67,6 +67,10 @@ pub enum SpecError {
     },
     #[error("transform spec is not valid JSON: {0}")]
     Json(String),
+    /// Valid JSON of the wrong shape: an unknown op or argument, a value of
+    /// the wrong type.
+    #[error("transform spec: {0}")]
+    Shape(String),
     #[error("transform spec version {got} is not supported by this build (it reads version {SPEC_VERSION})")]
     Version { got: u32 },
     #[error(
@@ -151,11 +155,17 @@ impl TransformSpec {
         let de = &mut serde_json::Deserializer::from_str(json);
         let wire: Wire = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
-            let inner = e.into_inner().to_string();
-            if path.is_empty() || path == "." {
-                SpecError::Json(inner)
+            let inner = e.into_inner();
+            let shape = inner.classify() == serde_json::error::Category::Data;
+            let text = if path.is_empty() || path == "." {
+                inner.to_string()
             } else {
-                SpecError::Json(format!("{path}: {inner}"))
+                format!("{path}: {inner}")
+            };
+            if shape {
+                SpecError::Shape(text)
+            } else {
+                SpecError::Json(text)
             }
         })?;
         if wire.version != SPEC_VERSION {

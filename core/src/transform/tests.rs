@@ -158,3 +158,14 @@ fn erasing_after_normalize_fills_the_mean_colour() {
     };
     assert_eq!(*rgb, [124, 116, 104]);
 }
+
+#[test]
+fn broken_json_and_a_wrong_shape_are_told_apart() {
+    let broken = err(r#"{"ops": ["#);
+    assert!(broken.contains("not valid JSON"), "{broken}");
+    let unknown = err(r#"{"ops": [{"op": "RandomResizedCrop", "size": 64, "bogus": 1}]}"#);
+    assert!(
+        !unknown.contains("not valid JSON") && unknown.contains("unknown field `bogus`") && unknown.contains("ops[0]"),
+        "{unknown}"
+    );
+}
