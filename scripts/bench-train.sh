@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end training benchmark on the GPU machine: a ResNet training loop
-# (client/python/examples/train.py; ResNet-18, bfloat16, batch 256, 224x224)
+# (scripts/bench_train.py; ResNet-18, bfloat16, batch 256, 224x224)
 # fed in turn by
 #
 #   synthetic     one batch already on the GPU, reused: the upper bound
@@ -74,7 +74,7 @@ trainer_cores=${BENCH_TRAIN_TRAINER_CORES:-2}
 budget=${BENCH_TRAIN_BUDGET:-450}
 case_timeout=${BENCH_TRAIN_CASE_TIMEOUT:-100}
 stoker=$PWD/.carry/stoker
-train=$PWD/client/python/examples/train.py
+train=$PWD/scripts/bench_train.py
 results=$out/results.jsonl
 : >"$results"
 
@@ -203,7 +203,7 @@ gpu0_worker=$addr
 echo "bench-train: workers cpu $cpu_workers ($wthreads threads each), replay $replay_workers, gpu on GPU 1 ${gpu_worker:-none ($gpus GPU)}, gpu on GPU 0 ${gpu0_worker:-none}; setup $((SECONDS - t_setup)) s" |
     tee -a "$out/setup.log"
 
-# One case: train.py with the common flags plus the case's own; appends its
+# One case: bench_train.py with the common flags plus the case's own; appends its
 # JSON line, labelled, to results.jsonl.
 run_case() {
     local case=$1 round=$2

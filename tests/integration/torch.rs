@@ -186,8 +186,7 @@ fn the_package_is_typed_with_stubs_generated_from_the_code_and_the_examples_pass
         torch_python()
             .args(["-m", "mypy", "--no-incremental", "--config-file"])
             .arg(examples.join("mypy.ini"))
-            .arg(examples.join("train_ddp.py"))
-            .arg(examples.join("train_lightning.py")),
+            .arg(&examples),
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("Success: no issues found"), "{stdout}");

@@ -6,17 +6,17 @@ trains and how much of the time it waited for data.
     # Stoker: workers decode and augment; batches land on the GPU normalised.
     stoker pack --input ~/imagenet/train --output /data/shards
     stoker worker --listen 127.0.0.1:50051 &
-    python3 train.py --loader stoker --workers 127.0.0.1:50051 --dataset /data/shards
+    python3 scripts/bench_train.py --loader stoker --workers 127.0.0.1:50051 --dataset /data/shards
 
     # The same loop fed by torchvision's ImageFolder through a DataLoader.
-    python3 train.py --loader dataloader --image-folder ~/imagenet/train --dataloader-workers 15
+    python3 scripts/bench_train.py --loader dataloader --image-folder ~/imagenet/train --dataloader-workers 15
 
     # NVIDIA DALI in this process, reading the same ImageFolder (the
     # incumbent on a training node; needs nvidia-dali-cuda130).
-    python3 train.py --loader dali --image-folder ~/imagenet/train --dali-threads 12
+    python3 scripts/bench_train.py --loader dali --image-folder ~/imagenet/train --dali-threads 12
 
     # Synthetic data already on the device: what the GPU can do alone.
-    python3 train.py --loader synthetic
+    python3 scripts/bench_train.py --loader synthetic
 
 Every path hands the training step the same input: a [B, 3, S, S] tensor on
 the GPU, scaled to [0, 1] and normalised with the ImageNet mean and std, in
@@ -66,9 +66,9 @@ def parse_args(argv=None):
         "report images/s and the time spent waiting for data.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n"
-        "  train.py --loader stoker --workers 127.0.0.1:50051 --dataset /data/shards\n"
-        "  train.py --loader dataloader --image-folder /data/imagenet/train --dataloader-workers 15\n"
-        "  train.py --loader synthetic --json",
+        "  bench_train.py --loader stoker --workers 127.0.0.1:50051 --dataset /data/shards\n"
+        "  bench_train.py --loader dataloader --image-folder /data/imagenet/train --dataloader-workers 15\n"
+        "  bench_train.py --loader synthetic --json",
     )
     p.add_argument("--loader", choices=("stoker", "dataloader", "dali", "synthetic"), default="stoker",
                    help="where batches come from (default: stoker)")
