@@ -386,9 +386,11 @@ fn repeated_keys_each_arrive_exactly_once_through_a_worker_kill() {
     let shards = dir.path().join("shards");
     std::fs::create_dir(&shards).unwrap();
     let mut expected: Vec<(String, i64)> = Vec::new();
+    // 400 samples a shard: enough that the killed worker is still busy
+    // with its share when it is killed, also on a loaded machine.
     for s in 0..6i64 {
-        let keys: Vec<String> = (0..40).map(|i| format!("k{:03}", i % 20)).collect();
-        let labels: Vec<i64> = (0..40).map(|i| s * 100 + i).collect();
+        let keys: Vec<String> = (0..400).map(|i| format!("k{:03}", i % 20)).collect();
+        let labels: Vec<i64> = (0..400).map(|i| s * 1000 + i).collect();
         std::fs::write(
             shards.join(format!("merged-{s:06}.tar")),
             shard_of(&keys, &labels, &jpeg),
@@ -420,7 +422,7 @@ fn repeated_keys_each_arrive_exactly_once_through_a_worker_kill() {
     run.wait_for_samples(8, std::time::Duration::from_secs(30));
     signal(w1.child.0.id(), "-KILL");
     let run = run.finish();
-    // Each (key, label) once per epoch: 240 samples under 20 key names.
+    // Each (key, label) once per epoch: 2,400 samples under 20 key names.
     assert_exactly_once(&run, &expected, 0..2);
     assert!(
         run.num("retries") >= 1,
@@ -433,6 +435,6 @@ fn repeated_keys_each_arrive_exactly_once_through_a_worker_kill() {
             *per_key.entry(key.as_str()).or_default() += 1;
         }
         assert_eq!(per_key.len(), 20);
-        assert!(per_key.values().all(|&n| n == 12), "epoch {epoch}: {per_key:?}");
+        assert!(per_key.values().all(|&n| n == 120), "epoch {epoch}: {per_key:?}");
     }
 }
