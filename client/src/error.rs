@@ -93,26 +93,6 @@ fn code_name(code: tonic::Code) -> &'static str {
     }
 }
 
-/// Whether a failed first call shows a peer that answered, but not as a
-/// Stoker worker: an HTTP/1 server, or anything else that breaks HTTP/2
-/// framing (hyper and h2 report it only as text), or a gRPC server
-/// without the `stoker.v1.Worker` service.
-pub(crate) fn not_a_worker(status: &tonic::Status) -> bool {
-    const NOT_HTTP2: [&str; 6] = [
-        "bytes remaining on stream",
-        "frame with invalid size",
-        "invalid preface",
-        "PROTOCOL_ERROR",
-        "FRAME_SIZE_ERROR",
-        "invalid HTTP version",
-    ];
-    if status.code() == tonic::Code::Unimplemented {
-        return true;
-    }
-    let text = describe_status(status);
-    NOT_HTTP2.iter().any(|s| text.contains(s))
-}
-
 /// What a peer at `addr` (`HOST:PORT` or `http://HOST:PORT`) answers to
 /// HTTP/2's connection preface, when that shows it is not an HTTP/2
 /// server: an HTTP/1 server answers with a status line, any HTTP/2 server

@@ -21,7 +21,7 @@ use crate::conn::WorkerConn;
 use crate::device::Uploader;
 use crate::discovery::{Discovery, WorkerSource};
 use crate::dispatch::EpochLanes;
-use crate::error::{ClientError, describe_status, is_permanent, not_a_worker, not_http2};
+use crate::error::{ClientError, describe_status, is_permanent, not_http2};
 use crate::ledger::{CreditLimit, Ledger};
 use crate::local::{LOCAL, LocalFleet, LocalWorker};
 use crate::metrics::ClientMetrics;
@@ -148,7 +148,8 @@ impl Loader {
                         message: describe_status(&status),
                     });
                 }
-                Err(status) if not_a_worker(&status) => {
+                // A gRPC server without the worker service.
+                Err(status) if status.code() == tonic::Code::Unimplemented => {
                     unreachable.push(format!(
                         "{} (not a Stoker worker: it answered, but not as a gRPC server of {}: {})",
                         w.addr,
