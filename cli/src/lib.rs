@@ -7,6 +7,8 @@ mod doctor;
 pub mod embedded;
 mod health;
 mod progress;
+#[cfg(test)]
+mod reference;
 mod stream;
 mod synth;
 mod token;
@@ -65,6 +67,9 @@ pub enum Command {
     /// and write the result as PNG or JPEG (by the output's extension): try
     /// a pipeline from the shell.
     Augment(transform::AugmentArgs),
+    /// List the transform ops a spec may use, with their arguments and
+    /// defaults (torchvision's), or their schema as JSON.
+    Transforms(transform::TransformsArgs),
 }
 
 /// The whole command: parses `args` (the program's name first), runs it,
@@ -125,6 +130,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         // Plain threads: no runtime in the measurement.
         Command::Bench(args) => return bench::run(args),
         Command::Augment(args) => return transform::run_augment(args),
+        Command::Transforms(args) => return transform::run_transforms(&args),
         other => other,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -140,7 +146,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Demo(args) => demo::run(args).await,
             Command::Doctor(args) => doctor::run(args).await,
             Command::Health(args) => health::run(args).await,
-            Command::Bench(_) | Command::Augment(_) => unreachable!("handled before the runtime starts"),
+            Command::Bench(_) | Command::Augment(_) | Command::Transforms(_) => {
+                unreachable!("handled before the runtime starts")
+            }
         }
     })
 }

@@ -254,13 +254,9 @@ pub struct FormatArgs {
     pub label_offset: i64,
     /// Deliver another field of each sample under NAME: a WebDataset
     /// member extension (`caption=txt`, `meta=json`), a TFRecord feature,
-    /// a Parquet column, RecordIO's `label` (the whole label array). KIND
-    /// (int, int_list, float, float_list, text, json, bytes, npy, or mask:
-    /// an 8-bit segmentation mask that follows the image's geometry)
-    /// defaults to the extension's WebDataset decoder or the record's
-    /// stored type. A sample without it is skipped (missing_field) unless
-    /// a `?` follows the source or ends it (`caption=txt?`). Repeatable.
-    #[arg(long = "field", value_name = "NAME=SOURCE[:KIND][?]", value_parser = parse_field)]
+    /// a Parquet column, RecordIO's `label` (the whole label array).
+    /// Repeatable; `--help` lists the kinds.
+    #[arg(long = "field", value_name = "NAME=SOURCE[:KIND][?]", value_parser = parse_field, long_help = field_long_help())]
     pub fields: Vec<stoker_core::FieldSpec>,
     /// One more augmented view of each sample's image under NAME, from the
     /// same decode, with its own pipeline and draws: `train[:SIZE]`,
@@ -298,6 +294,28 @@ fn parse_view(text: &str) -> Result<stoker_core::ViewSpec, String> {
         name: name.to_owned(),
         transform,
     })
+}
+
+/// `--field`'s long help, with the kinds from core's field-kind table.
+fn field_long_help() -> String {
+    use stoker_core::FieldKind;
+    let kinds: Vec<String> = FieldKind::ALL
+        .iter()
+        .map(|k| {
+            let aliases = match k.aliases() {
+                [] => String::new(),
+                a => format!(" (or {})", a.join(", ")),
+            };
+            format!("  {}{aliases}: {}", k.as_str(), k.doc())
+        })
+        .collect();
+    format!(
+        "Deliver another field of each sample under NAME: a WebDataset member extension (`caption=txt`, \
+         `meta=json`), a TFRecord feature, a Parquet column, RecordIO's `label` (the whole label array). \
+         KIND defaults to auto. A sample without it is skipped (missing_field) unless a `?` follows the \
+         source or ends it (`caption=txt?`). Repeatable.\n\nKINDS:\n{}",
+        kinds.join("\n")
+    )
 }
 
 fn parse_field(text: &str) -> Result<stoker_core::FieldSpec, String> {

@@ -16,12 +16,24 @@ pub struct TransformArgs {
     /// ...]}`, torchvision's op and argument names; Python's
     /// `stoker.transforms` writes it with `.to_json()`), or a file holding
     /// one (`FILE.json`).
-    #[arg(long, default_value = "train")]
+    #[arg(long, default_value = "train", long_help = transform_long_help())]
     pub transform: String,
     /// Output images are SIZE x SIZE (presets; 224 when not given). With a
     /// JSON spec the size is where its ops end, and this must match it.
     #[arg(long)]
     pub image_size: Option<u32>,
+}
+
+/// `--transform`'s long help: the short one, then the ops from the op
+/// schema.
+fn transform_long_help() -> String {
+    format!(
+        "`train` (RandomResizedCrop + flip), `eval` (resize + center crop), a JSON spec \
+         (`{{\"ops\": [{{\"op\": \"RandomResizedCrop\", \"size\": 224}}, ...]}}`, torchvision's op and \
+         argument names; Python's `stoker.transforms` writes it with `.to_json()`), or a file holding one \
+         (`FILE.json`).\n\nOps: {}.\n`stoker transforms` lists their arguments and defaults.",
+        stoker_core::transform::OP_NAMES.join(", ")
+    )
 }
 
 impl TransformArgs {
@@ -158,4 +170,52 @@ fn encode_png(img: &RgbImage, path: &std::path::Path) -> anyhow::Result<Vec<u8>>
         .encode(&mut png)
         .map_err(|e| anyhow::anyhow!("cannot encode {}: {e:?}", path.display()))?;
     Ok(png)
+}
+
+/// `stoker transforms`: the op schema, as a list or as JSON.
+#[derive(Debug, clap::Args)]
+pub struct TransformsArgs {
+    /// Only this op (its name as in a spec, e.g. RandomResizedCrop).
+    pub op: Option<String>,
+    /// The schema as JSON: each op's name, doc, origin, role and arguments
+    /// (name, kind, required, default, doc).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Prints the schema of every op, or of `args.op`.
+pub fn run_transforms(args: &TransformsArgs) -> anyhow::Result<()> {
+    use stoker_core::transform::OP_SCHEMAS;
+    use stoker_core::transform::schema::{python_repr, schema_json, signature};
+
+    let wanted = |name: &str| args.op.as_deref().is_none_or(|op| op == name);
+    if let Some(op) = &args.op
+        && !OP_SCHEMAS.iter().any(|(name, _)| name == op)
+    {
+        anyhow::bail!(
+            "unknown transform op {op:?}; the ops are: {}",
+            stoker_core::transform::OP_NAMES.join(", ")
+        );
+    }
+    if args.json {
+        let all = schema_json();
+        let ops: Vec<&serde_json::Value> = all
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|o| o["name"].as_str().is_some_and(wanted))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&ops)?);
+        return Ok(());
+    }
+    for (name, s) in OP_SCHEMAS.iter().filter(|(name, _)| wanted(name)) {
+        println!("{}\n    {} ({})", signature(name, s), s.doc, s.role.name());
+        for a in s.args {
+            let default = a
+                .default_value()
+                .map_or_else(|| "required".to_owned(), |d| format!("default {}", python_repr(&d)));
+            println!("    {:<20} {}; {}: {}", a.name, a.kind.accepts(), default, a.doc);
+        }
+    }
+    Ok(())
 }

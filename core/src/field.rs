@@ -57,80 +57,120 @@ pub fn validate_views(views: &[ViewSpec], fields: &[FieldSpec]) -> Result<(), Fi
     Ok(())
 }
 
-/// How a field's bytes become a value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FieldKind {
+/// The field kinds, declared once: each kind's variant, its number on the
+/// wire (`stoker.v1.FieldKind`, checked against the proto by
+/// `every_kind_is_its_proto_value`), its name and aliases (the CLI's
+/// `--field NAME=SOURCE:KIND`, Python's `Field(kind=)`), and what Python
+/// receives. The enum, its lists, its parser, the wire mapping, the CLI's
+/// help and Python's `Field.KINDS` all come from here.
+macro_rules! field_kinds {
+    ($($(#[doc = $doc:literal])* $variant:ident = $wire:literal, $name:literal, [$($alias:literal),*], $python:literal;)*) => {
+        /// How a field's bytes become a value.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum FieldKind {
+            $($(#[doc = $doc])* $variant,)*
+        }
+
+        impl FieldKind {
+            /// Every kind, in wire order.
+            pub const ALL: [FieldKind; [$($wire),*].len()] = [$(FieldKind::$variant),*];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(FieldKind::$variant => $name,)*
+                }
+            }
+
+            /// Other names the parser accepts for the kind.
+            pub fn aliases(self) -> &'static [&'static str] {
+                match self {
+                    $(FieldKind::$variant => &[$($alias),*],)*
+                }
+            }
+
+            /// The kind's number in `stoker.v1.FieldKind`.
+            pub fn wire(self) -> i32 {
+                match self {
+                    $(FieldKind::$variant => $wire,)*
+                }
+            }
+
+            /// The kind numbered `n` on the wire, if this build knows it.
+            pub fn from_wire(n: i32) -> Option<Self> {
+                match n {
+                    $($wire => Some(FieldKind::$variant),)*
+                    _ => None,
+                }
+            }
+
+            /// What the Python package delivers for it.
+            pub fn python_type(self) -> &'static str {
+                match self {
+                    $(FieldKind::$variant => $python,)*
+                }
+            }
+
+            /// The kind's doc, on one line.
+            pub fn doc(self) -> &'static str {
+                match self {
+                    $(FieldKind::$variant => concat!($($doc),*).trim_ascii(),)*
+                }
+            }
+        }
+    };
+}
+
+field_kinds! {
     /// Whatever the record stores: a TFRecord feature's list kind (int64
     /// list, float list, bytes), a Parquet column's type, RecordIO's label
     /// array. For WebDataset, the member's extension decides, as
-    /// WebDataset's default decoders do ([`FieldKind::for_extension`]).
-    Auto,
+    /// WebDataset's default decoders do (`FieldKind::for_extension`).
+    Auto = 0, "auto", [], "as stored";
     /// One integer (`cls`; a one-value int64 feature).
-    Int,
+    Int = 1, "int", [], "int";
     /// Integers (a multi-label).
-    IntList,
+    IntList = 2, "int_list", ["ints"], "list[int]";
     /// One number.
-    Float,
+    Float = 3, "float", [], "float";
     /// Numbers.
-    FloatList,
+    FloatList = 4, "float_list", ["floats"], "list[float]";
     /// UTF-8 text (`txt`): a caption.
-    Text,
+    Text = 5, "text", ["str", "txt"], "str";
     /// A JSON document (`json`), checked to parse.
-    Json,
+    Json = 6, "json", [], "the parsed document";
     /// The bytes as they are.
-    Bytes,
+    Bytes = 7, "bytes", [], "bytes";
     /// A NumPy `.npy` array: dtype and shape kept.
-    Npy,
+    Npy = 8, "npy", [], "numpy.ndarray";
     /// A segmentation mask: an 8-bit image (a grayscale PNG; of an RGB
     /// one the first channel) of the sample's image's size, which follows
     /// the image's geometry (crops, resizes, flips, pads, rotations and
     /// affine warps, with nearest-neighbour sampling and 0 where nothing
     /// is) and none of its colour ops. Delivered as `|u1` `[1, H, W]`.
-    Mask,
+    Mask = 9, "mask", [], "uint8 array [1, H, W]";
 }
 
 impl FieldKind {
-    pub const ALL: [FieldKind; 10] = [
-        FieldKind::Auto,
-        FieldKind::Int,
-        FieldKind::IntList,
-        FieldKind::Float,
-        FieldKind::FloatList,
-        FieldKind::Text,
-        FieldKind::Json,
-        FieldKind::Bytes,
-        FieldKind::Npy,
-        FieldKind::Mask,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FieldKind::Auto => "auto",
-            FieldKind::Int => "int",
-            FieldKind::IntList => "int_list",
-            FieldKind::Float => "float",
-            FieldKind::FloatList => "float_list",
-            FieldKind::Text => "text",
-            FieldKind::Json => "json",
-            FieldKind::Bytes => "bytes",
-            FieldKind::Npy => "npy",
-            FieldKind::Mask => "mask",
-        }
+    /// A kind by its name or an alias (`str` and `txt` for text, `ints`
+    /// and `floats` for the lists).
+    pub fn parse(name: &str) -> Result<Self, FieldError> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|k| k.as_str() == name || k.aliases().contains(&name))
+            .ok_or_else(|| FieldError::UnknownKind(name.to_owned()))
     }
 
-    /// A kind by name (`int`, `int_list`, `float`, `float_list`, `text`,
-    /// `json`, `bytes`, `npy`, `auto`; `str` and `txt` for text).
-    pub fn parse(name: &str) -> Result<Self, FieldError> {
-        let kind = match name {
-            "str" | "txt" => FieldKind::Text,
-            "ints" => FieldKind::IntList,
-            "floats" => FieldKind::FloatList,
-            _ => *Self::ALL
-                .iter()
-                .find(|k| k.as_str() == name)
-                .ok_or_else(|| FieldError::UnknownKind(name.to_owned()))?,
-        };
-        Ok(kind)
+    /// The kinds and their aliases, for help texts: `int, int_list (ints), ...`.
+    pub fn listing() -> String {
+        Self::ALL
+            .iter()
+            .map(|k| match k.aliases() {
+                [] => k.as_str().to_owned(),
+                aliases => format!("{} ({})", k.as_str(), aliases.join(", ")),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// The kind WebDataset's default decoders give a member by its last
@@ -486,7 +526,7 @@ fn npy_itemsize(dtype: &str) -> Option<u64> {
 pub enum FieldError {
     #[error("field {0:?}: expected NAME=SOURCE[:KIND][?]")]
     Syntax(String),
-    #[error("unknown field kind {0:?} (kinds: auto, int, int_list, float, float_list, text, json, bytes, npy, mask)")]
+    #[error("unknown field kind {0:?} (kinds: {kinds})", kinds = FieldKind::listing())]
     UnknownKind(String),
     #[error("field name {0:?} is reserved (image, label, key, views and epoch are the batch's own)")]
     Reserved(String),

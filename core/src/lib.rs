@@ -20,6 +20,7 @@
 //! - [`error`]: an error and its causes as one line ([`error_chain`]).
 //! - [`jitter`]: randomness for spreading retries (never for augmentation).
 
+pub mod docs;
 pub mod error;
 pub mod field;
 pub mod format;

@@ -1,7 +1,7 @@
 # The local cluster's S3-compatible store: s3s-fs (crates.io), a real S3
 # server over a folder, the one the tests use, started by s3-entrypoint.sh
 # from S3_ACCESS_KEY, S3_SECRET_KEY and S3_BUCKETS. For a local cluster only:
-# point the workers at MinIO or S3 for anything else (README).
+# point the workers at MinIO or S3 for anything else (docs/deploy.md).
 #
 # Build with deploy/docker/build.sh (it installs s3s-fs and uses its folder
 # as the build context).

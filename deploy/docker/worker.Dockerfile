@@ -19,7 +19,7 @@
 # /etc/ssl/certs), which the worker's TLS to S3 trusts; it is installed
 # where the base lacks it (debian:bookworm-slim; NVIDIA's images have it).
 # A private CA is added at run time: mount its PEM file and point
-# AWS_CA_BUNDLE at it (README, "S3 over TLS").
+# AWS_CA_BUNDLE at it (docs/datasets.md, "S3 over TLS").
 #
 # The tests cannot pull, so they pass a local Debian base for both bases
 # and no CUDA packages (scripts/docker-base.sh). The worker loads every CUDA

@@ -184,27 +184,12 @@ pub fn fields_from_pb(f: Option<pb::RecordFields>) -> RecordFields {
     }
 }
 
-fn kind_to_pb(kind: FieldKind) -> pb::FieldKind {
-    match kind {
-        FieldKind::Auto => pb::FieldKind::Auto,
-        FieldKind::Int => pb::FieldKind::Int,
-        FieldKind::IntList => pb::FieldKind::IntList,
-        FieldKind::Float => pb::FieldKind::Float,
-        FieldKind::FloatList => pb::FieldKind::FloatList,
-        FieldKind::Text => pb::FieldKind::Text,
-        FieldKind::Json => pb::FieldKind::Json,
-        FieldKind::Bytes => pb::FieldKind::Bytes,
-        FieldKind::Npy => pb::FieldKind::Npy,
-        FieldKind::Mask => pb::FieldKind::Mask,
-    }
-}
-
 impl From<&FieldSpec> for pb::FieldRequest {
     fn from(f: &FieldSpec) -> Self {
         Self {
             name: f.name.clone(),
             source: f.source.clone(),
-            kind: kind_to_pb(f.kind) as i32,
+            kind: f.kind.wire(),
             optional: f.optional,
         }
     }
@@ -213,19 +198,8 @@ impl From<&FieldSpec> for pb::FieldRequest {
 /// A wire field request as the domain's; an unknown kind (a newer
 /// client's) is an error naming it.
 pub fn field_from_pb(f: pb::FieldRequest) -> Result<FieldSpec, String> {
-    let kind = match pb::FieldKind::try_from(f.kind) {
-        Ok(pb::FieldKind::Auto) => FieldKind::Auto,
-        Ok(pb::FieldKind::Int) => FieldKind::Int,
-        Ok(pb::FieldKind::IntList) => FieldKind::IntList,
-        Ok(pb::FieldKind::Float) => FieldKind::Float,
-        Ok(pb::FieldKind::FloatList) => FieldKind::FloatList,
-        Ok(pb::FieldKind::Text) => FieldKind::Text,
-        Ok(pb::FieldKind::Json) => FieldKind::Json,
-        Ok(pb::FieldKind::Bytes) => FieldKind::Bytes,
-        Ok(pb::FieldKind::Npy) => FieldKind::Npy,
-        Ok(pb::FieldKind::Mask) => FieldKind::Mask,
-        Err(_) => return Err(format!("field {:?}: unknown field kind {}", f.name, f.kind)),
-    };
+    let kind =
+        FieldKind::from_wire(f.kind).ok_or_else(|| format!("field {:?}: unknown field kind {}", f.name, f.kind))?;
     Ok(FieldSpec {
         name: f.name,
         source: f.source,
@@ -327,6 +301,28 @@ impl From<pb::ShardInfo> for ShardRef {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Core's field-kind table gives each kind its number on the wire; the
+    /// proto's enum must name the same kind at that number, and no more.
+    #[test]
+    fn every_kind_is_its_proto_value() {
+        for kind in FieldKind::ALL {
+            let pb = pb::FieldKind::try_from(kind.wire())
+                .unwrap_or_else(|_| panic!("{kind}: wire number {} is not in the proto", kind.wire()));
+            assert_eq!(
+                pb.as_str_name(),
+                format!("FIELD_KIND_{}", kind.as_str().to_uppercase()),
+                "{kind}"
+            );
+        }
+        // Numbered 0..N on both sides: nothing past the table.
+        let past = FieldKind::ALL.len() as i32;
+        assert!(
+            pb::FieldKind::try_from(past).is_err(),
+            "the proto has a field kind numbered {past} that core's table lacks"
+        );
+        assert!(FieldKind::from_wire(past).is_none());
+    }
 
     #[test]
     fn formats_and_fields_round_trip() {

@@ -17,6 +17,7 @@ mod containers;
 mod delivery;
 mod deploy;
 mod discovery;
+mod docs;
 mod doctor;
 mod fidelity;
 mod formats;

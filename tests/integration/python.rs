@@ -52,7 +52,16 @@ fn the_python_package_is_the_whole_command_line() {
     let help = run_ok(python().args(["-m", "stoker", "--help"]));
     let help = String::from_utf8_lossy(&help.stdout);
     for command in [
-        "worker", "stream", "pack", "synth", "bench", "demo", "doctor", "health", "augment",
+        "worker",
+        "stream",
+        "pack",
+        "synth",
+        "bench",
+        "demo",
+        "doctor",
+        "health",
+        "augment",
+        "transforms",
     ] {
         assert!(help.contains(command), "{command} missing from the help: {help}");
     }

@@ -191,3 +191,17 @@ fn the_package_is_typed_with_stubs_generated_from_the_code_and_the_examples_pass
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("Success: no issues found"), "{stdout}");
 }
+
+/// The op schema every op declares in Rust, and that the Python package,
+/// the stubs and the docs are built from, against torchvision's own
+/// classes: names, order, which are required, and defaults.
+#[test]
+fn every_op_schema_matches_its_torchvision_class() {
+    let out = run_ok(torch_python().arg(python_script("schema_check.py")));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        stdout.contains("op schema: ") && stdout.contains("ops match torchvision"),
+        "{stdout}"
+    );
+}

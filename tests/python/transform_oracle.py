@@ -301,7 +301,7 @@ def randomcrop_geometry(op: dict, w: int, h: int) -> tuple[list[int], int, int, 
     """RandomCrop.make_params without the draw: (padding ltrb, slack h, slack w,
     crop h, crop w)."""
     ch, cw = hw(op["size"])
-    padding = op.get("padding")
+    padding = op["padding"]
     parsed = parse_pad_padding(padding) if padding else None
     ph, pw = h, w
     if parsed is not None:
@@ -310,7 +310,7 @@ def randomcrop_geometry(op: dict, w: int, h: int) -> tuple[list[int], int, int, 
         pw += pl + pr
     else:
         pl = pr = pt = pb = 0
-    if op.get("pad_if_needed", False):
+    if op["pad_if_needed"]:
         if ph < ch:
             d = ch - ph
             pt, pb, ph = pt + d, pb + d, ph + 2 * d
@@ -338,8 +338,8 @@ def rrc_box(op: dict, w: int, h: int) -> tuple[Optional[tuple[int, int]], tuple[
     """RandomResizedCrop.make_params with degenerate ranges: ((cw, ch), None)
     when a crop of that size at any position is drawn, else the fallback
     centre box (top, left, h, w)."""
-    scale = op.get("scale", [0.08, 1.0])
-    ratio = op.get("ratio", [3.0 / 4.0, 4.0 / 3.0])
+    scale = op["scale"]
+    ratio = op["ratio"]
     cw, ch = box_trial(float(w * h), scale, ratio, "RandomResizedCrop")
     if 0 < cw <= w and 0 < ch <= h:
         return (cw, ch), (0, 0, 0, 0)
@@ -357,7 +357,7 @@ def rrc_box(op: dict, w: int, h: int) -> tuple[Optional[tuple[int, int]], tuple[
 
 def erasing_box(op: dict, w: int, h: int) -> Optional[tuple[int, int]]:
     """RandomErasing's (h, w) with degenerate ranges; None: nothing erased."""
-    eh, ew = box_trial(float(w * h), op.get("scale", [0.02, 0.33]), op.get("ratio", [0.3, 3.3]), "RandomErasing")
+    eh, ew = box_trial(float(w * h), op["scale"], op["ratio"], "RandomErasing")
     # box_trial returns (sqrt(area*aspect), sqrt(area/aspect)); RandomErasing
     # calls the first h.
     if not (eh < h and ew < w):
@@ -367,7 +367,7 @@ def erasing_box(op: dict, w: int, h: int) -> Optional[tuple[int, int]]:
 
 def affine_translations(op: dict, w: int, h: int) -> list[tuple[int, int]]:
     """Every translation RandomAffine can draw: int(round(uniform(-d, d)))."""
-    t = op.get("translate")
+    t = op["translate"]
     if t is None:
         return [(0, 0)]
     dx, dy = float(t[0] * w), float(t[1] * h)
@@ -379,10 +379,10 @@ def affine_translations(op: dict, w: int, h: int) -> list[tuple[int, int]]:
 def affine_fixed(op: dict) -> tuple[float, float, list[float]]:
     """RandomAffine's angle, scale and shear for degenerate ranges."""
     angle = f32(point(*angle_range(op["degrees"]), "degrees"))
-    sc = op.get("scale")
+    sc = op["scale"]
     scale = f32(point(float(sc[0]), float(sc[1]), "scale")) if sc is not None else 1.0
     shear = [0.0, 0.0]
-    sh = op.get("shear")
+    sh = op["shear"]
     if sh is not None:
         r = angle_range(sh) if isinstance(sh, (int, float)) else [float(v) for v in sh]
         shear[0] = f32(point(r[0], r[1], "shear x"))
@@ -407,10 +407,10 @@ def jitter_range(v: Any, center: float, clip: bool) -> Optional[tuple[float, flo
 def jitter_factors(op: dict) -> list[Optional[float]]:
     """[brightness, contrast, saturation, hue], None where not set."""
     ranges = [
-        jitter_range(op.get("brightness"), 1.0, True),
-        jitter_range(op.get("contrast"), 1.0, True),
-        jitter_range(op.get("saturation"), 1.0, True),
-        jitter_range(op.get("hue"), 0.0, False),
+        jitter_range(op["brightness"], 1.0, True),
+        jitter_range(op["contrast"], 1.0, True),
+        jitter_range(op["saturation"], 1.0, True),
+        jitter_range(op["hue"], 0.0, False),
     ]
     return [None if r is None else f32(point(r[0], r[1], "ColorJitter factor")) for r in ranges]
 
@@ -735,9 +735,9 @@ def pil_policy_apply(img: Image.Image, tid: str, mag: float, interpolation: str,
     raise ValueError(tid)
 
 
-def with_p(op: dict, default: float, apply: Callable[[], Image.Image], img: Image.Image) -> list[Image.Image]:
+def with_p(op: dict, apply: Callable[[], Image.Image], img: Image.Image) -> list[Image.Image]:
     """An op applied with probability p: p=1 applies, p=0 keeps, else both."""
-    p = float(op.get("p", default))
+    p = float(op["p"])
     if p >= 1.0:
         return [apply()]
     if p <= 0.0:
@@ -754,44 +754,44 @@ class PilReference:
     def leaf(self, op: dict, img: Image.Image, state: dict) -> list[Image.Image]:
         name = op["op"]
         w, h = img.size
-        interp = op.get("interpolation")
+        interp = op.get("interpolation")  # the ops that resample have one
         if name == "RandomHorizontalFlip":
-            return with_p(op, 0.5, lambda: img.transpose(Image.FLIP_LEFT_RIGHT), img)
+            return with_p(op, lambda: img.transpose(Image.FLIP_LEFT_RIGHT), img)
         if name == "RandomVerticalFlip":
-            return with_p(op, 0.5, lambda: img.transpose(Image.FLIP_TOP_BOTTOM), img)
+            return with_p(op, lambda: img.transpose(Image.FLIP_TOP_BOTTOM), img)
         if name == "RandomInvert":
-            return with_p(op, 0.5, lambda: ImageOps.invert(img), img)
+            return with_p(op, lambda: ImageOps.invert(img), img)
         if name == "RandomPosterize":
-            return with_p(op, 0.5, lambda: ImageOps.posterize(img, op["bits"]), img)
+            return with_p(op, lambda: ImageOps.posterize(img, op["bits"]), img)
         if name == "RandomSolarize":
-            return with_p(op, 0.5, lambda: ImageOps.solarize(img, op["threshold"]), img)
+            return with_p(op, lambda: ImageOps.solarize(img, op["threshold"]), img)
         if name == "RandomEqualize":
-            return with_p(op, 0.5, lambda: ImageOps.equalize(img), img)
+            return with_p(op, lambda: ImageOps.equalize(img), img)
         if name == "RandomAutocontrast":
-            return with_p(op, 0.5, lambda: ImageOps.autocontrast(img), img)
+            return with_p(op, lambda: ImageOps.autocontrast(img), img)
         if name == "RandomAdjustSharpness":
-            return with_p(op, 0.5, lambda: ImageEnhance.Sharpness(img).enhance(op["sharpness_factor"]), img)
+            return with_p(op, lambda: ImageEnhance.Sharpness(img).enhance(op["sharpness_factor"]), img)
         if name == "RandomGrayscale":
-            return with_p(op, 0.1, lambda: pil_grayscale3(img), img)
+            return with_p(op, lambda: pil_grayscale3(img), img)
         if name == "Grayscale":
-            if op.get("num_output_channels", 1) != 3:
+            if op["num_output_channels"] != 3:
                 raise Unsupported("Grayscale with one channel")
             return [pil_grayscale3(img)]
         if name == "ColorJitter":
             return self.color_jitter(op, img)
         if name == "Pad":
-            return [pil_pad(img, op["padding"], op.get("fill", 0), op.get("padding_mode", "constant"))]
+            return [pil_pad(img, op["padding"], op["fill"], op["padding_mode"])]
         if name == "CenterCrop":
             return [pil_center_crop(img, op["size"])]
         if name == "RandomCrop":
             ltrb, sh, sw, ch, cw = randomcrop_geometry(op, w, h)
             padded = img
             if any(ltrb):
-                padded = pil_pad(img, ltrb, op.get("fill", 0), op.get("padding_mode", "constant"))
+                padded = pil_pad(img, ltrb, op["fill"], op["padding_mode"])
             check_count((sh + 1) * (sw + 1), "RandomCrop offsets")
             return [pil_crop(padded, t, l, ch, cw) for t in range(sh + 1) for l in range(sw + 1)]
         if name == "Resize":
-            return [pil_resize(img, op.get("size"), interp or "bilinear", op.get("max_size"))]
+            return [pil_resize(img, op["size"], interp, op["max_size"])]
         if name == "RandomResizedCrop":
             size = list(hw(op["size"]))
             free, (t, l, bh, bw) = rrc_box(op, w, h)
@@ -800,20 +800,20 @@ class PilReference:
                 cw, ch = free
                 check_count((h - ch + 1) * (w - cw + 1), "RandomResizedCrop positions")
                 boxes = [(t, l, ch, cw) for t in range(h - ch + 1) for l in range(w - cw + 1)]
-            return [pil_resize(pil_crop(img, *b), size, interp or "bilinear") for b in boxes]
+            return [pil_resize(pil_crop(img, *b), size, interp) for b in boxes]
         if name == "RandomRotation":
             angle = f32(point(*angle_range(op["degrees"]), "degrees"))
-            return [pil_rotate(img, angle, interp or "nearest", op.get("expand", False), op.get("center"), op.get("fill", 0))]
+            return [pil_rotate(img, angle, interp, op["expand"], op["center"], op["fill"])]
         if name == "RandomAffine":
             angle, scale, shear = affine_fixed(op)
             out = []
             for t in affine_translations(op, w, h):
-                out.append(pil_affine(img, angle, t, scale, shear, interp or "nearest", op.get("fill", 0), op.get("center")))
+                out.append(pil_affine(img, angle, t, scale, shear, interp, op["fill"], op["center"]))
             return out
         if name == "GaussianBlur":
             k = op["kernel_size"]
             ks = (k, k) if isinstance(k, int) else (k[0], k[1]) if len(k) == 2 else (k[0], k[0])
-            sig = op.get("sigma", [0.1, 2.0])
+            sig = op["sigma"]
             lo, hi = (sig, sig) if isinstance(sig, (int, float)) else (sig[0], sig[-1])
             return [pil_gaussian_blur(img, ks, f32(point(float(lo), float(hi), "sigma")))]
         if name == "RandomErasing":
@@ -838,10 +838,10 @@ class PilReference:
         return out or [img]
 
     def erasing(self, op: dict, img: Image.Image, state: dict) -> list[Image.Image]:
-        p = float(op.get("p", 0.5))
+        p = float(op["p"])
         w, h = img.size
         box = erasing_box(op, w, h)
-        value = op.get("value", 0.0)
+        value = op["value"]
         if isinstance(value, str):
             raise Unsupported("random erasing noise")
         vals = [float(value)] * 3 if isinstance(value, (int, float)) else [float(v) for v in value]
@@ -862,7 +862,7 @@ class PilReference:
         return out
 
     def policy_apply(self, policy: dict, img: Image.Image, tid: str, mag: float) -> Image.Image:
-        return pil_policy_apply(img, tid, mag, policy.get("interpolation", "nearest"), policy.get("fill"))
+        return pil_policy_apply(img, tid, mag, policy["interpolation"], policy["fill"])
 
     def space(self, policy: dict):
         return policy_space(policy["op"])
@@ -923,7 +923,7 @@ class TorchvisionReference:
 
     def _build(self, op: dict):
         if op["op"] == "ToDtype":
-            return self.T.ToDtype(getattr(self.torch, op["dtype"]), scale=op.get("scale", False))
+            return self.T.ToDtype(getattr(self.torch, op["dtype"]), scale=op["scale"])
         args = {k: v for k, v in op.items() if k != "op"}
         if "interpolation" in args:
             args["interpolation"] = self.T.InterpolationMode(args["interpolation"])
@@ -963,7 +963,7 @@ class TorchvisionReference:
             return [
                 t.transform(img, dict(params, top=top, left=left)) for top in range(h - ch + 1) for left in range(w - cw + 1)
             ]
-        if name == "RandomAffine" and op.get("translate") is not None:
+        if name == "RandomAffine" and op["translate"] is not None:
             params = t.make_params([img])
             return [t.transform(img, dict(params, translate=tr)) for tr in affine_translations(op, w, h)]
         if name == "ColorJitter":
@@ -981,7 +981,7 @@ class TorchvisionReference:
             if params["v"] is None:
                 return [img]
             eh, ew = params["h"], params["w"]
-            pp = float(op.get("p", 0.5))
+            pp = float(op["p"])
             out = [] if pp >= 1.0 else [img]
             check_count((h - eh + 1) * (w - ew + 1), "RandomErasing positions")
             for i in range(h - eh + 1):
@@ -1041,7 +1041,7 @@ def apply_op(ref, op: dict, images: list[Any], state: dict) -> list[Any]:
             images = apply_op(ref, child, images, state)
         return images
     if name == "RandomApply":
-        p = float(op.get("p", 0.5))
+        p = float(op["p"])
         applied = images
         if p > 0.0:
             for child in op["transforms"]:
@@ -1088,7 +1088,7 @@ def policy_candidates(ref, op: dict, img: Any) -> list[Any]:
     space = ref.space(op)
     w, h = img.size
     if name == "AutoAugment":
-        if op.get("policy", "imagenet") != "imagenet":
+        if op["policy"] != "imagenet":
             raise Unsupported("AutoAugment policies other than imagenet")
         out = []
         for sub in ref.imagenet_policy(op):
@@ -1102,14 +1102,14 @@ def policy_candidates(ref, op: dict, img: Any) -> list[Any]:
                 ims = nxt
             out += ims
         return out
-    bins = op.get("num_magnitude_bins", 31)
+    bins = op["num_magnitude_bins"]
     if name == "RandAugment":
         ims = [img]
-        for _ in range(op.get("num_ops", 2)):
+        for _ in range(op["num_ops"]):
             nxt = []
             for im in ims:
                 for tid in space:
-                    for m in signed_magnitudes(space, tid, bins, op.get("magnitude", 9), h, w):
+                    for m in signed_magnitudes(space, tid, bins, op["magnitude"], h, w):
                         nxt.append(ref.policy_apply(op, im, tid, m))
             ims = nxt
         return ims
@@ -1121,6 +1121,7 @@ def policy_candidates(ref, op: dict, img: Any) -> list[Any]:
 
 
 def reference_outputs(ref, ops: list[dict], img: Image.Image) -> list[np.ndarray]:
+    ops = [with_defaults(o) for o in ops]
     state: dict = {}
     images: list[Any] = [img]
     for op in ops:
@@ -1151,12 +1152,12 @@ class Case:
 
     @property
     def key(self) -> str:
-        op = self.ops[0]
+        op = with_defaults(self.ops[0])
         name = op["op"]
         if name in ("RandomRotation", "RandomAffine"):
-            return f"{name}/{op.get('interpolation', 'nearest').replace('nearest-exact', 'nearest')}"
+            return f"{name}/{op['interpolation'].replace('nearest-exact', 'nearest')}"
         if name in ("Resize", "RandomResizedCrop"):
-            return f"{name}/{op.get('interpolation', 'bilinear').replace('nearest-exact', 'nearest')}"
+            return f"{name}/{op['interpolation'].replace('nearest-exact', 'nearest')}"
         if name in OUTPUT_OPS:
             return next(o["op"] for o in self.ops if o["op"] not in OUTPUT_OPS)
         return name
@@ -1167,6 +1168,59 @@ class Case:
             return f"{op['op']}({args})"
 
         return " + ".join(short(o) for o in self.ops)
+
+
+# Every op's arguments and defaults, from Stoker's op schema (`stoker
+# transforms --json`, or the installed package's `_stoker.op_schema()`):
+# the references read every argument from the op dict, never a default of
+# their own.
+SCHEMA: dict[str, dict] = {}
+
+
+def load_schema(stoker_bin: Optional[str]) -> None:
+    if stoker_bin:
+        out = subprocess.run([stoker_bin, "transforms", "--json"], check=True, capture_output=True, text=True).stdout
+        entries = json.loads(out)
+    else:
+        try:
+            from stoker import _stoker
+        except ImportError:
+            sys.exit("transform oracle: the op schema needs the stoker binary or the stoker package")
+        entries = _stoker.op_schema()
+    SCHEMA.update({e["name"]: e for e in entries})
+
+
+def with_defaults(op: dict) -> dict:
+    """The op with every argument it omits at its schema default (children too)."""
+    out = dict(op)
+    for a in SCHEMA[op["op"]]["args"]:
+        if a["name"] not in out and not a["required"]:
+            out[a["name"]] = a["default"]
+    if "transforms" in out:
+        out["transforms"] = [with_defaults(c) for c in out["transforms"]]
+    return out
+
+
+# Ops of the schema with no case here, each with the reason.
+NO_CASE: dict[str, str] = {}
+
+
+def uncovered_ops(cases: list) -> list[str]:
+    """A failure line for each op of the schema that no case (nor a
+    random spec) uses and NO_CASE does not excuse: a new op needs a case."""
+    seen: set[str] = set()
+
+    def walk(o: dict) -> None:
+        seen.add(o["op"])
+        for child in o.get("transforms", []):
+            walk(child)
+
+    for case in cases:
+        for o in case.ops:
+            walk(o)
+    for spec_op, _ in random_specs():
+        walk(spec_op)
+    return [f"{name}: no oracle case (add one to build_cases, or its reason to NO_CASE)" for name in SCHEMA if name not in seen and name not in NO_CASE]
 
 
 def op(name: str, **args: Any) -> dict:
@@ -1430,12 +1484,13 @@ def run(args) -> int:
             "reproduced for AVX512 builds; AVX2 builds round a few bins of 31 differently)"
         )
     stoker = None if args.oracle == "self-check" else Stoker(args.stoker, args.work)
+    load_schema(args.stoker)
     only = re.compile(args.only) if args.only else None
 
     print(f"transform oracle: reference {args.oracle}; images: {', '.join(f'{k} {load(v).size[0]}x{load(v).size[1]}' for k, v in images.items())}")
     if "photo" not in images:
         print("transform oracle: ../shared/photos not found, no real photo")
-    failures: list[str] = []
+    failures: list[str] = uncovered_ops(build_cases(images))
     worst: dict[str, tuple[int, float]] = {}
     n = 0
     t0 = time.monotonic()

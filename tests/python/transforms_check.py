@@ -66,87 +66,39 @@ def raises(fn, *needles, exc=ValueError):
     raise AssertionError(f"no {exc.__name__} (expected one naming {needles})")
 
 
-# torchvision v2's defaults, as JSON values, for every op (arguments past the
-# required ones, in torchvision's order). The Python classes must match.
-DEFAULTS = {
-    "Compose": {},
-    "RandomApply": {"p": 0.5},
-    "RandomChoice": {"p": None},
-    "RandomOrder": {},
-    "RandomResizedCrop": {
-        "scale": [0.08, 1.0],
-        "ratio": [0.75, 1.3333333333333333],
-        "interpolation": "bilinear",
-        "antialias": True,
-    },
-    "Resize": {"interpolation": "bilinear", "max_size": None, "antialias": True},
-    "CenterCrop": {},
-    "RandomCrop": {"padding": None, "pad_if_needed": False, "fill": 0, "padding_mode": "constant"},
-    "Pad": {"fill": 0, "padding_mode": "constant"},
-    "RandomHorizontalFlip": {"p": 0.5},
-    "RandomVerticalFlip": {"p": 0.5},
-    "RandomRotation": {"interpolation": "nearest", "expand": False, "center": None, "fill": 0},
-    "RandomAffine": {
-        "translate": None,
-        "scale": None,
-        "shear": None,
-        "interpolation": "nearest",
-        "fill": 0,
-        "center": None,
-    },
-    "ColorJitter": {"brightness": None, "contrast": None, "saturation": None, "hue": None},
-    "Grayscale": {"num_output_channels": 1},
-    "RandomGrayscale": {"p": 0.1},
-    "RandomSolarize": {"p": 0.5},
-    "RandomPosterize": {"p": 0.5},
-    "RandomEqualize": {"p": 0.5},
-    "RandomAutocontrast": {"p": 0.5},
-    "RandomAdjustSharpness": {"p": 0.5},
-    "RandomInvert": {"p": 0.5},
-    "GaussianBlur": {"sigma": [0.1, 2.0]},
-    "AutoAugment": {"policy": "imagenet", "interpolation": "nearest", "fill": None},
-    "RandAugment": {
-        "num_ops": 2,
-        "magnitude": 9,
-        "num_magnitude_bins": 31,
-        "interpolation": "nearest",
-        "fill": None,
-    },
-    "TrivialAugmentWide": {"num_magnitude_bins": 31, "interpolation": "nearest", "fill": None},
-    "TimmRandAugment": {"img_mean": None, "interpolation": "random", "translate_pct": 0.45},
-    "RandomErasing": {"p": 0.5, "scale": [0.02, 0.33], "ratio": [0.3, 3.3], "value": 0.0, "inplace": False},
-    "ToImage": {},
-    "PILToTensor": {},
-    "ToTensor": {},
-    "ToDtype": {"scale": False},
-    "ConvertImageDtype": {"dtype": "float32"},
-    "Normalize": {"inplace": False},
+# A value of each argument kind for the ops' required arguments: the
+# defaults and the argument order come from the workers' op schema
+# (_stoker.op_schema()), which torch_check.py compares with torchvision's
+# own signatures.
+SAMPLES = {
+    "size": (32, 32),
+    "resize_size": (40, 40),
+    "range": (15, 15),
+    "number": (2, 2),
+    "int": (4, 4),
+    "kernel": (5, 5),
+    "padding": (2, 2),
+    "str": ("rand-m9-mstd0.5-inc1", "rand-m9-mstd0.5-inc1"),
+    "dtype": ("float32", "float32"),
+    "per_channel": ((0.5, 0.5, 0.5), [0.5, 0.5, 0.5]),
 }
 
 
-def required(T):
-    """Each op with its required arguments: (name, args, required JSON)."""
+def required(T, entry):
+    """The op's required arguments: (positional values, their JSON)."""
     flip = T.RandomHorizontalFlip()
-    return {
-        "Compose": ([[flip]], {"transforms": [flip.to_dict()]}),
-        "RandomApply": ([[flip]], {"transforms": [flip.to_dict()]}),
-        "RandomChoice": ([[flip]], {"transforms": [flip.to_dict()]}),
-        "RandomOrder": ([[flip]], {"transforms": [flip.to_dict()]}),
-        "RandomResizedCrop": ([32], {"size": 32}),
-        "Resize": ([40], {"size": 40}),
-        "CenterCrop": ([32], {"size": 32}),
-        "RandomCrop": ([32], {"size": 32}),
-        "Pad": ([2], {"padding": 2}),
-        "RandomRotation": ([15], {"degrees": 15}),
-        "RandomAffine": ([15], {"degrees": 15}),
-        "RandomSolarize": ([128], {"threshold": 128}),
-        "RandomPosterize": ([4], {"bits": 4}),
-        "RandomAdjustSharpness": ([2], {"sharpness_factor": 2}),
-        "GaussianBlur": ([5], {"kernel_size": 5}),
-        "TimmRandAugment": (["rand-m9-mstd0.5-inc1"], {"config": "rand-m9-mstd0.5-inc1"}),
-        "ToDtype": (["float32"], {"dtype": "float32"}),
-        "Normalize": ([[0.5, 0.5, 0.5], [0.25, 0.25, 0.25]], {"mean": [0.5] * 3, "std": [0.25] * 3}),
-    }
+    args, json_values = [], {}
+    for a in entry["args"]:
+        if not a["required"]:
+            continue
+        if a["kind"] == "transforms":
+            value, as_json = [flip], [flip.to_dict()]
+        else:
+            assert a["kind"] in SAMPLES, f"{entry['name']}.{a['name']}: no sample of kind {a['kind']!r}"
+            value, as_json = SAMPLES[a["kind"]]
+        args.append(value)
+        json_values[a["name"]] = as_json
+    return args, json_values
 
 
 def flat(T, pipeline):
@@ -176,17 +128,19 @@ def valid_pipeline(T, op):
 
 
 def check_json(stoker, T):
+    schema = {entry["name"]: entry for entry in stoker._stoker.op_schema()}
     names = list(T.OP_NAMES)
-    assert set(names) == set(DEFAULTS), sorted(set(names) ^ set(DEFAULTS))
-    req = required(T)
+    assert names == list(schema), sorted(set(names) ^ set(schema))
     ops = {}
     for name in names:
         cls = getattr(T, name)
-        args, req_json = req.get(name, ([], {}))
+        args, req_json = required(T, schema[name])
         op = cls(*args)
         ops[name] = op
-        # Defaults and order: required arguments first, then torchvision's defaults.
-        want = {"op": name, **req_json, **DEFAULTS[name]}
+        # Defaults and order: the schema's, required arguments first; each
+        # default as the class converts it is the schema's JSON value.
+        defaults = {a["name"]: a["default"] for a in schema[name]["args"] if not a["required"]}
+        want = {"op": name, **req_json, **defaults}
         got = op.to_dict()
         assert got == want and list(got) == list(want), f"{name}: {got} != {want}"
         params = list(inspect.signature(cls).parameters)

@@ -264,7 +264,7 @@ impl Client {
         }
         config.progress_timeout = Duration::from_secs_f64(progress_timeout);
         // Receiving, checking and assembling take about 0.7 s of CPU per GB
-        // (README): 3 GB/s needs more than two cores. Four threads by
+        // (docs/benchmarks.md): 3 GB/s needs more than two cores. Four threads by
         // default (fewer on smaller hosts); STOKER_CLIENT_THREADS sets it.
         let threads = std::env::var("STOKER_CLIENT_THREADS")
             .ok()
@@ -595,6 +595,26 @@ fn parse_field(name: &str, text: &str) -> PyResult<(String, String, bool)> {
     Ok((f.source, f.kind.to_string(), f.optional))
 }
 
+/// Every transform op's schema, from the ops' own declarations: a list of
+/// `{"name", "doc", "origin", "role", "args": [{"name", "kind", "required",
+/// "default", "doc"}]}`, in the registry's order. `stoker.transforms`
+/// builds its classes from it.
+#[pyfunction]
+fn op_schema(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    let text = stoker_core::transform::schema::schema_json().to_string();
+    py.import("json")?.call_method1("loads", (text,))
+}
+
+/// The field kinds, from the workers' field-kind table: `[(name,
+/// [aliases])]` in wire order. `stoker.Field.KINDS` is built from it.
+#[pyfunction]
+fn field_kinds() -> Vec<(&'static str, Vec<&'static str>)> {
+    stoker_client::FieldKind::ALL
+        .iter()
+        .map(|k| (k.as_str(), k.aliases().to_vec()))
+        .collect()
+}
+
 #[pymodule]
 fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(main, m)?)?;
@@ -602,6 +622,8 @@ fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<InProcessWorker>()?;
     m.add_function(wrap_pyfunction!(check_transform, m)?)?;
     m.add_function(wrap_pyfunction!(parse_field, m)?)?;
+    m.add_function(wrap_pyfunction!(op_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(field_kinds, m)?)?;
     m.add_class::<DeviceTensor>()?;
     m.add("StokerError", m.py().get_type::<StokerError>())?;
     Ok(())

@@ -185,13 +185,3 @@ impl Padding {
         Ok(())
     }
 }
-
-/// Accepts only `true` or `false` for `antialias` (PIL always antialiases;
-/// the argument is kept for torchvision compatibility).
-pub fn default_true() -> Option<bool> {
-    Some(true)
-}
-
-pub fn half() -> f64 {
-    0.5
-}

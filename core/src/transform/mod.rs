@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 pub mod args;
 mod examples;
 pub mod ops;
+pub mod schema;
 
 pub use examples::{EXAMPLES, example_spec};
 pub use ops::*;

@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 
+from ._stoker import field_kinds as _field_kinds
 from ._stoker import parse_field
 from .errors import ConfigError
 
@@ -35,12 +36,16 @@ class Field:
     a ``[B, 1, H, W]`` uint8 tensor on the loader's device.
     """
 
-    KINDS = ("auto", "int", "int_list", "float", "float_list", "text", "json", "bytes", "npy", "mask")
+    # From the workers' field-kind table (core/src/field.rs): each kind's
+    # name, then each name or alias -> the kind ("txt" is "text").
+    KINDS = tuple(k for k, _ in _field_kinds())
+    _NAMES = {name: k for k, aliases in _field_kinds() for name in (k, *aliases)}
 
     def __init__(self, source: str, kind: str = "auto", optional: bool = False) -> None:
-        if kind not in self.KINDS:
+        canonical = self._NAMES.get(kind) if isinstance(kind, str) else None
+        if canonical is None:
             raise ConfigError(f"unknown field kind {kind!r} (kinds: {', '.join(self.KINDS)})")
-        self.source, self.kind, self.optional = str(source), kind, bool(optional)
+        self.source, self.kind, self.optional = str(source), canonical, bool(optional)
 
     def __repr__(self):
         return f"Field({self.source!r}, kind={self.kind!r}, optional={self.optional})"

@@ -358,169 +358,70 @@ def _erase_value(name, v):
 _REQUIRED = inspect.Parameter.empty
 
 # ---------------------------------------------------------------------------
-# The ops: torchvision's class name -> (summary, [(argument, kind, default)]),
-# in torchvision's positional order and with its defaults. "transforms" is a
-# container's list of children.
+# The ops come from the workers' own op schema (``_stoker.op_schema()``,
+# declared once per op in Rust: core/src/transform/ops/). Each argument's
+# kind names its converter here; its name, position, default and doc are
+# the schema's.
 
-_OPS = {
-    "Compose": ("Its transforms, in order.", [("transforms", "transforms", _REQUIRED)]),
-    "RandomApply": (
-        "Its transforms, in order, with probability p.",
-        [("transforms", "transforms", _REQUIRED), ("p", _p, 0.5)],
-    ),
-    "RandomChoice": (
-        "One of its transforms, picked with weights p (equal when None). Of MixUp / CutMix, a batch transform.",
-        [("transforms", "transforms", _REQUIRED), ("p", _weights, None)],
-    ),
-    "RandomOrder": ("Its transforms, in a random order.", [("transforms", "transforms", _REQUIRED)]),
-    "RandomResizedCrop": (
-        "A crop of random area (scale) and aspect ratio (ratio), resized to size.",
-        [
-            ("size", _size, _REQUIRED),
-            ("scale", _pair, (0.08, 1.0)),
-            ("ratio", _pair, (3.0 / 4.0, 4.0 / 3.0)),
-            ("interpolation", _interpolation, "bilinear"),
-            ("antialias", _opt_bool, True),
-        ],
-    ),
-    "Resize": (
-        "Resized: an int size is the shorter side (at most max_size for the longer), [h, w] the exact size.",
-        [
-            ("size", _resize_size, _REQUIRED),
-            ("interpolation", _interpolation, "bilinear"),
-            ("max_size", _opt_int, None),
-            ("antialias", _opt_bool, True),
-        ],
-    ),
-    "CenterCrop": ("The central size x size crop (padded when the image is smaller).", [("size", _size, _REQUIRED)]),
-    "RandomCrop": (
-        "A crop at a random position, after optional padding.",
-        [
-            ("size", _size, _REQUIRED),
-            ("padding", _opt_padding, None),
-            ("pad_if_needed", _bool, False),
-            ("fill", _fill, 0),
-            ("padding_mode", _padding_mode, "constant"),
-        ],
-    ),
-    "Pad": (
-        "Padded on each side.",
-        [("padding", _padding, _REQUIRED), ("fill", _fill, 0), ("padding_mode", _padding_mode, "constant")],
-    ),
-    "RandomHorizontalFlip": ("Mirrored left-right with probability p.", [("p", _p, 0.5)]),
-    "RandomVerticalFlip": ("Mirrored top-bottom with probability p.", [("p", _p, 0.5)]),
-    "RandomRotation": (
-        "Rotated by an angle uniform in degrees ([-d, d] for a number d).",
-        [
-            ("degrees", _range, _REQUIRED),
-            ("interpolation", _interpolation, "nearest"),
-            ("expand", _bool, False),
-            ("center", _opt_pair, None),
-            ("fill", _fill, 0),
-        ],
-    ),
-    "RandomAffine": (
-        "A random rotation, translation, scale and shear.",
-        [
-            ("degrees", _range, _REQUIRED),
-            ("translate", _opt_pair, None),
-            ("scale", _opt_pair, None),
-            ("shear", _shear, None),
-            ("interpolation", _interpolation, "nearest"),
-            ("fill", _fill, 0),
-            ("center", _opt_pair, None),
-        ],
-    ),
-    "ColorJitter": (
-        "Brightness, contrast, saturation and hue changed by random factors, in a random order.",
-        [
-            ("brightness", _opt_range, None),
-            ("contrast", _opt_range, None),
-            ("saturation", _opt_range, None),
-            ("hue", _opt_range, None),
-        ],
-    ),
-    "Grayscale": (
-        "Converted to grey (Stoker delivers 3 channels: num_output_channels must be 3).",
-        [("num_output_channels", _int, 1)],
-    ),
-    "RandomGrayscale": ("Converted to grey (3 channels) with probability p.", [("p", _p, 0.1)]),
-    "RandomSolarize": (
-        "Values at or above threshold inverted, with probability p.",
-        [("threshold", _number, _REQUIRED), ("p", _p, 0.5)],
-    ),
-    "RandomPosterize": (
-        "Only the top bits of each value kept, with probability p.",
-        [("bits", _int, _REQUIRED), ("p", _p, 0.5)],
-    ),
-    "RandomEqualize": ("Histogram equalised, with probability p.", [("p", _p, 0.5)]),
-    "RandomAutocontrast": ("Contrast stretched to the full range, with probability p.", [("p", _p, 0.5)]),
-    "RandomAdjustSharpness": (
-        "Sharpness by sharpness_factor (0 blurs, 1 keeps, 2 sharpens), with probability p.",
-        [("sharpness_factor", _number, _REQUIRED), ("p", _p, 0.5)],
-    ),
-    "RandomInvert": ("Inverted, with probability p.", [("p", _p, 0.5)]),
-    "GaussianBlur": (
-        "Blurred by a Gaussian of kernel_size, sigma uniform in sigma.",
-        [("kernel_size", _kernel, _REQUIRED), ("sigma", _range, (0.1, 2.0))],
-    ),
-    "AutoAugment": (
-        "AutoAugment's learned policy (only the ImageNet one).",
-        [("policy", _policy, "imagenet"), ("interpolation", _interpolation, "nearest"), ("fill", _fill, None)],
-    ),
-    "RandAugment": (
-        "num_ops random augmentations of strength magnitude (of num_magnitude_bins).",
-        [
-            ("num_ops", _int, 2),
-            ("magnitude", _int, 9),
-            ("num_magnitude_bins", _int, 31),
-            ("interpolation", _interpolation, "nearest"),
-            ("fill", _fill, None),
-        ],
-    ),
-    "TrivialAugmentWide": (
-        "One random augmentation of random strength.",
-        [("num_magnitude_bins", _int, 31), ("interpolation", _interpolation, "nearest"), ("fill", _fill, None)],
-    ),
-    "TimmRandAugment": (
-        "timm's RandAugment from its config string (rand-m9-mstd0.5-inc1): img_mean is the "
-        "fill (timm's default 128 grey), interpolation random, bilinear or bicubic.",
-        [
-            ("config", _str, _REQUIRED),
-            ("img_mean", _fill, None),
-            ("interpolation", _timm_interpolation, "random"),
-            ("translate_pct", _number, 0.45),
-        ],
-    ),
-    "RandomErasing": (
-        "A random box erased to value (a number, one per channel, or 'random' noise), with probability p.",
-        [
-            ("p", _p, 0.5),
-            ("scale", _pair, (0.02, 0.33)),
-            ("ratio", _pair, (0.3, 3.3)),
-            ("value", _erase_value, 0.0),
-            ("inplace", _bool, False),
-        ],
-    ),
-    "ToImage": ("The image as a uint8 tensor (output conversion).", []),
-    "PILToTensor": ("The image as a uint8 tensor (output conversion).", []),
-    "ToTensor": ("float32 in [0, 1] (output conversion).", []),
-    "ToDtype": (
-        "Converted to dtype; float dtypes need scale=True, to [0, 1] (output conversion).",
-        [("dtype", _dtype, _REQUIRED), ("scale", _bool, False)],
-    ),
-    "ConvertImageDtype": (
-        "Converted to dtype, floats scaled to [0, 1] (output conversion).",
-        [("dtype", _dtype, "float32")],
-    ),
-    "Normalize": (
-        "(x - mean) / std per channel, on floats (output conversion).",
-        [("mean", _floats, _REQUIRED), ("std", _floats, _REQUIRED), ("inplace", _bool, False)],
-    ),
+_KINDS = {
+    "transforms": "transforms",
+    "probability": _p,
+    "number": _number,
+    "int": _int,
+    "opt_int": _opt_int,
+    "bool": _bool,
+    "opt_bool": _opt_bool,
+    "size": _size,
+    "resize_size": _resize_size,
+    "kernel": _kernel,
+    "range": _range,
+    "opt_range": _opt_range,
+    "pair": _pair,
+    "opt_pair": _opt_pair,
+    "shear": _shear,
+    "fill": _fill,
+    "padding": _padding,
+    "opt_padding": _opt_padding,
+    "padding_mode": _padding_mode,
+    "interpolation": _interpolation,
+    "timm_interpolation": _timm_interpolation,
+    "dtype": _dtype,
+    "policy": _policy,
+    "str": _str,
+    "weights": _weights,
+    "per_channel": _floats,
+    "erase_value": _erase_value,
 }
 
+
+def _op_table(schema):
+    """name -> (summary, [(argument, converter, default)], schema entry),
+    in torchvision's positional order and with its defaults."""
+    table = {}
+    for op in schema:
+        args = []
+        for a in op["args"]:
+            kind = _KINDS.get(a["kind"])
+            if kind is None:
+                raise ImportError(
+                    f"stoker.transforms: {op['name']}.{a['name']} is of kind {a['kind']!r}, which this "
+                    f"package cannot convert: the extension and the package come from different builds"
+                )
+            args.append((a["name"], kind, _REQUIRED if a["required"] else a["default"]))
+        table[op["name"]] = (op["doc"], args, op)
+    return table
+
+
+def _load_schema():
+    from . import _stoker
+
+    return _stoker.op_schema()
+
+
+_OPS = _op_table(_load_schema())
+
 OP_NAMES = tuple(_OPS)
-_CONTAINERS = ("Compose", "RandomApply", "RandomChoice", "RandomOrder")
+_CONTAINERS = tuple(name for name, (_, _, entry) in _OPS.items() if entry["role"] == "container")
 _SUPPORTED = ", ".join(OP_NAMES + ("MixUp", "CutMix"))
 
 
@@ -651,17 +552,14 @@ class _RandomChoice(Transform):
 _BASES = {"Compose": _Compose, "RandomChoice": _RandomChoice}
 
 
-def _make_class(name, summary, args):
-    params = [
-        inspect.Parameter(
-            arg,
-            inspect.Parameter.POSITIONAL_OR_KEYWORD,
-            default=list(default) if isinstance(default, tuple) else default,
-        )
-        for arg, _, default in args
-    ]
+def _make_class(name, summary, args, entry):
+    params = [inspect.Parameter(arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default) for arg, _, default in args]
     listing = ", ".join(p.name if p.default is _REQUIRED else f"{p.name}={p.default!r}" for p in params)
-    doc = f'{summary}\n\ntorchvision\'s ``{name}({listing})``; JSON ``{{"op": "{name}", ...}}``.'
+    lines = [summary, "", f"``{entry['origin']}({listing})``; JSON ``{{\"op\": \"{name}\", ...}}``."]
+    if entry["args"]:
+        lines += ["", "Args:"]
+        lines += [f"    {a['name']}: {a['doc']}" for a in entry["args"]]
+    doc = "\n".join(lines)
     cls = type(
         name,
         (_BASES.get(name, Transform),),
@@ -677,7 +575,7 @@ def _make_class(name, summary, args):
     return cls
 
 
-_CLASSES = {name: _make_class(name, summary, args) for name, (summary, args) in _OPS.items()}
+_CLASSES = {name: _make_class(name, summary, args, entry) for name, (summary, args, entry) in _OPS.items()}
 globals().update(_CLASSES)
 __all__ += list(_CLASSES)
 
@@ -691,7 +589,7 @@ def _construct(name, values, path):
         raise ValueError(f"{_where(path, name)}: missing argument {missing[0]!r}")
     full = {}
     for arg, _, default in cls._args:
-        full[arg] = values[arg] if arg in values else (list(default) if isinstance(default, tuple) else default)
+        full[arg] = values[arg] if arg in values else default
     obj._set(full, path)
     return obj
 

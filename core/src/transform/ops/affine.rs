@@ -4,9 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::OpImpl;
-use super::rotate::{check_degrees, nearest};
+use super::rotate::check_degrees;
 use crate::params::{Bounds, Cx, ResolveError, Step, round_half_even};
 use crate::transform::args::{Fill, Interpolation, Range, check_fill, check_range, fill_rgb};
+use crate::transform::schema::{ArgKind, Described, OpSchema, Origin, Role, optional, required};
 
 /// torchvision's `shear`: a number `s` (x in `[-s, s]`), `[min, max]` (x),
 /// or `[x min, x max, y min, y max]`.
@@ -23,18 +24,49 @@ pub enum Shear {
 #[serde(deny_unknown_fields)]
 pub struct RandomAffine {
     pub degrees: Range,
-    #[serde(default)]
     pub translate: Option<[f64; 2]>,
-    #[serde(default)]
     pub scale: Option<[f64; 2]>,
-    #[serde(default)]
     pub shear: Option<Shear>,
-    #[serde(default = "nearest")]
     pub interpolation: Interpolation,
-    #[serde(default)]
     pub fill: Option<Fill>,
-    #[serde(default)]
     pub center: Option<[f64; 2]>,
+}
+
+impl Described for RandomAffine {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "A random rotation, translation, scale and shear.",
+        origin: Origin::Torchvision,
+        role: Role::Geometry,
+        args: &[
+            required("degrees", ArgKind::Range, "range of the rotation"),
+            optional(
+                "translate",
+                ArgKind::OptPair,
+                "null",
+                "largest shift [x, y] as fractions of the width and height",
+            ),
+            optional("scale", ArgKind::OptPair, "null", "range of the scale factor"),
+            optional(
+                "shear",
+                ArgKind::Shear,
+                "null",
+                "range of the shear angles (x, or x then y)",
+            ),
+            optional(
+                "interpolation",
+                ArgKind::Interpolation,
+                "\"nearest\"",
+                "nearest or bilinear",
+            ),
+            optional("fill", ArgKind::Fill, "0", "colour of the area outside the image"),
+            optional(
+                "center",
+                ArgKind::OptPair,
+                "null",
+                "centre [x, y] (the image's centre when None)",
+            ),
+        ],
+    };
 }
 
 /// The shear's x range and, when given, its y range.

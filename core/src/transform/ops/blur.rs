@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use super::OpImpl;
 use crate::params::{Bounds, Cx, ResolveError, Step};
 use crate::transform::args::{Range, check_range};
+use crate::transform::schema::{ArgKind, Described, OpSchema, Origin, Role, construct, optional, required};
 
 /// torchvision's `kernel_size`: an int or `[kx, ky]`, odd.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -33,20 +34,29 @@ impl KernelSize {
 #[serde(deny_unknown_fields)]
 pub struct GaussianBlur {
     pub kernel_size: KernelSize,
-    #[serde(default = "default_sigma")]
     pub sigma: Range,
 }
 
-fn default_sigma() -> Range {
-    Range::Pair([0.1, 2.0])
+impl Described for GaussianBlur {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "Blurred by a Gaussian of kernel_size, sigma uniform in sigma.",
+        origin: Origin::Torchvision,
+        role: Role::Colour,
+        args: &[
+            required("kernel_size", ArgKind::Kernel, "odd, positive kernel size"),
+            optional(
+                "sigma",
+                ArgKind::Range,
+                "[0.1, 2.0]",
+                "range of the standard deviation; a number is fixed",
+            ),
+        ],
+    };
 }
 
 impl GaussianBlur {
     pub fn new(kernel_size: u32) -> Self {
-        Self {
-            kernel_size: KernelSize::Square(kernel_size),
-            sigma: default_sigma(),
-        }
+        construct(serde_json::json!({ "kernel_size": kernel_size }))
     }
 }
 

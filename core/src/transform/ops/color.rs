@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::OpImpl;
 use crate::params::{Bounds, Cx, Enhance, ResolveError, Step};
-use crate::transform::args::{Range, check_p, check_range, half};
+use crate::transform::args::{Range, check_p, check_range};
+use crate::transform::schema::{ArgKind, Described, OpSchema, Origin, Role, optional, required};
 
 /// Random brightness, contrast, saturation and hue factors, applied in a
 /// random order (torchvision's `ColorJitter`). A lone number `x` is
@@ -15,14 +16,44 @@ use crate::transform::args::{Range, check_p, check_range, half};
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ColorJitter {
-    #[serde(default)]
     pub brightness: Option<Range>,
-    #[serde(default)]
     pub contrast: Option<Range>,
-    #[serde(default)]
     pub saturation: Option<Range>,
-    #[serde(default)]
     pub hue: Option<Range>,
+}
+
+impl Described for ColorJitter {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "Brightness, contrast, saturation and hue changed by random factors, in a random order.",
+        origin: Origin::Torchvision,
+        role: Role::Colour,
+        args: &[
+            optional(
+                "brightness",
+                ArgKind::OptRange,
+                "null",
+                "factor range; a number x is [max(0, 1 - x), 1 + x]",
+            ),
+            optional(
+                "contrast",
+                ArgKind::OptRange,
+                "null",
+                "factor range; a number x is [max(0, 1 - x), 1 + x]",
+            ),
+            optional(
+                "saturation",
+                ArgKind::OptRange,
+                "null",
+                "factor range; a number x is [max(0, 1 - x), 1 + x]",
+            ),
+            optional(
+                "hue",
+                ArgKind::OptRange,
+                "null",
+                "shift range within [-0.5, 0.5]; a number x is [-x, x]",
+            ),
+        ],
+    };
 }
 
 impl ColorJitter {
@@ -117,12 +148,21 @@ impl OpImpl for ColorJitter {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Grayscale {
-    #[serde(default = "one")]
     pub num_output_channels: u32,
 }
 
-fn one() -> u32 {
-    1
+impl Described for Grayscale {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "Converted to grey (Stoker delivers 3 channels: num_output_channels must be 3).",
+        origin: Origin::Torchvision,
+        role: Role::Colour,
+        args: &[optional(
+            "num_output_channels",
+            ArgKind::Int,
+            "1",
+            "channels of the output; only 3 is accepted",
+        )],
+    };
 }
 
 fn grey() -> Step {
@@ -156,12 +196,21 @@ impl OpImpl for Grayscale {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RandomGrayscale {
-    #[serde(default = "tenth")]
     pub p: f64,
 }
 
-fn tenth() -> f64 {
-    0.1
+impl Described for RandomGrayscale {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "Converted to grey (3 channels) with probability p.",
+        origin: Origin::Torchvision,
+        role: Role::Colour,
+        args: &[optional(
+            "p",
+            ArgKind::Probability,
+            "0.1",
+            "probability of the conversion",
+        )],
+    };
 }
 
 /// An op that runs one step with probability `p`; `$step` builds it.
@@ -201,8 +250,19 @@ with_p!(RandomGrayscale, |_s, cx| Ok(()), |_s| grey());
 #[serde(deny_unknown_fields)]
 pub struct RandomSolarize {
     pub threshold: f64,
-    #[serde(default = "half")]
     pub p: f64,
+}
+
+impl Described for RandomSolarize {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "Values at or above threshold inverted, with probability p.",
+        origin: Origin::Torchvision,
+        role: Role::Colour,
+        args: &[
+            required("threshold", ArgKind::Number, "values at or above it are inverted"),
+            optional("p", ArgKind::Probability, "0.5", "probability of solarizing"),
+        ],
+    };
 }
 
 with_p!(
@@ -216,8 +276,19 @@ with_p!(
 #[serde(deny_unknown_fields)]
 pub struct RandomPosterize {
     pub bits: u32,
-    #[serde(default = "half")]
     pub p: f64,
+}
+
+impl Described for RandomPosterize {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "Only the top bits of each value kept, with probability p.",
+        origin: Origin::Torchvision,
+        role: Role::Colour,
+        args: &[
+            required("bits", ArgKind::Int, "bits kept per channel, 0 to 8"),
+            optional("p", ArgKind::Probability, "0.5", "probability of posterizing"),
+        ],
+    };
 }
 
 with_p!(
@@ -234,8 +305,16 @@ with_p!(
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RandomEqualize {
-    #[serde(default = "half")]
     pub p: f64,
+}
+
+impl Described for RandomEqualize {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "Histogram equalised, with probability p.",
+        origin: Origin::Torchvision,
+        role: Role::Colour,
+        args: &[optional("p", ArgKind::Probability, "0.5", "probability of equalising")],
+    };
 }
 
 with_p!(RandomEqualize, |_s, cx| Ok(()), |_s| Step::Equalize);
@@ -244,8 +323,16 @@ with_p!(RandomEqualize, |_s, cx| Ok(()), |_s| Step::Equalize);
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RandomAutocontrast {
-    #[serde(default = "half")]
     pub p: f64,
+}
+
+impl Described for RandomAutocontrast {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "Contrast stretched to the full range, with probability p.",
+        origin: Origin::Torchvision,
+        role: Role::Colour,
+        args: &[optional("p", ArgKind::Probability, "0.5", "probability of the stretch")],
+    };
 }
 
 with_p!(RandomAutocontrast, |_s, cx| Ok(()), |_s| Step::Autocontrast);
@@ -256,8 +343,19 @@ with_p!(RandomAutocontrast, |_s, cx| Ok(()), |_s| Step::Autocontrast);
 #[serde(deny_unknown_fields)]
 pub struct RandomAdjustSharpness {
     pub sharpness_factor: f64,
-    #[serde(default = "half")]
     pub p: f64,
+}
+
+impl Described for RandomAdjustSharpness {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "Sharpness by sharpness_factor (0 blurs, 1 keeps, 2 sharpens), with probability p.",
+        origin: Origin::Torchvision,
+        role: Role::Colour,
+        args: &[
+            required("sharpness_factor", ArgKind::Number, "non-negative sharpness factor"),
+            optional("p", ArgKind::Probability, "0.5", "probability of the change"),
+        ],
+    };
 }
 
 with_p!(
@@ -273,8 +371,16 @@ with_p!(
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RandomInvert {
-    #[serde(default = "half")]
     pub p: f64,
+}
+
+impl Described for RandomInvert {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "Inverted, with probability p.",
+        origin: Origin::Torchvision,
+        role: Role::Colour,
+        args: &[optional("p", ArgKind::Probability, "0.5", "probability of inverting")],
+    };
 }
 
 with_p!(RandomInvert, |_s, cx| Ok(()), |_s| invert());

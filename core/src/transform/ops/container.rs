@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 use super::{Op, OpImpl};
 use crate::params::{Bounds, Cx, ResolveError, Walk};
 use crate::rng::SampleRng;
-use crate::transform::args::{check_p, half};
+use crate::transform::args::check_p;
+use crate::transform::schema::{ArgKind, Described, OpSchema, Origin, Role, optional, required};
 
 /// Resolves `op`, the `index`th child of a container whose generator was
 /// `base` when it started, with a generator of its own.
@@ -66,6 +67,15 @@ pub struct Compose {
     pub transforms: Vec<Op>,
 }
 
+impl Described for Compose {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "Its transforms, in order.",
+        origin: Origin::Torchvision,
+        role: Role::Container,
+        args: &[required("transforms", ArgKind::Transforms, "the transforms to apply")],
+    };
+}
+
 impl OpImpl for Compose {
     fn validate(&self) -> Result<(), String> {
         validate_children(&self.transforms)
@@ -89,8 +99,19 @@ impl OpImpl for Compose {
 #[serde(deny_unknown_fields)]
 pub struct RandomApply {
     pub transforms: Vec<Op>,
-    #[serde(default = "half")]
     pub p: f64,
+}
+
+impl Described for RandomApply {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "Its transforms, in order, with probability p.",
+        origin: Origin::Torchvision,
+        role: Role::Container,
+        args: &[
+            required("transforms", ArgKind::Transforms, "the transforms to apply together"),
+            optional("p", ArgKind::Probability, "0.5", "probability of applying them"),
+        ],
+    };
 }
 
 impl OpImpl for RandomApply {
@@ -123,8 +144,24 @@ impl OpImpl for RandomApply {
 #[serde(deny_unknown_fields)]
 pub struct RandomChoice {
     pub transforms: Vec<Op>,
-    #[serde(default)]
     pub p: Option<Vec<f64>>,
+}
+
+impl Described for RandomChoice {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "One of its transforms, picked with weights p (equal when None). Of MixUp / CutMix, a batch transform.",
+        origin: Origin::Torchvision,
+        role: Role::Container,
+        args: &[
+            required("transforms", ArgKind::Transforms, "the transforms to choose from"),
+            optional(
+                "p",
+                ArgKind::Weights,
+                "null",
+                "one weight per transform (need not sum to 1)",
+            ),
+        ],
+    };
 }
 
 impl OpImpl for RandomChoice {
@@ -185,6 +222,15 @@ impl OpImpl for RandomChoice {
 #[serde(deny_unknown_fields)]
 pub struct RandomOrder {
     pub transforms: Vec<Op>,
+}
+
+impl Described for RandomOrder {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "Its transforms, in a random order.",
+        origin: Origin::Torchvision,
+        role: Role::Container,
+        args: &[required("transforms", ArgKind::Transforms, "the transforms to apply")],
+    };
 }
 
 impl RandomOrder {

@@ -6,7 +6,8 @@ use super::OpImpl;
 use crate::Rect;
 use crate::params::{Bounds, Cx, RESIZE_BYTES_PER_LINE, ResolveError, Step, round_half_even};
 use crate::rng::SampleRng;
-use crate::transform::args::{CropSize, Fill, Interpolation, Padding, PaddingMode, check_range, default_true};
+use crate::transform::args::{CropSize, Fill, Interpolation, Padding, PaddingMode, check_range};
+use crate::transform::schema::{ArgKind, Described, OpSchema, Origin, Role, construct, optional, required};
 
 /// A random box of `scale` of the area and `ratio` aspect, resized to
 /// `size` (torchvision's `RandomResizedCrop`; PIL always antialiases, so
@@ -15,38 +16,51 @@ use crate::transform::args::{CropSize, Fill, Interpolation, Padding, PaddingMode
 #[serde(deny_unknown_fields)]
 pub struct RandomResizedCrop {
     pub size: CropSize,
-    #[serde(default = "default_scale")]
     pub scale: [f64; 2],
-    #[serde(default = "default_ratio")]
     pub ratio: [f64; 2],
-    #[serde(default = "bilinear")]
     pub interpolation: Interpolation,
-    #[serde(default = "default_true")]
     pub antialias: Option<bool>,
 }
 
-fn default_scale() -> [f64; 2] {
-    [0.08, 1.0]
-}
-
-fn default_ratio() -> [f64; 2] {
-    [3.0 / 4.0, 4.0 / 3.0]
-}
-
-pub(crate) fn bilinear() -> Interpolation {
-    Interpolation::Bilinear
+impl Described for RandomResizedCrop {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "A crop of random area (scale) and aspect ratio (ratio), resized to size.",
+        origin: Origin::Torchvision,
+        role: Role::Geometry,
+        args: &[
+            required("size", ArgKind::Size, "output size"),
+            optional(
+                "scale",
+                ArgKind::Pair,
+                "[0.08, 1.0]",
+                "range of the crop's area, as a fraction of the image's",
+            ),
+            optional(
+                "ratio",
+                ArgKind::Pair,
+                "[0.75, 1.3333333333333333]",
+                "range of the crop's aspect ratio (width / height), drawn log-uniformly",
+            ),
+            optional(
+                "interpolation",
+                ArgKind::Interpolation,
+                "\"bilinear\"",
+                "the resize's filter",
+            ),
+            optional(
+                "antialias",
+                ArgKind::OptBool,
+                "true",
+                "antialias when downscaling (PIL always does)",
+            ),
+        ],
+    };
 }
 
 impl RandomResizedCrop {
     /// torchvision's defaults around `size`.
     pub fn new(size: u32) -> Self {
-        Self {
-            size: CropSize::Square(size),
-            scale: default_scale(),
-            ratio: default_ratio(),
-            interpolation: Interpolation::Bilinear,
-            antialias: Some(true),
-        }
+        construct(serde_json::json!({ "size": size }))
     }
 }
 
@@ -156,6 +170,15 @@ pub struct CenterCrop {
     pub size: CropSize,
 }
 
+impl Described for CenterCrop {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "The central size x size crop (padded when the image is smaller).",
+        origin: Origin::Torchvision,
+        role: Role::Geometry,
+        args: &[required("size", ArgKind::Size, "output size")],
+    };
+}
+
 impl CenterCrop {
     pub fn new(size: u32) -> Self {
         Self {
@@ -206,25 +229,40 @@ impl OpImpl for CenterCrop {
 #[serde(deny_unknown_fields)]
 pub struct RandomCrop {
     pub size: CropSize,
-    #[serde(default)]
     pub padding: Option<Padding>,
-    #[serde(default)]
     pub pad_if_needed: bool,
-    #[serde(default)]
     pub fill: Fill,
-    #[serde(default)]
     pub padding_mode: PaddingMode,
+}
+
+impl Described for RandomCrop {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "A crop at a random position, after optional padding.",
+        origin: Origin::Torchvision,
+        role: Role::Geometry,
+        args: &[
+            required("size", ArgKind::Size, "output size"),
+            optional("padding", ArgKind::OptPadding, "null", "padding added first"),
+            optional(
+                "pad_if_needed",
+                ArgKind::Bool,
+                "false",
+                "pad an image smaller than size",
+            ),
+            optional("fill", ArgKind::Fill, "0", "the constant padding's colour"),
+            optional(
+                "padding_mode",
+                ArgKind::PaddingMode,
+                "\"constant\"",
+                "how padding is filled",
+            ),
+        ],
+    };
 }
 
 impl RandomCrop {
     pub fn new(size: u32) -> Self {
-        Self {
-            size: CropSize::Square(size),
-            padding: None,
-            pad_if_needed: false,
-            fill: Fill::default(),
-            padding_mode: PaddingMode::Constant,
-        }
+        construct(serde_json::json!({ "size": size }))
     }
 }
 

@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 use super::OpImpl;
 use crate::Rect;
 use crate::params::{Bounds, Cx, EraseFill, ResolveError, Step, round_half_even};
-use crate::transform::args::{check_p, check_range, half};
+use crate::transform::args::{check_p, check_range};
+use crate::transform::schema::{ArgKind, Described, OpSchema, Origin, Role, construct, optional};
 
 /// What RandomErasing writes: a number for every channel, one per channel,
 /// or `"random"` (normal noise).
@@ -17,12 +18,6 @@ pub enum EraseValue {
     Random(String),
 }
 
-impl Default for EraseValue {
-    fn default() -> Self {
-        Self::All(0.0)
-    }
-}
-
 /// Erases a random box with probability `p` (torchvision's
 /// `RandomErasing`). Its `value` means what it means where the op sits:
 /// after `Normalize`, 0 is the mean colour; after `ToDtype(scale=True)`, 1
@@ -32,35 +27,46 @@ impl Default for EraseValue {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RandomErasing {
-    #[serde(default = "half")]
     pub p: f64,
-    #[serde(default = "default_scale")]
     pub scale: [f64; 2],
-    #[serde(default = "default_ratio")]
     pub ratio: [f64; 2],
-    #[serde(default)]
     pub value: EraseValue,
-    #[serde(default)]
     pub inplace: bool,
 }
 
-fn default_scale() -> [f64; 2] {
-    [0.02, 0.33]
-}
-
-fn default_ratio() -> [f64; 2] {
-    [0.3, 3.3]
+impl Described for RandomErasing {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "A random box erased to value (a number, one per channel, or 'random' noise), with probability p.",
+        origin: Origin::Torchvision,
+        role: Role::Erase,
+        args: &[
+            optional("p", ArgKind::Probability, "0.5", "probability of erasing"),
+            optional(
+                "scale",
+                ArgKind::Pair,
+                "[0.02, 0.33]",
+                "range of the box's area, as a fraction of the image's",
+            ),
+            optional("ratio", ArgKind::Pair, "[0.3, 3.3]", "range of the box's aspect ratio"),
+            optional(
+                "value",
+                ArgKind::EraseValue,
+                "0",
+                "the box's value, per channel, or random normal noise",
+            ),
+            optional(
+                "inplace",
+                ArgKind::Bool,
+                "false",
+                "accepted for torchvision's signature; no effect",
+            ),
+        ],
+    };
 }
 
 impl Default for RandomErasing {
     fn default() -> Self {
-        Self {
-            p: 0.5,
-            scale: default_scale(),
-            ratio: default_ratio(),
-            value: EraseValue::default(),
-            inplace: false,
-        }
+        construct(serde_json::json!({}))
     }
 }
 

@@ -12,6 +12,7 @@
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::schema::{Described, OpSchema, fill_defaults};
 use crate::params::{Bounds, Cx, ResolveError, Walk};
 
 mod affine;
@@ -91,6 +92,9 @@ macro_rules! registry {
         /// Every op's name, as JSON and Python spell it.
         pub const OP_NAMES: &[&str] = &[$(stringify!($name)),*];
 
+        /// Every op's name and schema, in the registry's order.
+        pub const OP_SCHEMAS: &[(&str, &OpSchema)] = &[$((stringify!($name), &<$name as Described>::SCHEMA)),*];
+
         impl Op {
             /// The op's torchvision class name.
             pub fn name(&self) -> &'static str {
@@ -105,9 +109,24 @@ macro_rules! registry {
                 }
             }
 
-            fn from_value(name: &str, value: serde_json::Value) -> Option<Result<Self, serde_json::Error>> {
+            /// The op's schema.
+            pub fn schema(&self) -> &'static OpSchema {
+                match self {
+                    $(Self::$name(_) => &<$name as Described>::SCHEMA,)*
+                }
+            }
+
+            /// The op `name` from its arguments, each one missing taking its
+            /// schema default.
+            fn from_args(
+                name: &str,
+                mut args: serde_json::Map<String, serde_json::Value>,
+            ) -> Option<Result<Self, serde_json::Error>> {
                 match name {
-                    $(stringify!($name) => Some(serde_json::from_value(value).map(Self::$name)),)*
+                    $(stringify!($name) => {
+                        fill_defaults(&<$name as Described>::SCHEMA, &mut args);
+                        Some(serde_json::from_value(serde_json::Value::Object(args)).map(Self::$name))
+                    })*
                     _ => None,
                 }
             }
@@ -208,7 +227,7 @@ impl<'de> Deserialize<'de> for Op {
             Some(other) => return Err(D::Error::custom(format!("\"op\" must be a string, got {other}"))),
             None => return Err(D::Error::custom("missing \"op\" (the transform's name)")),
         };
-        match Op::from_value(&name, serde_json::Value::Object(map)) {
+        match Op::from_args(&name, map) {
             Some(Ok(op)) => Ok(op),
             Some(Err(e)) => Err(D::Error::custom(format!("{name}: {e}"))),
             None => Err(D::Error::custom(format!(

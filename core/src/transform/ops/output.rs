@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::OpImpl;
 use crate::params::{Bounds, Cx, ResolveError, Stage};
+use crate::transform::schema::{ArgKind, Described, OpSchema, Origin, Role, optional, required};
 
 /// The dtypes the client converts to.
 pub const DTYPES: &[&str] = &["uint8", "float32", "float16", "bfloat16", "float64"];
@@ -52,16 +53,43 @@ marker!(
     ToImage,
     |cx| cx.stage
 );
+
+impl Described for ToImage {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "The image as a uint8 tensor (output conversion).",
+        origin: Origin::Torchvision,
+        role: Role::Output,
+        args: &[],
+    };
+}
 marker!(
     /// A uint8 tensor of the image (no change to pixels).
     PILToTensor,
     |cx| cx.stage
 );
+
+impl Described for PILToTensor {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "The image as a uint8 tensor (output conversion).",
+        origin: Origin::Torchvision,
+        role: Role::Output,
+        args: &[],
+    };
+}
 marker!(
     /// torchvision v1's `ToTensor`: float32 scaled to [0, 1].
     ToTensor,
     |cx| Stage::Float
 );
+
+impl Described for ToTensor {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "float32 in [0, 1] (output conversion).",
+        origin: Origin::Torchvision,
+        role: Role::Output,
+        args: &[],
+    };
+}
 
 /// torchvision's `ToDtype`: to a float dtype only with `scale=True`
 /// (values in [0, 1]).
@@ -69,8 +97,19 @@ marker!(
 #[serde(deny_unknown_fields)]
 pub struct ToDtype {
     pub dtype: String,
-    #[serde(default)]
     pub scale: bool,
+}
+
+impl Described for ToDtype {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "Converted to dtype; float dtypes need scale=True, to [0, 1] (output conversion).",
+        origin: Origin::Torchvision,
+        role: Role::Output,
+        args: &[
+            required("dtype", ArgKind::Dtype, "uint8, float32, float16, bfloat16 or float64"),
+            optional("scale", ArgKind::Bool, "false", "scale integers to [0, 1]"),
+        ],
+    };
 }
 
 impl OpImpl for ToDtype {
@@ -108,6 +147,20 @@ pub struct ConvertImageDtype {
     pub dtype: String,
 }
 
+impl Described for ConvertImageDtype {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "Converted to dtype, floats scaled to [0, 1] (output conversion).",
+        origin: Origin::Torchvision,
+        role: Role::Output,
+        args: &[optional(
+            "dtype",
+            ArgKind::Dtype,
+            "\"float32\"",
+            "uint8, float32, float16, bfloat16 or float64",
+        )],
+    };
+}
+
 impl OpImpl for ConvertImageDtype {
     fn validate(&self) -> Result<(), String> {
         check_dtype(&self.dtype)
@@ -135,8 +188,25 @@ impl OpImpl for ConvertImageDtype {
 pub struct Normalize {
     pub mean: Vec<f64>,
     pub std: Vec<f64>,
-    #[serde(default)]
     pub inplace: bool,
+}
+
+impl Described for Normalize {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "(x - mean) / std per channel, on floats (output conversion).",
+        origin: Origin::Torchvision,
+        role: Role::Output,
+        args: &[
+            required("mean", ArgKind::PerChannel, "per-channel mean"),
+            required("std", ArgKind::PerChannel, "per-channel standard deviation"),
+            optional(
+                "inplace",
+                ArgKind::Bool,
+                "false",
+                "accepted for torchvision's signature; no effect",
+            ),
+        ],
+    };
 }
 
 impl Normalize {

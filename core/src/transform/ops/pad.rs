@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use super::OpImpl;
 use crate::params::{Bounds, Cx, ResolveError, Step};
 use crate::transform::args::{Fill, Padding, PaddingMode};
+use crate::transform::schema::{ArgKind, Described, OpSchema, Origin, Role, optional, required};
 
 /// Pads every side (torchvision's `Pad`): `padding` is an int,
 /// `[left/right, top/bottom]` or `[left, top, right, bottom]`.
@@ -12,10 +13,26 @@ use crate::transform::args::{Fill, Padding, PaddingMode};
 #[serde(deny_unknown_fields)]
 pub struct Pad {
     pub padding: Padding,
-    #[serde(default)]
     pub fill: Fill,
-    #[serde(default)]
     pub padding_mode: PaddingMode,
+}
+
+impl Described for Pad {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "Padded on each side.",
+        origin: Origin::Torchvision,
+        role: Role::Geometry,
+        args: &[
+            required("padding", ArgKind::Padding, "pixels added on each side"),
+            optional("fill", ArgKind::Fill, "0", "the constant padding's colour"),
+            optional(
+                "padding_mode",
+                ArgKind::PaddingMode,
+                "\"constant\"",
+                "how padding is filled",
+            ),
+        ],
+    };
 }
 
 impl OpImpl for Pad {

@@ -8,9 +8,10 @@ use serde::{Deserialize, Serialize};
 use super::OpImpl;
 use super::affine::push_affine;
 use super::color::{invert, posterize, solarize};
-use super::rotate::{nearest, push_rotation};
+use super::rotate::push_rotation;
 use crate::params::{Bounds, Cx, Enhance, ResolveError, Step};
 use crate::transform::args::{Fill, Interpolation, check_fill, fill_rgb};
+use crate::transform::schema::{ArgKind, Described, OpSchema, Origin, Role, construct, optional};
 
 /// The ops of the augmentation spaces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -202,25 +203,37 @@ const IMAGENET: [[(Aug, f64, Option<usize>); 2]; 25] = [
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AutoAugment {
-    #[serde(default = "imagenet")]
     pub policy: String,
-    #[serde(default = "nearest")]
     pub interpolation: Interpolation,
-    #[serde(default)]
     pub fill: Option<Fill>,
 }
 
-fn imagenet() -> String {
-    "imagenet".to_owned()
+impl Described for AutoAugment {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "AutoAugment's learned policy (only the ImageNet one).",
+        origin: Origin::Torchvision,
+        role: Role::Policy,
+        args: &[
+            optional(
+                "policy",
+                ArgKind::Policy,
+                "\"imagenet\"",
+                "the learned policy; only imagenet",
+            ),
+            optional(
+                "interpolation",
+                ArgKind::Interpolation,
+                "\"nearest\"",
+                "the warps' filter: nearest or bilinear",
+            ),
+            optional("fill", ArgKind::Fill, "null", "colour outside the image after a warp"),
+        ],
+    };
 }
 
 impl Default for AutoAugment {
     fn default() -> Self {
-        Self {
-            policy: imagenet(),
-            interpolation: Interpolation::Nearest,
-            fill: None,
-        }
+        construct(serde_json::json!({}))
     }
 }
 
@@ -266,39 +279,41 @@ impl OpImpl for AutoAugment {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RandAugment {
-    #[serde(default = "two")]
     pub num_ops: u32,
-    #[serde(default = "nine")]
     pub magnitude: u32,
-    #[serde(default = "bins")]
     pub num_magnitude_bins: u32,
-    #[serde(default = "nearest")]
     pub interpolation: Interpolation,
-    #[serde(default)]
     pub fill: Option<Fill>,
 }
 
-fn two() -> u32 {
-    2
-}
-
-fn nine() -> u32 {
-    9
-}
-
-fn bins() -> u32 {
-    31
+impl Described for RandAugment {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "num_ops random augmentations of strength magnitude (of num_magnitude_bins).",
+        origin: Origin::Torchvision,
+        role: Role::Policy,
+        args: &[
+            optional("num_ops", ArgKind::Int, "2", "augmentations applied in turn"),
+            optional(
+                "magnitude",
+                ArgKind::Int,
+                "9",
+                "their strength, a bin below num_magnitude_bins",
+            ),
+            optional("num_magnitude_bins", ArgKind::Int, "31", "number of strength bins"),
+            optional(
+                "interpolation",
+                ArgKind::Interpolation,
+                "\"nearest\"",
+                "the warps' filter: nearest or bilinear",
+            ),
+            optional("fill", ArgKind::Fill, "null", "colour outside the image after a warp"),
+        ],
+    };
 }
 
 impl Default for RandAugment {
     fn default() -> Self {
-        Self {
-            num_ops: 2,
-            magnitude: 9,
-            num_magnitude_bins: 31,
-            interpolation: Interpolation::Nearest,
-            fill: None,
-        }
+        construct(serde_json::json!({}))
     }
 }
 
@@ -351,21 +366,32 @@ impl OpImpl for RandAugment {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TrivialAugmentWide {
-    #[serde(default = "bins")]
     pub num_magnitude_bins: u32,
-    #[serde(default = "nearest")]
     pub interpolation: Interpolation,
-    #[serde(default)]
     pub fill: Option<Fill>,
+}
+
+impl Described for TrivialAugmentWide {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "One random augmentation of random strength.",
+        origin: Origin::Torchvision,
+        role: Role::Policy,
+        args: &[
+            optional("num_magnitude_bins", ArgKind::Int, "31", "number of strength bins"),
+            optional(
+                "interpolation",
+                ArgKind::Interpolation,
+                "\"nearest\"",
+                "the warps' filter: nearest or bilinear",
+            ),
+            optional("fill", ArgKind::Fill, "null", "colour outside the image after a warp"),
+        ],
+    };
 }
 
 impl Default for TrivialAugmentWide {
     fn default() -> Self {
-        Self {
-            num_magnitude_bins: 31,
-            interpolation: Interpolation::Nearest,
-            fill: None,
-        }
+        construct(serde_json::json!({}))
     }
 }
 

@@ -3,11 +3,12 @@
 use serde::{Deserialize, Serialize};
 
 use super::OpImpl;
-use super::crop::{bilinear, resize_scratch};
+use super::crop::resize_scratch;
 use crate::Rect;
 use crate::params::{Bounds, Cx, ResolveError, Step};
 use crate::transform::MAX_OUTPUT_SIZE;
-use crate::transform::args::{Interpolation, default_true};
+use crate::transform::args::Interpolation;
+use crate::transform::schema::{ArgKind, Described, OpSchema, Origin, Role, construct, optional, required};
 
 /// Resize's `size`: an int (or `[s]`) is the shorter side, `[h, w]` the
 /// exact size.
@@ -24,23 +25,43 @@ pub enum ResizeSize {
 #[serde(deny_unknown_fields)]
 pub struct Resize {
     pub size: Option<ResizeSize>,
-    #[serde(default = "bilinear")]
     pub interpolation: Interpolation,
-    #[serde(default)]
     pub max_size: Option<u32>,
-    #[serde(default = "default_true")]
     pub antialias: Option<bool>,
+}
+
+impl Described for Resize {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "Resized: an int size is the shorter side (at most max_size for the longer), [h, w] the exact size.",
+        origin: Origin::Torchvision,
+        role: Role::Geometry,
+        args: &[
+            required(
+                "size",
+                ArgKind::ResizeSize,
+                "the shorter side, or [h, w]; None with max_size bounds the longer side only",
+            ),
+            optional(
+                "interpolation",
+                ArgKind::Interpolation,
+                "\"bilinear\"",
+                "the resize's filter",
+            ),
+            optional("max_size", ArgKind::OptInt, "null", "largest longer side"),
+            optional(
+                "antialias",
+                ArgKind::OptBool,
+                "true",
+                "antialias when downscaling (PIL always does)",
+            ),
+        ],
+    };
 }
 
 impl Resize {
     /// The shorter side to `shorter`, keeping the aspect ratio.
     pub fn shorter(shorter: u32) -> Self {
-        Self {
-            size: Some(ResizeSize::Shorter(shorter)),
-            interpolation: Interpolation::Bilinear,
-            max_size: None,
-            antialias: Some(true),
-        }
+        construct(serde_json::json!({ "size": shorter }))
     }
 
     /// The requested shorter side, or the exact (w, h).

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use super::OpImpl;
 use crate::params::{Bounds, Cx, ResolveError, Step};
 use crate::transform::args::{Fill, Interpolation, Range, check_fill, check_range, fill_rgb};
+use crate::transform::schema::{ArgKind, Described, OpSchema, Origin, Role, construct, optional, required};
 
 /// Rotation by an angle uniform in `degrees` (counter-clockwise, a lone
 /// number `d` meaning `[-d, d]`), as torchvision's `RandomRotation` on PIL
@@ -13,29 +14,45 @@ use crate::transform::args::{Fill, Interpolation, Range, check_fill, check_range
 #[serde(deny_unknown_fields)]
 pub struct RandomRotation {
     pub degrees: Range,
-    #[serde(default = "nearest")]
     pub interpolation: Interpolation,
-    #[serde(default)]
     pub expand: bool,
-    #[serde(default)]
     pub center: Option<[f64; 2]>,
-    #[serde(default)]
     pub fill: Option<Fill>,
 }
 
-pub(crate) fn nearest() -> Interpolation {
-    Interpolation::Nearest
+impl Described for RandomRotation {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "Rotated by an angle uniform in degrees ([-d, d] for a number d).",
+        origin: Origin::Torchvision,
+        role: Role::Geometry,
+        args: &[
+            required("degrees", ArgKind::Range, "range of the angle, counter-clockwise"),
+            optional(
+                "interpolation",
+                ArgKind::Interpolation,
+                "\"nearest\"",
+                "nearest or bilinear",
+            ),
+            optional(
+                "expand",
+                ArgKind::Bool,
+                "false",
+                "grow the output to hold the whole rotated image",
+            ),
+            optional(
+                "center",
+                ArgKind::OptPair,
+                "null",
+                "centre of rotation [x, y] (the image's centre when None)",
+            ),
+            optional("fill", ArgKind::Fill, "0", "colour of the area outside the image"),
+        ],
+    };
 }
 
 impl RandomRotation {
     pub fn new(degrees: f64) -> Self {
-        Self {
-            degrees: Range::One(degrees),
-            interpolation: Interpolation::Nearest,
-            expand: false,
-            center: None,
-            fill: None,
-        }
+        construct(serde_json::json!({ "degrees": degrees }))
     }
 }
 

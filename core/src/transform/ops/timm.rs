@@ -9,6 +9,7 @@ use super::color::{invert, posterize, solarize, solarize_add};
 use super::rotate::push_rotation;
 use crate::params::{Bounds, Cx, Enhance, ResolveError, Step};
 use crate::transform::args::{Fill, Interpolation, Warp};
+use crate::transform::schema::{ArgKind, Described, OpSchema, Origin, Role, optional, required};
 
 /// timm's RandAugment. `img_mean` is the fill (timm's `hparams["img_mean"]`,
 /// 128 grey by default; `timm.data.create_transform` passes the dataset
@@ -18,20 +19,42 @@ use crate::transform::args::{Fill, Interpolation, Warp};
 #[serde(deny_unknown_fields)]
 pub struct TimmRandAugment {
     pub config: String,
-    #[serde(default)]
     pub img_mean: Option<Fill>,
-    #[serde(default = "random")]
     pub interpolation: String,
-    #[serde(default = "pct")]
     pub translate_pct: f64,
 }
 
-fn random() -> String {
-    "random".to_owned()
-}
-
-fn pct() -> f64 {
-    0.45
+impl Described for TimmRandAugment {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "timm's RandAugment from its config string (rand-m9-mstd0.5-inc1): img_mean is the fill (timm's default 128 grey), interpolation random, bilinear or bicubic.",
+        origin: Origin::Timm,
+        role: Role::Policy,
+        args: &[
+            required(
+                "config",
+                ArgKind::Str,
+                "timm's config string, as rand_augment_transform reads it",
+            ),
+            optional(
+                "img_mean",
+                ArgKind::Fill,
+                "null",
+                "fill colour (timm's hparams img_mean; 128 grey when None)",
+            ),
+            optional(
+                "interpolation",
+                ArgKind::TimmInterpolation,
+                "\"random\"",
+                "the warps' filter; random picks bilinear or bicubic per warp",
+            ),
+            optional(
+                "translate_pct",
+                ArgKind::Number,
+                "0.45",
+                "largest translation, as a fraction of the size",
+            ),
+        ],
+    };
 }
 
 /// The parsed config.
