@@ -485,7 +485,7 @@ mod tests {
         let mut keys = Vec::new();
         for s in &shards {
             let r = storage.open(&uri, &s.name).await.unwrap();
-            let mut samples = crate::wds::SampleReader::new(r, 1 << 20);
+            let mut samples = stoker_formats::wds::SampleReader::new(r, 1 << 20);
             while let Some(raw) = samples.next_sample().await.unwrap() {
                 keys.push((raw.key, raw.label.unwrap()));
             }

@@ -29,7 +29,7 @@ use stoker_core::ShardFormat;
 use stoker_formats::tfrecord::proto;
 
 use super::{PackError, io_err};
-use crate::wds::{file_header, padding};
+use stoker_formats::tar::{file_header, padding};
 
 /// Rows per Parquet row group: what Hugging Face `datasets` writes for
 /// image datasets.

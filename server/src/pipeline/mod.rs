@@ -22,6 +22,7 @@ mod measure;
 mod replay;
 mod route;
 mod samples;
+mod sink;
 
 pub use samples::SampleError;
 pub(crate) use samples::{ItemSamples, ShardRead};

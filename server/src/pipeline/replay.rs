@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::item::send;
+use super::sink::send;
 use super::{Chunk, Item, ItemError, Processed, WorkerContext};
 use crate::memory::Reservation;
 

@@ -9,8 +9,10 @@
 
 use std::mem::take;
 
+use stoker_formats::error::RecordError;
 use stoker_formats::sample::{RawSample, Step};
-use stoker_formats::shard::{SampleStart, ShardError, ShardKind, ShardSamples};
+use stoker_formats::shard::{ShardKind, ShardSamples};
+use stoker_formats::start::SampleStart;
 use stoker_formats::tfrecord::ExampleFields;
 
 use super::{Item, ItemError};
@@ -53,11 +55,12 @@ pub(crate) enum Read {
     End,
 }
 
-/// Why a shard's samples stopped coming.
+/// Why a shard's samples stopped coming: a streamed shard's reader (its
+/// error names the format) or a Parquet shard's.
 #[derive(Debug, thiserror::Error)]
 pub enum SampleError {
     #[error(transparent)]
-    Shard(#[from] ShardError),
+    Record(#[from] RecordError),
     #[error(transparent)]
     Parquet(#[from] ParquetShardError),
 }
@@ -67,7 +70,7 @@ impl SampleError {
     /// shard itself is bad from here on.
     pub fn is_io(&self) -> bool {
         match self {
-            Self::Shard(e) => e.is_io(),
+            Self::Record(e) => e.is_io(),
             Self::Parquet(e) => e.is_io(),
         }
     }
@@ -282,7 +285,7 @@ mod tests {
     use crate::memory::RESERVE;
     use crate::parquet::MAX_ROW_GROUP_BYTES;
     use crate::synth;
-    use stoker_formats::wds::{file_header, padding};
+    use stoker_formats::tar::{file_header, padding};
 
     fn tar(members: &[(&str, &[u8])]) -> Vec<u8> {
         let mut out = Vec::new();
