@@ -244,11 +244,11 @@ fn path_tree(t: &[Token], mut i: usize, prefix: &[String], out: &mut Vec<(Vec<St
     }
     if segs.len() > prefix.len() || !segs.is_empty() {
         let mut name = segs.last().cloned().unwrap_or_default();
-        if t.get(i) == Some(&Token::Ident("as".into())) {
-            if let Some(Token::Ident(alias)) = t.get(i + 1) {
-                name = alias.clone();
-                i += 2;
-            }
+        if t.get(i) == Some(&Token::Ident("as".into()))
+            && let Some(Token::Ident(alias)) = t.get(i + 1)
+        {
+            name = alias.clone();
+            i += 2;
         }
         out.push((segs, name));
     }
@@ -415,11 +415,8 @@ impl Crate {
         {
             let mut from = module.clone();
             from.extend(at.iter().cloned());
-            let mut target = match self.absolute(&from, via) {
-                Some(t) => t,
-                // An item of another crate, imported here.
-                None => return None,
-            };
+            // `None`: an item of another crate, imported here.
+            let mut target = self.absolute(&from, via)?;
             target.extend(rest[1..].iter().cloned());
             return self.defining_file(&target, hops - 1);
         }

@@ -90,11 +90,11 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
     }
 
     async fn fill(&mut self, buf: &mut [u8], what: &'static str, eof_ok: bool) -> Result<bool, RecordError> {
-        Ok(self.stream.fill(buf, what, eof_ok).await?)
+        self.stream.fill(buf, what, eof_ok).await
     }
 
     async fn skip(&mut self, n: u64, what: &'static str) -> Result<(), RecordError> {
-        Ok(self.stream.skip(n, what).await?)
+        self.stream.skip(n, what).await
     }
 
     /// The next record, or `None` at the end of the shard.

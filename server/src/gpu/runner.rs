@@ -44,10 +44,10 @@
 //! epoch to epoch ([`GpuRunner::memory`]).
 
 use std::sync::Arc;
+#[cfg(test)]
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-#[cfg(test)]
 use stoker_core::{ItemSeed, TransformSpec};
 
 use super::device::{Gpu, GpuError, GpuInfo, driver, keep_pool_memory};
