@@ -9,9 +9,16 @@
 //! `{...}` groups, nested) and in code alike. A path names the file where
 //! its item is defined: `super::X` is the parent file when `X` is the
 //! parent's own item, and the file `X` comes from when the parent only
-//! imports or re-exports it. A parent's `mod child;` is not an edge; what
-//! tests alone compile (`#[cfg(test)]` items, `tests.rs`) and comments
-//! and string literals are left out.
+//! imports or re-exports it. A parent's `mod child;` is not an edge, and
+//! neither is a re-export of one of its descendants' items (`pub use
+//! child::X`, at any `pub` visibility): that is the parent's interface,
+//! naming the child for others, not a dependency of the parent's own
+//! code, so a facade module whose children share items defined below them
+//! makes no circle. A path through the re-export still leads to the file
+//! that defines `X`, and where the file's own code names `X` as well, the
+//! `pub use` is an edge like any import. What tests alone compile
+//! (`#[cfg(test)]` items, `tests.rs`) and comments and string literals are
+//! left out.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -24,6 +31,10 @@ struct File {
     /// The paths its shipped code names, each from the file's own
     /// module (an inline `mod` adds its name).
     paths: Vec<(Vec<String>, Vec<String>)>,
+    /// The paths of its `pub use` re-exports whose names its own code does
+    /// not use, each from the file's own module: an edge only when the
+    /// item is not its own descendant's.
+    reexports: Vec<(Vec<String>, Vec<String>)>,
     /// The names its `use` declarations bring in: name -> (the module the
     /// `use` sits in, the path it names).
     imports: BTreeMap<String, (Vec<String>, Vec<String>)>,
@@ -255,6 +266,20 @@ fn path_tree(t: &[Token], mut i: usize, prefix: &[String], out: &mut Vec<(Vec<St
     i
 }
 
+/// Whether the `use` at `t[i]` is `pub` (`pub`, `pub(crate)`,
+/// `pub(super)`, `pub(in path)`).
+fn is_pub(t: &[Token], i: usize) -> bool {
+    let public = Token::Ident("pub".into());
+    match i.checked_sub(1).map(|j| &t[j]) {
+        Some(x) if *x == public => true,
+        Some(Token::Punct(')')) => {
+            let open = t[..i].iter().rposition(|x| *x == Token::Punct('('));
+            open.is_some_and(|o| o > 0 && t[o - 1] == public)
+        }
+        _ => false,
+    }
+}
+
 /// Reads one file: its paths and imports.
 fn read_file(name: String, text: &str) -> File {
     let t = without_test_items(tokens(text));
@@ -296,10 +321,18 @@ fn read_file(name: String, text: &str) -> File {
                 } else {
                     i + 1
                 };
+                let public = is_pub(&t, i);
                 i = path_tree(&t, start, &[], &mut found).max(i + 1);
                 for (path, alias) in found {
+                    // The name appears once in the `use` itself; more
+                    // often, and the file's own code uses it.
+                    let named = t.iter().filter(|x| **x == Token::Ident(alias.clone())).count();
                     file.imports.insert(alias, (here.clone(), path.clone()));
-                    file.paths.push((here.clone(), path));
+                    if public && named <= 1 {
+                        file.reexports.push((here.clone(), path));
+                    } else {
+                        file.paths.push((here.clone(), path));
+                    }
                 }
             }
             Token::Ident(_) if t.get(i + 1) == Some(&Token::Colons) && (i == 0 || t[i - 1] != Token::Colons) => {
@@ -428,7 +461,8 @@ impl Crate {
         let mut graph = Graph::new();
         for (module, file) in &self.files {
             let edges = graph.entry(file.name.clone()).or_default();
-            for (inside, path) in &file.paths {
+            let reexports = file.reexports.iter().map(|p| (p, true));
+            for ((inside, path), reexport) in file.paths.iter().map(|p| (p, false)).chain(reexports) {
                 let mut at = module.clone();
                 at.extend(inside.iter().cloned());
                 // A path may start at a name the file imported (`use
@@ -444,6 +478,14 @@ impl Crate {
                     }
                     _ => self.absolute(&at, path),
                 };
+                // A re-export of the file's own descendant's item: interface.
+                if reexport
+                    && absolute
+                        .as_ref()
+                        .is_some_and(|a| a.len() > module.len() && a.starts_with(module))
+                {
+                    continue;
+                }
                 let Some(target) = absolute.and_then(|a| self.defining_file(&a, 8)) else {
                     continue;
                 };
