@@ -274,7 +274,6 @@ const KNOWN_CIRCLES: &[(&str, &[&str])] = &[
             "transform/ops/timm.rs",
         ],
     ),
-    ("server/image/src", &["augment/geometry.rs", "augment/mod.rs"]),
     (
         "server/src",
         &[
