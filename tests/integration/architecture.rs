@@ -292,7 +292,6 @@ const KNOWN_CIRCLES: &[(&str, &[&str])] = &[
             "pipeline/sink.rs",
         ],
     ),
-    ("server/src", &["pack/mod.rs", "pack/writer.rs"]),
     ("client/src", &["wire.rs", "wire/chunks.rs"]),
     (
         "cli/src",
