@@ -283,15 +283,6 @@ const KNOWN_CIRCLES: &[(&str, &[&str])] = &[
             "storage/s3.rs",
         ],
     ),
-    (
-        "server/src",
-        &[
-            "pipeline/mod.rs",
-            "pipeline/replay.rs",
-            "pipeline/samples.rs",
-            "pipeline/sink.rs",
-        ],
-    ),
     ("client/src", &["wire.rs", "wire/chunks.rs"]),
     (
         "cli/src",

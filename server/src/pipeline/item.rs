@@ -13,10 +13,9 @@ use tracing::{debug, info, warn};
 
 use super::fields::read_fields;
 use super::measure::{read_item, synthetic_item};
-use super::replay::replay_item;
 use super::route::{InFlight, Route, gpu_sample, on_cpu, on_gpu};
 use super::samples::{ItemSamples, Read};
-use super::sink::send;
+use super::sink::{replay_item, send};
 use super::{Chunk, Item, ItemError, Processed, SkipKind, SkipTally, Skipped, WorkerContext};
 use crate::gpu::GpuSample;
 use crate::memory::Reservation;

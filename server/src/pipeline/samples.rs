@@ -9,13 +9,12 @@
 
 use std::mem::take;
 
-use stoker_formats::error::RecordError;
 use stoker_formats::sample::{RawSample, Step};
 use stoker_formats::shard::{ShardKind, ShardSamples};
 use stoker_formats::start::SampleStart;
 use stoker_formats::tfrecord::ExampleFields;
 
-use super::{Item, ItemError};
+use super::types::{Item, ItemError, SampleError};
 use crate::memory::{MemoryBudget, Reservation};
 use crate::parquet::{ParquetSamples, ParquetShardError, RowGroupLimit};
 use crate::storage::{ShardReader, Storage, StorageError};
@@ -53,27 +52,6 @@ pub(crate) enum Read {
     Blocked(u64),
     /// No sample is left.
     End,
-}
-
-/// Why a shard's samples stopped coming: a streamed shard's reader (its
-/// error names the format) or a Parquet shard's.
-#[derive(Debug, thiserror::Error)]
-pub enum SampleError {
-    #[error(transparent)]
-    Record(#[from] RecordError),
-    #[error(transparent)]
-    Parquet(#[from] ParquetShardError),
-}
-
-impl SampleError {
-    /// The transport failed (another attempt may succeed); otherwise the
-    /// shard itself is bad from here on.
-    pub fn is_io(&self) -> bool {
-        match self {
-            Self::Record(e) => e.is_io(),
-            Self::Parquet(e) => e.is_io(),
-        }
-    }
 }
 
 /// Which samples of which shard to read, and how.
