@@ -274,15 +274,6 @@ const KNOWN_CIRCLES: &[(&str, &[&str])] = &[
             "transform/ops/timm.rs",
         ],
     ),
-    (
-        "server/src",
-        &[
-            "storage/local.rs",
-            "storage/mod.rs",
-            "storage/resume.rs",
-            "storage/s3.rs",
-        ],
-    ),
     ("client/src", &["wire.rs", "wire/chunks.rs"]),
     (
         "cli/src",
