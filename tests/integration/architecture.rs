@@ -274,7 +274,6 @@ const KNOWN_CIRCLES: &[(&str, &[&str])] = &[
             "transform/ops/timm.rs",
         ],
     ),
-    ("client/src", &["wire.rs", "wire/chunks.rs"]),
     (
         "cli/src",
         &["demo.rs", "doctor.rs", "lib.rs", "stream.rs", "synth.rs", "worker.rs"],
