@@ -16,10 +16,11 @@ use clap::Args;
 use serde::Serialize;
 use stoker_core::TransformSpec;
 
+use stoker_formats::image::ImageKind;
+use stoker_formats::sample::RawSample;
 use stoker_server::metrics::WorkerMetrics;
 use stoker_server::pack::{SourceImage, pack_images};
 use stoker_server::pipeline::process_sample;
-use stoker_server::wds::{ImageKind, RawSample};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use stoker_core::{SampleRng, TransformSpec};
-use stoker_server::decode::{ImageKind, RgbImage, sniff};
+use stoker_image::decode::{ImageKind, RgbImage, sniff};
 
 /// What the worker does to each image.
 #[derive(Debug, Clone, clap::Args)]
@@ -132,7 +132,7 @@ pub fn run_augment(args: AugmentArgs) -> anyhow::Result<()> {
         println!("  step {i}: {step:?}");
     }
     drop(decoded);
-    let mut augmenter = stoker_server::augment::Augmenter::new();
+    let mut augmenter = stoker_image::augment::Augmenter::new();
     let out = stoker_image::decode_and_transform(&mut augmenter, kind, &data, &spec, &rng, args.max_image_pixels)
         .with_context(|| format!("cannot transform {}", args.input.display()))?;
     let bytes = match format {

@@ -1,9 +1,13 @@
 //! The client's gRPC edge: connections, the calls the client makes, and
 //! checked conversions between protobuf messages and the client's own
 //! types. Only this module names `stoker_proto::pb` (or the health
-//! service's messages); the rest of the crate speaks in [`Sample`],
-//! [`Skipped`], [`ShardRef`] and the requests built here.
+//! service's messages); the rest of the crate speaks in
+//! [`Sample`](crate::sample::Sample), [`Skipped`](crate::sample::Skipped),
+//! [`ShardRef`] and the requests built here. The token on every call is
+//! `auth`'s; `ProcessShard`'s hand-framed stream and its checked chunks
+//! are `chunks`'.
 
+mod auth;
 mod chunks;
 
 use std::time::Duration;
@@ -15,13 +19,11 @@ use tonic_health::ServingStatus;
 use tonic_health::pb::HealthCheckRequest;
 
 use crate::ring::RingOffer;
-use crate::sample::{Sample, Skipped};
 use crate::tls::TlsOptions;
+use auth::{Auth, Authed, auth};
 use stoker_proto::pb;
 use stoker_proto::pb::worker_client::WorkerClient;
 use stoker_proto::transport;
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
@@ -59,24 +61,6 @@ pub(crate) fn channel(addr: &str, connect_timeout: Duration, tls: Option<&TlsOpt
         .connect_lazy())
 }
 
-/// Adds `authorization: Bearer <token>` to every request when configured.
-#[derive(Clone)]
-pub(crate) struct Auth {
-    header: Option<MetadataValue<Ascii>>,
-}
-
-impl Interceptor for Auth {
-    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(h) = &self.header {
-            request.metadata_mut().insert(transport::AUTHORIZATION, h.clone());
-        }
-        Ok(request)
-    }
-}
-
-/// A channel with the token added to every request.
-type Authed = InterceptedService<Channel, Auth>;
-
 /// A worker client with the configured token: tonic's generated client,
 /// and the same channel for `ProcessShard`'s hand-framed stream.
 #[derive(Clone)]
@@ -97,18 +81,6 @@ pub(crate) fn health_client(channel: Channel, token: Option<&Secret>) -> Result<
     Ok(HealthClient(
         tonic_health::pb::health_client::HealthClient::with_interceptor(channel, auth(token)?),
     ))
-}
-
-fn auth(token: Option<&Secret>) -> Result<Auth, String> {
-    let header = token
-        .map(|t| {
-            let mut v = MetadataValue::try_from(transport::bearer(t.expose()))
-                .map_err(|_| "token is not a valid header value".to_owned())?;
-            v.set_sensitive(true);
-            Ok::<_, String>(v)
-        })
-        .transpose()?;
-    Ok(Auth { header })
 }
 
 pub(crate) fn client(channel: Channel, token: Option<&Secret>) -> Result<Client, String> {
@@ -278,117 +250,3 @@ impl WorkRequest {
 }
 
 pub(crate) use chunks::Chunks;
-
-/// One chunk of a work item's results.
-#[derive(Debug)]
-pub(crate) struct Chunk {
-    /// Checked when taken ([`Chunk::take_samples`]).
-    samples: Vec<pb::Sample>,
-    pub skipped: Vec<Skipped>,
-    /// The item's last chunk.
-    pub done: bool,
-    /// Set on the last chunk when the shard's data ended early or was
-    /// corrupt (names the shard and the offset); empty otherwise.
-    pub shard_error: String,
-    /// Items of the doctor's `Read` and `Decode` modes: samples handled and
-    /// bytes read or produced, counted instead of sent.
-    pub read_samples: u64,
-    pub read_bytes: u64,
-    /// Why the worker could not use the ring the item offered; empty
-    /// otherwise.
-    pub ring_refused: String,
-}
-
-impl Chunk {
-    /// Takes the chunk's samples, each checked against the transform's
-    /// output `size`, the `fields` and the `views` asked for, in the order
-    /// they came; pixels a worker wrote into the item's `ring` are taken
-    /// from it.
-    pub fn take_samples<'a>(
-        &mut self,
-        size: u32,
-        fields: &[FieldSpec],
-        views: &[ViewSpec],
-        ring: Option<&'a RingOffer>,
-    ) -> impl ExactSizeIterator<Item = Result<Sample, String>> + use<'a> {
-        let fields = fields.len();
-        let view_sizes: Vec<u32> = views.iter().map(|v| v.transform.size).collect();
-        std::mem::take(&mut self.samples)
-            .into_iter()
-            .map(move |s| sample_from_pb(s, size, fields, &view_sizes, ring))
-    }
-
-    /// Samples of the chunk whose pixels lie in the ring.
-    pub fn ring_samples(&self) -> usize {
-        self.samples.iter().filter(|s| s.ring_slot.is_some()).count()
-    }
-}
-
-/// Checks one wire sample: shape and byte count must match the transform.
-fn sample_from_pb(
-    mut s: pb::Sample,
-    size: u32,
-    fields: usize,
-    views: &[u32],
-    ring: Option<&RingOffer>,
-) -> Result<Sample, String> {
-    if s.fields.len() != fields + views.len() {
-        return Err(format!(
-            "sample {} has {} fields, {fields} and {} views were asked for",
-            s.key,
-            s.fields.len(),
-            views.len()
-        ));
-    }
-    let mut values: Vec<Option<stoker_core::FieldValue>> =
-        s.fields.into_iter().map(stoker_proto::value_from_pb).collect();
-    let mut view_pixels = Vec::with_capacity(views.len());
-    for (j, (value, &side)) in values.drain(fields..).zip(views).enumerate() {
-        let expected = side as usize * side as usize * 3;
-        match value {
-            Some(stoker_core::FieldValue::Image(pixels)) if pixels.len() == expected => view_pixels.push(pixels),
-            other => {
-                let got = other.as_ref().map_or(0, stoker_core::FieldValue::byte_len);
-                return Err(format!(
-                    "sample {} view {j}: expected {expected} pixel bytes ({side}x{side}x3), got {got}",
-                    s.key
-                ));
-            }
-        }
-    }
-    if (s.height, s.width, s.channels) != (size, size, 3) {
-        return Err(format!(
-            "sample {} has shape {}x{}x{}, expected {size}x{size}x3",
-            s.key, s.height, s.width, s.channels
-        ));
-    }
-    let expected = size as usize * size as usize * 3;
-    if let Some(slot) = s.ring_slot {
-        let ring = ring.ok_or_else(|| format!("sample {} names ring slot {slot}, but no ring was offered", s.key))?;
-        if !s.pixels.is_empty() {
-            return Err(format!(
-                "sample {} names ring slot {slot} and carries pixels too",
-                s.key
-            ));
-        }
-        s.pixels = ring
-            .take(slot, expected)
-            .map_err(|e| format!("sample {}: {e}", s.key))?;
-    }
-    if s.pixels.len() != expected {
-        return Err(format!(
-            "sample {} has {} pixel bytes, expected {expected}",
-            s.key,
-            s.pixels.len()
-        ));
-    }
-    Ok(Sample {
-        key: s.key,
-        label: s.label,
-        pixels: s.pixels,
-        position: s.position,
-        item: 0,
-        fields: values,
-        views: view_pixels,
-    })
-}

@@ -53,8 +53,5 @@ pub mod storage;
 pub mod synth;
 pub mod tls;
 
-pub use stoker_formats::wds;
-pub use stoker_image::{augment, decode};
-
 pub use pipeline::{WorkerConfig, WorkerContext};
 pub use service::{ServeOptions, serve};

@@ -6,7 +6,7 @@
 //! buffers and turns the return code into a `Result`. Callers never touch
 //! raw pointers.
 
-use crate::decode::RgbImage;
+use stoker_image::decode::RgbImage;
 
 /// True when this build carries the libjpeg-turbo region decoder.
 pub const AVAILABLE: bool = cfg!(stoker_libjpeg);
@@ -91,8 +91,8 @@ pub fn decode_region(_data: &[u8], _x: u32, _y: u32, _w: u32, _h: u32) -> Result
 #[cfg(all(test, stoker_libjpeg))]
 mod tests {
     use super::*;
-    use crate::decode::decode;
-    use crate::wds::ImageKind;
+    use stoker_formats::image::ImageKind;
+    use stoker_image::decode::decode;
 
     #[test]
     fn region_matches_the_same_box_of_a_full_decode() {

@@ -109,25 +109,25 @@ impl SkipKind {
     }
 }
 
-impl From<&crate::wds::MemberProblem> for SkipKind {
-    fn from(problem: &crate::wds::MemberProblem) -> Self {
+impl From<&stoker_formats::sample::MemberProblem> for SkipKind {
+    fn from(problem: &stoker_formats::sample::MemberProblem) -> Self {
         match problem {
-            crate::wds::MemberProblem::Missing
-            | crate::wds::MemberProblem::Empty { .. }
-            | crate::wds::MemberProblem::MissingField { .. }
-            | crate::wds::MemberProblem::NotImage { .. } => SkipKind::NotImage,
-            crate::wds::MemberProblem::TooLarge { .. } => SkipKind::TooLarge,
-            crate::wds::MemberProblem::Corrupt { .. } => SkipKind::Corrupt,
-            crate::wds::MemberProblem::Unreadable { .. } => SkipKind::BadField,
+            stoker_formats::sample::MemberProblem::Missing
+            | stoker_formats::sample::MemberProblem::Empty { .. }
+            | stoker_formats::sample::MemberProblem::MissingField { .. }
+            | stoker_formats::sample::MemberProblem::NotImage { .. } => SkipKind::NotImage,
+            stoker_formats::sample::MemberProblem::TooLarge { .. } => SkipKind::TooLarge,
+            stoker_formats::sample::MemberProblem::Corrupt { .. } => SkipKind::Corrupt,
+            stoker_formats::sample::MemberProblem::Unreadable { .. } => SkipKind::BadField,
         }
     }
 }
 
-impl From<&crate::decode::DecodeError> for SkipKind {
-    fn from(err: &crate::decode::DecodeError) -> Self {
+impl From<&stoker_image::decode::DecodeError> for SkipKind {
+    fn from(err: &stoker_image::decode::DecodeError) -> Self {
         match err {
-            crate::decode::DecodeError::TooLarge { .. } => SkipKind::TooLarge,
-            crate::decode::DecodeError::Invalid { .. } => SkipKind::Decode,
+            stoker_image::decode::DecodeError::TooLarge { .. } => SkipKind::TooLarge,
+            stoker_image::decode::DecodeError::Invalid { .. } => SkipKind::Decode,
         }
     }
 }

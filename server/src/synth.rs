@@ -10,8 +10,8 @@ use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer
 use jpeg_encoder::{ColorType, Encoder};
 use stoker_core::SampleRng;
 
-use crate::decode::{RgbImage, decode};
-use crate::wds::ImageKind;
+use stoker_formats::image::ImageKind;
+use stoker_image::decode::{RgbImage, decode};
 
 /// Why an image could not be made.
 #[derive(Debug, thiserror::Error)]

@@ -18,29 +18,14 @@
 //! checked), and the owning types [`Ring`] and [`Attached`].
 
 mod attach;
+mod error;
 pub mod layout;
 mod ring;
 mod sys;
 
 pub use attach::Attached;
+pub use error::ShmError;
 pub use ring::{Lent, Ring, StreamTag};
-
-/// Why a ring could not be made, mapped or used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ShmError {
-    #[error("{call} failed: {reason}")]
-    Call { call: &'static str, reason: String },
-    #[error("shared ring {path}: {reason}")]
-    Refused { path: String, reason: String },
-    #[error("slot {slot} of the shared ring: {reason}")]
-    Slot { slot: u32, reason: String },
-    #[error("a shared ring of {slots} slots of {slot_bytes} bytes is out of bounds: {reason}")]
-    Size {
-        slots: u32,
-        slot_bytes: usize,
-        reason: String,
-    },
-}
 
 /// This host as a worker and its client must share it for the ring: the
 /// running kernel (its boot id) and the PID namespace, in which the

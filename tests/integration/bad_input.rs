@@ -5,8 +5,8 @@
 use std::io::Read;
 use std::path::Path;
 
-use stoker_server::decode::{ImageKind, header_dimensions};
-use stoker_server::wds::{file_header, padding};
+use stoker_formats::tar::{file_header, padding};
+use stoker_image::decode::{ImageKind, header_dimensions};
 
 use crate::support::{
     StreamChild, Worker, assert_exactly_once, image_folder_keys, pack, peak_rss, signal, stoker_bin, stream,

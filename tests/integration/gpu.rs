@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use stoker_core::{ItemSeed, SampleRng, TransformSpec, resolve_steps};
-use stoker_server::augment::Augmenter;
-use stoker_server::decode::{ImageKind, RgbImage, decode};
+use stoker_image::augment::Augmenter;
+use stoker_image::decode::{ImageKind, RgbImage, decode};
 use stoker_server::gpu::{self, Backend, Gpu, GpuCrop};
 use stoker_server::synth;
 

@@ -27,6 +27,7 @@ mod lifecycle;
 mod local;
 mod memory;
 mod metrics;
+mod module_graph;
 mod protocol;
 // Needs the worker's fault-injection points: --features stoker/failpoints.
 #[cfg(feature = "failpoints")]

@@ -5,7 +5,7 @@
 
 use std::io::Write;
 
-use stoker_server::wds::{file_header, padding};
+use stoker_formats::tar::{file_header, padding};
 
 use crate::formats::write_parquet;
 use crate::support::{Worker, assert_exactly_once, image_folder_keys, peak_rss, stream, synth_images};

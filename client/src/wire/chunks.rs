@@ -2,7 +2,9 @@
 //! here, the response's data frames kept as they arrive and decoded by
 //! [`MessageReader`], so a sample's pixels are a slice of the frame they
 //! came in. The call is plain gRPC: headers, one message, a stream of
-//! messages, trailers with the status (or a trailers-only answer).
+//! messages, trailers with the status (or a trailers-only answer). Each
+//! message becomes a [`Chunk`], whose samples are checked as they are
+//! taken.
 
 use http_body_util::{BodyExt, Full};
 use stoker_proto::chained::{MessageReader, encode_message};
@@ -13,7 +15,10 @@ use tonic::service::interceptor::ResponseBody;
 use tonic::{Code, Status};
 use tower_service::Service;
 
-use super::{Authed, Chunk, Skipped};
+use super::auth::Authed;
+use crate::ring::RingOffer;
+use crate::sample::{Sample, Skipped};
+use stoker_core::{FieldSpec, ViewSpec};
 
 const PROCESS_SHARD: &str = "/stoker.v1.Worker/ProcessShard";
 
@@ -154,4 +159,118 @@ fn chunk(c: pb::SampleChunk) -> Chunk {
         read_bytes: c.read_bytes,
         ring_refused: c.ring_refused,
     }
+}
+
+/// One chunk of a work item's results.
+#[derive(Debug)]
+pub(crate) struct Chunk {
+    /// Checked when taken ([`Chunk::take_samples`]).
+    samples: Vec<pb::Sample>,
+    pub skipped: Vec<Skipped>,
+    /// The item's last chunk.
+    pub done: bool,
+    /// Set on the last chunk when the shard's data ended early or was
+    /// corrupt (names the shard and the offset); empty otherwise.
+    pub shard_error: String,
+    /// Items of the doctor's `Read` and `Decode` modes: samples handled and
+    /// bytes read or produced, counted instead of sent.
+    pub read_samples: u64,
+    pub read_bytes: u64,
+    /// Why the worker could not use the ring the item offered; empty
+    /// otherwise.
+    pub ring_refused: String,
+}
+
+impl Chunk {
+    /// Takes the chunk's samples, each checked against the transform's
+    /// output `size`, the `fields` and the `views` asked for, in the order
+    /// they came; pixels a worker wrote into the item's `ring` are taken
+    /// from it.
+    pub fn take_samples<'a>(
+        &mut self,
+        size: u32,
+        fields: &[FieldSpec],
+        views: &[ViewSpec],
+        ring: Option<&'a RingOffer>,
+    ) -> impl ExactSizeIterator<Item = Result<Sample, String>> + use<'a> {
+        let fields = fields.len();
+        let view_sizes: Vec<u32> = views.iter().map(|v| v.transform.size).collect();
+        std::mem::take(&mut self.samples)
+            .into_iter()
+            .map(move |s| sample_from_pb(s, size, fields, &view_sizes, ring))
+    }
+
+    /// Samples of the chunk whose pixels lie in the ring.
+    pub fn ring_samples(&self) -> usize {
+        self.samples.iter().filter(|s| s.ring_slot.is_some()).count()
+    }
+}
+
+/// Checks one wire sample: shape and byte count must match the transform.
+fn sample_from_pb(
+    mut s: pb::Sample,
+    size: u32,
+    fields: usize,
+    views: &[u32],
+    ring: Option<&RingOffer>,
+) -> Result<Sample, String> {
+    if s.fields.len() != fields + views.len() {
+        return Err(format!(
+            "sample {} has {} fields, {fields} and {} views were asked for",
+            s.key,
+            s.fields.len(),
+            views.len()
+        ));
+    }
+    let mut values: Vec<Option<stoker_core::FieldValue>> =
+        s.fields.into_iter().map(stoker_proto::value_from_pb).collect();
+    let mut view_pixels = Vec::with_capacity(views.len());
+    for (j, (value, &side)) in values.drain(fields..).zip(views).enumerate() {
+        let expected = side as usize * side as usize * 3;
+        match value {
+            Some(stoker_core::FieldValue::Image(pixels)) if pixels.len() == expected => view_pixels.push(pixels),
+            other => {
+                let got = other.as_ref().map_or(0, stoker_core::FieldValue::byte_len);
+                return Err(format!(
+                    "sample {} view {j}: expected {expected} pixel bytes ({side}x{side}x3), got {got}",
+                    s.key
+                ));
+            }
+        }
+    }
+    if (s.height, s.width, s.channels) != (size, size, 3) {
+        return Err(format!(
+            "sample {} has shape {}x{}x{}, expected {size}x{size}x3",
+            s.key, s.height, s.width, s.channels
+        ));
+    }
+    let expected = size as usize * size as usize * 3;
+    if let Some(slot) = s.ring_slot {
+        let ring = ring.ok_or_else(|| format!("sample {} names ring slot {slot}, but no ring was offered", s.key))?;
+        if !s.pixels.is_empty() {
+            return Err(format!(
+                "sample {} names ring slot {slot} and carries pixels too",
+                s.key
+            ));
+        }
+        s.pixels = ring
+            .take(slot, expected)
+            .map_err(|e| format!("sample {}: {e}", s.key))?;
+    }
+    if s.pixels.len() != expected {
+        return Err(format!(
+            "sample {} has {} pixel bytes, expected {expected}",
+            s.key,
+            s.pixels.len()
+        ));
+    }
+    Ok(Sample {
+        key: s.key,
+        label: s.label,
+        pixels: s.pixels,
+        position: s.position,
+        item: 0,
+        fields: values,
+        views: view_pixels,
+    })
 }

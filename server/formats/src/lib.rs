@@ -2,8 +2,8 @@
 //!
 //! - [`shard`]: the format layer the worker reads samples through
 //!   ([`shard::ShardSamples`]), over:
-//!   - [`wds`]: WebDataset tar shards, read as a stream and grouped into
-//!     samples;
+//!   - [`wds`]: WebDataset shards, the members of a tar ([`tar`]: a
+//!     streaming reader) grouped into samples;
 //!   - [`tfrecord`]: TFRecord shards (both checksums verified) of
 //!     `tf.train.Example`s;
 //!   - [`recordio`]: MXNet RecordIO shards (`IRHeader`, multi-part
@@ -11,6 +11,8 @@
 //! - [`index`]: record index files (RecordIO's and DALI's TFRecord
 //!   `.idx`), from which a sample range's bytes are found.
 //! - [`sample`]: the sample every format yields, before decoding.
+//! - [`start`]: where a read starts ([`start::SampleStart`]), and
+//!   [`error`]: why it stopped ([`error::RecordError`], naming the format).
 //! - `stream`: exact reads and skips with the offset counted, under both
 //!   shard readers.
 //! - [`image`]: image kinds, and the JPEG / PNG header checks (dimensions,
@@ -21,11 +23,14 @@
 //! crate has no I/O of its own beyond `tokio::io::AsyncRead` and no decoder,
 //! so the fuzzers build in seconds.
 
+pub mod error;
 pub mod image;
 pub mod index;
 pub mod recordio;
 pub mod sample;
 pub mod shard;
+pub mod start;
 mod stream;
+pub mod tar;
 pub mod tfrecord;
 pub mod wds;

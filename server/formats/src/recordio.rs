@@ -31,10 +31,11 @@
 use bytes::Bytes;
 use tokio::io::AsyncRead;
 
+use crate::error::{RecordError, RecordFormat};
 use crate::image::sniff;
 use crate::sample::{MemberProblem, RawSample, RawValue};
-use crate::shard::SampleStart;
-use crate::stream::{Counted, Shortfall};
+use crate::start::SampleStart;
+use crate::stream::Counted;
 
 /// The number every part starts with.
 pub const MAGIC: u32 = 0xced7_230a;
@@ -42,34 +43,6 @@ pub const MAGIC: u32 = 0xced7_230a;
 pub const IR_HEADER: usize = 24;
 /// The largest part a writer can frame (29 bits of length).
 const MAX_PART: u32 = (1 << 29) - 1;
-
-/// Why a RecordIO shard could not be read to its end.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum RecordIoError {
-    #[error("recordio truncated at byte {offset}: {what}")]
-    Truncated { offset: u64, what: &'static str },
-    #[error("corrupt recordio at byte {offset}: {reason}")]
-    Corrupt { offset: u64, reason: String },
-    #[error("read failed at byte {offset}: {reason}")]
-    Io { offset: u64, reason: String },
-}
-
-impl From<Shortfall> for RecordIoError {
-    fn from(s: Shortfall) -> Self {
-        match s {
-            Shortfall::Truncated { offset, what } => Self::Truncated { offset, what },
-            Shortfall::Io { offset, reason } => Self::Io { offset, reason },
-            Shortfall::Corrupt { offset, reason } => Self::Corrupt { offset, reason },
-        }
-    }
-}
-
-impl RecordIoError {
-    /// Data errors are a property of the shard; I/O errors of the transport.
-    pub fn is_io(&self) -> bool {
-        matches!(self, Self::Io { .. })
-    }
-}
 
 /// Frames `data` as one record the way MXNet's writer does: split
 /// where the magic number sits at a 4-byte boundary, each part padded
@@ -149,7 +122,7 @@ impl<R: AsyncRead + Unpin> RecordIoReader<R> {
     /// added to every label.
     pub fn new(inner: R, shard: &str, start: SampleStart, max_record_bytes: u64, label_offset: i64) -> Self {
         Self {
-            stream: Counted::at(inner, start.offset),
+            stream: Counted::at(inner, start.offset, RecordFormat::RecordIo),
             shard: shard.to_owned(),
             max_record_bytes,
             label_offset,
@@ -172,7 +145,7 @@ impl<R: AsyncRead + Unpin> RecordIoReader<R> {
     }
 
     /// The next sample, or `None` at the end of the shard.
-    pub async fn next_sample(&mut self) -> Result<Option<RawSample>, RecordIoError> {
+    pub async fn next_sample(&mut self) -> Result<Option<RawSample>, RecordError> {
         let Some(record) = self.next_record().await? else {
             return Ok(None);
         };
@@ -199,7 +172,7 @@ impl<R: AsyncRead + Unpin> RecordIoReader<R> {
     }
 
     /// The next record, its parts joined, or `None` at the end.
-    async fn next_record(&mut self) -> Result<Option<Record>, RecordIoError> {
+    async fn next_record(&mut self) -> Result<Option<Record>, RecordError> {
         let offset = self.stream.offset();
         let mut data: Vec<u8> = Vec::new();
         // Bytes of the record so far, kept or not.
@@ -214,7 +187,8 @@ impl<R: AsyncRead + Unpin> RecordIoReader<R> {
             let (magic, lrec) = header.split_at(4);
             let magic = u32::from_le_bytes(magic.try_into().unwrap_or_default());
             if magic != MAGIC {
-                return Err(RecordIoError::Corrupt {
+                return Err(RecordError::Corrupt {
+                    format: RecordFormat::RecordIo,
                     offset: part_offset,
                     reason: format!("expected the magic number {MAGIC:#010x}, found {magic:#010x}"),
                 });
@@ -224,7 +198,8 @@ impl<R: AsyncRead + Unpin> RecordIoReader<R> {
             match (first, cflag) {
                 (true, 0 | 1) | (false, 2 | 3) => {}
                 _ => {
-                    return Err(RecordIoError::Corrupt {
+                    return Err(RecordError::Corrupt {
+                        format: RecordFormat::RecordIo,
                         offset: part_offset,
                         reason: format!(
                             "part flag {cflag} {}",
@@ -377,7 +352,7 @@ mod tests {
         out
     }
 
-    async fn read_all(bytes: &[u8], start: SampleStart, max: u64) -> (Vec<RawSample>, Option<RecordIoError>) {
+    async fn read_all(bytes: &[u8], start: SampleStart, max: u64) -> (Vec<RawSample>, Option<RecordError>) {
         let mut reader = RecordIoReader::new(bytes, "train.rec", start, max, 0);
         let mut out = Vec::new();
         loop {
@@ -481,20 +456,26 @@ mod tests {
         );
         assert!(matches!(samples[2].image, Err(MemberProblem::NotImage { .. })));
         assert!(matches!(&samples[3].image, Err(MemberProblem::Corrupt { reason, .. }) if reason.contains("9 labels")));
-        let Some(RecordIoError::Corrupt { offset, reason }) = err else {
+        let Some(RecordError::Corrupt {
+            format: RecordFormat::RecordIo,
+            offset,
+            reason,
+        }) = err
+        else {
             panic!("expected a framing error, got {err:?}");
         };
         assert_eq!(offset, shard.len() as u64 - 8);
         assert!(reason.contains("magic"), "{reason}");
         // A cut inside a record is a truncation naming its offset.
         let (_, err) = read_all(&good[..good.len() - 3], SampleStart::default(), 1 << 20).await;
-        assert!(matches!(err, Some(RecordIoError::Truncated { .. })), "{err:?}");
+        assert!(matches!(err, Some(RecordError::Truncated { .. })), "{err:?}");
         // A continuation part without a first part.
         let mut orphan = MAGIC.to_le_bytes().to_vec();
         orphan.extend_from_slice(&(3u32 << 29).to_le_bytes());
         let (_, err) = read_all(&orphan, SampleStart::default(), 1 << 20).await;
         assert!(
-            matches!(&err, Some(RecordIoError::Corrupt { reason, .. }) if reason.contains("never began")),
+            matches!(&err, Some(RecordError::Corrupt {
+ format: RecordFormat::RecordIo, reason, .. }) if reason.contains("never began")),
             "{err:?}"
         );
     }

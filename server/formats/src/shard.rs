@@ -3,10 +3,12 @@
 
 use tokio::io::AsyncRead;
 
-use crate::recordio::{RecordIoError, RecordIoReader};
+use crate::error::RecordError;
+use crate::recordio::RecordIoReader;
 use crate::sample::{RawSample, Step};
-use crate::tfrecord::{ExampleFields, ExampleReader, RecordError};
-use crate::wds::{SampleReader, TarError};
+use crate::start::SampleStart;
+use crate::tfrecord::{ExampleFields, ExampleReader};
+use crate::wds::SampleReader;
 
 /// A shard's format, with what reading it needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,37 +21,6 @@ pub enum ShardKind {
     /// MXNet RecordIO; the offset is added to every label, and
     /// `label_fields` fields get the header's whole label array.
     RecordIo { label_offset: i64, label_fields: usize },
-}
-
-/// Where a read of a shard starts: the first sample's position and the
-/// byte it starts at (both 0 for the whole shard, the default). A read
-/// from elsewhere is one a record index located.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SampleStart {
-    pub position: u64,
-    pub offset: u64,
-}
-
-/// Why a shard could not be read to its end.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ShardError {
-    #[error(transparent)]
-    Tar(#[from] TarError),
-    #[error(transparent)]
-    Record(#[from] RecordError),
-    #[error(transparent)]
-    RecordIo(#[from] RecordIoError),
-}
-
-impl ShardError {
-    /// Data errors are a property of the shard; I/O errors of the transport.
-    pub fn is_io(&self) -> bool {
-        match self {
-            Self::Tar(e) => e.is_io(),
-            Self::Record(e) => e.is_io(),
-            Self::RecordIo(e) => e.is_io(),
-        }
-    }
 }
 
 /// A shard's samples, read as the shard streams in.
@@ -92,7 +63,7 @@ impl<R: AsyncRead + Unpin> ShardSamples<R> {
     }
 
     /// The next sample, or `None` at the end of the shard.
-    pub async fn next_sample(&mut self) -> Result<Option<RawSample>, ShardError> {
+    pub async fn next_sample(&mut self) -> Result<Option<RawSample>, RecordError> {
         match self {
             Self::WebDataset(r) => Ok(r.next_sample().await?),
             Self::TfRecord(r) => Ok(r.next_sample().await?),
@@ -105,7 +76,7 @@ impl<R: AsyncRead + Unpin> ShardSamples<R> {
     /// ([`SampleReader::next_sample_within`]). TFRecord and RecordIO
     /// records are read whole, each under the record size limit, without
     /// asking.
-    pub async fn next_sample_within(&mut self, admit: &mut impl FnMut(u64) -> bool) -> Result<Step, ShardError> {
+    pub async fn next_sample_within(&mut self, admit: &mut impl FnMut(u64) -> bool) -> Result<Step, RecordError> {
         match self {
             Self::WebDataset(r) => Ok(r.next_sample_within(admit).await?),
             Self::TfRecord(r) => Ok(Step::Sample(r.next_sample().await?)),

@@ -3,30 +3,22 @@
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-/// Why bytes the reader needed did not come.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Shortfall {
-    /// The stream ended before `what` was complete.
-    Truncated { offset: u64, what: &'static str },
-    /// The transport failed.
-    Io { offset: u64, reason: String },
-    /// The stream's bytes are not what they claim to be: a compressed
-    /// shard that does not decompress (`InvalidData` from the reader).
-    Corrupt { offset: u64, reason: String },
-}
+use crate::error::{RecordError, RecordFormat};
 
 /// A stream read in exact amounts, counting the bytes consumed.
 #[derive(Debug)]
 pub(crate) struct Counted<R> {
     inner: R,
     offset: u64,
+    /// What the stream holds, for its errors.
+    format: RecordFormat,
 }
 
 impl<R: AsyncRead + Unpin> Counted<R> {
     /// A stream that starts at byte `offset` of its shard (0 for a read
-    /// from the beginning).
-    pub(crate) fn at(inner: R, offset: u64) -> Self {
-        Self { inner, offset }
+    /// from the beginning), holding `format`.
+    pub(crate) fn at(inner: R, offset: u64, format: RecordFormat) -> Self {
+        Self { inner, offset, format }
     }
 
     /// Bytes consumed so far.
@@ -36,21 +28,22 @@ impl<R: AsyncRead + Unpin> Counted<R> {
 
     /// Fills `buf` completely. Returns false on a clean end of the stream
     /// before the first byte (only allowed where `eof_ok`).
-    pub(crate) async fn fill(&mut self, buf: &mut [u8], what: &'static str, eof_ok: bool) -> Result<bool, Shortfall> {
+    pub(crate) async fn fill(&mut self, buf: &mut [u8], what: &'static str, eof_ok: bool) -> Result<bool, RecordError> {
         let mut got = 0;
         while got < buf.len() {
             let n = self.inner.read(&mut buf[got..]).await.map_err(|e| {
-                let (offset, reason) = (self.offset + got as u64, e.to_string());
+                let (format, offset, reason) = (self.format, self.offset + got as u64, e.to_string());
                 match e.kind() {
-                    std::io::ErrorKind::InvalidData => Shortfall::Corrupt { offset, reason },
-                    _ => Shortfall::Io { offset, reason },
+                    std::io::ErrorKind::InvalidData => RecordError::Corrupt { format, offset, reason },
+                    _ => RecordError::Io { format, offset, reason },
                 }
             })?;
             if n == 0 {
                 if got == 0 && eof_ok {
                     return Ok(false);
                 }
-                return Err(Shortfall::Truncated {
+                return Err(RecordError::Truncated {
+                    format: self.format,
                     offset: self.offset + got as u64,
                     what,
                 });
@@ -62,7 +55,7 @@ impl<R: AsyncRead + Unpin> Counted<R> {
     }
 
     /// Reads past `n` bytes without keeping them.
-    pub(crate) async fn skip(&mut self, mut n: u64, what: &'static str) -> Result<(), Shortfall> {
+    pub(crate) async fn skip(&mut self, mut n: u64, what: &'static str) -> Result<(), RecordError> {
         let mut scratch = [0u8; 8192];
         while n > 0 {
             let take = n.min(scratch.len() as u64) as usize;

@@ -26,41 +26,14 @@ use bytes::Bytes;
 use prost::Message;
 use tokio::io::AsyncRead;
 
+use crate::error::{RecordError, RecordFormat};
 use crate::image::sniff;
 use crate::sample::{MemberProblem, RawField, RawSample, RawValue};
-use crate::shard::SampleStart;
-use crate::stream::{Counted, Shortfall};
+use crate::start::SampleStart;
+use crate::stream::Counted;
 
 /// Bytes of a record's header: the length and its checksum.
 const HEADER: usize = 12;
-
-/// Why a TFRecord shard could not be read to its end.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum RecordError {
-    #[error("tfrecord truncated at byte {offset}: {what}")]
-    Truncated { offset: u64, what: &'static str },
-    #[error("corrupt tfrecord at byte {offset}: {reason}")]
-    Corrupt { offset: u64, reason: String },
-    #[error("read failed at byte {offset}: {reason}")]
-    Io { offset: u64, reason: String },
-}
-
-impl From<Shortfall> for RecordError {
-    fn from(s: Shortfall) -> Self {
-        match s {
-            Shortfall::Truncated { offset, what } => Self::Truncated { offset, what },
-            Shortfall::Io { offset, reason } => Self::Io { offset, reason },
-            Shortfall::Corrupt { offset, reason } => Self::Corrupt { offset, reason },
-        }
-    }
-}
-
-impl RecordError {
-    /// Data errors are a property of the shard; I/O errors of the transport.
-    pub fn is_io(&self) -> bool {
-        matches!(self, Self::Io { .. })
-    }
-}
 
 /// TFRecord's checksum: CRC32C, rotated and offset so that a checksum of
 /// data holding checksums stays well distributed.
@@ -106,7 +79,7 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
     /// A reader of a stream that starts at byte `offset` of the shard.
     fn at(inner: R, max_record_bytes: u64, offset: u64) -> Self {
         Self {
-            stream: Counted::at(inner, offset),
+            stream: Counted::at(inner, offset, RecordFormat::TfRecord),
             max_record_bytes,
         }
     }
@@ -117,11 +90,11 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
     }
 
     async fn fill(&mut self, buf: &mut [u8], what: &'static str, eof_ok: bool) -> Result<bool, RecordError> {
-        Ok(self.stream.fill(buf, what, eof_ok).await?)
+        self.stream.fill(buf, what, eof_ok).await
     }
 
     async fn skip(&mut self, n: u64, what: &'static str) -> Result<(), RecordError> {
-        Ok(self.stream.skip(n, what).await?)
+        self.stream.skip(n, what).await
     }
 
     /// The next record, or `None` at the end of the shard.
@@ -135,6 +108,7 @@ impl<R: AsyncRead + Unpin> RecordReader<R> {
         let expected = u32::from_le_bytes(len_crc.try_into().unwrap_or_default());
         if masked_crc32c(len_bytes) != expected {
             return Err(RecordError::Corrupt {
+                format: RecordFormat::TfRecord,
                 offset,
                 reason: "the record length's checksum does not match".to_owned(),
             });
@@ -558,7 +532,8 @@ mod tests {
         let (samples, err) = read_all([first.clone(), second].concat(), imagenet()).await;
         assert_eq!(samples.len(), 1);
         assert!(
-            matches!(err, Some(RecordError::Corrupt { offset, .. }) if offset == at),
+            matches!(err, Some(RecordError::Corrupt {
+ format: RecordFormat::TfRecord, offset, .. }) if offset == at),
             "{err:?}"
         );
 
@@ -570,6 +545,7 @@ mod tests {
             matches!(
                 err,
                 Some(RecordError::Truncated {
+                    format: RecordFormat::TfRecord,
                     what: "record checksum",
                     ..
                 })

@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
 
+use super::device::{Gpu, GpuError, driver};
 use super::nvjpeg::sys::{cudaStream_t, nvjpegImage_t};
 use super::nvjpeg::{Backend, Decoder, Handle, JpegStream, NvjpegError};
-use super::{Gpu, GpuError, driver};
 
 /// A decoded image in device memory: `height` rows of `pitch` bytes, RGB
 /// interleaved, `pitch >= 3 * width`.
@@ -33,7 +33,7 @@ pub enum GpuDecodeError {
     /// The checks every JPEG passes on the CPU path too (header, pixel
     /// limit, truncation) refused it.
     #[error("{0}")]
-    Check(crate::decode::DecodeError),
+    Check(stoker_image::decode::DecodeError),
     #[error("nvjpeg cannot read the jpeg header: {0}")]
     Header(NvjpegError),
     #[error("jpeg has {0} colour components; the gpu path decodes 3")]
@@ -175,7 +175,7 @@ impl GpuDecoder {
     /// Reads the header, checks it, allocates the output and says whether
     /// the batched backend takes the JPEG.
     fn plan(&mut self, data: &[u8]) -> Result<(DeviceImage, bool), GpuDecodeError> {
-        crate::decode::check_jpeg(data, self.max_pixels).map_err(GpuDecodeError::Check)?;
+        stoker_image::decode::check_jpeg(data, self.max_pixels).map_err(GpuDecodeError::Check)?;
         let info = self.single.handle().image_info(data).map_err(GpuDecodeError::Header)?;
         if info.components != 3 {
             return Err(GpuDecodeError::Components(info.components));
@@ -262,4 +262,12 @@ fn decode_one(
     let r = unsafe { decoder.decode_rgbi(data, &mut out, raw_stream) };
     drop(guard);
     r.map_err(GpuDecodeError::Decode)
+}
+
+impl Gpu {
+    /// A batched JPEG decoder on this device's stream. Images above
+    /// `max_pixels` are refused from their header.
+    pub fn decoder(&self, max_pixels: u64) -> Result<GpuDecoder, GpuError> {
+        GpuDecoder::new(self, max_pixels)
+    }
 }

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use cudarc::driver::PinnedHostSlice;
 
-use super::GpuError;
+use super::device::{GpuError, driver};
 
 /// Buffers one lane lends at most at once.
 pub(super) const MAX_LENT: usize = 16;
@@ -59,7 +59,7 @@ impl Shelf {
         }
         // `as_ptr` waits on the buffer's event (the copy into it was
         // already waited for, so it returns at once).
-        let ptr = buf.as_ptr().map_err(super::driver("lending a page-locked buffer"))?;
+        let ptr = buf.as_ptr().map_err(driver("lending a page-locked buffer"))?;
         lock(&self.inner).lent += 1;
         Ok(Bytes::from_owner(Lent {
             buf: Some(buf),

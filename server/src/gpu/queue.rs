@@ -7,11 +7,66 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
+use bytes::Bytes;
 use stoker_core::{ItemSeed, TransformSpec};
+use stoker_formats::image::ImageKind;
+use stoker_formats::sample::RawSample;
 use tokio::sync::oneshot;
 
-use super::runner::{GpuResult, GpuSample};
 use super::steal::StealPolicy;
+use crate::outcome::{Processed, Skipped};
+
+/// A JPEG sample for the GPU. A clone shares the image bytes.
+#[derive(Clone, Debug)]
+pub struct GpuSample {
+    pub key: String,
+    /// Position in its shard (see `RawSample::position`).
+    pub position: u64,
+    pub label: i64,
+    pub data: Bytes,
+}
+
+impl GpuSample {
+    /// The sample as the CPU path takes it (the data is shared, not copied).
+    pub fn clone_raw(&self) -> RawSample {
+        RawSample {
+            key: self.key.clone(),
+            position: self.position,
+            image: Ok((ImageKind::Jpeg, self.data.clone())),
+            label: Ok(self.label),
+            // Fields stay with the item, which attaches them to the result.
+            fields: Vec::new(),
+        }
+    }
+
+    /// The sample as the CPU path takes it.
+    pub fn into_raw(self) -> RawSample {
+        RawSample {
+            key: self.key,
+            position: self.position,
+            image: Ok((ImageKind::Jpeg, self.data)),
+            label: Ok(self.label),
+            // Fields stay with the item, which attaches them to the result.
+            fields: Vec::new(),
+        }
+    }
+}
+
+/// What became of a [`GpuSample`].
+#[derive(Debug)]
+pub enum GpuResult {
+    Done(Processed),
+    /// Taken from the backlog by the CPU path ([`super::GpuRunner::steal`]),
+    /// which could not use it, for this reason.
+    Skipped(Skipped),
+    /// Not finished on the GPU (not a baseline 3-channel JPEG, a crop the
+    /// kernel does not run, over the batch memory, a GPU failure): the CPU
+    /// path should take it.
+    Cpu {
+        sample: GpuSample,
+        reason: String,
+    },
+}
 
 /// Samples an item queued for the lanes, with what their steps depend on.
 pub(super) struct Job {

@@ -14,41 +14,14 @@ use stoker_formats::image::ImageKind;
 
 use crate::pipeline::{ItemSamples, ShardRead};
 
-use crate::storage::{INDEX_FILE, Index, IndexEntry, Storage, StorageError};
+use crate::storage::{INDEX_FILE, Index, IndexEntry, Storage};
+use error::io_err;
 use writer::{RecordIndex, Sample, ShardWriter};
 
+mod error;
 pub mod writer;
 
-/// Why packing failed.
-#[derive(Debug, thiserror::Error)]
-pub enum PackError {
-    #[error("input folder {0} does not exist or is not a folder")]
-    NoInput(PathBuf),
-    #[error("input folder {0} has no class subfolders with images (jpg, jpeg, png)")]
-    Empty(PathBuf),
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error(transparent)]
-    Storage(#[from] StorageError),
-    #[error("shard size must be at least 1 KiB, got {0}")]
-    ShardSize(u64),
-    /// A shard of the input that cannot be read to its end.
-    #[error("cannot read {shard} to its end: {reason}")]
-    Unreadable { shard: String, reason: String },
-    #[error("{dataset} holds no sample to convert ({skipped} skipped)")]
-    NothingToConvert { dataset: String, skipped: usize },
-}
-
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> PackError + '_ {
-    move |source| PackError::Io {
-        path: path.to_owned(),
-        source,
-    }
-}
+pub use error::PackError;
 
 /// One image to pack.
 #[derive(Debug, Clone)]
@@ -485,7 +458,7 @@ mod tests {
         let mut keys = Vec::new();
         for s in &shards {
             let r = storage.open(&uri, &s.name).await.unwrap();
-            let mut samples = crate::wds::SampleReader::new(r, 1 << 20);
+            let mut samples = stoker_formats::wds::SampleReader::new(r, 1 << 20);
             while let Some(raw) = samples.next_sample().await.unwrap() {
                 keys.push((raw.key, raw.label.unwrap()));
             }

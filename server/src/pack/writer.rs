@@ -28,8 +28,8 @@ use prost::Message;
 use stoker_core::ShardFormat;
 use stoker_formats::tfrecord::proto;
 
-use super::{PackError, io_err};
-use crate::wds::{file_header, padding};
+use super::error::{PackError, io_err};
+use stoker_formats::tar::{file_header, padding};
 
 /// Rows per Parquet row group: what Hugging Face `datasets` writes for
 /// image datasets.

@@ -10,13 +10,14 @@ use stoker_core::{
 use tracing::debug;
 
 use super::{Processed, SkipKind, Skipped};
-use crate::augment::Augmenter;
-use crate::decode::{RgbImage, check_jpeg, decode, header_dimensions, sniff};
 use crate::libjpeg;
 use crate::metrics::{Stage, WorkerMetrics};
 use crate::pool::catch_panic;
-use crate::wds::{ImageKind, RawSample, RawValue};
+use stoker_formats::image::ImageKind;
+use stoker_formats::sample::{RawSample, RawValue};
 use stoker_image::ImageError;
+use stoker_image::augment::Augmenter;
+use stoker_image::decode::{RgbImage, check_jpeg, decode, header_dimensions, sniff};
 
 thread_local! {
     static AUGMENTER: std::cell::RefCell<Augmenter> = std::cell::RefCell::new(Augmenter::new());

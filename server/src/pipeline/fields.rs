@@ -6,7 +6,7 @@ use stoker_core::field::one;
 use stoker_core::{FieldKind, FieldSpec, FieldValue, Fields};
 
 use super::{SkipKind, Skipped};
-use crate::wds::{MemberProblem, RawField, RawSample, RawValue};
+use stoker_formats::sample::{MemberProblem, RawField, RawSample, RawValue};
 
 /// Reads `raw`'s fields (taken out of it) as `specs` ask. `Err` is the
 /// sample's skip: a required field missing (`missing_field`), over the
@@ -136,7 +136,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::wds::ImageKind;
+    use stoker_formats::image::ImageKind;
 
     fn raw(fields: Vec<RawField>) -> RawSample {
         RawSample {

@@ -13,15 +13,16 @@ use tracing::{debug, info, warn};
 
 use super::fields::read_fields;
 use super::measure::{read_item, synthetic_item};
-use super::replay::replay_item;
 use super::route::{InFlight, Route, gpu_sample, on_cpu, on_gpu};
 use super::samples::{ItemSamples, Read};
+use super::sink::{replay_item, send};
 use super::{Chunk, Item, ItemError, Processed, SkipKind, SkipTally, Skipped, WorkerContext};
-use crate::decode::header_dimensions;
 use crate::gpu::GpuSample;
 use crate::memory::Reservation;
 use crate::metrics::Stage;
-use crate::wds::{ImageKind, RawSample};
+use stoker_formats::image::ImageKind;
+use stoker_formats::sample::RawSample;
+use stoker_image::decode::{header_dimensions, sniff};
 
 /// A chunk is sent once it holds this many skips, so a shard of nothing
 /// but bad samples streams its reasons instead of piling them up.
@@ -47,7 +48,7 @@ fn memory_need(raw: &RawSample, spec: &TransformSpec, views: &[ViewSpec], max_pi
         return output(spec);
     };
     // The header of the kind the bytes are, whatever the name says.
-    let dims = header_dimensions(crate::decode::sniff(data).unwrap_or(*kind), data)
+    let dims = header_dimensions(sniff(data).unwrap_or(*kind), data)
         .ok()
         .filter(|&(w, h)| u64::from(w) * u64::from(h) <= max_pixels);
     let working = |spec: &TransformSpec| {
@@ -444,22 +445,4 @@ impl<'a> ItemRun<'a> {
         self.ctx.metrics.skipped(s.kind);
         self.chunk.skipped.push(s);
     }
-}
-
-/// Sends `chunk` unless it is empty and not the last; false if the client
-/// left.
-pub(super) async fn send(ctx: &WorkerContext, tx: &mpsc::Sender<Result<Chunk, ItemError>>, chunk: Chunk) -> bool {
-    if chunk.is_empty() && !chunk.done {
-        return true;
-    }
-    ctx.counters
-        .samples
-        .fetch_add(chunk.samples.len() as u64, Ordering::Relaxed);
-    ctx.counters
-        .bytes
-        .fetch_add(chunk.pixel_bytes as u64, Ordering::Relaxed);
-    let sending = Instant::now();
-    let sent = tx.send(Ok(chunk)).await.is_ok();
-    ctx.metrics.observe(Stage::Send, sending.elapsed());
-    sent
 }

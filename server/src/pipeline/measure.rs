@@ -8,8 +8,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::item::send;
 use super::samples::ItemSamples;
+use super::sink::send;
 use super::{Chunk, Item, ItemError, Processed, WorkerContext};
 use crate::memory::Reservation;
 

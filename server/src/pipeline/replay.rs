@@ -1,13 +1,11 @@
 //! `--replay` (benchmarks only): an item's results kept in memory and sent
-//! again for every later request of the same shard range.
+//! again for every later request of the same shard range (`sink`'s
+//! `replay_item` sends them).
 
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
-
-use super::item::send;
-use super::{Chunk, Item, ItemError, Processed, WorkerContext};
-use crate::memory::Reservation;
+use super::types::Item;
+use crate::outcome::Processed;
 
 /// Results kept by a worker started with `--replay`: an item's samples are
 /// processed once, then sent again from memory, so that a benchmark of the
@@ -35,22 +33,4 @@ impl ReplayCache {
         let mut items = self.items.lock().unwrap_or_else(|p| p.into_inner());
         items.insert(Self::key(item), Arc::new(samples));
     }
-}
-
-/// Sends an item's cached results (`--replay`); false if the receiver left.
-pub(super) async fn replay_item(
-    ctx: &WorkerContext,
-    item: &Item,
-    cached: &[Processed],
-    tx: &mpsc::Sender<Result<Chunk, ItemError>>,
-) -> bool {
-    let mut chunk = Chunk::default();
-    for p in cached.iter().filter(|p| !item.skip.contains(p.position)) {
-        chunk.push(p.clone(), Reservation::default());
-        if chunk.pixel_bytes >= item.chunk_bytes && !send(ctx, tx, std::mem::take(&mut chunk)).await {
-            return false;
-        }
-    }
-    chunk.done = true;
-    send(ctx, tx, chunk).await
 }

@@ -10,13 +10,14 @@ use tracing::debug;
 
 use super::cpu::process_sample_with;
 use super::{Item, ItemError, Processed, Skipped, WorkerContext, process_sample};
-use crate::decode::sniff;
 use crate::gpu::RunnerGone;
 use crate::gpu::{GpuResult, GpuRunner, GpuSample};
 use crate::memory::Reservation;
 use crate::metrics::Stage;
 use crate::pool::PoolError;
-use crate::wds::{ImageKind, RawSample};
+use stoker_formats::image::ImageKind;
+use stoker_formats::sample::RawSample;
+use stoker_image::decode::sniff;
 
 impl WorkerContext {
     /// Where `raw` of `item` is decoded: on a GPU worker a JPEG goes to

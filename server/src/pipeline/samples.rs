@@ -10,10 +10,11 @@
 use std::mem::take;
 
 use stoker_formats::sample::{RawSample, Step};
-use stoker_formats::shard::{SampleStart, ShardError, ShardKind, ShardSamples};
+use stoker_formats::shard::{ShardKind, ShardSamples};
+use stoker_formats::start::SampleStart;
 use stoker_formats::tfrecord::ExampleFields;
 
-use super::{Item, ItemError};
+use super::types::{Item, ItemError, SampleError};
 use crate::memory::{MemoryBudget, Reservation};
 use crate::parquet::{ParquetSamples, ParquetShardError, RowGroupLimit};
 use crate::storage::{ShardReader, Storage, StorageError};
@@ -51,26 +52,6 @@ pub(crate) enum Read {
     Blocked(u64),
     /// No sample is left.
     End,
-}
-
-/// Why a shard's samples stopped coming.
-#[derive(Debug, thiserror::Error)]
-pub enum SampleError {
-    #[error(transparent)]
-    Shard(#[from] ShardError),
-    #[error(transparent)]
-    Parquet(#[from] ParquetShardError),
-}
-
-impl SampleError {
-    /// The transport failed (another attempt may succeed); otherwise the
-    /// shard itself is bad from here on.
-    pub fn is_io(&self) -> bool {
-        match self {
-            Self::Shard(e) => e.is_io(),
-            Self::Parquet(e) => e.is_io(),
-        }
-    }
 }
 
 /// Which samples of which shard to read, and how.
@@ -282,7 +263,7 @@ mod tests {
     use crate::memory::RESERVE;
     use crate::parquet::MAX_ROW_GROUP_BYTES;
     use crate::synth;
-    use stoker_formats::wds::{file_header, padding};
+    use stoker_formats::tar::{file_header, padding};
 
     fn tar(members: &[(&str, &[u8])]) -> Vec<u8> {
         let mut out = Vec::new();

@@ -77,7 +77,7 @@ impl Storage {
     async fn location(&self, uri: &DatasetUri, name: &str, object: &str) -> Result<Location, StorageError> {
         Ok(match uri {
             DatasetUri::S3 { bucket, prefix } => {
-                let s3 = self.s3().await?;
+                let s3 = self.s3.s3().await?;
                 Location::S3 {
                     client: s3.client.clone(),
                     site: Arc::clone(&s3.site),

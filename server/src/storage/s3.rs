@@ -18,10 +18,11 @@ use aws_smithy_runtime_api::client::interceptors::context::InterceptorContext;
 use aws_smithy_runtime_api::client::retries::RequestAttempts;
 use aws_smithy_runtime_api::client::retries::classifiers::{ClassifyRetry, RetryAction, RetryClassifierPriority};
 use stoker_core::ShardRef;
+use tokio::sync::OnceCell;
 
 use super::ca::{AWS_CA_BUNDLE, S3Trust};
 use super::resume::{Reopen, ReopenError, ReopenFuture, ResumePolicy, ResumingReader};
-use super::{ShardReader, Storage, StorageError, StorageStats};
+use super::types::{ShardReader, StorageConfig, StorageError, StorageStats};
 
 /// The S3 client, with what its errors name: where it connects and which
 /// CAs it trusts.
@@ -164,11 +165,29 @@ pub(super) fn s3_error<E: ProvideErrorMetadata + std::error::Error + 'static>(
     }
 }
 
-impl Storage {
+/// `Storage`'s S3 side: the client, created on first use, with the
+/// storage's retries and timeouts and its counters (the same
+/// [`StorageStats`] as the storage's).
+#[derive(Debug)]
+pub(super) struct S3Store {
+    client: OnceCell<S3>,
+    config: StorageConfig,
+    stats: Arc<StorageStats>,
+}
+
+impl S3Store {
+    pub(super) fn new(config: StorageConfig, stats: Arc<StorageStats>) -> Self {
+        Self {
+            client: OnceCell::new(),
+            config,
+            stats,
+        }
+    }
+
     /// The S3 client, created on first use, with the CAs of
     /// [`S3Trust::from_env`] (a bad CA file is an error naming it).
     pub(super) async fn s3(&self) -> Result<&S3, StorageError> {
-        self.s3
+        self.client
             .get_or_try_init(|| async {
                 let trust = S3Trust::from_env()?;
                 let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());

@@ -14,7 +14,7 @@ use common::{Dribble, limits, now};
 use libfuzzer_sys::fuzz_target;
 use stoker_formats::index::{byte_range, recordio_offsets, tfrecord_offsets};
 use stoker_formats::recordio::RecordIoReader;
-use stoker_formats::shard::SampleStart;
+use stoker_formats::start::SampleStart;
 
 fuzz_target!(|input: &[u8]| {
     let Some((&control, data)) = input.split_first() else {

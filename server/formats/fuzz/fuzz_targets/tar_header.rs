@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stoker_formats::wds::{file_header, parse_header};
+use stoker_formats::tar::{file_header, parse_header};
 
 fuzz_target!(|data: &[u8]| {
     let mut block = [0u8; 512];

@@ -14,7 +14,8 @@ mod common;
 
 use common::{Dribble, limits, now};
 use libfuzzer_sys::fuzz_target;
-use stoker_formats::wds::{SampleReader, Step};
+use stoker_formats::sample::Step;
+use stoker_formats::wds::SampleReader;
 
 fuzz_target!(|input: &[u8]| {
     let Some((&control, data)) = input.split_first() else {

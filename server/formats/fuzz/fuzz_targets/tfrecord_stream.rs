@@ -12,7 +12,7 @@ mod common;
 
 use common::{Dribble, limits, now};
 use libfuzzer_sys::fuzz_target;
-use stoker_formats::shard::SampleStart;
+use stoker_formats::start::SampleStart;
 use stoker_formats::tfrecord::{ExampleFields, ExampleReader};
 
 fuzz_target!(|input: &[u8]| {

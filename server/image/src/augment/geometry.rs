@@ -7,7 +7,7 @@
 
 use stoker_core::{Interpolation, PaddingMode, Rect, Warp};
 
-use super::AugmentError;
+use super::error::AugmentError;
 use crate::decode::RgbImage;
 
 /// Copies a box that may reach past the image; outside pixels are zero.

@@ -7,6 +7,7 @@
 //! compare against. Each submodule cites what it reproduces.
 
 mod color;
+mod error;
 mod filter;
 mod geometry;
 mod resample;
@@ -15,13 +16,9 @@ use stoker_core::Step;
 
 use crate::decode::RgbImage;
 
+pub use error::AugmentError;
 pub use filter::gaussian_kernel;
 pub use geometry::fixed_matrix;
-
-/// Why a step could not run (only on inconsistent input; never expected).
-#[derive(Debug, thiserror::Error)]
-#[error("augment failed: {0}")]
-pub struct AugmentError(String);
 
 /// Reusable per-thread state: the bilinear resizer keeps its scratch
 /// buffers.

@@ -1,0 +1,78 @@
+//! The context of resolving one sample's ops into steps: [`Cx`] (the
+//! op's generator, the size so far, the steps so far), the value
+//! [`Stage`] the pixels are at, and [`ResolveError`], a sample whose
+//! draws cannot be carried out.
+
+use super::step::Step;
+use crate::rng::SampleRng;
+
+/// Where the pixel values are, for ops that write values (RandomErasing):
+/// torchvision's erasing value means a different colour before and after
+/// `ToDtype` and `Normalize`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Stage {
+    /// uint8, 0..=255 (PIL images, `ToImage`).
+    Uint8,
+    /// Floats scaled to [0, 1] (`ToDtype(float, scale=True)`).
+    Float,
+    /// After `Normalize(mean, std)`.
+    Normalized { mean: [f64; 3], std: [f64; 3] },
+}
+
+impl Stage {
+    /// The uint8 pixel of channel `c` whose value at this stage is `v`.
+    pub fn to_pixel(self, v: f64, c: usize) -> u8 {
+        let p = match self {
+            Self::Uint8 => v,
+            Self::Float => v * 255.0,
+            Self::Normalized { mean, std } => (v * std[c] + mean[c]) * 255.0,
+        };
+        p.round().clamp(0.0, 255.0) as u8
+    }
+
+    /// `(scale, offset)` with `pixel = v * scale + offset`.
+    pub fn affine(self, c: usize) -> (f32, f32) {
+        match self {
+            Self::Uint8 => (1.0, 0.0),
+            Self::Float => (255.0, 0.0),
+            Self::Normalized { mean, std } => ((std[c] * 255.0) as f32, (mean[c] * 255.0) as f32),
+        }
+    }
+}
+
+/// A sample whose draws cannot be carried out (torchvision raises on it):
+/// a crop larger than its input without `pad_if_needed`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("transform {op}: {reason}")]
+pub struct ResolveError {
+    pub op: &'static str,
+    pub reason: String,
+}
+
+/// The state of resolving one sample: its generator (this op's), the size
+/// so far, the steps so far and the value stage.
+#[derive(Debug)]
+pub struct Cx<'a> {
+    pub rng: SampleRng,
+    pub w: u32,
+    pub h: u32,
+    pub steps: &'a mut Vec<Step>,
+    pub stage: Stage,
+    /// The op being resolved, for errors.
+    pub op: &'static str,
+}
+
+impl Cx<'_> {
+    /// Appends a step, updating the size.
+    pub fn push(&mut self, step: Step) {
+        (self.w, self.h) = step.output_size(self.w, self.h);
+        self.steps.push(step);
+    }
+
+    pub fn err(&self, reason: impl Into<String>) -> ResolveError {
+        ResolveError {
+            op: self.op,
+            reason: reason.into(),
+        }
+    }
+}

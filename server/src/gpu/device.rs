@@ -1,0 +1,205 @@
+//! Finding and opening a GPU: [`probe`] (what is missing, or what was
+//! found), [`Gpu`] (a device's context, stream and compiled kernels), its
+//! errors, and the page-locked copies back to the host.
+
+use std::fmt;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, PinnedHostSlice};
+use stoker_kernels::{CudaUnavailable, DeviceInfo, Kernels};
+
+use super::nvjpeg::{self, Backend};
+
+/// Why this host cannot use a GPU.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GpuUnavailable {
+    /// libcuda, the device or libnvrtc is missing, or the driver failed
+    /// (found the same way as the client finds them).
+    #[error(transparent)]
+    Cuda(#[from] CudaUnavailable),
+    #[error("nvrtc failure: {0}")]
+    Nvrtc(String),
+    #[error("no libnvjpeg: {0}")]
+    NoLibnvjpeg(String),
+    #[error("nvjpeg failure: {0}")]
+    Nvjpeg(String),
+}
+
+/// What [`probe`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuInfo {
+    /// The device, as the client's probe describes it too.
+    pub device: DeviceInfo,
+    /// The nvJPEG library opened, and its version.
+    pub nvjpeg_soname: &'static str,
+    pub nvjpeg_version: (i32, i32, i32),
+    /// The backend batched decode uses.
+    pub jpeg_backend: Backend,
+    /// Why the hardware JPEG engine is not used, when it is not.
+    pub hardware_unavailable: Option<String>,
+}
+
+impl fmt::Display for GpuInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (a, b, c) = self.nvjpeg_version;
+        write!(
+            f,
+            "{}; {} {a}.{b}.{c}, {} jpeg decoder",
+            self.device,
+            self.nvjpeg_soname,
+            self.jpeg_backend.name(),
+        )?;
+        if let Some(why) = &self.hardware_unavailable {
+            write!(f, " (no hardware engine: {why})")?;
+        }
+        Ok(())
+    }
+}
+
+/// A failure on a GPU that was found usable.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error("cuda {what} failed: {reason}")]
+    Driver { what: &'static str, reason: String },
+    #[error(transparent)]
+    Kernel(#[from] stoker_kernels::KernelError),
+    #[error(transparent)]
+    Nvjpeg(#[from] nvjpeg::NvjpegError),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub(super) fn driver(what: &'static str) -> impl Fn(cudarc::driver::DriverError) -> GpuError {
+    move |e| GpuError::Driver {
+        what,
+        reason: e.to_string(),
+    }
+}
+
+pub use stoker_kernels::POOL_KEEP_BYTES;
+
+pub(super) fn keep_pool_memory(ctx: &CudaContext, bytes: u64) -> Result<(), cudarc::driver::DriverError> {
+    stoker_kernels::set_pool_release_threshold(ctx, bytes)
+}
+
+/// Whether device 0 and the CUDA, NVRTC and nvJPEG libraries are usable:
+/// opens the device, compiles and loads every kernel, creates an nvJPEG
+/// handle (the hardware engine when it has one), then lets them go.
+pub fn probe() -> Result<GpuInfo, GpuUnavailable> {
+    Gpu::open(0).map(|gpu| gpu.info.clone())
+}
+
+/// One device, ready to decode and transform: its context, a stream, the
+/// compiled kernels and what [`probe`] reports.
+#[derive(Debug)]
+pub struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub kernels: Kernels,
+    pub info: GpuInfo,
+}
+
+impl Gpu {
+    /// Opens device `ordinal`: loads the libraries, compiles the kernels
+    /// for it (NVRTC, cached per process) and checks nvJPEG.
+    pub fn open(ordinal: usize) -> Result<Self, GpuUnavailable> {
+        // cudarc panics when a symbol it expects is missing from a library
+        // it found; report that as a reason like any other.
+        stoker_kernels::catch_cuda_panic(|| Self::open_inner(ordinal))
+    }
+
+    fn open_inner(ordinal: usize) -> Result<Self, GpuUnavailable> {
+        let ctx = stoker_kernels::open_context(ordinal)?;
+        let drv = |e: cudarc::driver::DriverError| {
+            GpuUnavailable::Cuda(CudaUnavailable::Driver {
+                ordinal,
+                reason: e.to_string(),
+            })
+        };
+        let device = DeviceInfo::of(&ctx)?;
+        let stream = ctx.new_stream().map_err(drv)?;
+        if ctx.has_async_alloc() {
+            keep_pool_memory(&ctx, POOL_KEEP_BYTES).map_err(drv)?;
+        }
+
+        stoker_kernels::check_nvrtc()?;
+        let kernels = Kernels::load(&ctx).map_err(|e| GpuUnavailable::Nvrtc(e.to_string()))?;
+
+        let lib = nvjpeg::sys::lib().map_err(GpuUnavailable::NoLibnvjpeg)?;
+        let nvjpeg_version = nvjpeg::result::version(lib).map_err(|e| GpuUnavailable::Nvjpeg(e.to_string()))?;
+        ctx.bind_to_thread().map_err(drv)?;
+        let (jpeg_backend, hardware_unavailable) = match nvjpeg::Handle::new(lib, Backend::Hardware) {
+            Ok(_) => (Backend::Hardware, None),
+            Err(e) => {
+                nvjpeg::Handle::new(lib, Backend::Default).map_err(|e| GpuUnavailable::Nvjpeg(e.to_string()))?;
+                (Backend::Default, Some(e.to_string()))
+            }
+        };
+        let info = GpuInfo {
+            device,
+            nvjpeg_soname: lib.soname,
+            nvjpeg_version,
+            jpeg_backend,
+            hardware_unavailable,
+        };
+        Ok(Self {
+            ctx,
+            stream,
+            kernels,
+            info,
+        })
+    }
+
+    /// The same device and kernels with a stream of its own, for work that
+    /// should overlap with this one's.
+    pub fn with_new_stream(&self) -> Result<Self, GpuError> {
+        Ok(Self {
+            ctx: Arc::clone(&self.ctx),
+            stream: self.ctx.new_stream().map_err(driver("creating a stream"))?,
+            kernels: self.kernels.clone(),
+            info: self.info.clone(),
+        })
+    }
+
+    /// A page-locked host buffer of `len` bytes (zeroed) for copies back
+    /// from the device: reuse it, allocating one per copy is slow.
+    pub fn pinned(&self, len: usize) -> Result<PinnedHostSlice<u8>, GpuError> {
+        // SAFETY: plain page-locked memory (no write-combining: the host
+        // reads it); it is zeroed below before anything reads it.
+        let mut host = unsafe { self.ctx.alloc_pinned_with_flags::<u8>(len.max(1), 0) }
+            .map_err(driver("page-locked host allocation"))?;
+        host.as_mut_slice()
+            .map_err(driver("page-locked host allocation"))?
+            .fill(0);
+        Ok(host)
+    }
+
+    /// Copies `buf` into the front of `host` and waits for the copy.
+    pub fn copy_to_pinned(&self, buf: &CudaSlice<u8>, host: &mut PinnedHostSlice<u8>) -> Result<(), GpuError> {
+        if host.len() < buf.len() {
+            return Err(GpuError::Invalid(format!(
+                "page-locked buffer of {} bytes is too small for {} bytes",
+                host.len(),
+                buf.len()
+            )));
+        }
+        // The driver copies as many bytes as the destination holds, so the
+        // destination is cut to the source's length: a plain slice (of
+        // page-locked memory, so still a DMA copy), which cudarc does not
+        // track; the copy is waited for here.
+        let front = &mut host
+            .as_mut_slice()
+            .map_err(driver("waiting for the page-locked buffer"))?[..buf.len()];
+        self.stream
+            .memcpy_dtoh(buf, front)
+            .map_err(driver("copy to page-locked memory"))?;
+        self.stream
+            .synchronize()
+            .map_err(driver("waiting for the copy to the host"))
+    }
+
+    /// Copies a device buffer to a host vector, waiting for the stream.
+    pub fn to_host(&self, buf: &CudaSlice<u8>) -> Result<Vec<u8>, GpuError> {
+        self.stream.clone_dtoh(buf).map_err(driver("copy to host"))
+    }
+}

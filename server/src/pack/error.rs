@@ -1,0 +1,38 @@
+//! [`PackError`], why packing failed, and `io_err`, which names the file
+//! an I/O error is about: below `pack` and its shard `writer`, which both
+//! fail with them.
+
+use std::path::{Path, PathBuf};
+
+use crate::storage::StorageError;
+
+/// Why packing failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PackError {
+    #[error("input folder {0} does not exist or is not a folder")]
+    NoInput(PathBuf),
+    #[error("input folder {0} has no class subfolders with images (jpg, jpeg, png)")]
+    Empty(PathBuf),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("shard size must be at least 1 KiB, got {0}")]
+    ShardSize(u64),
+    /// A shard of the input that cannot be read to its end.
+    #[error("cannot read {shard} to its end: {reason}")]
+    Unreadable { shard: String, reason: String },
+    #[error("{dataset} holds no sample to convert ({skipped} skipped)")]
+    NothingToConvert { dataset: String, skipped: usize },
+}
+
+pub(super) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> PackError + '_ {
+    move |source| PackError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
