@@ -147,6 +147,8 @@ BOUNDS: dict[str, Bound] = {
     # point), its HSV round trip (float32 with C's double promotions) and
     # numpy's uint8 hue wrap: all integer-exact when ported.
     "ColorJitter": EXACT,
+    "RandomPhotometricDistort": EXACT,
+    "RandomChannelPermutation": EXACT,
     "RandomAdjustSharpness": EXACT,
     # torchvision blurs a float32 tensor (conv2d, then round half to even);
     # the summation order of a float32 convolution is the library's own, so
@@ -657,6 +659,12 @@ def pil_rotate(img, angle, interpolation="nearest", expand=False, center=None, f
     return img.rotate(angle, PIL_FILTERS[interpolation], expand, center, fillcolor=parse_fill(fill, img))
 
 
+def pil_permute(img: Image.Image, perm: tuple[int, ...]) -> Image.Image:
+    """torchvision's permute_channels: output channel i is input channel perm[i]."""
+    bands = img.split()
+    return Image.merge("RGB", [bands[i] for i in perm])
+
+
 def pil_grayscale3(img: Image.Image) -> Image.Image:
     """_functional_pil.to_grayscale(img, 3)."""
     g = np.array(img.convert("L"), dtype=np.uint8)
@@ -779,6 +787,10 @@ class PilReference:
             return [pil_grayscale3(img)]
         if name == "ColorJitter":
             return self.color_jitter(op, img)
+        if name == "RandomPhotometricDistort":
+            return self.photometric(op, img)
+        if name == "RandomChannelPermutation":
+            return [pil_permute(img, perm) for perm in itertools.permutations(range(3))]
         if name == "Pad":
             return [pil_pad(img, op["padding"], op["fill"], op["padding_mode"])]
         if name == "CenterCrop":
@@ -836,6 +848,26 @@ class PilReference:
                 im = fns[i](im, factors[i])
             out.append(im)
         return out or [img]
+
+    def photometric(self, op: dict, img: Image.Image) -> list[Image.Image]:
+        """torchvision's RandomPhotometricDistort with p 0 or 1 and fixed
+        factors: every place of contrast and every channel order."""
+        p = float(op["p"])
+        if p <= 0.0:
+            return [img]
+        if p < 1.0:
+            raise Unsupported("RandomPhotometricDistort p strictly between 0 and 1")
+        b, c, s, h = (f32(point(*op[k], f"RandomPhotometricDistort {k}")) for k in ("brightness", "contrast", "saturation", "hue"))
+        out = []
+        for contrast_before in (True, False):
+            im = ImageEnhance.Brightness(img).enhance(b)
+            if contrast_before:
+                im = ImageEnhance.Contrast(im).enhance(c)
+            im = pil_adjust_hue(ImageEnhance.Color(im).enhance(s), h)
+            if not contrast_before:
+                im = ImageEnhance.Contrast(im).enhance(c)
+            out += [pil_permute(im, perm) for perm in itertools.permutations(range(3))]
+        return out
 
     def erasing(self, op: dict, img: Image.Image, state: dict) -> list[Image.Image]:
         p = float(op["p"])
@@ -924,6 +956,8 @@ class TorchvisionReference:
     def _build(self, op: dict):
         if op["op"] == "ToDtype":
             return self.T.ToDtype(getattr(self.torch, op["dtype"]), scale=op["scale"])
+        if op["op"] == "ConvertImageDtype":
+            return self.T.ConvertImageDtype(getattr(self.torch, op["dtype"]))
         args = {k: v for k, v in op.items() if k != "op"}
         if "interpolation" in args:
             args["interpolation"] = self.T.InterpolationMode(args["interpolation"])
@@ -976,6 +1010,15 @@ class TorchvisionReference:
                 seen.add(used)
                 out.append(t.transform(img, dict(params, fn_idx=self.torch.tensor(perm))))
             return out
+        if name == "RandomChannelPermutation":
+            return [t.transform(img, dict(permutation=self.torch.tensor(perm))) for perm in itertools.permutations(range(3))]
+        if name == "RandomPhotometricDistort":
+            params = t.make_params([img])
+            return [
+                t.transform(img, dict(params, contrast_before=before, channel_permutation=perm if perm is None else self.torch.tensor(perm)))
+                for before in (True, False)
+                for perm in ([None] if params["channel_permutation"] is None else list(itertools.permutations(range(3))))
+            ]
         if name == "RandomErasing":
             params = t.make_params([img])
             if params["v"] is None:
@@ -1068,9 +1111,12 @@ def apply_op(ref, op: dict, images: list[Any], state: dict) -> list[Any]:
             out += policy_candidates(ref, op, im)
         return out
     if name in OUTPUT_OPS:
+        if name == "ToTensor":
+            state["float"], state["scale"] = True, True
         if name in ("ToDtype", "ConvertImageDtype"):
-            state["float"] = "float" in op.get("dtype", "")
-            state["scale"] = op.get("scale", name == "ConvertImageDtype")
+            state["float"] = "float" in op["dtype"]
+            # ConvertImageDtype always scales; ToDtype when asked.
+            state["scale"] = op["scale"] if name == "ToDtype" else True
         if name == "Normalize":
             state["normalize"] = (op["mean"], op["std"])
         if isinstance(ref, PilReference):
@@ -1269,6 +1315,12 @@ def build_cases(images: dict[str, str]) -> list[Case]:
     for f in (-0.5, -0.35, -0.2, 0.05, 0.2, 0.5):
         add([big], op("ColorJitter", hue=[f, f]))
     add(photo + tiny, op("ColorJitter", hue=[0.2, 0.2]))
+    # The detection recipe's distortion: fixed factors, every place of
+    # contrast and every channel order; and the permutation alone.
+    distort = dict(brightness=[1.2, 1.2], contrast=[0.7, 0.7], saturation=[1.4, 1.4], hue=[0.04, 0.04])
+    add([sq48, odd] + photo + tiny, op("RandomPhotometricDistort", **distort, p=1.0))
+    add([odd], op("RandomPhotometricDistort", **distort, p=0.0))
+    add([big, odd] + tiny, op("RandomChannelPermutation"))
     # All four: the order is random (torch.randperm), every order is tried.
     add([sq48], op("ColorJitter", brightness=[1.2, 1.2], contrast=[0.8, 0.8], saturation=[1.4, 1.4], hue=[0.1, 0.1]))
     for f in (0.0, 0.3, 2.0, 5.0):
@@ -1373,6 +1425,10 @@ def build_cases(images: dict[str, str]) -> list[Case]:
         op("Normalize", mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
         op("RandomErasing", p=1.0, scale=[0.25, 0.25], ratio=[1.0, 1.0], value=0),
     )
+    # The other output conversions, seen through the value they give erasing.
+    add([sq48], op("PILToTensor"), op("RandomErasing", p=1.0, scale=[0.25, 0.25], ratio=[1.0, 1.0], value=[10, 200, 30]))
+    add([sq48], op("ToTensor"), op("RandomErasing", p=1.0, scale=[0.25, 0.25], ratio=[1.0, 1.0], value=1.0))
+    add([sq48], op("ToImage"), op("ConvertImageDtype"), op("RandomErasing", p=1.0, scale=[0.25, 0.25], ratio=[1.0, 1.0], value=0.5))
     # Containers.
     add([odd], op("Compose", transforms=[op("RandomHorizontalFlip", p=1.0), op("RandomInvert", p=1.0)]))
     add([odd], op("RandomApply", transforms=[op("RandomVerticalFlip", p=1.0), op("RandomSolarize", threshold=100, p=1.0)], p=0.5))

@@ -207,6 +207,11 @@ pub enum Step {
     Lut {
         table: Box<[u8; 256]>,
     },
+    /// The channels reordered: output channel `c` is input channel
+    /// `order[c]` (torchvision's `permute_channels`).
+    Permute {
+        order: [u8; 3],
+    },
     /// PIL's `ImageOps.equalize`.
     Equalize,
     /// PIL's `ImageOps.autocontrast` (cutoff 0).
@@ -257,6 +262,7 @@ impl Step {
             | Step::Lut { .. }
             | Step::Equalize
             | Step::Autocontrast
+            | Step::Permute { .. }
             | Step::Blur { .. }
             | Step::Erase { .. } => None,
         }
@@ -275,6 +281,7 @@ impl Step {
             Self::Lut { .. } => "lut",
             Self::Equalize => "equalize",
             Self::Autocontrast => "autocontrast",
+            Self::Permute { .. } => "permute",
             Self::Blur { .. } => "blur",
             Self::Erase { .. } => "erase",
         }

@@ -86,6 +86,14 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         r#"{"op": "RandomInvert"}, {"op": "CenterCrop", "size": SIZE}"#,
     ),
     (
+        "RandomPhotometricDistort",
+        r#"{"op": "RandomPhotometricDistort"}, {"op": "CenterCrop", "size": SIZE}"#,
+    ),
+    (
+        "RandomChannelPermutation",
+        r#"{"op": "RandomChannelPermutation"}, {"op": "CenterCrop", "size": SIZE}"#,
+    ),
+    (
         "GaussianBlur",
         r#"{"op": "CenterCrop", "size": SIZE}, {"op": "GaussianBlur", "kernel_size": 5}"#,
     ),

@@ -477,6 +477,7 @@ pub fn gpu_runs(step: &Step) -> bool {
         | Step::Lut { .. }
         | Step::Equalize
         | Step::Autocontrast
+        | Step::Permute { .. }
         | Step::Erase { .. } => false,
     }
 }

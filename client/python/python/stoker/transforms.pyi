@@ -64,7 +64,7 @@ class GaussianBlur(Transform):
     """Blurred by a Gaussian of kernel_size, sigma uniform in sigma."""
     kernel_size: Any
     sigma: Any
-    def __init__(self, kernel_size: Any, sigma: Union[float, Sequence[float]] = ...) -> None: ...
+    def __init__(self, kernel_size: Union[int, Sequence[int]], sigma: Union[float, Sequence[float]] = ...) -> None: ...
 
 class Grayscale(Transform):
     """Converted to grey (Stoker delivers 3 channels: num_output_channels must be 3)."""
@@ -76,7 +76,7 @@ class Normalize(Transform):
     mean: Any
     std: Any
     inplace: Any
-    def __init__(self, mean: Any, std: Any, inplace: bool = ...) -> None: ...
+    def __init__(self, mean: Union[float, Sequence[float]], std: Union[float, Sequence[float]], inplace: bool = ...) -> None: ...
 
 class PILToTensor(Transform):
     """The image as a uint8 tensor (output conversion)."""
@@ -87,7 +87,7 @@ class Pad(Transform):
     padding: Any
     fill: Any
     padding_mode: Any
-    def __init__(self, padding: Any, fill: Any = ..., padding_mode: Any = ...) -> None: ...
+    def __init__(self, padding: Union[int, Sequence[int]], fill: Any = ..., padding_mode: str = ...) -> None: ...
 
 class RandAugment(Transform):
     """num_ops random augmentations of strength magnitude (of num_magnitude_bins)."""
@@ -113,7 +113,7 @@ class RandomAffine(Transform):
     interpolation: Any
     fill: Any
     center: Any
-    def __init__(self, degrees: Union[float, Sequence[float]], translate: Optional[Sequence[float]] = ..., scale: Optional[Sequence[float]] = ..., shear: Any = ..., interpolation: Any = ..., fill: Any = ..., center: Optional[Sequence[float]] = ...) -> None: ...
+    def __init__(self, degrees: Union[float, Sequence[float]], translate: Optional[Sequence[float]] = ..., scale: Optional[Sequence[float]] = ..., shear: Union[float, Sequence[float], None] = ..., interpolation: Any = ..., fill: Any = ..., center: Optional[Sequence[float]] = ...) -> None: ...
 
 class RandomApply(Transform):
     """Its transforms, in order, with probability p."""
@@ -130,7 +130,7 @@ class RandomChoice(Transform):
     """One of its transforms, picked with weights p (equal when None). Of MixUp / CutMix, a batch transform."""
     transforms: Any
     p: Any
-    def __init__(self, transforms: Sequence[Any], p: Any = ...) -> None: ...
+    def __init__(self, transforms: Sequence[Any], p: Optional[Sequence[float]] = ...) -> None: ...
 
 class RandomCrop(Transform):
     """A crop at a random position, after optional padding."""
@@ -139,7 +139,7 @@ class RandomCrop(Transform):
     pad_if_needed: Any
     fill: Any
     padding_mode: Any
-    def __init__(self, size: Union[int, Sequence[int]], padding: Any = ..., pad_if_needed: bool = ..., fill: Any = ..., padding_mode: Any = ...) -> None: ...
+    def __init__(self, size: Union[int, Sequence[int]], padding: Union[int, Sequence[int], None] = ..., pad_if_needed: bool = ..., fill: Any = ..., padding_mode: str = ...) -> None: ...
 
 class RandomEqualize(Transform):
     """Histogram equalised, with probability p."""
@@ -153,7 +153,7 @@ class RandomErasing(Transform):
     ratio: Any
     value: Any
     inplace: Any
-    def __init__(self, p: float = ..., scale: Sequence[float] = ..., ratio: Sequence[float] = ..., value: Any = ..., inplace: bool = ...) -> None: ...
+    def __init__(self, p: float = ..., scale: Sequence[float] = ..., ratio: Sequence[float] = ..., value: Union[float, Sequence[float], str] = ..., inplace: bool = ...) -> None: ...
 
 class RandomGrayscale(Transform):
     """Converted to grey (3 channels) with probability p."""

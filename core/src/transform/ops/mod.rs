@@ -24,6 +24,7 @@ mod erase;
 mod flip;
 mod output;
 mod pad;
+mod photometric;
 mod policy;
 mod resize;
 mod rotate;
@@ -41,6 +42,7 @@ pub use erase::{EraseValue, RandomErasing};
 pub use flip::{RandomHorizontalFlip, RandomVerticalFlip};
 pub use output::{ConvertImageDtype, Normalize, PILToTensor, ToDtype, ToImage, ToTensor};
 pub use pad::Pad;
+pub use photometric::{RandomChannelPermutation, RandomPhotometricDistort};
 pub use policy::{AutoAugment, RandAugment, TrivialAugmentWide};
 pub use resize::{Resize, ResizeSize};
 pub use rotate::RandomRotation;
@@ -171,6 +173,8 @@ registry! {
     RandomAutocontrast,
     RandomAdjustSharpness,
     RandomInvert,
+    RandomPhotometricDistort,
+    RandomChannelPermutation,
     GaussianBlur,
     AutoAugment,
     RandAugment,

@@ -137,6 +137,19 @@ pub(super) fn lut(mut img: RgbImage, table: &[u8; 256]) -> RgbImage {
     img
 }
 
+/// Output channel `c` is input channel `order[c]`; `order` is a
+/// permutation of 0..3 (a core step's), so every index is in range.
+pub(super) fn permute(mut img: RgbImage, order: [u8; 3]) -> RgbImage {
+    let order = order.map(|c| usize::from(c).min(2));
+    for p in img.pixels.chunks_exact_mut(3) {
+        let src = [p[0], p[1], p[2]];
+        for c in 0..3 {
+            p[c] = src[order[c]];
+        }
+    }
+    img
+}
+
 fn histograms(img: &RgbImage) -> [[u64; 256]; 3] {
     let mut h = [[0u64; 256]; 3];
     for p in img.pixels.chunks_exact(3) {

@@ -57,6 +57,7 @@ impl Augmenter {
                 Step::Lut { table } => color::lut(img, table),
                 Step::Equalize => color::equalize(img),
                 Step::Autocontrast => color::autocontrast(img),
+                Step::Permute { order } => color::permute(img, *order),
                 Step::Blur { kernel, sigma } => filter::blur(&img, *kernel, *sigma),
                 Step::Erase { rect, fill } => color::erase(img, *rect, fill),
             };
