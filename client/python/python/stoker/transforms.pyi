@@ -126,6 +126,10 @@ class RandomAutocontrast(Transform):
     p: Any
     def __init__(self, p: float = ...) -> None: ...
 
+class RandomChannelPermutation(Transform):
+    """The channels in a random order."""
+    def __init__(self) -> None: ...
+
 class RandomChoice(Transform):
     """One of its transforms, picked with weights p (equal when None). Of MixUp / CutMix, a batch transform."""
     transforms: Any
@@ -174,6 +178,15 @@ class RandomOrder(Transform):
     """Its transforms, in a random order."""
     transforms: Any
     def __init__(self, transforms: Sequence[Any]) -> None: ...
+
+class RandomPhotometricDistort(Transform):
+    """Brightness, contrast, saturation and hue each changed with probability p, contrast first or last, then the channels shuffled with probability p (SSD's photometric distortion)."""
+    brightness: Any
+    contrast: Any
+    saturation: Any
+    hue: Any
+    p: Any
+    def __init__(self, brightness: Sequence[float] = ..., contrast: Sequence[float] = ..., saturation: Sequence[float] = ..., hue: Sequence[float] = ..., p: float = ...) -> None: ...
 
 class RandomPosterize(Transform):
     """Only the top bits of each value kept, with probability p."""
