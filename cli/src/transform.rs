@@ -186,7 +186,7 @@ pub struct TransformsArgs {
 /// Prints the schema of every op, or of `args.op`.
 pub fn run_transforms(args: &TransformsArgs) -> anyhow::Result<()> {
     use stoker_core::transform::OP_SCHEMAS;
-    use stoker_core::transform::schema::{python_repr, schema_json, signature};
+    use stoker_core::transform::catalog::{python_repr, schema_json, signature};
 
     let wanted = |name: &str| args.op.as_deref().is_none_or(|op| op == name);
     if let Some(op) = &args.op

@@ -248,33 +248,6 @@ const CRATE_SOURCES: &[&str] = &[
     "cli/src",
 ];
 
-/// File-level circles still there, each as its files (sorted), to be
-/// broken one by one: the check fails on any other circle, and on one of
-/// these once it is gone (then delete it here). The one left is core's
-/// `transform`: its `mod.rs` holds what the ops use and names them (being
-/// broken on a branch of its own).
-const KNOWN_CIRCLES: &[(&str, &[&str])] = &[(
-    "core/src",
-    &[
-        "transform/args.rs",
-        "transform/mod.rs",
-        "transform/ops/affine.rs",
-        "transform/ops/blur.rs",
-        "transform/ops/color.rs",
-        "transform/ops/container.rs",
-        "transform/ops/crop.rs",
-        "transform/ops/erase.rs",
-        "transform/ops/flip.rs",
-        "transform/ops/mod.rs",
-        "transform/ops/output.rs",
-        "transform/ops/pad.rs",
-        "transform/ops/policy.rs",
-        "transform/ops/resize.rs",
-        "transform/ops/rotate.rs",
-        "transform/ops/timm.rs",
-    ],
-)];
-
 /// ARCHITECTURE.md: "Modules depend on each other one way (no cycles)":
 /// in every workspace crate, no file-level module reaches itself through
 /// the files it names (`crate::`, `super::`, `self::` and child paths,
@@ -283,24 +256,14 @@ const KNOWN_CIRCLES: &[(&str, &[&str])] = &[(
 fn modules_depend_on_each_other_one_way() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut wrong = Vec::new();
-    let mut known: BTreeSet<(&str, Vec<String>)> = KNOWN_CIRCLES
-        .iter()
-        .map(|(k, files)| (*k, files.iter().map(|f| (*f).to_owned()).collect()))
-        .collect();
     for krate in CRATE_SOURCES {
         let graph = module_graph::Crate::read(&root.join(krate)).graph();
         assert!(!graph.is_empty(), "{krate}: no modules found");
-        for (files, text) in module_graph::circles(&graph) {
-            if !known.remove(&(*krate, files)) {
-                wrong.push(format!("{krate}: {text}"));
-            }
+        for (_, text) in module_graph::circles(&graph) {
+            wrong.push(format!("{krate}: {text}"));
         }
     }
     assert!(wrong.is_empty(), "modules that reach themselves:\n{}", wrong.join("\n"));
-    assert!(
-        known.is_empty(),
-        "circles broken since: delete them from KNOWN_CIRCLES: {known:?}"
-    );
 }
 
 /// The check above finds a circle between files, however the paths are

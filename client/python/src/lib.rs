@@ -601,7 +601,7 @@ fn parse_field(name: &str, text: &str) -> PyResult<(String, String, bool)> {
 /// builds its classes from it.
 #[pyfunction]
 fn op_schema(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
-    let text = stoker_core::transform::schema::schema_json().to_string();
+    let text = stoker_core::transform::catalog::schema_json().to_string();
     py.import("json")?.call_method1("loads", (text,))
 }
 

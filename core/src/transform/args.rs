@@ -5,8 +5,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::MAX_OUTPUT_SIZE;
 pub use crate::params::{Interpolation, PaddingMode, Warp};
+
+/// Largest output side a worker accepts. Anything bigger is almost certainly
+/// a mistake and would let one request allocate gigabytes per batch.
+pub const MAX_OUTPUT_SIZE: u32 = 4096;
 
 /// A number, or a `[min, max]` pair: what torchvision accepts for degrees,
 /// jitter strengths, sigma and the like. Each op says what a lone number

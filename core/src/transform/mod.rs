@@ -13,19 +13,17 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub mod args;
+pub mod catalog;
 mod examples;
 pub mod ops;
 pub mod schema;
 
+pub use args::MAX_OUTPUT_SIZE;
 pub use examples::{EXAMPLES, example_spec};
 pub use ops::*;
 
 use crate::params::{Bounds, Cx, ResolveError, Stage, Step, TooLarge, Walk};
 use crate::rng::SampleRng;
-
-/// Largest output side a worker accepts. Anything bigger is almost certainly
-/// a mistake and would let one request allocate gigabytes per batch.
-pub const MAX_OUTPUT_SIZE: u32 = 4096;
 
 /// The spec version this build writes and reads. A version changes when
 /// an existing pipeline's pixels would change; adding an op does not.

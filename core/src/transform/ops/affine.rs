@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::OpImpl;
+use super::op_impl::OpImpl;
 use super::rotate::check_degrees;
 use crate::params::{Bounds, Cx, ResolveError, Step, round_half_even};
 use crate::transform::args::{Fill, Interpolation, Range, check_fill, check_range, fill_rgb};

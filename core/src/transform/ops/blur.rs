@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::OpImpl;
+use super::op_impl::OpImpl;
 use crate::params::{Bounds, Cx, ResolveError, Step};
 use crate::transform::args::{Range, check_range};
 use crate::transform::schema::{ArgKind, Described, OpSchema, Origin, Role, construct, optional, required};

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::OpImpl;
+use super::op_impl::OpImpl;
 use crate::Rect;
 use crate::params::{Bounds, Cx, RESIZE_BYTES_PER_LINE, ResolveError, Step, round_half_even};
 use crate::rng::SampleRng;

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::OpImpl;
+use super::op_impl::OpImpl;
 use crate::Rect;
 use crate::params::{Bounds, Cx, EraseFill, ResolveError, Step, round_half_even};
 use crate::transform::args::{check_p, check_range};

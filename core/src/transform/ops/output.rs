@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::OpImpl;
+use super::op_impl::OpImpl;
 use crate::params::{Bounds, Cx, ResolveError, Stage};
 use crate::transform::schema::{ArgKind, Described, OpSchema, Origin, Role, optional, required};
 

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::OpImpl;
+use super::op_impl::OpImpl;
 use crate::params::{Bounds, Cx, ResolveError, Step};
 use crate::transform::args::{Fill, Padding, PaddingMode};
 use crate::transform::schema::{ArgKind, Described, OpSchema, Origin, Role, optional, required};

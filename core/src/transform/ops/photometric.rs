@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::OpImpl;
+use super::op_impl::OpImpl;
 use crate::params::{Bounds, Cx, Enhance, ResolveError, Step};
 use crate::transform::args::{check_p, check_range};
 use crate::transform::schema::{ArgKind, Described, OpSchema, Origin, Role, optional};

@@ -5,9 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::OpImpl;
 use super::affine::push_affine;
 use super::color::{invert, posterize, solarize};
+use super::op_impl::OpImpl;
 use super::rotate::push_rotation;
 use crate::params::{Bounds, Cx, Enhance, ResolveError, Step};
 use crate::transform::args::{Fill, Interpolation, check_fill, fill_rgb};

@@ -2,12 +2,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::OpImpl;
 use super::crop::resize_scratch;
+use super::op_impl::OpImpl;
 use crate::Rect;
 use crate::params::{Bounds, Cx, ResolveError, Step};
-use crate::transform::MAX_OUTPUT_SIZE;
 use crate::transform::args::Interpolation;
+use crate::transform::args::MAX_OUTPUT_SIZE;
 use crate::transform::schema::{ArgKind, Described, OpSchema, Origin, Role, construct, optional, required};
 
 /// Resize's `size`: an int (or `[s]`) is the shorter side, `[h, w]` the

@@ -4,8 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::OpImpl;
 use super::color::{invert, posterize, solarize, solarize_add};
+use super::op_impl::OpImpl;
 use super::rotate::push_rotation;
 use crate::params::{Bounds, Cx, Enhance, ResolveError, Step};
 use crate::transform::args::{Fill, Interpolation, Warp};

@@ -1,13 +1,192 @@
-//! Containers: Compose, RandomApply, RandomChoice, RandomOrder. Each
-//! child draws from its container's generator forked by the child's index.
+//! The op tree: the [`Op`] enum and its registry (the `registry!` list
+//! generates the enum, the names, the schemas' list, the JSON conversion
+//! and the dispatch), and the containers — Compose, RandomApply,
+//! RandomChoice, RandomOrder — whose children are ops. Each child draws
+//! from its container's generator forked by the child's index.
 
-use serde::{Deserialize, Serialize};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{Op, OpImpl};
+use super::op_impl::OpImpl;
+use super::{
+    AutoAugment, CenterCrop, ColorJitter, ConvertImageDtype, GaussianBlur, Grayscale, Normalize, PILToTensor, Pad,
+    RandAugment, RandomAdjustSharpness, RandomAffine, RandomAutocontrast, RandomChannelPermutation, RandomCrop,
+    RandomEqualize, RandomErasing, RandomGrayscale, RandomHorizontalFlip, RandomInvert, RandomPhotometricDistort,
+    RandomPosterize, RandomResizedCrop, RandomRotation, RandomSolarize, RandomVerticalFlip, Resize, TimmRandAugment,
+    ToDtype, ToImage, ToTensor, TrivialAugmentWide,
+};
 use crate::params::{Bounds, Cx, ResolveError, Walk};
 use crate::rng::SampleRng;
 use crate::transform::args::check_p;
-use crate::transform::schema::{ArgKind, Described, OpSchema, Origin, Role, optional, required};
+use crate::transform::schema::{ArgKind, Described, OpSchema, Origin, Role, fill_defaults, optional, required};
+
+macro_rules! registry {
+    ($($name:ident),* $(,)?) => {
+        /// One transform, with torchvision's name, arguments and meaning.
+        #[derive(Clone, Debug, PartialEq)]
+        #[allow(clippy::large_enum_variant, reason = "specs are small and built once per epoch")]
+        pub enum Op {
+            $($name($name),)*
+        }
+
+        /// Every op's name, as JSON and Python spell it.
+        pub const OP_NAMES: &[&str] = &[$(stringify!($name)),*];
+
+        /// Every op's name and schema, in the registry's order.
+        pub const OP_SCHEMAS: &[(&str, &OpSchema)] = &[$((stringify!($name), &<$name as Described>::SCHEMA)),*];
+
+        impl Op {
+            /// The op's torchvision class name.
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(Self::$name(_) => stringify!($name),)*
+                }
+            }
+
+            pub(crate) fn imp(&self) -> &dyn OpImpl {
+                match self {
+                    $(Self::$name(o) => o,)*
+                }
+            }
+
+            /// The op's schema.
+            pub fn schema(&self) -> &'static OpSchema {
+                match self {
+                    $(Self::$name(_) => &<$name as Described>::SCHEMA,)*
+                }
+            }
+
+            /// The op `name` from its arguments, each one missing taking its
+            /// schema default.
+            fn from_args(
+                name: &str,
+                mut args: serde_json::Map<String, serde_json::Value>,
+            ) -> Option<Result<Self, serde_json::Error>> {
+                match name {
+                    $(stringify!($name) => {
+                        fill_defaults(&<$name as Described>::SCHEMA, &mut args);
+                        Some(serde_json::from_value(serde_json::Value::Object(args)).map(Self::$name))
+                    })*
+                    _ => None,
+                }
+            }
+
+            fn to_value(&self) -> Result<serde_json::Value, serde_json::Error> {
+                match self {
+                    $(Self::$name(o) => serde_json::to_value(o),)*
+                }
+            }
+        }
+
+        $(
+            impl From<$name> for Op {
+                fn from(op: $name) -> Self {
+                    Self::$name(op)
+                }
+            }
+        )*
+    };
+}
+
+registry! {
+    Compose,
+    RandomApply,
+    RandomChoice,
+    RandomOrder,
+    RandomResizedCrop,
+    Resize,
+    CenterCrop,
+    RandomCrop,
+    Pad,
+    RandomHorizontalFlip,
+    RandomVerticalFlip,
+    RandomRotation,
+    RandomAffine,
+    ColorJitter,
+    Grayscale,
+    RandomGrayscale,
+    RandomSolarize,
+    RandomPosterize,
+    RandomEqualize,
+    RandomAutocontrast,
+    RandomAdjustSharpness,
+    RandomInvert,
+    RandomPhotometricDistort,
+    RandomChannelPermutation,
+    GaussianBlur,
+    AutoAugment,
+    RandAugment,
+    TrivialAugmentWide,
+    TimmRandAugment,
+    RandomErasing,
+    ToImage,
+    PILToTensor,
+    ToTensor,
+    ToDtype,
+    ConvertImageDtype,
+    Normalize,
+}
+
+impl Op {
+    /// Checks this op's arguments, and its children's.
+    pub fn validate(&self) -> Result<(), String> {
+        self.imp().validate()
+    }
+
+    pub(crate) fn bounds(&self, b: Bounds) -> Bounds {
+        self.imp().bounds(b)
+    }
+
+    pub(crate) fn walk(&self, b: Bounds, walk: &mut Walk) -> Bounds {
+        self.imp().walk(self.name(), b, walk)
+    }
+
+    pub(crate) fn resolve(&self, cx: &mut Cx<'_>) -> Result<(), ResolveError> {
+        cx.op = self.name();
+        self.imp().resolve(cx)
+    }
+}
+
+impl Serialize for Op {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error as _;
+        let mut value = self.to_value().map_err(S::Error::custom)?;
+        let map = value
+            .as_object_mut()
+            .ok_or_else(|| S::Error::custom("op arguments are not an object"))?;
+        let mut out = serde_json::Map::with_capacity(map.len() + 1);
+        out.insert("op".to_owned(), serde_json::Value::String(self.name().to_owned()));
+        out.append(map);
+        out.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Op {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut map = serde_json::Map::deserialize(d)?;
+        let name = match map.remove("op") {
+            Some(serde_json::Value::String(name)) => name,
+            Some(other) => return Err(D::Error::custom(format!("\"op\" must be a string, got {other}"))),
+            None => return Err(D::Error::custom("missing \"op\" (the transform's name)")),
+        };
+        match Op::from_args(&name, map) {
+            Some(Ok(op)) => Ok(op),
+            Some(Err(e)) => Err(D::Error::custom(format!("{name}: {e}"))),
+            None => Err(D::Error::custom(format!(
+                "unknown op {name:?}; supported: {}",
+                OP_NAMES.join(", ")
+            ))),
+        }
+    }
+}
+
+/// Validates every op of a list, naming the first bad one.
+pub(crate) fn validate_all(ops: &[Op]) -> Result<(), (usize, &'static str, String)> {
+    for (i, op) in ops.iter().enumerate() {
+        op.validate().map_err(|reason| (i, op.name(), reason))?;
+    }
+    Ok(())
+}
 
 /// Resolves `op`, the `index`th child of a container whose generator was
 /// `base` when it started, with a generator of its own.
