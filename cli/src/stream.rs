@@ -252,11 +252,14 @@ pub struct FormatArgs {
     /// TensorFlow's 1-based ImageNet labels into 0-based ones.
     #[arg(long, default_value_t = 0, allow_hyphen_values = true, value_name = "N")]
     pub label_offset: i64,
-    /// Deliver another field of each sample under NAME: a WebDataset
-    /// member extension (`caption=txt`, `meta=json`), a TFRecord feature,
-    /// a Parquet column, RecordIO's `label` (the whole label array).
-    /// Repeatable; `--help` lists the kinds.
-    #[arg(long = "field", value_name = "NAME=SOURCE[:KIND][?]", value_parser = parse_field, long_help = field_long_help())]
+    // Its help is FIELD_HELP; `--help` adds the kinds.
+    #[arg(
+        long = "field",
+        value_name = "NAME=SOURCE[:KIND][?]",
+        value_parser = parse_field,
+        help = FIELD_HELP,
+        long_help = field_long_help()
+    )]
     pub fields: Vec<stoker_core::FieldSpec>,
     /// One more augmented view of each sample's image under NAME, from the
     /// same decode, with its own pipeline and draws: `train[:SIZE]`,
@@ -296,7 +299,13 @@ fn parse_view(text: &str) -> Result<stoker_core::ViewSpec, String> {
     })
 }
 
-/// `--field`'s long help, with the kinds from core's field-kind table.
+/// `--field`'s help.
+const FIELD_HELP: &str = "Deliver another field of each sample under NAME: a WebDataset member extension \
+     (`caption=txt`, `meta=json`), a TFRecord feature, a Parquet column, RecordIO's `label` (the whole label \
+     array). A sample without it is skipped (missing_field) unless a `?` follows the source or ends it \
+     (`caption=txt?`). Repeatable.";
+
+/// `--field`'s long help: the help, then the kinds from core's table.
 fn field_long_help() -> String {
     use stoker_core::FieldKind;
     let kinds: Vec<String> = FieldKind::ALL
@@ -309,13 +318,7 @@ fn field_long_help() -> String {
             format!("  {}{aliases}: {}", k.as_str(), k.doc())
         })
         .collect();
-    format!(
-        "Deliver another field of each sample under NAME: a WebDataset member extension (`caption=txt`, \
-         `meta=json`), a TFRecord feature, a Parquet column, RecordIO's `label` (the whole label array). \
-         KIND defaults to auto. A sample without it is skipped (missing_field) unless a `?` follows the \
-         source or ends it (`caption=txt?`). Repeatable.\n\nKINDS:\n{}",
-        kinds.join("\n")
-    )
+    format!("{FIELD_HELP}\n\nKIND (auto when not given):\n{}", kinds.join("\n"))
 }
 
 fn parse_field(text: &str) -> Result<stoker_core::FieldSpec, String> {

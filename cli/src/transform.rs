@@ -11,12 +11,8 @@ use stoker_image::decode::{ImageKind, RgbImage, sniff};
 /// What the worker does to each image.
 #[derive(Debug, Clone, clap::Args)]
 pub struct TransformArgs {
-    /// `train` (RandomResizedCrop + flip), `eval` (resize + center crop),
-    /// a JSON spec (`{"ops": [{"op": "RandomResizedCrop", "size": 224},
-    /// ...]}`, torchvision's op and argument names; Python's
-    /// `stoker.transforms` writes it with `.to_json()`), or a file holding
-    /// one (`FILE.json`).
-    #[arg(long, default_value = "train", long_help = transform_long_help())]
+    // Its help is TRANSFORM_HELP; `--help` adds the ops.
+    #[arg(long, default_value = "train", help = TRANSFORM_HELP, long_help = transform_long_help())]
     pub transform: String,
     /// Output images are SIZE x SIZE (presets; 224 when not given). With a
     /// JSON spec the size is where its ops end, and this must match it.
@@ -24,14 +20,15 @@ pub struct TransformArgs {
     pub image_size: Option<u32>,
 }
 
-/// `--transform`'s long help: the short one, then the ops from the op
-/// schema.
+/// `--transform`'s help.
+const TRANSFORM_HELP: &str = "`train` (RandomResizedCrop + flip), `eval` (resize + center crop), a JSON spec \
+     (`{\"ops\": [{\"op\": \"RandomResizedCrop\", \"size\": 224}, ...]}`, torchvision's op and argument names; \
+     Python's `stoker.transforms` writes it with `.to_json()`), or a file holding one (`FILE.json`).";
+
+/// `--transform`'s long help: the help, then the ops from the op schema.
 fn transform_long_help() -> String {
     format!(
-        "`train` (RandomResizedCrop + flip), `eval` (resize + center crop), a JSON spec \
-         (`{{\"ops\": [{{\"op\": \"RandomResizedCrop\", \"size\": 224}}, ...]}}`, torchvision's op and \
-         argument names; Python's `stoker.transforms` writes it with `.to_json()`), or a file holding one \
-         (`FILE.json`).\n\nOps: {}.\n`stoker transforms` lists their arguments and defaults.",
+        "{TRANSFORM_HELP}\n\nOps: {}.\n`stoker transforms` lists their arguments and defaults.",
         stoker_core::transform::OP_NAMES.join(", ")
     )
 }

@@ -1546,11 +1546,12 @@ def run(args) -> int:
     print(f"transform oracle: reference {args.oracle}; images: {', '.join(f'{k} {load(v).size[0]}x{load(v).size[1]}' for k, v in images.items())}")
     if "photo" not in images:
         print("transform oracle: ../shared/photos not found, no real photo")
-    failures: list[str] = uncovered_ops(build_cases(images))
+    cases = build_cases(images)
+    failures: list[str] = uncovered_ops(cases)
     worst: dict[str, tuple[int, float]] = {}
     n = 0
     t0 = time.monotonic()
-    for case in build_cases(images):
+    for case in cases:
         label = case.label()
         if only and not only.search(f"{case.key} {label} {case.image}"):
             continue
