@@ -10,6 +10,11 @@ use std::path::Path;
 /// With `STOKER_BLESS=1` in the environment it rewrites the section
 /// instead. The error says what differs and how to regenerate.
 pub fn check_generated(path: &Path, name: &str, content: &str) -> Result<(), String> {
+    let bless = std::env::var_os("STOKER_BLESS").is_some_and(|v| v == "1");
+    check_or_bless(path, name, content, bless)
+}
+
+fn check_or_bless(path: &Path, name: &str, content: &str, bless: bool) -> Result<(), String> {
     let page = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let begin = format!("<!-- BEGIN GENERATED: {name} -->\n");
     let end = format!("<!-- END GENERATED: {name} -->");
@@ -24,7 +29,7 @@ pub fn check_generated(path: &Path, name: &str, content: &str) -> Result<(), Str
     if page[start..stop] == *content {
         return Ok(());
     }
-    if std::env::var_os("STOKER_BLESS").is_some_and(|v| v == "1") {
+    if bless {
         let updated = format!("{}{content}{}", &page[..start], &page[stop..]);
         return std::fs::write(path, updated).map_err(|e| format!("{}: {e}", path.display()));
     }
@@ -55,10 +60,21 @@ mod tests {
             "intro\n<!-- BEGIN GENERATED: t -->\nold\n<!-- END GENERATED: t -->\nafter\n",
         )
         .unwrap();
-        let err = check_generated(&page, "t", "new\n").unwrap_err();
+        let err = check_or_bless(&page, "t", "new\n", false).unwrap_err();
         assert!(err.contains("out of date") && err.contains("STOKER_BLESS"), "{err}");
-        assert!(check_generated(&page, "t", "old\n").is_ok());
-        assert!(check_generated(&page, "other", "x").unwrap_err().contains("no line"));
+        assert!(check_or_bless(&page, "t", "old\n", false).is_ok());
+        assert!(
+            check_or_bless(&page, "other", "x", false)
+                .unwrap_err()
+                .contains("no line")
+        );
+        // Blessing rewrites only the section.
+        check_or_bless(&page, "t", "new\n", true).unwrap();
+        let text = std::fs::read_to_string(&page).unwrap();
+        assert_eq!(
+            text,
+            "intro\n<!-- BEGIN GENERATED: t -->\nnew\n<!-- END GENERATED: t -->\nafter\n"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
