@@ -204,22 +204,26 @@ def dali_pipeline(a, ops):
     from nvidia.dali import fn, pipeline_def, types
     import nvidia.dali.math as dmath
 
+    # scripts/bench_dali_gpu.py runs the same ops on a GPU (mixed decode).
+    gpu = getattr(a, "gpu", False)
+    decoder = "mixed" if gpu else "cpu"
     names = [o["op"] for o in ops]
     fused_crop = a.dali_fused_crop and names and names[0] == "RandomResizedCrop"
 
-    @pipeline_def(batch_size=BATCH, num_threads=a.threads, device_id=None, enable_conditionals=True,
+    @pipeline_def(batch_size=getattr(a, "batch", BATCH), num_threads=a.threads, device_id=0 if gpu else None,
+                  enable_conditionals=True,
                   seed=1234, prefetch_queue_depth=2)
     def pipe():
         jpegs, labels = fn.readers.file(file_root=a.input, random_shuffle=True, name="reader")
         rest = list(ops)
         if fused_crop:
             o = rest.pop(0)
-            images = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB,
+            images = fn.decoders.image_random_crop(jpegs, device=decoder, output_type=types.RGB,
                                                    random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3])
             images = fn.resize(images, size=[o["size"], o["size"]], interp_type=types.INTERP_LINEAR,
                                antialias=True)
         else:
-            images = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
+            images = fn.decoders.image(jpegs, device=decoder, output_type=types.RGB)
         mirror = None
         normalize = None
         for i, o in enumerate(rest):

@@ -30,6 +30,7 @@
 //! what the wrappers share; `error` [`KernelError`]. Everything public is
 //! re-exported here.
 
+mod chain;
 mod convert;
 mod error;
 pub mod host;
@@ -39,6 +40,7 @@ mod registry;
 pub mod runtime;
 mod worker;
 
+pub use chain::{ChainLink, ChainParams, ChainSpan, Chains, pack_rgb};
 pub use convert::{Conversion, ConvertKernels, DType, Layout, Normalize};
 pub use error::KernelError;
 pub use registry::{CONVERT, MODULES, ModuleSpec, RESIZE, STEPS, WORKER_MODULES, kernel, load_modules, ptx_for};

@@ -15,6 +15,8 @@ use crate::KernelError;
 pub mod kernel {
     /// [`crate::RrcParams`]-driven crop + resize + flip, uint8 HWC.
     pub const RRC_FLIP_U8_HWC: &str = "stoker_rrc_flip_u8_hwc";
+    /// [`crate::ChainParams`]-driven chains of nearest geometric steps.
+    pub const CHAIN_BATCH_U8_HWC: &str = "stoker_chain_batch_u8_hwc";
     /// [`crate::WarpParams`]-driven nearest affine warps of a batch.
     pub const AFFINE_NEAREST_BATCH_U8_HWC: &str = "stoker_affine_nearest_batch_u8_hwc";
     pub const LUMA_SUM_U8_HWC: &str = "stoker_luma_sum_u8_hwc";
@@ -45,11 +47,11 @@ pub struct ModuleSpec {
     pub kernels: &'static [&'static str],
 }
 
-/// The fused crop / resize / flip kernels.
+/// The geometry: chains of nearest steps, the fused crop / resize / flip.
 pub const RESIZE: ModuleSpec = ModuleSpec {
     name: "resize",
     source: include_str!("resize.cu"),
-    kernels: &[kernel::RRC_FLIP_U8_HWC],
+    kernels: &[kernel::RRC_FLIP_U8_HWC, kernel::CHAIN_BATCH_U8_HWC],
 };
 
 /// Nearest warps (flips included) of a batch; colour enhancement and blur,

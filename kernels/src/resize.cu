@@ -1,17 +1,117 @@
-// Fused crop + antialiased bilinear resize + optional horizontal flip, uint8
-// HWC (RGB interleaved) in and out, one launch per batch: RandomResizedCrop,
-// Resize, CenterCrop and RandomCrop (with zero padding) all run here.
+// The geometry of a batch, uint8 HWC (RGB interleaved), one launch each:
 //
-// The arithmetic follows the CPU path (fast_image_resize's convolution with
-// the bilinear filter, itself Pillow's): for an output pixel x the source
-// centre is crop_x + (x + 0.5) * scale, the filter is a triangle widened by
-// max(scale, 1) when shrinking, its window is clamped to the image (not to
-// the crop box; to the box when it is padded) and the weights are normalised
-// per axis. The CPU runs the
-// two axes as separate passes with an 8-bit intermediate; this kernel keeps
-// the intermediate in float, which moves a pixel by at most a grey level.
+// - chains: a run of nearest geometric steps (flips, nearest warps, pads
+//   of every mode, nearest crop-resizes) as links that an output pixel
+//   walks back to the one source pixel it shows, or to the fill of the
+//   step where it fell outside (stoker_image::augment::Chain, which the
+//   CPU runs with the same integer arithmetic: the result is the same
+//   bytes as the steps one by one, with no intermediate image);
+// - the fused crop + antialiased bilinear resize + optional horizontal
+//   flip: RandomResizedCrop, Resize, CenterCrop and RandomCrop (with zero
+//   padding), reading its source directly or through a chain.
+//
+// The resize's arithmetic follows the CPU path (fast_image_resize's
+// convolution with the bilinear filter, itself Pillow's): for an output
+// pixel x the source centre is crop_x + (x + 0.5) * scale, the filter is a
+// triangle widened by max(scale, 1) when shrinking, its window is clamped to
+// the image (not to the crop box; to the box when it is padded) and the
+// weights are normalised per axis. The CPU runs the two axes as separate
+// passes with an 8-bit intermediate; this kernel keeps the intermediate in
+// float, which moves a pixel by at most a grey level.
 //
 // Compiled by NVRTC at run time: no includes, plain C types only.
+
+// One link of a chain: the layout of `ChainLink` in chain.rs.
+struct StokerLink {
+    long long a[6];     // kind 0: Pillow's 16.16 matrix, the pixel centre folded in;
+                        // kind 1: a[0], a[1] the offsets of the column and row tables
+    unsigned int kind;  // 0 fixed point, 1 tables
+    unsigned int fill;  // R | G << 8 | B << 16
+    unsigned int in_w;  // the step's input size
+    unsigned int in_h;
+};
+
+// Walks `count` links back from output pixel (*x, *y): 1 with (*x, *y) the
+// source pixel, or 0 with *fill the colour of the step where it fell
+// outside its input.
+__device__ __forceinline__ int stoker_locate(
+    const StokerLink* __restrict__ links,
+    unsigned int count,
+    const int* __restrict__ tables,
+    long long* x,
+    long long* y,
+    unsigned int* fill)
+{
+    long long cx = *x, cy = *y;
+    for (int k = (int)count - 1; k >= 0; --k) {
+        const StokerLink& l = links[k];
+        long long xi, yi;
+        if (l.kind == 0) {
+            xi = (l.a[2] + cy * l.a[1] + cx * l.a[0]) >> 16;
+            yi = (l.a[5] + cy * l.a[4] + cx * l.a[3]) >> 16;
+            if (xi < 0 || yi < 0 || xi >= (long long)l.in_w || yi >= (long long)l.in_h) {
+                *fill = l.fill;
+                return 0;
+            }
+        } else {
+            xi = tables[l.a[0] + cx];
+            yi = tables[l.a[1] + cy];
+            if (xi < 0 || yi < 0) {
+                *fill = l.fill;
+                return 0;
+            }
+        }
+        cx = xi;
+        cy = yi;
+    }
+    *x = cx;
+    *y = cy;
+    return 1;
+}
+
+// One image of stoker_chain_batch_u8_hwc: the layout of `ChainParams` in
+// chain.rs.
+struct StokerChainParams {
+    unsigned long long src; // the source image
+    unsigned long long dst; // the output image, out_w x out_h, packed rows
+    unsigned int src_w;
+    unsigned int src_h;
+    unsigned int out_w;
+    unsigned int out_h;
+    unsigned int first;     // the image's first link in `links`
+    unsigned int count;     // its number of links
+    unsigned int src_pitch; // bytes per source row
+    unsigned int reserved;  // keeps the struct 8-byte aligned
+};
+
+// A chain per image of a batch: image blockIdx.y renders its output, each
+// pixel read from the one source pixel its links lead to, or filled.
+extern "C" __global__ void stoker_chain_batch_u8_hwc(
+    const StokerChainParams* __restrict__ params,
+    const StokerLink* __restrict__ links,
+    const int* __restrict__ tables)
+{
+    const StokerChainParams p = params[blockIdx.y];
+    const unsigned int n = p.out_w * p.out_h;
+    const unsigned char* src = (const unsigned char*)p.src;
+    unsigned char* dst = (unsigned char*)p.dst;
+    for (unsigned int idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
+        long long y = idx / p.out_w;
+        long long x = idx - y * p.out_w;
+        unsigned int fill = 0;
+        unsigned char* d = dst + (size_t)idx * 3;
+        if (stoker_locate(links + p.first, p.count, tables, &x, &y, &fill)) {
+            const unsigned char* s = src + (size_t)y * p.src_pitch + (size_t)x * 3;
+            d[0] = s[0];
+            d[1] = s[1];
+            d[2] = s[2];
+        } else {
+            d[0] = (unsigned char)(fill & 0xff);
+            d[1] = (unsigned char)((fill >> 8) & 0xff);
+            d[2] = (unsigned char)((fill >> 16) & 0xff);
+        }
+    }
+}
 
 struct StokerRrcParams {
     unsigned long long src;        // device address of the decoded image
@@ -25,6 +125,9 @@ struct StokerRrcParams {
     float crop_w;
     float crop_h;
     unsigned int pad;              // 1: the box may reach past the image
+    unsigned int links;            // > 0: the box is of a chain's output
+                                   // (src_w x src_h), read through these links
+    unsigned int first;            // the first of them in `links`
     unsigned int reserved;         // keeps the struct 8-byte aligned
 };
 
@@ -37,6 +140,8 @@ __device__ __forceinline__ float stoker_triangle(float t)
 // One thread per output pixel; blockIdx.y is the image in the batch.
 extern "C" __global__ void stoker_rrc_flip_u8_hwc(
     const StokerRrcParams* __restrict__ params,
+    const StokerLink* __restrict__ links,
+    const int* __restrict__ tables,
     unsigned char* __restrict__ dst,
     unsigned int out_w,
     unsigned int out_h)
@@ -95,10 +200,29 @@ extern "C" __global__ void stoker_rrc_flip_u8_hwc(
         float rr = 0.0f, rg = 0.0f, rb = 0.0f;
         for (int x = max(x0, 0); x < min(x1, (int)p.src_w); ++x) {
             const float wx = stoker_triangle(((float)x - cx) * inv_x);
-            const unsigned char* px = row + 3 * x;
-            rr += wx * (float)px[0];
-            rg += wx * (float)px[1];
-            rb += wx * (float)px[2];
+            float v0, v1, v2;
+            if (p.links == 0) {
+                const unsigned char* px = row + 3 * x;
+                v0 = (float)px[0];
+                v1 = (float)px[1];
+                v2 = (float)px[2];
+            } else {
+                long long sx = x, sy = y;
+                unsigned int fill = 0;
+                if (stoker_locate(links + p.first, p.links, tables, &sx, &sy, &fill)) {
+                    const unsigned char* px = src + (size_t)sy * p.src_pitch + 3 * (size_t)sx;
+                    v0 = (float)px[0];
+                    v1 = (float)px[1];
+                    v2 = (float)px[2];
+                } else {
+                    v0 = (float)(fill & 0xff);
+                    v1 = (float)((fill >> 8) & 0xff);
+                    v2 = (float)((fill >> 16) & 0xff);
+                }
+            }
+            rr += wx * v0;
+            rg += wx * v1;
+            rb += wx * v2;
         }
         r += wy * rr;
         g += wy * rg;

@@ -12,13 +12,14 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRep
 use crate::error::launch_err;
 use crate::launch::{THREADS, check_image, per_pixel};
 use crate::registry::{arch_of, function};
-use crate::{KernelError, RESIZE, STEPS, WORKER_MODULES, kernel, load_modules};
+use crate::{ChainSpan, Chains, KernelError, RESIZE, STEPS, WORKER_MODULES, kernel, load_modules};
 
 /// The worker's modules ([`WORKER_MODULES`]), loaded into one context.
 #[derive(Clone, Debug)]
 pub struct Kernels {
     // Each function holds its module, which stays loaded while it lives.
     rrc_flip: CudaFunction,
+    pub(crate) chain_batch: CudaFunction,
     affine_nearest_batch: CudaFunction,
     luma_sum: CudaFunction,
     enhance: CudaFunction,
@@ -36,6 +37,7 @@ impl Kernels {
         let modules = load_modules(ctx, WORKER_MODULES)?;
         Ok(Self {
             rrc_flip: function(&modules, &RESIZE, kernel::RRC_FLIP_U8_HWC)?,
+            chain_batch: function(&modules, &RESIZE, kernel::CHAIN_BATCH_U8_HWC)?,
             affine_nearest_batch: function(&modules, &STEPS, kernel::AFFINE_NEAREST_BATCH_U8_HWC)?,
             luma_sum: function(&modules, &STEPS, kernel::LUMA_SUM_U8_HWC)?,
             enhance: function(&modules, &STEPS, kernel::ENHANCE_U8_HWC)?,
@@ -167,17 +169,23 @@ impl Kernels {
     /// launch on `stream`. Image `i` is written, `out_w * out_h * 3` bytes
     /// of uint8 HWC, at `params[i].dst_offset` of `dst`.
     ///
+    /// An image with `links > 0` is the output of its chain in `chains`
+    /// (`src_w` x `src_h`), read through it from its source.
+    ///
     /// # Safety
     ///
     /// Every `params[i].src` must be the device address of an allocation
-    /// of at least `src_pitch * src_h` bytes in `stream`'s context, with
-    /// `src_pitch >= 3 * src_w`, that stays alive and unwritten until the
-    /// launch has finished on `stream`. The boxes are checked
-    /// ([`RrcParams::check`]): inside the image, or padded.
+    /// in `stream`'s context of at least `src_pitch` bytes times the rows
+    /// of its source (`src_h`, or the first link's input height for a
+    /// chain), with `src_pitch` at least 3 times its width, that stays
+    /// alive and unwritten until the launch has finished on `stream`. The
+    /// boxes ([`RrcParams::check`]: inside the image, or padded), the
+    /// pitches and the chains ([`Chains::check`]) are checked.
     pub unsafe fn rrc_flip_u8_hwc(
         &self,
         stream: &Arc<CudaStream>,
         params: &[RrcParams],
+        chains: &Chains,
         dst: &mut CudaSlice<u8>,
         out_w: u32,
         out_h: u32,
@@ -206,21 +214,45 @@ impl Kernels {
                 )));
             }
             p.check().map_err(|e| fail(format!("image {i}: {e}")))?;
+            if p.links > 0 {
+                let first = chains.links.get(p.first as usize).map_or((0, 0), |l| (l.in_w, l.in_h));
+                let span = ChainSpan {
+                    first: p.first,
+                    count: p.links,
+                    src: first,
+                    out: (p.src_w, p.src_h),
+                };
+                chains.check(&span).map_err(|e| fail(format!("image {i}: {e}")))?;
+                if u64::from(p.src_pitch) < 3 * u64::from(first.0) {
+                    return Err(fail(format!(
+                        "image {i}: row pitch {} is under 3 x width {}",
+                        p.src_pitch, first.0
+                    )));
+                }
+            }
         }
         let params_dev = stream
             .clone_htod(params)
             .map_err(|e| fail(format!("copying parameters: {e}")))?;
+        let (links, tables) = chains.upload(stream).map_err(|e| fail(format!("copying links: {e}")))?;
         let config = LaunchConfig {
             grid_dim: ((out_w * out_h).div_ceil(THREADS), batch, 1),
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut launch = stream.launch_builder(&self.rrc_flip);
-        launch.arg(&params_dev).arg(dst).arg(&out_w).arg(&out_h);
+        launch
+            .arg(&params_dev)
+            .arg(&links)
+            .arg(&tables)
+            .arg(dst)
+            .arg(&out_w)
+            .arg(&out_h);
         // SAFETY: the argument list matches the kernel's signature
-        // (params pointer, dst pointer, two unsigned ints); every write is
-        // within `dst` (checked above) and every read within the source
-        // images, as the caller promises.
+        // (params, links, tables, dst, two unsigned ints); every write is
+        // within `dst` (checked above), every link and table read within
+        // its chain (checked above), and every pixel read within the
+        // source images, as the caller promises.
         unsafe { launch.launch(config) }.map_err(|e| fail(e.to_string()))?;
         Ok(())
     }
@@ -293,11 +325,15 @@ pub struct RrcParams {
     /// inside the box and pixels outside the image count as zeros (the
     /// box's corner is then integral).
     pub pad: u32,
+    /// More than 0: the image is the output of this many links of the
+    /// launch's [`Chains`], from `first` on, read through them.
+    pub links: u32,
+    pub first: u32,
     pub reserved: u32,
 }
 
 // SAFETY: `RrcParams` is `repr(C)`, made only of integers and floats with no
-// padding (56 bytes), and matches the kernel's struct field for field.
+// padding (64 bytes), and matches the kernel's struct field for field.
 unsafe impl DeviceRepr for RrcParams {}
 
 impl RrcParams {
@@ -309,7 +345,7 @@ impl RrcParams {
         if self.src_w == 0 || self.src_h == 0 {
             return Err(format!("empty source image {}x{}", self.src_w, self.src_h));
         }
-        if u64::from(self.src_pitch) < 3 * u64::from(self.src_w) {
+        if self.links == 0 && u64::from(self.src_pitch) < 3 * u64::from(self.src_w) {
             return Err(format!(
                 "row pitch {} is under 3 x width {}",
                 self.src_pitch, self.src_w
@@ -340,7 +376,7 @@ mod tests {
 
     #[test]
     fn params_layout_matches_the_cuda_struct() {
-        assert_eq!(std::mem::size_of::<RrcParams>(), 56);
+        assert_eq!(std::mem::size_of::<RrcParams>(), 64);
         assert_eq!(std::mem::align_of::<RrcParams>(), 8);
         let fields = [
             "unsigned long long src;",
@@ -354,6 +390,8 @@ mod tests {
             "float crop_w;",
             "float crop_h;",
             "unsigned int pad;",
+            "unsigned int links;",
+            "unsigned int first;",
             "unsigned int reserved;",
         ];
         let mut at = 0;
@@ -379,6 +417,8 @@ mod tests {
             crop_w: 300.0,
             crop_h: 200.0,
             pad: 0,
+            links: 0,
+            first: 0,
             reserved: 0,
         };
         assert!(good.check().is_ok());

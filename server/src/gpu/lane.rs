@@ -15,6 +15,7 @@ use cudarc::driver::PinnedHostSlice;
 use stoker_core::{ItemSeed, Step, TransformSpec, footprint, resolve_steps};
 use tracing::{debug, warn};
 
+use stoker_image::augment::Chain;
 use stoker_image::decode::check_jpeg;
 
 use super::decode::{DeviceImage, GpuDecoder};
@@ -22,7 +23,7 @@ use super::device::{Gpu, GpuError, driver};
 use super::lend::Shelf;
 use super::queue::{GpuResult, GpuSample, Job, JobQueue};
 use super::steal::StealPolicy;
-use super::steps::{GpuCrop, gpu_runs};
+use super::steps::{GpuCrop, fused, gpu_runs};
 use crate::outcome::Processed;
 use crate::pool::catch_panic;
 
@@ -125,8 +126,9 @@ pub(super) fn run_caught(
 
 /// What the lane does to a decoded image.
 enum Plan {
-    /// The fused kernel, with the batch's other fused images.
-    Fused(GpuCrop),
+    /// The fused kernel, with the batch's other fused images: the crop of
+    /// the chain's output, read through the chain.
+    Fused(Chain, GpuCrop),
     /// A kernel per step ([`Gpu::run_steps`]).
     Steps(Vec<Step>),
 }
@@ -284,12 +286,12 @@ impl Lane {
             })
             .max()
             .unwrap_or(0);
-        let plan = match GpuCrop::from_steps(&steps, w, h, spec.size) {
-            Some(crop) => Plan::Fused(crop),
+        let plan = match fused(&steps, w, h, spec.size) {
+            Some((chain, crop)) => Plan::Fused(chain, crop),
             None => Plan::Steps(steps),
         };
         let working = match plan {
-            Plan::Fused(_) => 0,
+            Plan::Fused(..) => 0,
             Plan::Steps(_) => 6 * largest.max(u64::from(w) * u64::from(h) * 3),
         };
         let bytes = 3 * (u64::from(w) * u64::from(h) + u64::from(spec.size).pow(2)) + working;
@@ -339,8 +341,8 @@ impl Lane {
                     out.push(back(p.sample, reason));
                 }
                 Ok(img) => match p.plan {
-                    Plan::Fused(crop) => {
-                        fused.push((p.sample, img, crop));
+                    Plan::Fused(chain, crop) => {
+                        fused.push((p.sample, img, crop, chain));
                         fused_at.push(i);
                     }
                     Plan::Steps(steps) => stepped.push((i, p.sample, img, steps)),
@@ -380,7 +382,8 @@ impl Lane {
                     .flatten();
                 match crop {
                     Some(crop) => {
-                        fused.push((sample, img, crop));
+                        let chain = Chain::new(img.width, img.height);
+                        fused.push((sample, img, crop, chain));
                         fused_at.push(i);
                     }
                     None if tail == 0 && (img.width, img.height) == (size, size) => {
@@ -401,7 +404,7 @@ impl Lane {
                     self.counters.images.fetch_add(pixels.len() as u64, Ordering::Relaxed);
                     let samples = fused
                         .into_iter()
-                        .map(|(s, _, _)| s)
+                        .map(|(s, ..)| s)
                         .chain(finished.into_iter().map(|(s, _)| s));
                     let at = fused_at.iter().chain(&finished_at).copied();
                     for ((i, sample), pixels) in at.zip(samples).zip(pixels) {
@@ -425,7 +428,7 @@ impl Lane {
                     let reason = format!("gpu batch failed: {e}");
                     let samples = fused
                         .into_iter()
-                        .map(|(s, _, _)| s)
+                        .map(|(s, ..)| s)
                         .chain(finished.into_iter().map(|(s, _)| s));
                     let at = fused_at.iter().chain(&finished_at).copied();
                     out.extend(at.zip(samples).map(|(i, sample)| {
@@ -454,18 +457,17 @@ impl Lane {
     /// order.
     fn finish(
         &mut self,
-        fused: &[(GpuSample, DeviceImage, GpuCrop)],
+        fused: &[(GpuSample, DeviceImage, GpuCrop, Chain)],
         finished: &[(GpuSample, DeviceImage)],
         size: u32,
     ) -> Result<Vec<Bytes>, GpuError> {
         let started = Instant::now();
         let image_bytes = size as usize * size as usize * 3;
         let count = fused.len() + finished.len();
-        let images: Vec<&DeviceImage> = fused.iter().map(|(_, img, _)| img).collect();
-        let crops: Vec<GpuCrop> = fused.iter().map(|(_, _, c)| *c).collect();
-        let dev = if finished.is_empty() {
-            self.gpu.resized_crop_flip(&images, &crops, size)?
-        } else {
+        let images: Vec<&DeviceImage> = fused.iter().map(|(_, img, ..)| img).collect();
+        let crops: Vec<GpuCrop> = fused.iter().map(|(_, _, c, _)| *c).collect();
+        let chains: Vec<&Chain> = fused.iter().map(|(.., chain)| chain).collect();
+        let dev = {
             let stream = &self.gpu.stream;
             // SAFETY: u8 has no invalid values; every slot is written below,
             // by the kernel or by a copy, before the buffer is read.
@@ -473,7 +475,7 @@ impl Lane {
                 unsafe { stream.alloc::<u8>(image_bytes * count) }.map_err(driver("allocation of the batch output"))?;
             if !images.is_empty() {
                 self.gpu
-                    .resized_crop_flip_into(&images, &crops, (size, size), &mut dev)?;
+                    .resized_crop_flip_into(&images, &crops, &chains, (size, size), &mut dev)?;
             }
             for (i, (_, img)) in finished.iter().enumerate() {
                 let slot = (fused.len() + i) * image_bytes;

@@ -14,6 +14,7 @@
 //! - `nvjpeg`: the nvJPEG bindings in three layers (`sys`, `result`,
 //!   `safe`), private to this module.
 
+mod chain;
 mod decode;
 mod device;
 mod lane;
@@ -30,7 +31,7 @@ pub use lane::{DEFAULT_BATCH_MEMORY, DEFAULT_LANES, DEFAULT_MAX_BATCH, GpuRunner
 pub use nvjpeg::Backend;
 pub use queue::{GpuResult, GpuSample, RunnerGone};
 pub use runner::{GpuMemory, GpuRunner};
-pub use steps::{GpuCrop, gpu_runs};
+pub use steps::{GpuCrop, fused, gpu_runs};
 
 #[cfg(test)]
 mod tests {

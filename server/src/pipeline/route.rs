@@ -5,31 +5,47 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use stoker_core::{FieldKind, FieldSpec, ItemSeed, TransformSpec, ViewSpec};
+use stoker_core::{FieldKind, FieldSpec, ItemSeed, TransformSpec, ViewSpec, resolve_steps};
 use tracing::debug;
 
 use super::cpu::process_sample_with;
 use super::{Item, ItemError, Processed, Skipped, WorkerContext, process_sample};
 use crate::gpu::RunnerGone;
-use crate::gpu::{GpuResult, GpuRunner, GpuSample};
+use crate::gpu::{GpuResult, GpuRunner, GpuSample, gpu_runs};
 use crate::memory::Reservation;
 use crate::metrics::Stage;
 use crate::pool::PoolError;
 use stoker_formats::image::ImageKind;
 use stoker_formats::sample::RawSample;
-use stoker_image::decode::sniff;
+use stoker_image::decode::{check_jpeg, sniff};
 
 impl WorkerContext {
-    /// Where `raw` of `item` is decoded: on a GPU worker a JPEG goes to
-    /// the GPU lanes (whose backlog idle CPU threads share:
-    /// [`share_backlog`]), anything else to the CPU pool. So does every
-    /// sample of an item with views or masks: the lanes run one pipeline
-    /// per image and transform images only.
+    /// Where `raw` of `item` is decoded: on a GPU worker a JPEG whose
+    /// steps the lanes all run goes to the GPU lanes (whose backlog idle
+    /// CPU threads share: [`share_backlog`]), anything else to the CPU
+    /// pool. So does every sample of an item with views or masks: the
+    /// lanes run one pipeline per image and transform images only.
     pub(super) fn route(&self, raw: &RawSample, item: &Item) -> Route {
         let one_image = item.views.is_empty() && !item.extra.iter().any(|f| f.kind == FieldKind::Mask);
         match &self.gpu {
-            Some(_) if one_image && gpu_jpeg(raw) => Route::Gpu,
+            Some(_) if one_image && gpu_jpeg(raw) && self.lanes_run(raw, item) => Route::Gpu,
             _ => Route::Cpu,
+        }
+    }
+
+    /// Whether the lanes run every step of `raw`'s transform, decided once,
+    /// from its header and its draws, before it is queued: the lanes never
+    /// receive a sample they would hand back for a step without a kernel
+    /// (nor one whose header or draws the CPU path refuses: it skips it
+    /// with the reason), and nothing is decoded twice.
+    fn lanes_run(&self, raw: &RawSample, item: &Item) -> bool {
+        let Ok((_, data)) = &raw.image else { return false };
+        let Ok((w, h)) = check_jpeg(data, self.config.max_image_pixels) else {
+            return false;
+        };
+        match resolve_steps(&item.spec, &item.item_seed().sample(raw.position), w, h) {
+            Ok(steps) => steps.iter().all(gpu_runs),
+            Err(_) => false,
         }
     }
 }
@@ -272,12 +288,22 @@ mod tests {
     /// Every delivered sample by key (failing on a second delivery), and
     /// the skip reasons by key, of one item.
     async fn run(ctx: Arc<WorkerContext>, uri: DatasetUri, start: u64, end: Option<u64>) -> Delivered {
+        run_spec(ctx, uri, start, end, TransformSpec::train(32)).await
+    }
+
+    async fn run_spec(
+        ctx: Arc<WorkerContext>,
+        uri: DatasetUri,
+        start: u64,
+        end: Option<u64>,
+        spec: TransformSpec,
+    ) -> Delivered {
         let item = Item {
             dataset: uri,
             shard: "shard-000000.tar".to_owned(),
             seed: 3,
             epoch: 1,
-            spec: Arc::new(TransformSpec::train(32)),
+            spec: Arc::new(spec),
             skip: Default::default(),
             chunk_bytes: 4096,
             start,
@@ -599,11 +625,45 @@ mod tests {
         assert_eq!(got.samples.len(), 62);
         assert_eq!(ctx.counters.cpu_jpegs.load(Ordering::Relaxed), 0);
         let lanes = &ctx.gpu.as_ref().unwrap().counters;
-        // The 62 JPEGs by name and content (the grey and the truncated one
-        // too) went to the lanes; the PNG never did.
+        // The 61 JPEGs by name, content and header (the grey one too) went
+        // to the lanes; the PNG and the truncated JPEG (refused from its
+        // header, which the route reads) never did.
         assert_eq!(
             lanes.images.load(Ordering::Relaxed) + lanes.to_cpu.load(Ordering::Relaxed),
-            62
+            61
+        );
+    }
+
+    /// The route is decided once, before queueing: a sample with a step
+    /// the lanes have no kernel for goes to the CPU pool and never reaches
+    /// the lanes (which would hand it back after reading its header).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sample_with_a_cpu_step_never_reaches_the_lanes() {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = dataset(dir.path()).await;
+        let lanczos =
+            r#"{"ops": [{"op": "Resize", "size": 32, "interpolation": "lanczos"}, {"op": "CenterCrop", "size": 32}]}"#;
+        let spec = TransformSpec::from_json(lanczos).unwrap();
+        let reference = run_spec(
+            Arc::new(WorkerContext::new(config(2)).unwrap()),
+            uri.clone(),
+            0,
+            None,
+            spec.clone(),
+        )
+        .await;
+        let ctx = Arc::new(WorkerContext::with_gpu(config(2), handing_back(Duration::from_millis(1))).unwrap());
+        let got = run_spec(Arc::clone(&ctx), uri, 0, None, spec).await;
+        assert_eq!(got.samples, reference.samples);
+        assert_eq!(got.samples.len(), 62);
+        let lanes = &ctx.gpu.as_ref().unwrap().counters;
+        assert_eq!(
+            (
+                lanes.images.load(Ordering::Relaxed),
+                lanes.to_cpu.load(Ordering::Relaxed)
+            ),
+            (0, 0),
+            "the lanes received samples they could not run"
         );
     }
 }

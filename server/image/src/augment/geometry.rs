@@ -109,7 +109,7 @@ fn resize_bilinear(
 /// The source index of padded position `i` (in `-pad..n + pad`) of a side
 /// of `n` pixels, as numpy's `pad` modes (torchvision pads PIL images with
 /// numpy for edge, reflect and symmetric).
-fn pad_index(i: i64, n: i64, mode: PaddingMode) -> i64 {
+pub(super) fn pad_index(i: i64, n: i64, mode: PaddingMode) -> i64 {
     if (0..n).contains(&i) {
         return i;
     }
@@ -178,7 +178,7 @@ pub(super) fn flip_vertical(mut img: RgbImage) -> RgbImage {
 }
 
 /// Pillow's `COORD`: truncation, with anything negative outside.
-fn coord(v: f64) -> i64 {
+pub(super) fn coord(v: f64) -> i64 {
     if v < 0.0 { -1 } else { v as i64 }
 }
 
@@ -188,7 +188,7 @@ fn floor(v: f64) -> i64 {
 }
 
 /// Pillow's `check_fixed`: the corner maps within 16.16's range.
-fn fits_fixed(a: &[f64; 6], x: f64, y: f64) -> bool {
+pub(super) fn fits_fixed(a: &[f64; 6], x: f64, y: f64) -> bool {
     (x * a[0] + y * a[1] + a[2]).abs() < 32768.0 && (x * a[3] + y * a[4] + a[5]).abs() < 32768.0
 }
 

@@ -6,16 +6,18 @@
 //! `ImageOps`, the HSV conversion), so that results match what users
 //! compare against. Each submodule cites what it reproduces.
 
+mod chain;
 mod color;
 mod error;
 mod filter;
 mod geometry;
 mod resample;
 
-use stoker_core::Step;
+use stoker_core::{Rect, Step};
 
 use crate::decode::RgbImage;
 
+pub use chain::{Chain, Link};
 pub use error::AugmentError;
 pub use filter::gaussian_kernel;
 pub use geometry::fixed_matrix;
@@ -32,37 +34,76 @@ impl Augmenter {
         Self::default()
     }
 
-    /// Runs `steps` on `img` and returns the result.
+    /// Runs `steps` on `img` and returns the result. Each run of nearest
+    /// geometric steps is one [`Chain`] pass, with the crop-resize after it
+    /// reading its box through the chain: the same bytes as running the
+    /// steps one by one ([`Augmenter::run_stepwise`]), without the
+    /// full-size intermediates.
     pub fn run(&mut self, mut img: RgbImage, steps: &[Step]) -> Result<RgbImage, AugmentError> {
-        for step in steps {
-            img = match step {
-                Step::CropResize {
+        let mut rest = steps;
+        while !rest.is_empty() {
+            let (chain, taken) = Chain::leading(rest, img.width, img.height);
+            match rest.get(taken) {
+                Some(&Step::CropResize {
                     crop,
                     out_w,
                     out_h,
                     filter,
-                } => geometry::crop_resize(&mut self.resizer, &img, *crop, *out_w, *out_h, *filter)?,
-                Step::Pad { ltrb, mode, fill } => geometry::pad(&img, *ltrb, *mode, *fill),
-                Step::FlipHorizontal => geometry::flip_horizontal(img),
-                Step::FlipVertical => geometry::flip_vertical(img),
-                Step::Affine {
-                    matrix,
-                    out_w,
-                    out_h,
-                    warp,
-                    fill,
-                } => geometry::affine(&img, matrix, *out_w, *out_h, *warp, *fill),
-                Step::Enhance { what, factor } => color::enhance(img, *what, *factor),
-                Step::Hue { factor } => color::hue(img, *factor),
-                Step::Lut { table } => color::lut(img, table),
-                Step::Equalize => color::equalize(img),
-                Step::Autocontrast => color::autocontrast(img),
-                Step::Permute { order } => color::permute(img, *order),
-                Step::Blur { kernel, sigma } => filter::blur(&img, *kernel, *sigma),
-                Step::Erase { rect, fill } => color::erase(img, *rect, fill),
-            };
+                }) if taken > 0 => {
+                    let boxed = chain.render_box(&img, crop);
+                    let whole = Rect::whole(crop.width, crop.height);
+                    img = geometry::crop_resize(&mut self.resizer, &boxed, whole, out_w, out_h, filter)?;
+                    rest = &rest[taken + 1..];
+                }
+                _ if taken >= 2 => {
+                    img = chain.render(&img);
+                    rest = &rest[taken..];
+                }
+                _ => {
+                    img = self.step(img, &rest[0])?;
+                    rest = &rest[1..];
+                }
+            }
         }
         Ok(img)
+    }
+
+    /// Runs `steps` one at a time, each on the whole of the previous
+    /// step's output: what [`Augmenter::run`] must equal.
+    pub fn run_stepwise(&mut self, mut img: RgbImage, steps: &[Step]) -> Result<RgbImage, AugmentError> {
+        for step in steps {
+            img = self.step(img, step)?;
+        }
+        Ok(img)
+    }
+
+    fn step(&mut self, img: RgbImage, step: &Step) -> Result<RgbImage, AugmentError> {
+        Ok(match step {
+            Step::CropResize {
+                crop,
+                out_w,
+                out_h,
+                filter,
+            } => geometry::crop_resize(&mut self.resizer, &img, *crop, *out_w, *out_h, *filter)?,
+            Step::Pad { ltrb, mode, fill } => geometry::pad(&img, *ltrb, *mode, *fill),
+            Step::FlipHorizontal => geometry::flip_horizontal(img),
+            Step::FlipVertical => geometry::flip_vertical(img),
+            Step::Affine {
+                matrix,
+                out_w,
+                out_h,
+                warp,
+                fill,
+            } => geometry::affine(&img, matrix, *out_w, *out_h, *warp, *fill),
+            Step::Enhance { what, factor } => color::enhance(img, *what, *factor),
+            Step::Hue { factor } => color::hue(img, *factor),
+            Step::Lut { table } => color::lut(img, table),
+            Step::Equalize => color::equalize(img),
+            Step::Autocontrast => color::autocontrast(img),
+            Step::Permute { order } => color::permute(img, *order),
+            Step::Blur { kernel, sigma } => filter::blur(&img, *kernel, *sigma),
+            Step::Erase { rect, fill } => color::erase(img, *rect, fill),
+        })
     }
 }
 

@@ -1,0 +1,326 @@
+//! A run of nearest-neighbour geometric steps as one exact pass.
+//!
+//! Flips, nearest warps (rotations with or without `expand`, RandomAffine,
+//! the policies' shears and translations), pads of every mode and crops
+//! resized with nearest each send an output pixel to one input pixel, or to
+//! their fill. A [`Chain`] holds a run of such steps as [`Link`]s: an output
+//! pixel walks the links from the last step back to the first, each with
+//! that step's own rounding and bounds (Pillow's 16.16 fixed point, its
+//! tabulated scale path, numpy's pad indexing), and reads one pixel of the
+//! source, or takes the fill of the step where it fell outside. The result
+//! is what running the steps one by one gives, byte for byte, but only the
+//! output's pixels are computed and no intermediate image is written. A
+//! crop-resize after the run (any filter) reads its box through the chain
+//! ([`Chain::render_box`]).
+//!
+//! The GPU lanes evaluate the same links (`stoker_kernels::ChainLink`).
+
+use stoker_core::{Interpolation, Rect, Step, Warp};
+
+use super::geometry::{coord, fits_fixed, fixed_matrix, pad_index};
+use crate::decode::RgbImage;
+
+/// One step of a [`Chain`]: where an output pixel of the step reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Link {
+    /// Pillow's nearest warp in 16.16 fixed point: output (x, y) reads
+    /// input (`(a2 + y a1 + x a0) >> 16`, `(a5 + y a4 + x a3) >> 16`);
+    /// outside `in_w` x `in_h` it is `fill`.
+    Fixed {
+        a: [i64; 6],
+        in_w: u32,
+        in_h: u32,
+        fill: [u8; 3],
+    },
+    /// A separable map: output column x reads input column `cols[x]`,
+    /// output row y input row `rows[y]`; -1 is `fill`. Pillow's scale
+    /// path (its columns and rows accumulated in floating point), crops
+    /// and pads.
+    Table {
+        cols: Vec<i32>,
+        rows: Vec<i32>,
+        in_w: u32,
+        in_h: u32,
+        fill: [u8; 3],
+    },
+}
+
+/// Consecutive nearest geometric steps on a `src_w` x `src_h` image,
+/// making an `out_w` x `out_h` one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chain {
+    pub src_w: u32,
+    pub src_h: u32,
+    pub out_w: u32,
+    pub out_h: u32,
+    /// In step order: the first step's link first.
+    pub links: Vec<Link>,
+}
+
+impl Chain {
+    /// No step yet: the identity on a `w` x `h` image.
+    pub fn new(w: u32, h: u32) -> Self {
+        Self {
+            src_w: w,
+            src_h: h,
+            out_w: w,
+            out_h: h,
+            links: Vec::new(),
+        }
+    }
+
+    /// The leading steps of `steps` that chain, as a chain on a `w` x `h`
+    /// image, and how many they are.
+    pub fn leading(steps: &[Step], w: u32, h: u32) -> (Self, usize) {
+        let mut chain = Self::new(w, h);
+        let taken = steps.iter().take_while(|s| chain.push(s)).count();
+        (chain, taken)
+    }
+
+    /// Appends `step` and says true, or says false and stays as it was
+    /// when `step` is not a nearest map (or is one on an empty image, or
+    /// with coordinates past Pillow's fixed-point range: the executor's own
+    /// code runs those).
+    pub fn push(&mut self, step: &Step) -> bool {
+        let (w, h) = (self.out_w, self.out_h);
+        if w == 0 || h == 0 {
+            return false;
+        }
+        match *step {
+            Step::FlipHorizontal => self.flip(true),
+            Step::FlipVertical => self.flip(false),
+            Step::Affine {
+                matrix: a,
+                out_w,
+                out_h,
+                warp: Warp::Nearest,
+                fill,
+            } => {
+                let link = if a[1] == 0.0 && a[3] == 0.0 {
+                    // Pillow's ImagingScaleAffine, as geometry::affine.
+                    Link::Table {
+                        cols: scale_table(a[2] + a[0] * 0.5, a[0], out_w, w),
+                        rows: scale_table(a[5] + a[4] * 0.5, a[4], out_h, h),
+                        in_w: w,
+                        in_h: h,
+                        fill,
+                    }
+                } else {
+                    let (ow, oh) = (f64::from(out_w), f64::from(out_h));
+                    let corners = [(0.0, 0.0), (ow, oh), (0.0, oh), (ow, 0.0)];
+                    if !corners.iter().all(|&(x, y)| fits_fixed(&a, x, y)) {
+                        return false;
+                    }
+                    Link::Fixed {
+                        a: fixed_matrix(&a),
+                        in_w: w,
+                        in_h: h,
+                        fill,
+                    }
+                };
+                self.add(link, out_w, out_h);
+            }
+            Step::CropResize { crop, out_w, out_h, .. } if (crop.width, crop.height) == (out_w, out_h) => {
+                // A plain crop (any filter): zeros past the image.
+                let one = 1 << 16;
+                let link = Link::Fixed {
+                    a: [one, 0, crop.left * one, 0, one, crop.top * one],
+                    in_w: w,
+                    in_h: h,
+                    fill: [0; 3],
+                };
+                self.add(link, out_w, out_h);
+            }
+            Step::CropResize {
+                crop,
+                out_w,
+                out_h,
+                filter: Interpolation::Nearest | Interpolation::NearestExact,
+            } => {
+                // The crop (zeros past the image), then Pillow's nearest
+                // resize of it: its scale path, fill 0.
+                let sx = f64::from(crop.width) / f64::from(out_w);
+                let sy = f64::from(crop.height) / f64::from(out_h);
+                let shift = |table: Vec<i32>, start: i64, side: u32| {
+                    table
+                        .into_iter()
+                        .map(|c| {
+                            let v = start + i64::from(c);
+                            if c < 0 || v < 0 || v >= i64::from(side) {
+                                -1
+                            } else {
+                                v as i32
+                            }
+                        })
+                        .collect()
+                };
+                let link = Link::Table {
+                    cols: shift(scale_table(sx * 0.5, sx, out_w, crop.width), crop.left, w),
+                    rows: shift(scale_table(sy * 0.5, sy, out_h, crop.height), crop.top, h),
+                    in_w: w,
+                    in_h: h,
+                    fill: [0; 3],
+                };
+                self.add(link, out_w, out_h);
+            }
+            Step::Pad {
+                ltrb: [l, t, r, b],
+                mode,
+                fill,
+            } => {
+                let side = |before: u32, n: u32, after: u32| -> Vec<i32> {
+                    (0..i64::from(n) + i64::from(before) + i64::from(after))
+                        .map(|i| pad_index(i - i64::from(before), i64::from(n), mode) as i32)
+                        .collect()
+                };
+                let link = Link::Table {
+                    cols: side(l, w, r),
+                    rows: side(t, h, b),
+                    in_w: w,
+                    in_h: h,
+                    fill,
+                };
+                self.add(link, w + l + r, h + t + b);
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    fn add(&mut self, link: Link, out_w: u32, out_h: u32) {
+        self.links.push(link);
+        (self.out_w, self.out_h) = (out_w, out_h);
+    }
+
+    /// A flip of the current output. It never reads outside, so it folds
+    /// into the previous link, exactly: a fixed-point map evaluated at the
+    /// mirrored coordinate is the same integer map with other constants,
+    /// and a table is read backwards. Only a flip of the source itself
+    /// is a link of its own.
+    fn flip(&mut self, horizontal: bool) {
+        let (w, h) = (self.out_w, self.out_h);
+        match self.links.last_mut() {
+            Some(Link::Fixed { a, .. }) => {
+                // x -> (w - 1 - x): a2 + (w - 1) a0 - x a0 (and a5, a3).
+                let (n, i, j) = if horizontal {
+                    (i64::from(w) - 1, 0, 3)
+                } else {
+                    (i64::from(h) - 1, 1, 4)
+                };
+                a[2] += n * a[i];
+                a[5] += n * a[j];
+                a[i] = -a[i];
+                a[j] = -a[j];
+            }
+            Some(Link::Table { cols, rows, .. }) => {
+                if horizontal {
+                    cols.reverse();
+                } else {
+                    rows.reverse();
+                }
+            }
+            None => {
+                let (n, one) = (if horizontal { w } else { h }, 1i64 << 16);
+                let mut a = [one, 0, 0, 0, one, 0];
+                if horizontal {
+                    a[0] = -one;
+                    a[2] = (i64::from(n) - 1) * one;
+                } else {
+                    a[4] = -one;
+                    a[5] = (i64::from(n) - 1) * one;
+                }
+                self.links.push(Link::Fixed {
+                    a,
+                    in_w: w,
+                    in_h: h,
+                    fill: [0; 3],
+                });
+            }
+        }
+    }
+
+    /// Where output pixel (`x`, `y`) reads the source, or the fill of the
+    /// step where it fell outside.
+    #[inline]
+    pub fn locate(&self, x: u32, y: u32) -> Result<(usize, usize), [u8; 3]> {
+        let (mut x, mut y) = (i64::from(x), i64::from(y));
+        for link in self.links.iter().rev() {
+            match link {
+                Link::Fixed { a, in_w, in_h, fill } => {
+                    let xi = (a[2] + y * a[1] + x * a[0]) >> 16;
+                    let yi = (a[5] + y * a[4] + x * a[3]) >> 16;
+                    if xi < 0 || yi < 0 || xi >= i64::from(*in_w) || yi >= i64::from(*in_h) {
+                        return Err(*fill);
+                    }
+                    (x, y) = (xi, yi);
+                }
+                Link::Table { cols, rows, fill, .. } => {
+                    let (xi, yi) = (cols[x as usize], rows[y as usize]);
+                    if xi < 0 || yi < 0 {
+                        return Err(*fill);
+                    }
+                    (x, y) = (i64::from(xi), i64::from(yi));
+                }
+            }
+        }
+        Ok((x as usize, y as usize))
+    }
+
+    /// The chain's output for the source `img` (`src_w` x `src_h`).
+    pub fn render(&self, img: &RgbImage) -> RgbImage {
+        debug_assert_eq!((img.width, img.height), (self.src_w, self.src_h));
+        let mut out = RgbImage::new(self.out_w, self.out_h);
+        let iw = img.width as usize;
+        for (y, row) in out.pixels.chunks_exact_mut(self.out_w as usize * 3).enumerate() {
+            for (x, p) in row.chunks_exact_mut(3).enumerate() {
+                match self.locate(x as u32, y as u32) {
+                    Ok((sx, sy)) => {
+                        let s = (sy * iw + sx) * 3;
+                        p.copy_from_slice(&img.pixels[s..s + 3]);
+                    }
+                    Err(fill) => p.copy_from_slice(&fill),
+                }
+            }
+        }
+        out
+    }
+
+    /// The box `rect` of the chain's output (zeros past its edges), as a
+    /// crop of the rendered output would cut it, rendering nothing else.
+    pub fn render_box(&self, img: &RgbImage, rect: Rect) -> RgbImage {
+        let mut boxed = self.clone();
+        let crop = Step::CropResize {
+            crop: rect,
+            out_w: rect.width,
+            out_h: rect.height,
+            filter: Interpolation::Nearest,
+        };
+        if !boxed.push(&crop) {
+            // Only an empty output refuses a crop: all of the box is zeros.
+            return RgbImage::new(rect.width, rect.height);
+        }
+        boxed.render(img)
+    }
+}
+
+/// Pillow's scale path along one axis: `n` output positions from `start`
+/// in steps of `step` (accumulated, as Pillow does), each the input index
+/// it truncates to, or -1 outside `0..side`.
+fn scale_table(start: f64, step: f64, n: u32, side: u32) -> Vec<i32> {
+    let mut at = start;
+    (0..n)
+        .map(|_| {
+            let i = coord(at);
+            at += step;
+            if (0..i64::from(side)).contains(&i) {
+                i as i32
+            } else {
+                -1
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+#[path = "chain_tests.rs"]
+mod tests;
