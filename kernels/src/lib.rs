@@ -1,7 +1,9 @@
 //! Stoker's CUDA C kernels and their Rust launch wrappers: for the worker,
 //! the fused crop + resize + flip of a batch (`resize.cu`), the nearest
 //! affine warps (flips included) of a batch, and colour enhancement and
-//! blur of one image (`steps.cu`): the steps the worker's GPU lanes run
+//! blur of one image (`steps.cu`), and the colour steps of a batch
+//! (`color.cu`: lookup tables, equalize, autocontrast, channel
+//! permutations, hue, the enhance blends, erasing): the steps the worker's GPU lanes run
 //! (`stoker_server::gpu::gpu_runs`); for the client, the conversion of a uint8 HWC batch to the
 //! layout and dtype a training step takes, normalised (`convert.cu`).
 //!
@@ -25,11 +27,13 @@
 //!
 //! One job per module: `registry` holds the
 //! sources, kernel names, NVRTC compilation and the PTX cache; `worker`
-//! the worker's launch wrappers ([`Kernels`], [`RrcParams`]); `convert`
+//! the worker's launch wrappers ([`Kernels`], [`RrcParams`]); `color` the
+//! colour kernels' wrappers ([`ColorParams`], [`EraseParams`]); `convert`
 //! the client's conversion ([`ConvertKernels`] and its types); `launch`
 //! what the wrappers share; `error` [`KernelError`]. Everything public is
 //! re-exported here.
 
+mod color;
 mod convert;
 mod error;
 pub mod host;
@@ -39,9 +43,10 @@ mod registry;
 pub mod runtime;
 mod worker;
 
+pub use color::{ColorOp, ColorParams, EraseParams, TABLE_BYTES};
 pub use convert::{Conversion, ConvertKernels, DType, Layout, Normalize};
 pub use error::KernelError;
-pub use registry::{CONVERT, MODULES, ModuleSpec, RESIZE, STEPS, WORKER_MODULES, kernel, load_modules, ptx_for};
+pub use registry::{COLOR, CONVERT, MODULES, ModuleSpec, RESIZE, STEPS, WORKER_MODULES, kernel, load_modules, ptx_for};
 pub use runtime::{
     CudaUnavailable, DeviceInfo, POOL_KEEP_BYTES, catch_cuda_panic, check_nvrtc, open_context, pool_release_threshold,
     set_pool_release_threshold,

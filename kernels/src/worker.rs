@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
 
+use crate::color::ColorFunctions;
 use crate::error::launch_err;
 use crate::launch::{THREADS, check_image, per_pixel};
 use crate::registry::{arch_of, function};
@@ -24,6 +25,8 @@ pub struct Kernels {
     enhance: CudaFunction,
     blur_rows: CudaFunction,
     blur_cols: CudaFunction,
+    /// `color.cu`'s functions (launched by the wrappers in `color.rs`).
+    pub(crate) color: ColorFunctions,
     /// The architecture the modules were compiled for.
     pub arch: (i32, i32),
 }
@@ -41,6 +44,7 @@ impl Kernels {
             enhance: function(&modules, &STEPS, kernel::ENHANCE_U8_HWC)?,
             blur_rows: function(&modules, &STEPS, kernel::BLUR_ROWS_U8_HWC)?,
             blur_cols: function(&modules, &STEPS, kernel::BLUR_COLS_U8_HWC)?,
+            color: ColorFunctions::load(&modules)?,
             arch: (major, minor),
         })
     }
