@@ -486,7 +486,11 @@ impl Kernels {
     /// writes, alive and otherwise unused until the launch has finished on
     /// `stream`. The fields are checked ([`EraseParams::check`]: the box
     /// inside the image); the addresses cannot be.
-    pub unsafe fn erase_batch_u8_hwc(&self, stream: &Arc<CudaStream>, params: &[EraseParams]) -> Result<(), KernelError> {
+    pub unsafe fn erase_batch_u8_hwc(
+        &self,
+        stream: &Arc<CudaStream>,
+        params: &[EraseParams],
+    ) -> Result<(), KernelError> {
         let name = kernel::ERASE_BATCH_U8_HWC;
         if params.is_empty() {
             return Ok(());

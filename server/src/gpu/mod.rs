@@ -14,6 +14,7 @@
 //! - `nvjpeg`: the nvJPEG bindings in three layers (`sys`, `result`,
 //!   `safe`), private to this module.
 
+mod color;
 mod decode;
 mod device;
 mod lane;
