@@ -22,6 +22,7 @@ mod doctor;
 mod fidelity;
 mod formats;
 mod gpu;
+mod gpu_steps;
 mod ipc;
 mod lifecycle;
 mod local;
