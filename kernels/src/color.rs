@@ -9,40 +9,16 @@
 //! ([`Kernels::smooth_batch_u8_hwc`]); [`EraseParams`] drives
 //! [`Kernels::erase_batch_u8_hwc`].
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
 
 use crate::error::launch_err;
 use crate::launch::THREADS;
-use crate::registry::function;
-use crate::{COLOR, KernelError, Kernels, kernel};
+use crate::{KernelError, Kernels, kernel};
 
 /// Bytes of one image's lookup tables: 256 per channel.
 pub const TABLE_BYTES: usize = 768;
-
-/// The functions of [`COLOR`], loaded.
-#[derive(Clone, Debug)]
-pub(crate) struct ColorFunctions {
-    stats: CudaFunction,
-    luts: CudaFunction,
-    smooth: CudaFunction,
-    color: CudaFunction,
-    erase: CudaFunction,
-}
-
-impl ColorFunctions {
-    pub(crate) fn load(modules: &HashMap<&'static str, Arc<CudaModule>>) -> Result<Self, KernelError> {
-        Ok(Self {
-            stats: function(modules, &COLOR, kernel::COLOR_STATS_BATCH_U8_HWC)?,
-            luts: function(modules, &COLOR, kernel::COLOR_LUTS_BATCH)?,
-            smooth: function(modules, &COLOR, kernel::SMOOTH_BATCH_U8_HWC)?,
-            color: function(modules, &COLOR, kernel::COLOR_BATCH_U8_HWC)?,
-            erase: function(modules, &COLOR, kernel::ERASE_BATCH_U8_HWC)?,
-        })
-    }
-}
 
 /// What a [`ColorParams`] does to its image: the `STOKER_OP_*` codes of
 /// `color.cu`.
@@ -518,6 +494,7 @@ impl Kernels {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::COLOR;
 
     fn fields_in_order(source: &str, fields: &[&str]) {
         let mut at = 0;

@@ -5,15 +5,17 @@
 //! [`RrcParams`] and [`WarpParams`] are the batch kernels' per-image
 //! parameter blocks.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+};
 
-use crate::color::ColorFunctions;
 use crate::error::launch_err;
 use crate::launch::{THREADS, check_image, per_pixel};
 use crate::registry::{arch_of, function};
-use crate::{KernelError, RESIZE, STEPS, WORKER_MODULES, kernel, load_modules};
+use crate::{COLOR, KernelError, RESIZE, STEPS, WORKER_MODULES, kernel, load_modules};
 
 /// The worker's modules ([`WORKER_MODULES`]), loaded into one context.
 #[derive(Clone, Debug)]
@@ -227,6 +229,28 @@ impl Kernels {
         // images, as the caller promises.
         unsafe { launch.launch(config) }.map_err(|e| fail(e.to_string()))?;
         Ok(())
+    }
+}
+
+/// The functions of [`COLOR`], loaded; `color.rs` launches them.
+#[derive(Clone, Debug)]
+pub(crate) struct ColorFunctions {
+    pub(crate) stats: CudaFunction,
+    pub(crate) luts: CudaFunction,
+    pub(crate) smooth: CudaFunction,
+    pub(crate) color: CudaFunction,
+    pub(crate) erase: CudaFunction,
+}
+
+impl ColorFunctions {
+    fn load(modules: &HashMap<&'static str, Arc<CudaModule>>) -> Result<Self, KernelError> {
+        Ok(Self {
+            stats: function(modules, &COLOR, kernel::COLOR_STATS_BATCH_U8_HWC)?,
+            luts: function(modules, &COLOR, kernel::COLOR_LUTS_BATCH)?,
+            smooth: function(modules, &COLOR, kernel::SMOOTH_BATCH_U8_HWC)?,
+            color: function(modules, &COLOR, kernel::COLOR_BATCH_U8_HWC)?,
+            erase: function(modules, &COLOR, kernel::ERASE_BATCH_U8_HWC)?,
+        })
     }
 }
 
