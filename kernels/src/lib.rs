@@ -1,9 +1,13 @@
 //! Stoker's CUDA C kernels and their Rust launch wrappers: for the worker,
-//! the fused crop + resize + flip of a batch (`resize.cu`), the nearest
-//! affine warps (flips included) of a batch, and colour enhancement and
-//! blur of one image (`steps.cu`): the steps the worker's GPU lanes run
-//! (`stoker_server::gpu::gpu_runs`); for the client, the conversion of a uint8 HWC batch to the
-//! layout and dtype a training step takes, normalised (`convert.cu`).
+//! the geometry of a batch (`resize.cu`: chains of nearest geometric steps,
+//! and the fused crop + resize + flip, which can read through a chain),
+//! the bilinear and bicubic affine warps of a batch and the blur of one
+//! image (`steps.cu`), and the colour steps of a batch (`color.cu`: lookup
+//! tables, equalize, autocontrast, channel permutations, hue, the enhance
+//! blends, erasing): the steps the worker's GPU lanes run
+//! (`stoker_server::gpu::gpu_runs`); for the client, the conversion of a
+//! uint8 HWC batch to the layout and dtype a training step takes,
+//! normalised (`convert.cu`).
 //!
 //! The sources (`src/*.cu`) are embedded in the binary and compiled at run
 //! time by NVRTC for the GPU found, so nothing CUDA is needed to build.
@@ -25,25 +29,32 @@
 //!
 //! One job per module: `registry` holds the
 //! sources, kernel names, NVRTC compilation and the PTX cache; `worker`
-//! the worker's launch wrappers ([`Kernels`], [`RrcParams`]); `convert`
+//! the worker's launch wrappers ([`Kernels`], [`RrcParams`],
+//! [`WarpParams`]); `links` a batch's chains ([`Chains`], [`ChainLink`]);
+//! `chain` the chain kernel's launch ([`ChainParams`]); `color` the
+//! colour kernels' wrappers ([`ColorParams`], [`EraseParams`]); `convert`
 //! the client's conversion ([`ConvertKernels`] and its types); `launch`
 //! what the wrappers share; `error` [`KernelError`]. Everything public is
 //! re-exported here.
 
 mod chain;
+mod color;
 mod convert;
 mod error;
 pub mod host;
 pub mod ipc;
 mod launch;
+mod links;
 mod registry;
 pub mod runtime;
 mod worker;
 
-pub use chain::{ChainLink, ChainParams, ChainSpan, Chains, pack_rgb};
+pub use chain::ChainParams;
+pub use color::{ColorOp, ColorParams, EraseParams, TABLE_BYTES};
 pub use convert::{Conversion, ConvertKernels, DType, Layout, Normalize};
 pub use error::KernelError;
-pub use registry::{CONVERT, MODULES, ModuleSpec, RESIZE, STEPS, WORKER_MODULES, kernel, load_modules, ptx_for};
+pub use links::{ChainLink, ChainSpan, Chains, pack_rgb};
+pub use registry::{COLOR, CONVERT, MODULES, ModuleSpec, RESIZE, STEPS, WORKER_MODULES, kernel, load_modules, ptx_for};
 pub use runtime::{
     CudaUnavailable, DeviceInfo, POOL_KEEP_BYTES, catch_cuda_panic, check_nvrtc, open_context, pool_release_threshold,
     set_pool_release_threshold,

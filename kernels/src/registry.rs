@@ -17,12 +17,21 @@ pub mod kernel {
     pub const RRC_FLIP_U8_HWC: &str = "stoker_rrc_flip_u8_hwc";
     /// [`crate::ChainParams`]-driven chains of nearest geometric steps.
     pub const CHAIN_BATCH_U8_HWC: &str = "stoker_chain_batch_u8_hwc";
-    /// [`crate::WarpParams`]-driven nearest affine warps of a batch.
-    pub const AFFINE_NEAREST_BATCH_U8_HWC: &str = "stoker_affine_nearest_batch_u8_hwc";
-    pub const LUMA_SUM_U8_HWC: &str = "stoker_luma_sum_u8_hwc";
-    pub const ENHANCE_U8_HWC: &str = "stoker_enhance_u8_hwc";
+    /// [`crate::WarpParams`]-driven bilinear and bicubic affine warps of a
+    /// batch.
+    pub const AFFINE_FILTER_BATCH_U8_HWC: &str = "stoker_affine_filter_batch_u8_hwc";
     pub const BLUR_ROWS_U8_HWC: &str = "stoker_blur_rows_u8_hwc";
     pub const BLUR_COLS_U8_HWC: &str = "stoker_blur_cols_u8_hwc";
+    /// [`crate::ColorParams`]-driven histograms and luma sums of a batch.
+    pub const COLOR_STATS_BATCH_U8_HWC: &str = "stoker_color_stats_batch_u8_hwc";
+    /// Equalize / autocontrast lookup tables built from the histograms.
+    pub const COLOR_LUTS_BATCH: &str = "stoker_color_luts_batch";
+    /// Pillow's `SMOOTH` filter of a batch (sharpness's degenerate images).
+    pub const SMOOTH_BATCH_U8_HWC: &str = "stoker_smooth_batch_u8_hwc";
+    /// The per-pixel colour steps of a batch, in place.
+    pub const COLOR_BATCH_U8_HWC: &str = "stoker_color_batch_u8_hwc";
+    /// [`crate::EraseParams`]-driven RandomErasing of a batch, in place.
+    pub const ERASE_BATCH_U8_HWC: &str = "stoker_erase_batch_u8_hwc";
     /// uint8 HWC -> float32 NCHW, normalised.
     pub const CONVERT_NCHW_F32: &str = "stoker_convert_nchw_f32";
     /// uint8 HWC -> float16 NCHW, normalised.
@@ -60,11 +69,23 @@ pub const STEPS: ModuleSpec = ModuleSpec {
     name: "steps",
     source: include_str!("steps.cu"),
     kernels: &[
-        kernel::AFFINE_NEAREST_BATCH_U8_HWC,
-        kernel::LUMA_SUM_U8_HWC,
-        kernel::ENHANCE_U8_HWC,
+        kernel::AFFINE_FILTER_BATCH_U8_HWC,
         kernel::BLUR_ROWS_U8_HWC,
         kernel::BLUR_COLS_U8_HWC,
+    ],
+};
+
+/// The colour steps of a batch, each image with its own parameters, one
+/// launch per kind of work ([`crate::ColorParams`], [`crate::EraseParams`]).
+pub const COLOR: ModuleSpec = ModuleSpec {
+    name: "color",
+    source: include_str!("color.cu"),
+    kernels: &[
+        kernel::COLOR_STATS_BATCH_U8_HWC,
+        kernel::COLOR_LUTS_BATCH,
+        kernel::SMOOTH_BATCH_U8_HWC,
+        kernel::COLOR_BATCH_U8_HWC,
+        kernel::ERASE_BATCH_U8_HWC,
     ],
 };
 
@@ -85,11 +106,11 @@ pub const CONVERT: ModuleSpec = ModuleSpec {
 };
 
 /// Every module of the registry.
-pub const MODULES: &[ModuleSpec] = &[RESIZE, STEPS, CONVERT];
+pub const MODULES: &[ModuleSpec] = &[RESIZE, STEPS, COLOR, CONVERT];
 
 /// The modules a worker runs, compiled together at its start by
 /// [`Kernels::load`](crate::Kernels::load).
-pub const WORKER_MODULES: &[ModuleSpec] = &[RESIZE, STEPS];
+pub const WORKER_MODULES: &[ModuleSpec] = &[RESIZE, STEPS, COLOR];
 
 type PtxCache = Mutex<HashMap<(&'static str, i32, i32), Ptx>>;
 

@@ -1,6 +1,6 @@
-// The steps after (or before) the crop: nearest affine warps (flips
-// included) of a batch, one launch per step index; colour enhancement and
-// Gaussian blur, one image per launch; uint8 HWC.
+// The steps after (or before) the crop: bilinear and bicubic affine warps
+// of a batch, one launch per step round; Gaussian blur, one image per
+// launch; uint8 HWC.
 //
 // Each follows the CPU path (server/image/src/augment/) operation for operation,
 // with the rounding intrinsics (__fmul_rn, __fadd_rn...) where the compiler
@@ -9,15 +9,15 @@
 //
 // Compiled by NVRTC at run time: no includes, plain C types only.
 
-// PIL's affine warp with nearest neighbour (Image.transform(AFFINE,
-// NEAREST), its 16.16 fixed-point path): output pixel (x, y) reads input
-// pixel ((a2 + y*a1 + x*a0) >> 16, (a5 + y*a4 + x*a3) >> 16), the host's
-// fixed-point matrix with the pixel centre folded in; outside the input it
-// takes the fill colour. Covers flips (x -> w - 1 - x exactly), rotation
-// (any angle, expand, centre), RandomAffine and the policies' shears and
-// translations.
-// One image's warp of stoker_affine_nearest_batch_u8_hwc: the layout of
-// `WarpParams` in worker.rs.
+// PIL's affine warp with its bilinear and bicubic filters
+// (Image.transform(AFFINE, BILINEAR | BICUBIC), Geometry.c's
+// bilinear_filter32RGB / bicubic_filter32RGB), of a batch: output pixel
+// (x, y) samples the input at the matrix applied to (x + 0.5, y + 0.5);
+// outside the input it takes the fill colour. The arithmetic is the CPU
+// path's (server/image/src/augment/geometry.rs), in double, each multiply
+// and add rounded on its own (no fused multiply-add), so the bytes are the
+// same. Nearest warps are chains (resize.cu).
+// One image's warp: the layout of `WarpParams` in worker.rs.
 struct StokerWarpParams {
     unsigned long long src;
     unsigned long long dst;
@@ -26,113 +26,90 @@ struct StokerWarpParams {
     unsigned int out_w;
     unsigned int out_h;
     unsigned int fill;
-    unsigned int reserved;
-    long long a[6];
+    unsigned int filter; // 0 bilinear, 1 bicubic
+    double a[6];
 };
 
-// stoker_affine_nearest_u8_hwc for a batch: image blockIdx.y warps with its
-// own parameters (flips are warps too: x -> w - 1 - x exactly), so a round
-// of geometric steps over a batch is one launch.
-extern "C" __global__ void stoker_affine_nearest_batch_u8_hwc(const StokerWarpParams* __restrict__ params)
+__device__ __forceinline__ double stoker_lerp(double a, double b, double d)
+{
+    return __dadd_rn(a, __dmul_rn(__dsub_rn(b, a), d));
+}
+
+// Pillow's bicubic (a = -1) of four values at d.
+__device__ __forceinline__ double stoker_cubic(double v1, double v2, double v3, double v4, double d)
+{
+    const double p1 = v2;
+    const double p2 = __dadd_rn(-v1, v3);
+    const double p3 = __dsub_rn(__dadd_rn(__dmul_rn(2.0, __dsub_rn(v1, v2)), v3), v4);
+    const double p4 = __dadd_rn(__dsub_rn(__dadd_rn(-v1, v2), v3), v4);
+    return __dadd_rn(p1, __dmul_rn(d, __dadd_rn(p2, __dmul_rn(d, __dadd_rn(p3, __dmul_rn(d, p4))))));
+}
+
+__device__ __forceinline__ long long stoker_clampll(long long v, long long lo, long long hi)
+{
+    return v < lo ? lo : (v > hi ? hi : v);
+}
+
+extern "C" __global__ void stoker_affine_filter_batch_u8_hwc(const StokerWarpParams* __restrict__ params)
 {
     const StokerWarpParams p = params[blockIdx.y];
     const unsigned int n = p.out_w * p.out_h;
     const unsigned char* src = (const unsigned char*)p.src;
     unsigned char* dst = (unsigned char*)p.dst;
+    const long long iw = p.in_w, ih = p.in_h;
     for (unsigned int idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
-        const long long y = idx / p.out_w;
-        const long long x = idx - y * p.out_w;
-        const long long xin = (p.a[2] + y * p.a[1] + x * p.a[0]) >> 16;
-        const long long yin = (p.a[5] + y * p.a[4] + x * p.a[3]) >> 16;
+        const unsigned int y = idx / p.out_w;
+        const unsigned int x = idx - y * p.out_w;
+        const double xc = (double)x + 0.5, yc = (double)y + 0.5;
+        double xin = __dadd_rn(__dadd_rn(__dmul_rn(p.a[0], xc), __dmul_rn(p.a[1], yc)), p.a[2]);
+        double yin = __dadd_rn(__dadd_rn(__dmul_rn(p.a[3], xc), __dmul_rn(p.a[4], yc)), p.a[5]);
         unsigned char* d = dst + (size_t)idx * 3;
-        if (xin >= 0 && yin >= 0 && xin < (long long)p.in_w && yin < (long long)p.in_h) {
-            const unsigned char* s = src + ((size_t)yin * p.in_w + (size_t)xin) * 3;
-            d[0] = s[0];
-            d[1] = s[1];
-            d[2] = s[2];
-        } else {
+        if (!(xin >= 0.0 && xin < (double)iw && yin >= 0.0 && yin < (double)ih)) {
             d[0] = (unsigned char)(p.fill & 0xff);
             d[1] = (unsigned char)((p.fill >> 8) & 0xff);
             d[2] = (unsigned char)((p.fill >> 16) & 0xff);
+            continue;
         }
+        xin = __dsub_rn(xin, 0.5);
+        yin = __dsub_rn(yin, 0.5);
+        long long fx = (long long)floor(xin), fy = (long long)floor(yin);
+        const double dx = __dsub_rn(xin, (double)fx), dy = __dsub_rn(yin, (double)fy);
+#define STOKER_AT(yy, xx, c) ((double)src[((size_t)(yy) * (size_t)iw + (size_t)(xx)) * 3 + (c)])
+        if (p.filter == 0) {
+            const long long x0 = stoker_clampll(fx, 0, iw - 1), x1 = stoker_clampll(fx + 1, 0, iw - 1);
+            const long long yy = stoker_clampll(fy, 0, ih - 1);
+            const bool next = fy + 1 >= 0 && fy + 1 < ih;
+            for (int c = 0; c < 3; ++c) {
+                const double v1 = stoker_lerp(STOKER_AT(yy, x0, c), STOKER_AT(yy, x1, c), dx);
+                const double v2 = next ? stoker_lerp(STOKER_AT(fy + 1, x0, c), STOKER_AT(fy + 1, x1, c), dx) : v1;
+                d[c] = (unsigned char)stoker_lerp(v1, v2, dy);
+            }
+        } else {
+            fx -= 1;
+            fy -= 1;
+            long long xs[4];
+            for (int k = 0; k < 4; ++k) {
+                xs[k] = stoker_clampll(fx + k, 0, iw - 1);
+            }
+            for (int c = 0; c < 3; ++c) {
+#define STOKER_ROW(yy) stoker_cubic(STOKER_AT(yy, xs[0], c), STOKER_AT(yy, xs[1], c), STOKER_AT(yy, xs[2], c), STOKER_AT(yy, xs[3], c), dx)
+                const double v1 = STOKER_ROW(stoker_clampll(fy, 0, ih - 1));
+                const double v2 = (fy + 1 >= 0 && fy + 1 < ih) ? STOKER_ROW(fy + 1) : v1;
+                const double v3 = (fy + 2 >= 0 && fy + 2 < ih) ? STOKER_ROW(fy + 2) : v2;
+                const double v4 = (fy + 3 >= 0 && fy + 3 < ih) ? STOKER_ROW(fy + 3) : v3;
+#undef STOKER_ROW
+                const double v = stoker_cubic(v1, v2, v3, v4, dy);
+                d[c] = v <= 0.0 ? 0 : (v >= 255.0 ? 255 : (unsigned char)v);
+            }
+        }
+#undef STOKER_AT
     }
-}
-
-// ITU-R 601 luma in 16-bit fixed point, as the CPU path computes it.
-__device__ __forceinline__ unsigned int stoker_luma(const unsigned char* p)
-{
-    return ((unsigned int)p[0] * 19595u + (unsigned int)p[1] * 38470u + (unsigned int)p[2] * 7471u + 0x8000u) >> 16;
 }
 
 // round() then clamp to 0..255, as the CPU path's blur.
 __device__ __forceinline__ unsigned char stoker_clamp_u8(float v)
 {
     return (unsigned char)fminf(fmaxf(roundf(v), 0.0f), 255.0f);
-}
-
-// Pillow's ImagingBlend of one value: in1 + alpha * (in2 - in1) in float,
-// truncated, clipped when extrapolating (the CPU path's blend).
-__device__ __forceinline__ unsigned char stoker_blend_u8(float in1, float in2, float alpha)
-{
-    const float v = __fadd_rn(in1, __fmul_rn(alpha, __fsub_rn(in2, in1)));
-    if (v <= 0.0f) {
-        return 0;
-    }
-    if (v >= 255.0f) {
-        return 255;
-    }
-    return (unsigned char)v;
-}
-
-// Adds the luma of `n` pixels into `*sum` (zeroed by the caller): the
-// contrast step's mean.
-extern "C" __global__ void stoker_luma_sum_u8_hwc(
-    const unsigned char* __restrict__ img,
-    unsigned int n,
-    unsigned long long* __restrict__ sum)
-{
-    __shared__ unsigned long long block_sum;
-    if (threadIdx.x == 0) {
-        block_sum = 0;
-    }
-    __syncthreads();
-    const unsigned int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx < n) {
-        atomicAdd(&block_sum, (unsigned long long)stoker_luma(img + (size_t)idx * 3));
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        atomicAdd(sum, block_sum);
-    }
-}
-
-// One ImageEnhance blend, in place: `which` 0 brightness (with black),
-// 1 contrast (with the mean luma of `*luma_sum` over `n` pixels, as
-// int(mean + 0.5)), 2 saturation (with each pixel's luma).
-extern "C" __global__ void stoker_enhance_u8_hwc(
-    unsigned char* __restrict__ img,
-    unsigned int n,
-    unsigned int which,
-    float factor,
-    const unsigned long long* __restrict__ luma_sum)
-{
-    const unsigned int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= n) {
-        return;
-    }
-    unsigned char* p = img + (size_t)idx * 3;
-    float centre;
-    if (which == 0) {
-        centre = 0.0f;
-    } else if (which == 1) {
-        const double count = (double)(n > 0 ? n : 1);
-        centre = (float)(unsigned int)(__dadd_rn(__ddiv_rn((double)*luma_sum, count), 0.5));
-    } else {
-        centre = (float)stoker_luma(p);
-    }
-    for (int c = 0; c < 3; ++c) {
-        p[c] = stoker_blend_u8(centre, (float)p[c], factor);
-    }
 }
 
 // Reflect-101 border (as the CPU path's blur): ... 2 1 | 0 1 2 ... n-1 | n-2 ...

@@ -1,18 +1,22 @@
 //! The worker's launch wrappers: [`Kernels`] holds the functions of
 //! [`WORKER_MODULES`] loaded into one context and launches them (the fused
-//! crop + resize + flip of a batch, the nearest warps (flips included) of a
-//! batch, and colour enhancement and blur of one image);
+//! crop + resize + flip of a batch, the bilinear and bicubic warps of a
+//! batch, and blur of one image; chains in `chain.rs`, colour steps in
+//! `color.rs`);
 //! [`RrcParams`] and [`WarpParams`] are the batch kernels' per-image
 //! parameter blocks.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+};
 
 use crate::error::launch_err;
 use crate::launch::{THREADS, check_image, per_pixel};
 use crate::registry::{arch_of, function};
-use crate::{ChainSpan, Chains, KernelError, RESIZE, STEPS, WORKER_MODULES, kernel, load_modules};
+use crate::{COLOR, ChainSpan, Chains, KernelError, RESIZE, STEPS, WORKER_MODULES, kernel, load_modules};
 
 /// The worker's modules ([`WORKER_MODULES`]), loaded into one context.
 #[derive(Clone, Debug)]
@@ -20,11 +24,11 @@ pub struct Kernels {
     // Each function holds its module, which stays loaded while it lives.
     rrc_flip: CudaFunction,
     pub(crate) chain_batch: CudaFunction,
-    affine_nearest_batch: CudaFunction,
-    luma_sum: CudaFunction,
-    enhance: CudaFunction,
+    affine_filter_batch: CudaFunction,
     blur_rows: CudaFunction,
     blur_cols: CudaFunction,
+    /// `color.cu`'s functions (launched by the wrappers in `color.rs`).
+    pub(crate) color: ColorFunctions,
     /// The architecture the modules were compiled for.
     pub arch: (i32, i32),
 }
@@ -38,17 +42,16 @@ impl Kernels {
         Ok(Self {
             rrc_flip: function(&modules, &RESIZE, kernel::RRC_FLIP_U8_HWC)?,
             chain_batch: function(&modules, &RESIZE, kernel::CHAIN_BATCH_U8_HWC)?,
-            affine_nearest_batch: function(&modules, &STEPS, kernel::AFFINE_NEAREST_BATCH_U8_HWC)?,
-            luma_sum: function(&modules, &STEPS, kernel::LUMA_SUM_U8_HWC)?,
-            enhance: function(&modules, &STEPS, kernel::ENHANCE_U8_HWC)?,
+            affine_filter_batch: function(&modules, &STEPS, kernel::AFFINE_FILTER_BATCH_U8_HWC)?,
             blur_rows: function(&modules, &STEPS, kernel::BLUR_ROWS_U8_HWC)?,
             blur_cols: function(&modules, &STEPS, kernel::BLUR_COLS_U8_HWC)?,
+            color: ColorFunctions::load(&modules)?,
             arch: (major, minor),
         })
     }
 
-    /// One nearest affine warp per image of a batch, in one launch: image
-    /// `i` reads `params[i].src` and writes `params[i].dst`.
+    /// One bilinear or bicubic affine warp per image of a batch, in one
+    /// launch: image `i` reads `params[i].src` and writes `params[i].dst`.
     ///
     /// # Safety
     ///
@@ -58,12 +61,12 @@ impl Kernels {
     /// writes, both alive and otherwise unused until the launch has
     /// finished on `stream`. The fields are checked ([`WarpParams::check`]);
     /// the addresses cannot be.
-    pub unsafe fn affine_nearest_batch_u8_hwc(
+    pub unsafe fn affine_filter_batch_u8_hwc(
         &self,
         stream: &Arc<CudaStream>,
         params: &[WarpParams],
     ) -> Result<(), KernelError> {
-        let name = kernel::AFFINE_NEAREST_BATCH_U8_HWC;
+        let name = kernel::AFFINE_FILTER_BATCH_U8_HWC;
         if params.is_empty() {
             return Ok(());
         }
@@ -86,48 +89,13 @@ impl Kernels {
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut launch = stream.launch_builder(&self.affine_nearest_batch);
+        let mut launch = stream.launch_builder(&self.affine_filter_batch);
         launch.arg(&params_dev);
         // SAFETY: the argument list matches the kernel's signature (one
         // params pointer, `batch` entries); every read is bounds-checked
         // against its image's in_w x in_h and every write is one of its
         // out_w x out_h pixels, within the allocations the caller promises.
         unsafe { launch.launch(config) }.map_err(|e| launch_err(name, e))?;
-        Ok(())
-    }
-
-    /// One ImageEnhance blend in place: `which` 0 brightness, 1 contrast,
-    /// 2 saturation, by `factor`.
-    pub fn enhance_u8_hwc(
-        &self,
-        stream: &Arc<CudaStream>,
-        img: &mut CudaSlice<u8>,
-        (w, h): (u32, u32),
-        which: u32,
-        factor: f32,
-    ) -> Result<(), KernelError> {
-        let name = kernel::ENHANCE_U8_HWC;
-        check_image(name, "image", w, h, img.len(), 3)?;
-        if which > 2 {
-            return Err(launch_err(
-                name,
-                format!("enhance {which} is not brightness, contrast or saturation"),
-            ));
-        }
-        let n = w * h;
-        let mut sum = stream.alloc_zeros::<u64>(1).map_err(|e| launch_err(name, e))?;
-        if which == 1 {
-            let mut launch = stream.launch_builder(&self.luma_sum);
-            launch.arg(&*img).arg(&n).arg(&mut sum);
-            // SAFETY: matches the kernel's signature; it reads n pixels of
-            // `img` (checked above) and adds into the one u64 of `sum`.
-            unsafe { launch.launch(per_pixel(w, h)) }.map_err(|e| launch_err(kernel::LUMA_SUM_U8_HWC, e))?;
-        }
-        let mut launch = stream.launch_builder(&self.enhance);
-        launch.arg(&mut *img).arg(&n).arg(&which).arg(&factor).arg(&sum);
-        // SAFETY: matches the kernel's signature; it reads and writes the n
-        // pixels of `img` (checked above) and reads the one u64 of `sum`.
-        unsafe { launch.launch(per_pixel(w, h)) }.map_err(|e| launch_err(name, e))?;
         Ok(())
     }
 
@@ -258,10 +226,32 @@ impl Kernels {
     }
 }
 
-/// Per-image parameters of [`Kernels::affine_nearest_batch_u8_hwc`]; the
+/// The functions of [`COLOR`], loaded; `color.rs` launches them.
+#[derive(Clone, Debug)]
+pub(crate) struct ColorFunctions {
+    pub(crate) stats: CudaFunction,
+    pub(crate) luts: CudaFunction,
+    pub(crate) smooth: CudaFunction,
+    pub(crate) color: CudaFunction,
+    pub(crate) erase: CudaFunction,
+}
+
+impl ColorFunctions {
+    fn load(modules: &HashMap<&'static str, Arc<CudaModule>>) -> Result<Self, KernelError> {
+        Ok(Self {
+            stats: function(modules, &COLOR, kernel::COLOR_STATS_BATCH_U8_HWC)?,
+            luts: function(modules, &COLOR, kernel::COLOR_LUTS_BATCH)?,
+            smooth: function(modules, &COLOR, kernel::SMOOTH_BATCH_U8_HWC)?,
+            color: function(modules, &COLOR, kernel::COLOR_BATCH_U8_HWC)?,
+            erase: function(modules, &COLOR, kernel::ERASE_BATCH_U8_HWC)?,
+        })
+    }
+}
+
+/// Per-image parameters of [`Kernels::affine_filter_batch_u8_hwc`]; the
 /// layout of `StokerWarpParams` in `steps.cu`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct WarpParams {
     /// Device address of the source image (uint8 HWC, packed rows).
     pub src: u64,
@@ -273,14 +263,16 @@ pub struct WarpParams {
     pub out_h: u32,
     /// The fill colour, R | G << 8 | B << 16.
     pub fill: u32,
-    pub reserved: u32,
-    /// Pillow's 16.16 fixed-point matrix, the pixel centre folded in.
-    pub a: [i64; 6],
+    /// 0 bilinear, 1 bicubic.
+    pub filter: u32,
+    /// The matrix of PIL's `Image.transform(AFFINE)`: output (x, y) samples
+    /// the input at it applied to (x + 0.5, y + 0.5).
+    pub a: [f64; 6],
 }
 
-// SAFETY: `WarpParams` is `repr(C)`, made only of integers with no padding
-// (88 bytes: the i64s start at offset 40), and matches the kernel's struct
-// field for field.
+// SAFETY: `WarpParams` is `repr(C)`, made only of integers and doubles with
+// no padding (88 bytes: the doubles start at offset 40), and matches the
+// kernel's struct field for field.
 unsafe impl DeviceRepr for WarpParams {}
 
 impl WarpParams {
@@ -297,6 +289,12 @@ impl WarpParams {
         }
         if self.out_w.checked_mul(self.out_h).is_none_or(|p| p > u32::MAX / 3) {
             return Err(format!("output size {}x{} is out of range", self.out_w, self.out_h));
+        }
+        if self.filter > 1 {
+            return Err(format!("filter {} is not bilinear (0) or bicubic (1)", self.filter));
+        }
+        if self.a.iter().any(|v| !v.is_finite()) {
+            return Err(format!("matrix {:?} is not finite", self.a));
         }
         Ok(())
     }

@@ -3,12 +3,13 @@
 //! [`GpuCrop`]) and any other step list a kernel per step
 //! ([`Gpu::run_steps`]), for the steps [`gpu_runs`].
 
-use cudarc::driver::{CudaSlice, DevicePtr};
-use stoker_core::{Enhance, Interpolation, Rect, Step, Warp};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
+use stoker_core::{Interpolation, Rect, Step, Warp};
 use stoker_image::augment::Chain;
-use stoker_kernels::{Chains, RrcParams};
+use stoker_kernels::{Chains, RrcParams, WarpParams, pack_rgb};
 
 use super::chain::add_chain;
+use super::color::color_runs;
 use super::decode::DeviceImage;
 use super::device::{Gpu, GpuError, driver};
 
@@ -143,6 +144,20 @@ impl Gpu {
                     .ok_or_else(|| GpuError::Invalid("the chain made no image".into()))?;
                 continue;
             }
+            if filter_warp(step).is_some() {
+                img = self
+                    .warp_round(&[Ok(img)], &[(0, step)])?
+                    .pop()
+                    .ok_or_else(|| GpuError::Invalid("the warp made no image".into()))?;
+                continue;
+            }
+            if color_runs(step) {
+                let mut slot = [Ok(img)];
+                self.color_round(&mut slot, &[(0, step)])?;
+                let [done] = slot;
+                img = done?;
+                continue;
+            }
             if img.pitch != img.width * 3 {
                 return Err(GpuError::Invalid(format!(
                     "image rows of {} bytes are not packed for {} pixels",
@@ -165,11 +180,6 @@ impl Gpu {
                     let mut out = self.new_image(out_w, out_h)?;
                     self.resized_crop_flip_into(&[&img], &[crop], &[], (out_w, out_h), &mut out.buf)?;
                     out
-                }
-                Step::Enhance { what, factor } if what != Enhance::Sharpness => {
-                    self.kernels
-                        .enhance_u8_hwc(&self.stream, &mut img.buf, dims, what.index(), factor)?;
-                    img
                 }
                 Step::Blur {
                     kernel: (kx, ky),
@@ -253,7 +263,25 @@ impl Gpu {
                 let done = self.crop_round(&slots, &group, size);
                 place(&mut slots, &at, done, "batched crops");
             }
-            for (i, step) in singles {
+            let (colors, others): (Vec<(usize, &Step)>, Vec<(usize, &Step)>) =
+                singles.into_iter().partition(|(_, step)| color_runs(step));
+            let (warps, others): (Vec<(usize, &Step)>, Vec<(usize, &Step)>) =
+                others.into_iter().partition(|(_, step)| filter_warp(step).is_some());
+            if !warps.is_empty() {
+                let at: Vec<usize> = warps.iter().map(|(i, _)| *i).collect();
+                let done = self.warp_round(&slots, &warps);
+                place(&mut slots, &at, done, "batched warps");
+            }
+            if !colors.is_empty()
+                && let Err(e) = self.color_round(&mut slots, &colors)
+            {
+                for (i, _) in &colors {
+                    if slots[*i].is_ok() {
+                        slots[*i] = Err(GpuError::Invalid(format!("batched colour steps failed: {e}")));
+                    }
+                }
+            }
+            for (i, step) in others {
                 let taken = std::mem::replace(&mut slots[i], Err(GpuError::Invalid("in flight".into())));
                 slots[i] = taken.and_then(|img| self.run_steps(img, std::slice::from_ref(step)));
             }
@@ -293,6 +321,82 @@ impl Gpu {
             outs.push(out);
         }
         Ok(outs)
+    }
+}
+
+impl Gpu {
+    /// One launch warping, for each `(slot, step)` (each a bilinear or
+    /// bicubic affine warp), `slots[slot]` into an image of its own.
+    fn warp_round(
+        &self,
+        slots: &[Result<DeviceImage, GpuError>],
+        warps: &[(usize, &Step)],
+    ) -> Result<Vec<DeviceImage>, GpuError> {
+        let mut outs = Vec::with_capacity(warps.len());
+        let mut params = Vec::with_capacity(warps.len());
+        // The guards keep cudarc's view of each image until the launch is
+        // queued.
+        let mut guards = Vec::with_capacity(warps.len() * 2);
+        for (i, step) in warps {
+            let Some((a, (out_w, out_h), filter, fill)) = filter_warp(step) else {
+                return Err(GpuError::Invalid(format!(
+                    "step {} is not a filtered warp",
+                    step.name()
+                )));
+            };
+            outs.push(self.new_image(out_w, out_h)?);
+            let img = slots[*i]
+                .as_ref()
+                .map_err(|_| GpuError::Invalid(format!("image {i} has no result to warp")))?;
+            if img.pitch != img.width * 3 {
+                return Err(GpuError::Invalid(format!(
+                    "image {i}: rows of {} bytes are not packed for {} pixels",
+                    img.pitch, img.width
+                )));
+            }
+            params.push((img, a, (out_w, out_h), filter, fill));
+        }
+        let mut launch = Vec::with_capacity(warps.len());
+        for ((img, a, (out_w, out_h), filter, fill), out) in params.into_iter().zip(&mut outs) {
+            let (src, g1) = img.buf.device_ptr(&self.stream);
+            let (dst, g2) = out.buf.device_ptr_mut(&self.stream);
+            guards.push(g1);
+            guards.push(g2);
+            launch.push(WarpParams {
+                src,
+                dst,
+                in_w: img.width,
+                in_h: img.height,
+                out_w,
+                out_h,
+                fill: pack_rgb(fill),
+                filter,
+                a,
+            });
+        }
+        // SAFETY: each `src` is a live, packed `DeviceImage` of in_w x in_h
+        // (checked above) and each `dst` a fresh allocation of out_w x out_h
+        // x 3 bytes made above for this image alone; all stay alive until
+        // this function returns, after the launch is queued on
+        // `self.stream`, the stream every later use is ordered on.
+        unsafe { self.kernels.affine_filter_batch_u8_hwc(&self.stream, &launch) }?;
+        drop(guards);
+        Ok(outs)
+    }
+}
+
+/// A bilinear or bicubic affine warp's matrix, output size, filter (0
+/// bilinear, 1 bicubic) and fill; `None` for any other step.
+fn filter_warp(step: &Step) -> Option<([f64; 6], (u32, u32), u32, [u8; 3])> {
+    match *step {
+        Step::Affine {
+            matrix,
+            out_w,
+            out_h,
+            warp: warp @ (Warp::Bilinear | Warp::Bicubic),
+            fill,
+        } => Some((matrix, (out_w, out_h), u32::from(warp == Warp::Bicubic), fill)),
+        _ => None,
     }
 }
 
@@ -385,9 +489,11 @@ pub fn fused(steps: &[Step], width: u32, height: u32, size: u32) -> Option<(Chai
 /// Whether the GPU lanes run `step`: crops resized bilinearly (or plainly
 /// cut), the nearest geometric steps as chains (flips, nearest warps:
 /// rotations, RandomAffine, the policies' shears and translations; pads of
-/// every mode; nearest resizes), brightness / contrast / saturation (and so
-/// greyscale), and square Gaussian blurs. A sample with any other step is
-/// handed to the CPU pool before it is decoded.
+/// every mode; nearest resizes), bilinear and bicubic warps, the colour
+/// steps ([`color_runs`]: the
+/// enhance blends, hue, lookup tables, channel permutations, equalize,
+/// autocontrast, erasing), and square Gaussian blurs. A sample with any
+/// other step goes to the CPU pool before it is queued.
 pub fn gpu_runs(step: &Step) -> bool {
     match step {
         Step::CropResize {
@@ -402,14 +508,14 @@ pub fn gpu_runs(step: &Step) -> bool {
             ) || (crop.width, crop.height) == (*out_w, *out_h)
         }
         Step::FlipHorizontal | Step::FlipVertical | Step::Pad { .. } => true,
-        Step::Affine { warp, .. } => *warp == Warp::Nearest,
-        Step::Enhance { what, .. } => *what != Enhance::Sharpness,
+        Step::Affine { .. } => true,
         Step::Blur { kernel: (kx, ky), .. } => kx == ky,
-        Step::Hue { .. }
+        Step::Enhance { .. }
+        | Step::Hue { .. }
         | Step::Lut { .. }
         | Step::Equalize
         | Step::Autocontrast
         | Step::Permute { .. }
-        | Step::Erase { .. } => false,
+        | Step::Erase { .. } => color_runs(step),
     }
 }
