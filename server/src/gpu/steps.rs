@@ -204,7 +204,8 @@ impl Gpu {
 
     /// Runs each image's `steps` (each one [`gpu_runs`]) over a batch, a
     /// round per segment: each image's next run of nearest geometric steps
-    /// is one chain, and a bilinear crop-resize after it reads through it;
+    /// is one chain, and a bilinear crop-resize after it reads through it
+    /// (with a horizontal flip after the crop in the same launch);
     /// the round's chains are one launch ([`Gpu::render_chains`]), its
     /// crop-resizes one per output size ([`Gpu::crop_round`]); any other
     /// step runs on its own ([`Gpu::run_steps`]). An image whose step
@@ -221,18 +222,20 @@ impl Gpu {
                 let Ok(img) = slot else { continue };
                 let Some(first) = rest[i].first() else { continue };
                 let (chain, taken) = Chain::leading(rest[i], img.width, img.height);
+                // A horizontal flip after the crop joins its launch.
+                let flip = matches!(rest[i].get(taken + 1), Some(Step::FlipHorizontal));
                 let crop = match rest[i].get(taken) {
                     Some(&Step::CropResize {
                         crop,
                         out_w,
                         out_h,
                         filter: Interpolation::Bilinear,
-                    }) => GpuCrop::new(crop, chain.out_w, chain.out_h, false).map(|c| (c, (out_w, out_h))),
+                    }) => GpuCrop::new(crop, chain.out_w, chain.out_h, flip).map(|c| (c, (out_w, out_h))),
                     _ => None,
                 };
                 if let Some((crop, out)) = crop {
                     cropped.push((i, chain, crop, out));
-                    rest[i] = &rest[i][taken + 1..];
+                    rest[i] = &rest[i][taken + 1 + usize::from(flip)..];
                 } else if taken > 0 {
                     chained.push((i, chain));
                     rest[i] = &rest[i][taken..];
