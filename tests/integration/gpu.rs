@@ -399,9 +399,9 @@ fn gpu_throughput_decode_and_train_pipeline() {
 }
 
 /// Every transform of the core set through the GPU runner (nvJPEG, then
-/// the fused kernel or a kernel per step) against the CPU path's decode and
-/// augmenter, on the photos, over two epochs: within a mean absolute
-/// difference of 2 per image.
+/// the fused kernel or a kernel per step) against the CPU path's augmenter
+/// on nvJPEG's pixels, on the photos, over two epochs: within a mean
+/// absolute difference of 2 per image.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gpu_runner_matches_the_cpu_on_every_transform() {
     let Some(gpu) = gpu_or_skip("gpu_runner_matches_the_cpu_on_every_transform") else {
@@ -414,6 +414,35 @@ async fn gpu_runner_matches_the_cpu_on_every_transform() {
     };
     let runner = gpu::GpuRunner::start(&gpu, config).unwrap();
     let photos = photos();
+    // The CPU's reference runs on nvJPEG's pixels, as the lanes do: the
+    // two decoders differ by a grey level here and there
+    // (`gpu_decode_and_train_crop_match_the_cpu_worker`), which histogram
+    // and threshold ops would turn into whole steps of their tables.
+    let mut decoder = gpu.decoder(MAX_PIXELS).unwrap();
+    let jpegs: Vec<&[u8]> = photos.iter().map(|(_, d)| d.as_slice()).collect();
+    let nvjpeg: HashMap<String, RgbImage> = decoder
+        .decode_batch(&jpegs)
+        .into_iter()
+        .zip(&photos)
+        .map(|(r, (key, _))| {
+            let img = r.unwrap_or_else(|e| panic!("gpu decode of {key}: {e}"));
+            let host = gpu.to_host(&img.buf).unwrap();
+            let row = img.width as usize * 3;
+            let pixels = host
+                .chunks(img.pitch as usize)
+                .take(img.height as usize)
+                .flat_map(|r| &r[..row])
+                .copied()
+                .collect();
+            let rgb = RgbImage {
+                width: img.width,
+                height: img.height,
+                pixels,
+            };
+            (key.clone(), rgb)
+        })
+        .collect();
+    drop(decoder);
     // The parity harness: every op of the registry with an example
     // (random ranges, so each sample draws its own parameters), on every
     // photo and on odd and tiny images. Ops with a GPU kernel must match
@@ -473,8 +502,7 @@ async fn gpu_runner_matches_the_cpu_on_every_transform() {
                     }
                     other => panic!("{name}: not done on the gpu: {other:?}"),
                 };
-                let data = &photos.iter().find(|(k, _)| *k == p.key).unwrap().1;
-                let img = decode(ImageKind::Jpeg, data, MAX_PIXELS).unwrap();
+                let img = nvjpeg[&p.key].clone();
                 let steps = resolve_steps(
                     &spec,
                     &ItemSeed::new(SEED, epoch, "photos").sample(p.position),
@@ -495,20 +523,10 @@ async fn gpu_runner_matches_the_cpu_on_every_transform() {
             "gpu-steps   {name:<28} {n:>7}  {:>8.3}  {worst:>9.3}  (to the cpu: {on_cpu})",
             total / f64::from(n.max(1))
         );
-        // The kernels give the CPU's bytes on the same pixels
-        // (gpu_steps, gpu_chain); here the GPU decodes with nvJPEG and the
-        // CPU with its own decoder, a grey level apart here and there.
-        // Histogram and threshold ops (equalize, autocontrast, solarize,
-        // posterize, and the policies that draw them) can turn that into
-        // a whole step of their table, so they get a wider bound.
-        let amplifies = name.contains("Equalize")
-            || name.contains("Autocontrast")
-            || name.contains("Solarize")
-            || name.contains("Posterize")
-            || name.contains("Augment")
-            || name.contains("Photometric");
-        let bound = if amplifies { 6.0 } else { 2.0 };
-        assert!(worst <= bound, "{name}: worst mad {worst:.3} vs the cpu, over {bound}");
+        // Every step's kernel gives the CPU's bytes on the same pixels
+        // (gpu_steps, gpu_chain) but the bilinear crop-resize, whose bound
+        // this is.
+        assert!(worst <= 2.0, "{name}: worst mad {worst:.3} vs the cpu");
     }
 }
 
