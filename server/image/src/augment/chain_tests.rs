@@ -2,6 +2,7 @@ use stoker_core::{SampleRng, Step, TransformSpec, resolve_steps};
 
 use super::super::{Augmenter, ramp};
 use super::*;
+use crate::decode::RgbImage;
 
 /// The ops a random chain draws from: every nearest geometric op, with
 /// fills, `expand`, each pad mode, crops past the image, and one
@@ -145,4 +146,51 @@ fn a_chain_stops_at_what_it_cannot_take() {
         fill: [0; 3],
     };
     assert!(!Chain::new(8, 8).push(&far));
+}
+
+/// Hostile chains: a hundred rotations of a 1x1 image, a degenerate
+/// (all-zero) matrix, a warp that maps everything outside, and one with
+/// non-finite entries (not chained: Pillow's floating-point path runs it);
+/// each the bytes of the steps one by one. A hundred rotations with
+/// `expand` grow the image past any limit: refused from the header by the
+/// footprint, before a pixel is decoded or a chain built.
+#[test]
+fn hostile_chains_equal_step_by_step() {
+    let rotate = r#"{"op": "RandomRotation", "degrees": [37, 37], "fill": [1, 2, 3]}"#;
+    let hundred = steps_of(&[rotate; 100], 1, 1, 0).unwrap();
+    assert!(hundred.len() > 100);
+    let expand = r#"{"op": "RandomRotation", "degrees": [37, 37], "expand": true}"#;
+    let json = format!(
+        r#"{{"version": 1, "ops": [{}, {{"op": "CenterCrop", "size": 32}}]}}"#,
+        [expand; 100].join(", ")
+    );
+    let spec = TransformSpec::from_json(&json).unwrap();
+    assert!(
+        stoker_core::footprint(&spec, 1, 1, 1 << 30).is_err(),
+        "a hundred expanding rotations fit"
+    );
+    let warp = |matrix: [f64; 6]| Step::Affine {
+        matrix,
+        out_w: 9,
+        out_h: 7,
+        warp: Warp::Nearest,
+        fill: [7, 8, 9],
+    };
+    let cases: Vec<(RgbImage, Vec<Step>)> = vec![
+        (ramp(1, 1), hundred),
+        (ramp(5, 4), vec![warp([0.0; 6]), Step::FlipHorizontal]),
+        (
+            ramp(5, 4),
+            vec![warp([1.0, 0.3, 1e4, 0.2, 1.0, -1e4]), Step::FlipVertical],
+        ),
+        (
+            ramp(5, 4),
+            vec![Step::FlipVertical, warp([f64::NAN, 0.0, 0.0, 0.0, 1.0, 0.0])],
+        ),
+    ];
+    for (img, steps) in cases {
+        let mut a = Augmenter::new();
+        let fused = a.run(img.clone(), &steps).unwrap();
+        assert_eq!(fused, a.run_stepwise(img, &steps).unwrap(), "{steps:?}");
+    }
 }
