@@ -277,6 +277,11 @@ if command -v compute-sanitizer >/dev/null; then
     timeout 180 compute-sanitizer --tool memcheck .carry/integration gpu_decode_and_train_crop_match --test-threads 1 \
         >"$out/memcheck.log" 2>&1
     echo "memcheck: $(grep -m1 'ERROR SUMMARY' "$out/memcheck.log" || tail -n 2 "$out/memcheck.log")"
+    # The step kernels: chains (rendered, and read through by the
+    # crop-resize), bilinear and bicubic warps, the colour kernels.
+    timeout 240 compute-sanitizer --tool memcheck .carry/integration gpu_chain gpu_colour --test-threads 1 \
+        >"$out/memcheck-steps.log" 2>&1
+    echo "memcheck step kernels: $(grep -m1 'ERROR SUMMARY' "$out/memcheck-steps.log" || tail -n 2 "$out/memcheck-steps.log")"
     # The client's conversion kernels, every dtype and layout.
     timeout 120 compute-sanitizer --tool memcheck .carry/integration client_device_converts_every_dtype_and_layout \
         --test-threads 1 >"$out/memcheck-client.log" 2>&1

@@ -266,9 +266,9 @@ impl Gpu {
                 let done = self.crop_round(&slots, &group, size);
                 place(&mut slots, &at, done, "batched crops");
             }
-            let (colors, others): (Vec<(usize, &Step)>, Vec<(usize, &Step)>) =
+            let (colors, others): (Vec<Single<'_>>, Vec<Single<'_>>) =
                 singles.into_iter().partition(|(_, step)| color_runs(step));
-            let (warps, others): (Vec<(usize, &Step)>, Vec<(usize, &Step)>) =
+            let (warps, others): (Vec<Single<'_>>, Vec<Single<'_>>) =
                 others.into_iter().partition(|(_, step)| filter_warp(step).is_some());
             if !warps.is_empty() {
                 let at: Vec<usize> = warps.iter().map(|(i, _)| *i).collect();
@@ -388,9 +388,16 @@ impl Gpu {
     }
 }
 
-/// A bilinear or bicubic affine warp's matrix, output size, filter (0
-/// bilinear, 1 bicubic) and fill; `None` for any other step.
-fn filter_warp(step: &Step) -> Option<([f64; 6], (u32, u32), u32, [u8; 3])> {
+/// One image's step of a round: its slot, and the step.
+type Single<'a> = (usize, &'a Step);
+
+/// A filtered warp: its matrix, output size, filter (0 bilinear, 1
+/// bicubic) and fill.
+type FilterWarp = ([f64; 6], (u32, u32), u32, [u8; 3]);
+
+/// A bilinear or bicubic affine warp as the kernel takes it; `None` for
+/// any other step.
+fn filter_warp(step: &Step) -> Option<FilterWarp> {
     match *step {
         Step::Affine {
             matrix,
