@@ -8,8 +8,10 @@
 //!   JPEGs the GPU path cannot take (the caller routes them to the CPU).
 //! - [`Gpu::resized_crop_flip`]: the fused crop + resize + flip kernel of
 //!   `stoker-kernels` over a batch, driven by the steps
-//!   `stoker_core::resolve_steps` resolved on the host, as on the CPU path;
-//!   [`Gpu::run_steps`]: any other step list, a kernel per step.
+//!   `stoker_core::resolve_steps` resolved on the host, as on the CPU path,
+//!   reading through a chain of nearest steps (`chain`);
+//!   [`Gpu::run_steps_batch`]: any other step lists, in rounds over the
+//!   batch (chains, crop-resizes, colour steps in `color`, filtered warps).
 //! - `runner` ([`GpuRunner`]): the worker's GPU lanes, which use both.
 //! - `nvjpeg`: the nvJPEG bindings in three layers (`sys`, `result`,
 //!   `safe`), private to this module.

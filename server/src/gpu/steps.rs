@@ -1,7 +1,8 @@
 //! The GPU's transform kernels over decoded images: the fused crop +
 //! resize + flip over a batch ([`Gpu::resized_crop_flip`], driven by
-//! [`GpuCrop`]) and any other step list a kernel per step
-//! ([`Gpu::run_steps`]), for the steps [`gpu_runs`].
+//! [`GpuCrop`], reading through a chain where [`fused`] made one), and
+//! any other step lists in rounds over the batch ([`Gpu::run_steps_batch`];
+//! one image's with [`Gpu::run_steps`]), for the steps [`gpu_runs`].
 
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use stoker_core::{Interpolation, Rect, Step, Warp};
