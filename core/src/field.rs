@@ -432,6 +432,16 @@ pub struct NpyArray {
 }
 
 impl NpyArray {
+    /// A segmentation mask as it is delivered: `|u1`, `[1, height, width]`,
+    /// a byte per pixel.
+    pub fn mask(width: u32, height: u32, data: Bytes) -> Self {
+        Self {
+            dtype: "|u1".to_owned(),
+            shape: vec![1, u64::from(height), u64::from(width)],
+            data,
+        }
+    }
+
     /// Parses a `.npy` file (format versions 1 to 3). Fortran-ordered and
     /// object arrays are refused, and so is data shorter or longer than
     /// the shape says.

@@ -26,9 +26,10 @@ pub struct ChainParams {
     pub out_h: u32,
     pub first: u32,
     pub count: u32,
-    /// Bytes per source row, at least `3 * src_w`.
+    /// Bytes per source row, at least `channels * src_w`.
     pub src_pitch: u32,
-    pub reserved: u32,
+    /// 3 (RGB) or 1 (a mask); a fill gives channel `c` its byte `c`.
+    pub channels: u32,
 }
 
 // SAFETY: `ChainParams` is `repr(C)`, made only of integers with no padding
@@ -49,13 +50,14 @@ impl ChainParams {
 
 impl Kernels {
     /// Renders each image's chain in one launch: image `i` reads
-    /// `params[i].src` through its links and writes `params[i].dst`.
+    /// `params[i].src` through its links and writes `params[i].dst`, each
+    /// pixel `channels` bytes.
     ///
     /// # Safety
     ///
     /// Each `src` must be a live device allocation of this context of at
     /// least `src_pitch * src_h` bytes, and each `dst` one of at least
-    /// `out_w * out_h * 3` bytes that no other image of the batch reads or
+    /// `out_w * out_h * channels` bytes that no other image of the batch reads or
     /// writes, both alive and otherwise unused until the launch has
     /// finished on `stream`. The links and sizes are checked
     /// ([`Chains::check`]); the addresses cannot be.
@@ -88,10 +90,19 @@ impl Kernels {
             if p.src == 0 || p.dst == 0 {
                 return Err(launch_err(name, format!("image {i}: null image address")));
             }
-            if u64::from(p.src_pitch) < 3 * u64::from(p.src_w) {
+            if !matches!(p.channels, 1 | 3) {
                 return Err(launch_err(
                     name,
-                    format!("image {i}: row pitch {} is under 3 x width {}", p.src_pitch, p.src_w),
+                    format!("image {i}: {} channels (1 or 3 are rendered)", p.channels),
+                ));
+            }
+            if u64::from(p.src_pitch) < u64::from(p.channels) * u64::from(p.src_w) {
+                return Err(launch_err(
+                    name,
+                    format!(
+                        "image {i}: row pitch {} is under {} x width {}",
+                        p.src_pitch, p.channels, p.src_w
+                    ),
                 ));
             }
             chains
@@ -117,8 +128,9 @@ impl Kernels {
         // and every table read is inside `tables` (checked above), each
         // source read is inside its src_w x src_h image (the first link's
         // input, checked above, bounds-checked per fixed link, table entries
-        // checked), and each write one of out_w x out_h pixels of `dst`, in
-        // the allocations the caller promises.
+        // checked), and each write one of out_w x out_h pixels of
+        // `channels` (1 or 3, checked) bytes of `dst`, in the allocations the
+        // caller promises.
         unsafe { launch.launch(config) }.map_err(|e| launch_err(name, e))?;
         Ok(())
     }
@@ -142,7 +154,7 @@ mod tests {
             "unsigned int first;",
             "unsigned int count;",
             "unsigned int src_pitch;",
-            "unsigned int reserved;",
+            "unsigned int channels;",
         ];
         let mut at = RESIZE
             .source

@@ -1,8 +1,9 @@
 //! Stoker's CUDA C kernels and their Rust launch wrappers: for the worker,
 //! the geometry of a batch (`resize.cu`: chains of nearest geometric steps,
 //! and the fused crop + resize + flip, which can read through a chain),
-//! the bilinear and bicubic affine warps of a batch and the blur of one
-//! image (`steps.cu`), and the colour steps of a batch (`color.cu`: lookup
+//! the bilinear and bicubic affine warps, Pillow's resampling (bicubic,
+//! lanczos, box, hamming resizes) of a batch and the blur of one image
+//! (`steps.cu`), and the colour steps of a batch (`color.cu`: lookup
 //! tables, equalize, autocontrast, channel permutations, hue, the enhance
 //! blends, erasing): the steps the worker's GPU lanes run
 //! (`stoker_server::gpu::gpu_runs`); for the client, the conversion of a
@@ -31,7 +32,8 @@
 //! sources, kernel names, NVRTC compilation and the PTX cache; `worker`
 //! the worker's launch wrappers ([`Kernels`], [`RrcParams`],
 //! [`WarpParams`]); `links` a batch's chains ([`Chains`], [`ChainLink`]);
-//! `chain` the chain kernel's launch ([`ChainParams`]); `color` the
+//! `chain` the chain kernel's launch ([`ChainParams`]); `resample` the
+//! resampling passes' ([`ResampleParams`], [`ResampleCoeffs`]); `color` the
 //! colour kernels' wrappers ([`ColorParams`], [`EraseParams`]); `convert`
 //! the client's conversion ([`ConvertKernels`] and its types); `launch`
 //! what the wrappers share; `error` [`KernelError`]. Everything public is
@@ -46,6 +48,7 @@ pub mod ipc;
 mod launch;
 mod links;
 mod registry;
+mod resample;
 pub mod runtime;
 mod worker;
 
@@ -55,6 +58,7 @@ pub use convert::{Conversion, ConvertKernels, DType, Layout, Normalize};
 pub use error::KernelError;
 pub use links::{ChainLink, ChainSpan, Chains, pack_rgb};
 pub use registry::{COLOR, CONVERT, MODULES, ModuleSpec, RESIZE, STEPS, WORKER_MODULES, kernel, load_modules, ptx_for};
+pub use resample::{ResampleCoeffs, ResampleParams};
 pub use runtime::{
     CudaUnavailable, DeviceInfo, POOL_KEEP_BYTES, catch_cuda_panic, check_nvrtc, open_context, pool_release_threshold,
     set_pool_release_threshold,

@@ -118,6 +118,13 @@ impl Chains {
             }
             size = out;
         }
+        // No links: each output pixel is the source pixel it stands on.
+        if size != span.out {
+            return Err(format!(
+                "an empty chain takes {}x{} to {}x{}",
+                size.0, size.1, span.out.0, span.out.1
+            ));
+        }
         Ok(())
     }
 
@@ -197,5 +204,14 @@ mod tests {
         assert!(short.check(&span).unwrap_err().contains("past the tables"));
         // Only the pad, made to give 5x5: its 3-row table has no 5 rows.
         assert!(chains.check(&ChainSpan { count: 1, ..span }).is_err());
+        // No links: the output is the source, not a larger image.
+        let none = ChainSpan { count: 0, ..span };
+        assert!(
+            chains
+                .check(&none)
+                .unwrap_err()
+                .contains("empty chain takes 4x3 to 5x5")
+        );
+        assert_eq!(chains.check(&ChainSpan { out: (4, 3), ..none }), Ok(()));
     }
 }

@@ -20,6 +20,9 @@ pub mod kernel {
     /// [`crate::WarpParams`]-driven bilinear and bicubic affine warps of a
     /// batch.
     pub const AFFINE_FILTER_BATCH_U8_HWC: &str = "stoker_affine_filter_batch_u8_hwc";
+    /// [`crate::ResampleParams`]-driven Pillow resampling (bicubic,
+    /// lanczos, box, hamming), one axis per launch, of a batch.
+    pub const RESAMPLE_BATCH_U8_HWC: &str = "stoker_resample_batch_u8_hwc";
     pub const BLUR_ROWS_U8_HWC: &str = "stoker_blur_rows_u8_hwc";
     pub const BLUR_COLS_U8_HWC: &str = "stoker_blur_cols_u8_hwc";
     /// [`crate::ColorParams`]-driven histograms and luma sums of a batch.
@@ -63,13 +66,14 @@ pub const RESIZE: ModuleSpec = ModuleSpec {
     kernels: &[kernel::RRC_FLIP_U8_HWC, kernel::CHAIN_BATCH_U8_HWC],
 };
 
-/// Nearest warps (flips included) of a batch; colour enhancement and blur,
+/// Bilinear and bicubic warps and Pillow's resampling of a batch; blur,
 /// one image per launch.
 pub const STEPS: ModuleSpec = ModuleSpec {
     name: "steps",
     source: include_str!("steps.cu"),
     kernels: &[
         kernel::AFFINE_FILTER_BATCH_U8_HWC,
+        kernel::RESAMPLE_BATCH_U8_HWC,
         kernel::BLUR_ROWS_U8_HWC,
         kernel::BLUR_COLS_U8_HWC,
     ],

@@ -81,11 +81,12 @@ struct StokerChainParams {
     unsigned int first;     // the image's first link in `links`
     unsigned int count;     // its number of links
     unsigned int src_pitch; // bytes per source row
-    unsigned int reserved;  // keeps the struct 8-byte aligned
+    unsigned int channels;  // 3 (RGB) or 1 (a mask): bytes per pixel
 };
 
 // A chain per image of a batch: image blockIdx.y renders its output, each
-// pixel read from the one source pixel its links lead to, or filled.
+// pixel read from the one source pixel its links lead to, or filled (byte
+// c of the fill for channel c).
 extern "C" __global__ void stoker_chain_batch_u8_hwc(
     const StokerChainParams* __restrict__ params,
     const StokerLink* __restrict__ links,
@@ -99,16 +100,16 @@ extern "C" __global__ void stoker_chain_batch_u8_hwc(
         long long y = idx / p.out_w;
         long long x = idx - y * p.out_w;
         unsigned int fill = 0;
-        unsigned char* d = dst + (size_t)idx * 3;
+        unsigned char* d = dst + (size_t)idx * p.channels;
         if (stoker_locate(links + p.first, p.count, tables, &x, &y, &fill)) {
-            const unsigned char* s = src + (size_t)y * p.src_pitch + (size_t)x * 3;
-            d[0] = s[0];
-            d[1] = s[1];
-            d[2] = s[2];
+            const unsigned char* s = src + (size_t)y * p.src_pitch + (size_t)x * p.channels;
+            for (unsigned int c = 0; c < p.channels; ++c) {
+                d[c] = s[c];
+            }
         } else {
-            d[0] = (unsigned char)(fill & 0xff);
-            d[1] = (unsigned char)((fill >> 8) & 0xff);
-            d[2] = (unsigned char)((fill >> 16) & 0xff);
+            for (unsigned int c = 0; c < p.channels; ++c) {
+                d[c] = (unsigned char)((fill >> (8 * c)) & 0xff);
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
 // The steps after (or before) the crop: bilinear and bicubic affine warps
-// of a batch, one launch per step round; Gaussian blur, one image per
-// launch; uint8 HWC.
+// and Pillow's resampling (the resizes' other filters) of a batch, one
+// launch per step round (a resampling pass per axis); Gaussian blur, one
+// image per launch; uint8 HWC.
 //
 // Each follows the CPU path (server/image/src/augment/) operation for operation,
 // with the rounding intrinsics (__fmul_rn, __fadd_rn...) where the compiler
@@ -184,5 +185,61 @@ extern "C" __global__ void stoker_blur_cols_u8_hwc(
     unsigned char* d = dst + (size_t)idx * 3;
     for (int c = 0; c < 3; ++c) {
         d[c] = stoker_clamp_u8(acc[c]);
+    }
+}
+
+// Pillow's resampling (Resample.c, as server/image/src/augment/resample.rs
+// ports it) of a batch, one pass along one axis per launch: each output
+// pixel is the fixed-point sum of its input run times its 8-bit weights
+// (22 fractional bits, computed on the host by that port), rounded by
+// adding half, shifted and clamped. Integer arithmetic: the bytes are the
+// CPU's. The horizontal pass reads rows `row0 ..` of its source; the
+// vertical pass reads source row `ymin - row0` for the filter's row `ymin`.
+// One image's pass: the layout of `ResampleParams` in resample.rs.
+struct StokerResampleParams {
+    unsigned long long src;
+    unsigned long long dst;   // out_w x out_h, packed rows
+    unsigned int src_pitch;   // bytes per source row
+    unsigned int out_w;
+    unsigned int out_h;
+    unsigned int vertical;    // 0: along rows, 1: along columns
+    unsigned int ksize;       // weights per output
+    unsigned int coeffs;      // offset in `coeffs` of the (first, count)
+                              // pairs, then the out x ksize weights
+    unsigned int row0;
+    unsigned int reserved;    // keeps the struct 8-byte aligned
+};
+
+extern "C" __global__ void stoker_resample_batch_u8_hwc(
+    const StokerResampleParams* __restrict__ params,
+    const int* __restrict__ coeffs)
+{
+    const StokerResampleParams p = params[blockIdx.y];
+    const unsigned int n = p.out_w * p.out_h;
+    const unsigned char* src = (const unsigned char*)p.src;
+    unsigned char* dst = (unsigned char*)p.dst;
+    const unsigned int outs = p.vertical ? p.out_h : p.out_w;
+    const int* bounds = coeffs + p.coeffs;
+    const int* weights = bounds + 2 * (size_t)outs;
+    for (unsigned int idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
+        const unsigned int y = idx / p.out_w;
+        const unsigned int x = idx - y * p.out_w;
+        const unsigned int o = p.vertical ? y : x;
+        const int first = bounds[2 * o];
+        const int count = bounds[2 * o + 1];
+        const int* k = weights + (size_t)o * p.ksize;
+        int s0 = 1 << 21, s1 = 1 << 21, s2 = 1 << 21;
+        for (int i = 0; i < count; ++i) {
+            const unsigned char* s = p.vertical
+                ? src + (size_t)(first - (int)p.row0 + i) * p.src_pitch + (size_t)x * 3
+                : src + (size_t)(y + p.row0) * p.src_pitch + (size_t)(first + i) * 3;
+            s0 += (int)s[0] * k[i];
+            s1 += (int)s[1] * k[i];
+            s2 += (int)s[2] * k[i];
+        }
+        unsigned char* d = dst + (size_t)idx * 3;
+        d[0] = (unsigned char)min(max(s0 >> 22, 0), 255);
+        d[1] = (unsigned char)min(max(s1 >> 22, 0), 255);
+        d[2] = (unsigned char)min(max(s2 >> 22, 0), 255);
     }
 }

@@ -25,6 +25,7 @@ pub struct Kernels {
     rrc_flip: CudaFunction,
     pub(crate) chain_batch: CudaFunction,
     affine_filter_batch: CudaFunction,
+    pub(crate) resample_batch: CudaFunction,
     blur_rows: CudaFunction,
     blur_cols: CudaFunction,
     /// `color.cu`'s functions (launched by the wrappers in `color.rs`).
@@ -43,6 +44,7 @@ impl Kernels {
             rrc_flip: function(&modules, &RESIZE, kernel::RRC_FLIP_U8_HWC)?,
             chain_batch: function(&modules, &RESIZE, kernel::CHAIN_BATCH_U8_HWC)?,
             affine_filter_batch: function(&modules, &STEPS, kernel::AFFINE_FILTER_BATCH_U8_HWC)?,
+            resample_batch: function(&modules, &STEPS, kernel::RESAMPLE_BATCH_U8_HWC)?,
             blur_rows: function(&modules, &STEPS, kernel::BLUR_ROWS_U8_HWC)?,
             blur_cols: function(&modules, &STEPS, kernel::BLUR_COLS_U8_HWC)?,
             color: ColorFunctions::load(&modules)?,

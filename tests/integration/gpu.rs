@@ -483,10 +483,14 @@ async fn gpu_runner_matches_the_cpu_on_every_transform() {
                     position: position as u64,
                     label: 0,
                     data: bytes::Bytes::from(data.clone()),
+                    masks: Vec::new(),
                 })
                 .collect();
             let results = runner
-                .run(samples, Arc::clone(&spec), ItemSeed::new(SEED, epoch, "photos"))
+                .run(
+                    samples,
+                    gpu::Recipe::new(Arc::clone(&spec), ItemSeed::new(SEED, epoch, "photos")),
+                )
                 .await
                 .unwrap();
             assert_eq!(results.len(), photos.len());

@@ -212,3 +212,67 @@ fn gpu_filtered_warps_match_the_cpu() {
         assert_eq!(worst, 0, "{filter} warps differ from the cpu");
     }
 }
+
+/// Resizes with Pillow's other filters (bicubic, lanczos, box, hamming),
+/// down and up, of random crops (after a rotation and a pad, whose chain
+/// the crop joins) and of whole images: a pass per axis per launch for the
+/// batch, the CPU's bytes (the same weights, integer sums).
+#[test]
+fn gpu_resizes_with_pillows_filters_match_the_cpu() {
+    let Some(gpu) = gpu_or_skip("gpu_resizes_with_pillows_filters_match_the_cpu") else {
+        return;
+    };
+    let images = images();
+    for filter in ["bicubic", "lanczos", "box", "hamming"] {
+        let (mut worst, mut bytes) = (0u8, 0usize);
+        for (size, ops) in [
+            (
+                48,
+                format!(
+                    r#"{{"op": "RandomResizedCrop", "size": 48, "scale": [0.05, 1.0], "interpolation": "{filter}"}}"#
+                ),
+            ),
+            (
+                120,
+                format!(
+                    r#"{{"op": "RandomRotation", "degrees": 30, "fill": 5}}, {{"op": "Pad", "padding": 7, "padding_mode": "reflect"}},
+                       {{"op": "RandomResizedCrop", "size": [120, 90], "scale": [0.02, 0.2], "interpolation": "{filter}"}},
+                       {{"op": "Resize", "size": 120, "interpolation": "{filter}"}}, {{"op": "CenterCrop", "size": 120}}"#
+                ),
+            ),
+            (
+                33,
+                format!(r#"{{"op": "Resize", "size": [33, 33], "interpolation": "{filter}"}}"#),
+            ),
+        ] {
+            let spec = TransformSpec::from_json(&format!(r#"{{"version": 1, "ops": [{ops}]}}"#)).unwrap();
+            for epoch in 0..2u64 {
+                let steps: Vec<Vec<Step>> = images
+                    .iter()
+                    .enumerate()
+                    .map(|(i, img)| {
+                        let rng = SampleRng::for_sample(5, epoch, filter, i as u64);
+                        resolve_steps(&spec, &rng, img.width, img.height).unwrap()
+                    })
+                    .collect();
+                assert!(steps.iter().flatten().all(stoker_server::gpu::gpu_runs), "{steps:?}");
+                let refs: Vec<&[Step]> = steps.iter().map(Vec::as_slice).collect();
+                let device: Vec<DeviceImage> = images.iter().map(|img| upload(&gpu, img)).collect();
+                for ((img, s), got) in images.iter().zip(&steps).zip(gpu.run_steps_batch(device, &refs)) {
+                    let got = got.unwrap();
+                    assert_eq!((got.width, got.height), (size, size), "{filter} {s:?}");
+                    let got = gpu.stream.clone_dtoh(&got.buf).unwrap();
+                    let want = Augmenter::new().run_stepwise(img.clone(), s).unwrap();
+                    assert_eq!(got.len(), want.pixels.len());
+                    worst = got
+                        .iter()
+                        .zip(&want.pixels)
+                        .fold(worst, |w, (a, b)| w.max(a.abs_diff(*b)));
+                    bytes += got.len();
+                }
+            }
+        }
+        println!("gpu-chains  {filter} resizes: {bytes} bytes, worst {worst}");
+        assert_eq!(worst, 0, "{filter} resizes differ from the cpu");
+    }
+}

@@ -324,7 +324,7 @@ async fn a_gpu_worker_delivers_fields_with_its_images() {
 
 /// Every sample's image and mask, by key, from a `--device` worker at
 /// `addr`, with `transform`; and the skip reasons.
-async fn images_and_masks(
+pub(crate) async fn images_and_masks(
     addr: &str,
     dataset: &Path,
     transform: &str,
@@ -435,9 +435,9 @@ async fn masks_follow_the_image_geometry_exactly() {
 }
 
 /// The views of every delivered sample, by key: (name -> (size, pixels)).
-type Views = BTreeMap<String, BTreeMap<String, (u32, Vec<u8>)>>;
+pub(crate) type Views = BTreeMap<String, BTreeMap<String, (u32, Vec<u8>)>>;
 
-async fn views_by_key(addr: &str, dataset: &Path, views: &[(&str, &str)]) -> Views {
+pub(crate) async fn views_by_key(addr: &str, dataset: &Path, views: &[(&str, &str)]) -> Views {
     use stoker_client::{Loader, LoaderConfig, TransformSpec, ViewSpec};
     let mut config = LoaderConfig::new(
         vec![addr.to_owned()],
@@ -477,8 +477,8 @@ async fn views_by_key(addr: &str, dataset: &Path, views: &[(&str, &str)]) -> Vie
     out
 }
 
-const GLOBAL: &str = r#"{"version": 1, "ops": [{"op": "RandomResizedCrop", "size": 48, "scale": [0.4, 1.0]}, {"op": "RandomHorizontalFlip"}, {"op": "ColorJitter", "brightness": 0.4, "saturation": 0.2}]}"#;
-const LOCAL: &str = r#"{"version": 1, "ops": [{"op": "RandomResizedCrop", "size": 24, "scale": [0.05, 0.4]}, {"op": "RandomHorizontalFlip"}]}"#;
+pub(crate) const GLOBAL: &str = r#"{"version": 1, "ops": [{"op": "RandomResizedCrop", "size": 48, "scale": [0.4, 1.0]}, {"op": "RandomHorizontalFlip"}, {"op": "ColorJitter", "brightness": 0.4, "saturation": 0.2}]}"#;
+pub(crate) const LOCAL: &str = r#"{"version": 1, "ops": [{"op": "RandomResizedCrop", "size": 24, "scale": [0.05, 0.4]}, {"op": "RandomHorizontalFlip"}]}"#;
 
 /// Several views of one decode (DINOv2's global and local crops, scaled
 /// down): each its own size, independent draws (two views with the same

@@ -50,7 +50,7 @@ def labels(i):
     return [i % 7, (i * 3) % 11, 42]
 
 
-class _StdlibTarWriter:
+class StdlibTarWriter:
     """webdataset.TarWriter's layout (members <key>.<ext> in sample order,
     str encoded as UTF-8, int as its decimal text) with the standard
     library, where webdataset is not installed (the GPU machine)."""
@@ -83,7 +83,7 @@ def write_wds(src, out, manifest):
         import webdataset as wds
         writer = wds.TarWriter
     except ImportError:
-        writer = _StdlibTarWriter
+        writer = StdlibTarWriter
     os.makedirs(out, exist_ok=True)
     complete, incomplete = {}, {}
     samples = images(src)

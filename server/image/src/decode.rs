@@ -55,6 +55,25 @@ pub fn decode(kind: ImageKind, data: &[u8], max_pixels: u64) -> Result<RgbImage,
     })
 }
 
+/// A segmentation mask, decoded for its image of `(width, height)`: a PNG
+/// or JPEG of that size, an 8-bit image whose first channel is each
+/// pixel's class (a grayscale PNG's value). A palette PNG is refused: its
+/// colours, not the class indices PIL reads, would come out. `Err` is the
+/// reason, for the sample's skip.
+pub fn decode_mask(data: &[u8], (width, height): (u32, u32), max_pixels: u64) -> Result<RgbImage, String> {
+    let kind = sniff(data).ok_or("not a PNG or JPEG")?;
+    if kind == ImageKind::Png && data.get(25) == Some(&3) {
+        return Err(
+            "a palette PNG (its colours, not class indices, would be read): save it as grayscale (mode L)".into(),
+        );
+    }
+    let (w, h) = header_dimensions(kind, data).map_err(|e| e.to_string())?;
+    if (w, h) != (width, height) {
+        return Err(format!("mask is {w}x{h}, its image {width}x{height}"));
+    }
+    decode(kind, data, max_pixels).map_err(|e| e.to_string())
+}
+
 fn jpeg_options() -> DecoderOptions {
     // zune's own dimension cap is a second guard; ours is the pixel limit.
     DecoderOptions::default()

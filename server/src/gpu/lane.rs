@@ -1,30 +1,29 @@
 //! One GPU lane: a thread that owns a stream, a decoder and a page-locked
 //! buffer, takes jobs off the queue ([`Lane::serve`]), assembles them into
-//! batches (header reads and steps resolved on the host, `plan`), decodes
-//! and runs the kernels (`run_batch`), and hands back to the CPU path what
-//! it did not finish, a panic's samples included (`finish`,
-//! [`run_caught`]); how lanes are sized ([`GpuRunnerConfig`]) and what they
-//! count ([`GpuCounters`]). The runner ([`super::runner`]) starts them.
+//! batches (each sample's parts planned on the host: [`super::plan`]),
+//! decodes them and makes every part (`run_batch`, with
+//! [`super::batch`]) into one output (`finish`), and hands back to the CPU
+//! path what it did not finish, a panic's samples included
+//! ([`run_caught`]); how lanes are sized ([`GpuRunnerConfig`]) and what
+//! they count ([`GpuCounters`]). The runner ([`super::runner`]) starts
+//! them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
-use cudarc::driver::PinnedHostSlice;
-use stoker_core::{ItemSeed, Step, TransformSpec, footprint, resolve_steps};
+use cudarc::driver::{CudaSlice, PinnedHostSlice};
 use tracing::{debug, warn};
 
-use stoker_image::augment::Chain;
-use stoker_image::decode::check_jpeg;
-
-use super::decode::{DeviceImage, GpuDecoder};
+use super::batch::{At, Awaiting, BatchWork, Render, results};
+use super::chain::MaskRender;
+use super::decode::GpuDecoder;
 use super::device::{Gpu, GpuError, driver};
 use super::lend::Shelf;
+use super::plan::{PlannedSample, plan};
 use super::queue::{GpuResult, GpuSample, Job, JobQueue};
 use super::steal::StealPolicy;
-use super::steps::{GpuCrop, fused, gpu_runs};
-use crate::outcome::Processed;
 use crate::pool::catch_panic;
 
 /// How the runner is sized.
@@ -124,26 +123,6 @@ pub(super) fn run_caught(
     }
 }
 
-/// What the lane does to a decoded image.
-enum Plan {
-    /// The fused kernel, with the batch's other fused images: the crop of
-    /// the chain's output, read through the chain.
-    Fused(Chain, GpuCrop),
-    /// A kernel per step ([`Gpu::run_steps`]).
-    Steps(Vec<Step>),
-}
-
-/// A sample whose steps are known, ready for a batch.
-struct PlannedSample {
-    sample: GpuSample,
-    plan: Plan,
-    /// The size the header gives; the decoded image must have it.
-    dims: (u32, u32),
-    size: u32,
-    /// Device bytes it needs: decoded image, intermediates, output.
-    bytes: u64,
-}
-
 /// One thread's share of the device.
 pub(super) struct Lane {
     gpu: Gpu,
@@ -191,7 +170,6 @@ impl Lane {
     fn run_jobs(&mut self, jobs: Vec<Job>) {
         let mut replies = Vec::with_capacity(jobs.len());
         let mut planned = Vec::new();
-        let mut owner = Vec::new();
         let mut results: Vec<Vec<GpuResult>> = Vec::with_capacity(jobs.len());
         let started = Instant::now();
         for (j, job) in jobs.into_iter().enumerate() {
@@ -199,11 +177,8 @@ impl Lane {
             results.push(Vec::with_capacity(job.samples.len()));
             for sample in job.samples {
                 let copy = sample.clone();
-                match catch_panic(|| self.plan(sample, &job.spec, job.seed)) {
-                    Ok(Ok(p)) => {
-                        planned.push(p);
-                        owner.push(j);
-                    }
+                match catch_panic(|| plan(sample, &job.recipe, &self.config)) {
+                    Ok(Ok(p)) => planned.push((p, j, job.recipe.extra.len())),
                     Ok(Err(back)) => results[j].push(back),
                     Err(message) => results[j].push(hand_back_after_panic(copy, "gpu host work", &message)),
                 }
@@ -212,34 +187,25 @@ impl Lane {
         add_elapsed(&self.counters.plan_ns, started);
         let refused: usize = results.iter().map(Vec::len).sum();
         self.counters.to_cpu.fetch_add(refused as u64, Ordering::Relaxed);
-        // Batches of one output size within the byte and count limits.
-        let mut order: Vec<usize> = (0..planned.len()).collect();
-        order.sort_by_key(|&i| planned[i].size);
-        let mut slots: Vec<Option<PlannedSample>> = planned.into_iter().map(Some).collect();
-        let mut start = 0;
-        while start < order.len() {
-            let size = slots[order[start]].as_ref().map_or(0, |p| p.size);
-            let (mut end, mut bytes) = (start, 0u64);
-            while end < order.len() && end - start < self.config.max_batch {
-                let Some(p) = slots[order[end]].as_ref() else { break };
-                if p.size != size || (end > start && bytes + p.bytes > self.config.batch_memory) {
-                    break;
-                }
+        // Batches within the byte and count limits.
+        let mut planned = planned.into_iter().peekable();
+        while planned.peek().is_some() {
+            let (mut batch, mut owners, mut bytes) = (Vec::new(), Vec::new(), 0u64);
+            while batch.len() < self.config.max_batch
+                && planned
+                    .peek()
+                    .is_some_and(|(p, ..)| batch.is_empty() || bytes + p.bytes <= self.config.batch_memory)
+                && let Some((p, j, fields)) = planned.next()
+            {
                 bytes += p.bytes;
-                end += 1;
+                batch.push((p, fields));
+                owners.push(j);
             }
-            let batch: Vec<(usize, PlannedSample)> = order[start..end]
-                .iter()
-                .filter_map(|&i| slots[i].take().map(|p| (owner[i], p)))
-                .collect();
-            start = end;
-            let (owners, batch): (Vec<usize>, Vec<PlannedSample>) = batch.into_iter().unzip();
-            let copies: Vec<GpuSample> = batch.iter().map(|p| p.sample.clone()).collect();
+            let copies: Vec<GpuSample> = batch.iter().map(|(p, _)| p.sample.clone()).collect();
             let counters = Arc::clone(&self.counters);
-            let done = run_caught(copies, &counters.to_cpu, || self.run_batch(batch, size));
-            // By index: `run_batch` answers in its own order (hand-backs
-            // first, then the kernel's outputs), and a batch may hold
-            // samples of several jobs (items).
+            let done = run_caught(copies, &counters.to_cpu, || self.run_batch(batch));
+            // By index: `run_batch` answers in its own order, and a batch
+            // may hold samples of several jobs (items).
             for (i, r) in done {
                 results[owners[i]].push(r);
             }
@@ -249,201 +215,56 @@ impl Lane {
         }
     }
 
-    /// Reads the header and resolves the sample's crop, or says why the
-    /// GPU does not take it.
-    fn plan(&self, sample: GpuSample, spec: &TransformSpec, seed: ItemSeed) -> Result<PlannedSample, GpuResult> {
-        #[cfg(feature = "failpoints")]
-        crate::failpoint::panic_if_chosen(crate::failpoint::GPU_PLAN_PANIC, &sample.key);
-        let back = |sample: GpuSample, reason: String| GpuResult::Cpu { sample, reason };
-        let (w, h) = match check_jpeg(&sample.data, self.config.max_image_pixels) {
-            Ok(dims) => dims,
-            Err(e) => return Err(back(sample, e.to_string())),
-        };
-        // What the CPU would refuse as too large the GPU does not try: the
-        // CPU path skips it with the reason.
-        if let Err(e) = footprint(spec, w, h, self.config.max_image_pixels) {
-            return Err(back(sample, e.to_string()));
-        }
-        let steps = match resolve_steps(spec, &seed.sample(sample.position), w, h) {
-            Ok(steps) => steps,
-            // The CPU path skips it with the reason.
-            Err(e) => return Err(back(sample, e.to_string())),
-        };
-        // Known before decoding: a step without a kernel sends the whole
-        // sample to the CPU, so nothing is decoded twice.
-        if let Some(step) = steps.iter().find(|s| !gpu_runs(s)) {
-            return Err(back(sample, format!("step {} runs on the cpu", step.name())));
-        }
-        // The largest image the steps make, held twice while a step runs
-        // (a blur's float intermediate counts four times).
-        let largest = steps
-            .iter()
-            .filter_map(|s| match *s {
-                Step::CropResize { out_w, out_h, .. } | Step::Affine { out_w, out_h, .. } => {
-                    Some(u64::from(out_w) * u64::from(out_h) * 3)
-                }
-                _ => None,
-            })
-            .max()
-            .unwrap_or(0);
-        let plan = match fused(&steps, w, h, spec.size) {
-            Some((chain, crop)) => Plan::Fused(chain, crop),
-            None => Plan::Steps(steps),
-        };
-        let working = match plan {
-            Plan::Fused(..) => 0,
-            Plan::Steps(_) => 6 * largest.max(u64::from(w) * u64::from(h) * 3),
-        };
-        let bytes = 3 * (u64::from(w) * u64::from(h) + u64::from(spec.size).pow(2)) + working;
-        if bytes > self.config.batch_memory {
-            let reason = format!(
-                "{w}x{h} needs {} MiB of device memory, over the batch limit of {} MiB",
-                bytes >> 20,
-                self.config.batch_memory >> 20
-            );
-            return Err(back(sample, reason));
-        }
-        Ok(PlannedSample {
-            sample,
-            plan,
-            dims: (w, h),
-            size: spec.size,
-            bytes,
-        })
-    }
-
-    /// Each result comes with its sample's index in `batch`, in no
-    /// particular order.
-    fn run_batch(&mut self, batch: Vec<PlannedSample>, size: u32) -> Vec<(usize, GpuResult)> {
+    /// Decodes `batch` (each sample with the number of its request's
+    /// fields) and makes every part of every sample: the step rounds, then
+    /// one output for the batch ([`Lane::finish`]). Each result comes with
+    /// its sample's index in `batch`.
+    fn run_batch(&mut self, batch: Vec<(PlannedSample, usize)>) -> Vec<(usize, GpuResult)> {
         let n = batch.len();
         self.counters.batches.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
-        let datas: Vec<&[u8]> = batch.iter().map(|p| &p.sample.data[..]).collect();
+        let datas: Vec<&[u8]> = batch.iter().map(|(p, _)| &p.sample.data[..]).collect();
         let decoded = self.decoder.decode_batch(&datas);
         drop(datas);
         add_elapsed(&self.counters.decode_ns, started);
-        let mut fused = Vec::with_capacity(n);
-        let mut finished = Vec::new();
-        // Batch indices of `fused`, then of `finished`.
-        let (mut fused_at, mut finished_at) = (Vec::with_capacity(n), Vec::new());
-        let mut out = Vec::with_capacity(n);
         let started = Instant::now();
-        // Samples with steps: batch index, sample, image, steps.
-        let mut stepped = Vec::new();
-        for (i, (p, d)) in batch.into_iter().zip(decoded).enumerate() {
-            let back = |sample, reason| (i, GpuResult::Cpu { sample, reason });
+        let mut work = BatchWork::new(n);
+        let mut samples = Vec::with_capacity(n);
+        for (i, ((p, fields), d)) in batch.into_iter().zip(decoded).enumerate() {
+            let roles = p.parts.iter().map(|part| part.role).collect();
             match d {
-                Ok(img) if (img.width, img.height) != p.dims => {
-                    let reason = format!(
+                Ok(img) if (img.width, img.height) != p.dims => work.fail(
+                    i,
+                    format!(
                         "nvjpeg decoded {}x{}, the header says {}x{}",
                         img.width, img.height, p.dims.0, p.dims.1
-                    );
-                    out.push(back(p.sample, reason));
-                }
-                Ok(img) => match p.plan {
-                    Plan::Fused(chain, crop) => {
-                        fused.push((p.sample, img, crop, chain));
-                        fused_at.push(i);
-                    }
-                    Plan::Steps(steps) => stepped.push((i, p.sample, img, steps)),
-                },
-                Err(e) => out.push(back(p.sample, e.to_string())),
+                    ),
+                ),
+                Ok(img) => work.add(&self.gpu, i, img, p.parts),
+                Err(e) => work.fail(i, e.to_string()),
             }
+            samples.push(Awaiting {
+                sample: p.sample,
+                roles,
+                fields,
+            });
         }
-        if !stepped.is_empty() {
-            // A round of steps per step index over the whole batch; a
-            // tail of crop-resize to the output (and a horizontal flip)
-            // joins the fused kernel's launch.
-            let (metas, images): (Vec<Stepped>, Vec<DeviceImage>) = stepped
-                .into_iter()
-                .map(|(i, sample, img, steps)| ((i, sample, steps), img))
-                .unzip();
-            let tails: Vec<usize> = metas.iter().map(|(_, _, steps)| fusable_tail(steps, size)).collect();
-            let prefixes: Vec<&[Step]> = metas
-                .iter()
-                .zip(&tails)
-                .map(|((_, _, steps), &t)| &steps[..steps.len() - t])
-                .collect();
-            let results = self.gpu.run_steps_batch(images, &prefixes);
-            drop(prefixes);
-            for (((i, sample, steps), tail), result) in metas.into_iter().zip(tails).zip(results) {
-                let back = |sample, reason| (i, GpuResult::Cpu { sample, reason });
-                // Each image on its own: one that fails goes to the CPU,
-                // which runs it or skips it with its own reason.
-                let img = match result {
-                    Ok(img) => img,
-                    Err(e) => {
-                        out.push(back(sample, format!("gpu steps failed: {e}")));
-                        continue;
-                    }
-                };
-                let crop = (tail > 0)
-                    .then(|| GpuCrop::from_steps(&steps[steps.len() - tail..], img.width, img.height, size))
-                    .flatten();
-                match crop {
-                    Some(crop) => {
-                        let chain = Chain::new(img.width, img.height);
-                        fused.push((sample, img, crop, chain));
-                        fused_at.push(i);
-                    }
-                    None if tail == 0 && (img.width, img.height) == (size, size) => {
-                        finished.push((sample, img));
-                        finished_at.push(i);
-                    }
-                    None => {
-                        let reason = format!("gpu steps made {}x{}, not {size}x{size}", img.width, img.height);
-                        out.push(back(sample, reason));
-                    }
-                }
-            }
-        }
+        work.run_steps(&self.gpu);
         add_elapsed(&self.counters.steps_ns, started);
-        if !fused.is_empty() || !finished.is_empty() {
-            match self.finish(&fused, &finished, size) {
-                Ok(pixels) => {
-                    self.counters.images.fetch_add(pixels.len() as u64, Ordering::Relaxed);
-                    let samples = fused
-                        .into_iter()
-                        .map(|(s, ..)| s)
-                        .chain(finished.into_iter().map(|(s, _)| s));
-                    let at = fused_at.iter().chain(&finished_at).copied();
-                    for ((i, sample), pixels) in at.zip(samples).zip(pixels) {
-                        out.push((
-                            i,
-                            GpuResult::Done(Processed {
-                                key: sample.key,
-                                position: sample.position,
-                                label: sample.label,
-                                width: size,
-                                height: size,
-                                pixels,
-                                fields: Vec::new(),
-                            }),
-                        ));
-                    }
+        let made = match self.finish(&work) {
+            Ok(made) => made,
+            Err(e) => {
+                let images = work.failed.iter().filter(|f| f.is_none()).count();
+                warn!(error = %e, images, "gpu batch failed; its images go to the cpu");
+                for i in 0..n {
+                    work.fail(i, format!("gpu batch failed: {e}"));
                 }
-                Err(e) => {
-                    let images = fused.len() + finished.len();
-                    warn!(error = %e, images, "gpu batch failed; its images go to the cpu");
-                    let reason = format!("gpu batch failed: {e}");
-                    let samples = fused
-                        .into_iter()
-                        .map(|(s, ..)| s)
-                        .chain(finished.into_iter().map(|(s, _)| s));
-                    let at = fused_at.iter().chain(&finished_at).copied();
-                    out.extend(at.zip(samples).map(|(i, sample)| {
-                        (
-                            i,
-                            GpuResult::Cpu {
-                                sample,
-                                reason: reason.clone(),
-                            },
-                        )
-                    }));
-                }
+                Vec::new()
             }
-        }
+        };
+        let out = results(samples, work.failed, made);
         let to_cpu = out.iter().filter(|(_, r)| matches!(r, GpuResult::Cpu { .. })).count();
+        self.counters.images.fetch_add((n - to_cpu) as u64, Ordering::Relaxed);
         if to_cpu > 0 {
             self.counters.to_cpu.fetch_add(to_cpu as u64, Ordering::Relaxed);
             debug!(to_cpu, batch = n, "gpu batch handed images back to the cpu path");
@@ -451,52 +272,122 @@ impl Lane {
         out
     }
 
-    /// Runs the fused kernel over the `fused` images in one launch into the
-    /// batch output, copies the `finished` ones after them, copies the
-    /// output to the page-locked buffer and splits it per image, in that
-    /// order.
-    fn finish(
-        &mut self,
-        fused: &[(GpuSample, DeviceImage, GpuCrop, Chain)],
-        finished: &[(GpuSample, DeviceImage)],
-        size: u32,
-    ) -> Result<Vec<Bytes>, GpuError> {
+    /// Writes every part of `work` whose sample has not failed into one
+    /// device output (the crop-resizes a launch per output size, the
+    /// images the step rounds finished a copy each, the masks one launch),
+    /// copies it to the page-locked buffer and splits it per part.
+    fn finish(&mut self, work: &BatchWork) -> Result<Vec<(At, (u32, u32), Bytes)>, GpuError> {
         let started = Instant::now();
-        let image_bytes = size as usize * size as usize * 3;
-        let count = fused.len() + finished.len();
-        let images: Vec<&DeviceImage> = fused.iter().map(|(_, img, ..)| img).collect();
-        let crops: Vec<GpuCrop> = fused.iter().map(|(_, _, c, _)| *c).collect();
-        let chains: Vec<&Chain> = fused.iter().map(|(.., chain)| chain).collect();
+        let live: Vec<&(At, Render)> = work
+            .renders
+            .iter()
+            .filter(|(at, _)| work.failed[at.0].is_none())
+            .collect();
+        if live.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The output's layout: the crop-resizes by size (one launch
+        // each), then the copies, then the masks.
+        let mut order: Vec<usize> = (0..live.len()).collect();
+        order.sort_by_key(|&r| match &live[r].1 {
+            Render::Crop { size, .. } => (0, *size),
+            Render::Copy(_) => (1, 0),
+            Render::Mask(..) => (2, 0),
+        });
+        let mut places = vec![(0usize, (0u32, 0u32), 0usize); live.len()];
+        let mut need = 0;
+        for &r in &order {
+            let (dims, len) = work.output(&live[r].1);
+            places[r] = (need, dims, len);
+            need += len;
+        }
         let dev = {
-            let stream = &self.gpu.stream;
-            // SAFETY: u8 has no invalid values; every slot is written below,
-            // by the kernel or by a copy, before the buffer is read.
+            // SAFETY: u8 has no invalid values; every part's bytes are
+            // written below, by a kernel or a copy, before the buffer is read.
             let mut dev =
-                unsafe { stream.alloc::<u8>(image_bytes * count) }.map_err(driver("allocation of the batch output"))?;
-            if !images.is_empty() {
-                self.gpu
-                    .resized_crop_flip_into(&images, &crops, &chains, (size, size), &mut dev)?;
+                unsafe { self.gpu.stream.alloc::<u8>(need) }.map_err(driver("allocation of the batch output"))?;
+            let mut masks = Vec::new();
+            let mut k = 0;
+            while let Some(&r) = order.get(k) {
+                let (offset, _, len) = places[r];
+                match &live[r].1 {
+                    Render::Crop { size, .. } => {
+                        let size = *size;
+                        let group: Vec<usize> = order[k..]
+                            .iter()
+                            .copied()
+                            .take_while(|&g| matches!(&live[g].1, Render::Crop { size: s, .. } if *s == size))
+                            .collect();
+                        k += group.len();
+                        let (mut images, mut crops, mut chains) = (Vec::new(), Vec::new(), Vec::new());
+                        for &g in &group {
+                            let Render::Crop {
+                                source, chain, crop, ..
+                            } = &live[g].1
+                            else {
+                                continue;
+                            };
+                            images.push(work.image(*source).ok_or_else(|| {
+                                GpuError::Invalid(format!("part {:?} has no image to crop", live[g].0))
+                            })?);
+                            crops.push(*crop);
+                            chains.push(chain);
+                        }
+                        self.gpu
+                            .resized_crop_flip_at(&images, &crops, &chains, (size, size), &mut dev, offset)?;
+                    }
+                    Render::Copy(m) => {
+                        k += 1;
+                        let img = work
+                            .made
+                            .get(*m)
+                            .filter(|img| img.pitch == img.width * 3 && img.buf.len() >= len)
+                            .ok_or_else(|| GpuError::Invalid(format!("part {:?} has no packed image", live[r].0)))?;
+                        let mut view = dev.slice_mut(offset..offset + len);
+                        self.gpu
+                            .stream
+                            .memcpy_dtod(&img.buf.slice(..len), &mut view)
+                            .map_err(driver("copying an image into the batch output"))?;
+                    }
+                    Render::Mask(pixels, chain) => {
+                        k += 1;
+                        masks.push(MaskRender {
+                            pixels,
+                            dims: (chain.src_w, chain.src_h),
+                            chain,
+                            offset,
+                        });
+                    }
+                }
             }
-            for (i, (_, img)) in finished.iter().enumerate() {
-                let slot = (fused.len() + i) * image_bytes;
-                let mut view = dev.slice_mut(slot..slot + image_bytes);
-                stream
-                    .memcpy_dtod(&img.buf, &mut view)
-                    .map_err(driver("copying an image into the batch output"))?;
-            }
+            self.gpu.render_masks_at(&masks, &mut dev)?;
             dev
         };
+        let all = self.to_host(&dev, started)?;
+        let started = Instant::now();
+        let out = live
+            .iter()
+            .zip(places)
+            .map(|((at, _), (offset, dims, len))| (*at, dims, all.slice(offset..offset + len)))
+            .collect();
+        add_elapsed(&self.counters.unpack_ns, started);
+        Ok(out)
+    }
+
+    /// `dev` copied to page-locked memory: a buffer lent off the shelf
+    /// (the parts' bytes are slices of it, back on the shelf once they are
+    /// sent), or, when the shelf has lent all it may, one copy out of the
+    /// lane's own buffer.
+    fn to_host(&mut self, dev: &CudaSlice<u8>, started: Instant) -> Result<Bytes, GpuError> {
         let need = dev.len();
-        let all = match self.shelf.take(need) {
-            // Lent: the samples' pixels are slices of the page-locked
-            // buffer itself, back on the shelf once they are sent.
+        Ok(match self.shelf.take(need) {
             Some(free) => {
                 let mut buf = match free {
                     Some(b) if b.len() >= need => b,
                     // Grown in whole MiB to the largest batch seen.
                     _ => self.gpu.pinned(need.next_multiple_of(1 << 20))?,
                 };
-                self.gpu.copy_to_pinned(&dev, &mut buf)?;
+                self.gpu.copy_to_pinned(dev, &mut buf)?;
                 add_elapsed(&self.counters.finish_ns, started);
                 self.shelf.lend(buf, need)?
             }
@@ -507,7 +398,7 @@ impl Lane {
                 let Some(pinned) = self.pinned.as_mut() else {
                     return Err(GpuError::Invalid("no page-locked buffer".into()));
                 };
-                self.gpu.copy_to_pinned(&dev, pinned)?;
+                self.gpu.copy_to_pinned(dev, pinned)?;
                 let host = pinned.as_slice().map_err(driver("waiting for the copy to the host"))?;
                 add_elapsed(&self.counters.finish_ns, started);
                 // One allocation for the batch, shared by its samples: a
@@ -515,13 +406,7 @@ impl Lane {
                 // allocations) cost more than the decode.
                 Bytes::copy_from_slice(&host[..need])
             }
-        };
-        let started = Instant::now();
-        let out = (0..count)
-            .map(|i| all.slice(i * image_bytes..(i + 1) * image_bytes))
-            .collect();
-        add_elapsed(&self.counters.unpack_ns, started);
-        Ok(out)
+        })
     }
 }
 
@@ -542,31 +427,6 @@ impl BatchTimer {
     }
 }
 
-/// A sample of a lane batch with steps to run: its index in the batch, the
-/// sample and its steps.
-type Stepped = (usize, GpuSample, Vec<Step>);
-
-/// How many of `steps`' last steps the fused kernel can run: a bilinear
-/// crop-resize to `size` x `size`, alone or followed by a horizontal flip.
-fn fusable_tail(steps: &[Step], size: u32) -> usize {
-    let is_crop = |s: &Step| {
-        matches!(
-            s,
-            Step::CropResize {
-                out_w,
-                out_h,
-                filter: stoker_core::Interpolation::Bilinear,
-                ..
-            } if (*out_w, *out_h) == (size, size)
-        )
-    };
-    match steps {
-        [.., crop, Step::FlipHorizontal] if is_crop(crop) => 2,
-        [.., crop] if is_crop(crop) => 1,
-        _ => 0,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -577,6 +437,7 @@ mod tests {
             position: 0,
             label: 1,
             data: Bytes::from_static(b"\xff\xd8 not really a jpeg"),
+            masks: Vec::new(),
         }
     }
 

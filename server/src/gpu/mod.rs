@@ -16,6 +16,7 @@
 //! - `nvjpeg`: the nvJPEG bindings in three layers (`sys`, `result`,
 //!   `safe`), private to this module.
 
+mod batch;
 mod chain;
 mod color;
 mod decode;
@@ -23,7 +24,9 @@ mod device;
 mod lane;
 mod lend;
 mod nvjpeg;
+mod plan;
 mod queue;
+mod resample;
 mod runner;
 mod steal;
 mod steps;
@@ -32,9 +35,9 @@ pub use decode::{DeviceImage, GpuDecodeError, GpuDecoder};
 pub use device::{Gpu, GpuError, GpuInfo, GpuUnavailable, POOL_KEEP_BYTES, probe};
 pub use lane::{DEFAULT_BATCH_MEMORY, DEFAULT_LANES, DEFAULT_MAX_BATCH, GpuRunnerConfig};
 pub use nvjpeg::Backend;
-pub use queue::{GpuResult, GpuSample, RunnerGone};
+pub use queue::{GpuResult, GpuSample, Recipe, RunnerGone};
 pub use runner::{GpuMemory, GpuRunner};
-pub use steps::{GpuCrop, fused, gpu_runs};
+pub use steps::{GpuCrop, fused, gpu_runs, mask_chain};
 
 #[cfg(test)]
 mod tests {
@@ -107,9 +110,15 @@ mod tests {
         ] {
             assert!(steps(json).iter().all(gpu_runs), "{json}");
         }
-        // Resizes with Pillow's other filters run on the CPU.
-        let bicubic = r#"{"ops": [{"op": "RandomResizedCrop", "size": 64, "interpolation": "bicubic"}]}"#;
-        assert!(!steps(bicubic).iter().all(gpu_runs), "{bicubic}");
+        // Resizes with Pillow's other filters too; a non-square blur runs
+        // on the CPU.
+        for filter in ["bicubic", "lanczos", "box", "hamming"] {
+            let json =
+                format!(r#"{{"ops": [{{"op": "RandomResizedCrop", "size": 64, "interpolation": "{filter}"}}]}}"#);
+            assert!(steps(&json).iter().all(gpu_runs), "{json}");
+        }
+        let blur = r#"{"ops": [{"op": "GaussianBlur", "kernel_size": [3, 5]}, {"op": "CenterCrop", "size": 64}]}"#;
+        assert!(!steps(blur).iter().all(gpu_runs), "{blur}");
     }
 
     #[test]

@@ -8,9 +8,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use bytes::Bytes;
-use stoker_core::{ItemSeed, TransformSpec};
+use stoker_core::{FieldSpec, ItemSeed, TransformSpec, ViewSpec};
 use stoker_formats::image::ImageKind;
-use stoker_formats::sample::RawSample;
+use stoker_formats::sample::{RawField, RawSample};
 use tokio::sync::oneshot;
 
 use super::steal::StealPolicy;
@@ -24,30 +24,50 @@ pub struct GpuSample {
     pub position: u64,
     pub label: i64,
     pub data: Bytes,
+    /// The sample's masks, at their indices of the request's fields (every
+    /// other index `Ok(None)`), as `read_fields` leaves them in
+    /// `RawSample::fields`; empty when the request has none.
+    pub masks: Vec<RawField>,
 }
 
 impl GpuSample {
     /// The sample as the CPU path takes it (the data is shared, not copied).
     pub fn clone_raw(&self) -> RawSample {
-        RawSample {
-            key: self.key.clone(),
-            position: self.position,
-            image: Ok((ImageKind::Jpeg, self.data.clone())),
-            label: Ok(self.label),
-            // Fields stay with the item, which attaches them to the result.
-            fields: Vec::new(),
-        }
+        self.clone().into_raw()
     }
 
-    /// The sample as the CPU path takes it.
+    /// The sample as the CPU path takes it: its masks go with it; the
+    /// other fields stay with the item, which attaches them to the result.
     pub fn into_raw(self) -> RawSample {
         RawSample {
             key: self.key,
             position: self.position,
             image: Ok((ImageKind::Jpeg, self.data)),
             label: Ok(self.label),
-            // Fields stay with the item, which attaches them to the result.
-            fields: Vec::new(),
+            fields: self.masks,
+        }
+    }
+}
+
+/// What a job's samples become: the transform and the seed of its draws,
+/// and the request's fields (whose masks follow the image's geometry) and
+/// views (more pipelines over the same decode).
+#[derive(Clone, Debug)]
+pub struct Recipe {
+    pub spec: Arc<TransformSpec>,
+    pub seed: ItemSeed,
+    pub extra: Arc<[FieldSpec]>,
+    pub views: Arc<[ViewSpec]>,
+}
+
+impl Recipe {
+    /// `spec` with `seed`'s draws, and no masks or views.
+    pub fn new(spec: Arc<TransformSpec>, seed: ItemSeed) -> Self {
+        Self {
+            spec,
+            seed,
+            extra: Arc::new([]),
+            views: Arc::new([]),
         }
     }
 }
@@ -71,8 +91,7 @@ pub enum GpuResult {
 /// Samples an item queued for the lanes, with what their steps depend on.
 pub(super) struct Job {
     pub(super) samples: Vec<GpuSample>,
-    pub(super) spec: Arc<TransformSpec>,
-    pub(super) seed: ItemSeed,
+    pub(super) recipe: Recipe,
     pub(super) reply: Arc<Reply>,
 }
 
@@ -120,8 +139,7 @@ impl Reply {
 /// goes back with [`Stolen::finish`], with the rest of its batch.
 pub struct Stolen {
     pub sample: GpuSample,
-    pub spec: Arc<TransformSpec>,
-    pub seed: ItemSeed,
+    pub recipe: Recipe,
     reply: Arc<Reply>,
     /// When it was taken, and the policy that times the thread's work.
     pub(super) clock: Option<(Instant, Arc<StealPolicy>)>,
@@ -242,8 +260,7 @@ impl JobQueue {
         let sample = job.samples.pop()?;
         let stolen = Stolen {
             sample,
-            spec: Arc::clone(&job.spec),
-            seed: job.seed,
+            recipe: job.recipe.clone(),
             reply: Arc::clone(&job.reply),
             clock: None,
         };

@@ -48,14 +48,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use stoker_core::{ItemSeed, TransformSpec};
-
 use super::device::{Gpu, GpuError, GpuInfo, driver, keep_pool_memory};
 #[cfg(test)]
 use super::lane::{BatchTimer, hand_back_after_panic};
 use super::lane::{GpuCounters, GpuRunnerConfig, Lane};
 pub(crate) use super::queue::Stolen;
-use super::queue::{GpuResult, GpuSample, Job, JobQueue, Reply, RunnerGone};
+use super::queue::{GpuResult, GpuSample, Job, JobQueue, Recipe, Reply, RunnerGone};
 use super::steal::StealPolicy;
 #[cfg(test)]
 use crate::pool::catch_panic;
@@ -151,7 +149,7 @@ impl GpuRunner {
     #[cfg(test)]
     pub(crate) fn emulated(
         config: GpuRunnerConfig,
-        answer: impl Fn(GpuSample, &TransformSpec, ItemSeed) -> GpuResult + Send + Sync + 'static,
+        answer: impl Fn(GpuSample, &Recipe) -> GpuResult + Send + Sync + 'static,
     ) -> Self {
         let queue = Arc::new(JobQueue::new(config.max_batch));
         let counters = Arc::new(GpuCounters::default());
@@ -173,7 +171,7 @@ impl GpuRunner {
                             .into_iter()
                             .map(|s| {
                                 let back = s.clone();
-                                catch_panic(|| answer(s, &job.spec, job.seed))
+                                catch_panic(|| answer(s, &job.recipe))
                                     .unwrap_or_else(|message| hand_back_after_panic(back, "emulated lane", &message))
                             })
                             .collect();
@@ -247,16 +245,11 @@ impl GpuRunner {
         &self.config
     }
 
-    /// Decodes and transforms `samples` for `spec`, one result per sample
-    /// (in any order). Queues them at once (the queue has no bound) and
+    /// Decodes and transforms `samples` as `recipe` says (their images,
+    /// masks and views), one result per sample (in any order). Queues them at once (the queue has no bound) and
     /// waits until every sample has its result, from a lane or from a CPU
     /// thread that stole it.
-    pub async fn run(
-        &self,
-        samples: Vec<GpuSample>,
-        spec: Arc<TransformSpec>,
-        seed: ItemSeed,
-    ) -> Result<Vec<GpuResult>, RunnerGone> {
+    pub async fn run(&self, samples: Vec<GpuSample>, recipe: Recipe) -> Result<Vec<GpuResult>, RunnerGone> {
         if samples.is_empty() {
             return Ok(Vec::new());
         }
@@ -264,8 +257,7 @@ impl GpuRunner {
         let job = Job {
             reply: Arc::new(Reply::new(samples.len(), tx)),
             samples,
-            spec,
-            seed,
+            recipe,
         };
         self.queue.push(job)?;
         rx.await.map_err(|_| RunnerGone)

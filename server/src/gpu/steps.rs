@@ -13,6 +13,7 @@ use super::chain::add_chain;
 use super::color::color_runs;
 use super::decode::DeviceImage;
 use super::device::{Gpu, GpuError, driver};
+use super::resample::{Resize, push_crop, resampled};
 
 impl Gpu {
     /// Runs the fused crop + resize + flip kernel over `images`, each with
@@ -42,8 +43,22 @@ impl Gpu {
         images: &[&DeviceImage],
         crops: &[GpuCrop],
         chains: &[&Chain],
+        out: (u32, u32),
+        dst: &mut CudaSlice<u8>,
+    ) -> Result<(), GpuError> {
+        self.resized_crop_flip_at(images, crops, chains, out, dst, 0)
+    }
+
+    /// As [`Gpu::resized_crop_flip_into`], into the `images.len()` slots
+    /// of `dst` from byte `base` on.
+    pub(super) fn resized_crop_flip_at(
+        &self,
+        images: &[&DeviceImage],
+        crops: &[GpuCrop],
+        chains: &[&Chain],
         (out_w, out_h): (u32, u32),
         dst: &mut CudaSlice<u8>,
+        base: usize,
     ) -> Result<(), GpuError> {
         if images.len() != crops.len() || !(chains.is_empty() || chains.len() == images.len()) {
             return Err(GpuError::Invalid(format!(
@@ -83,7 +98,7 @@ impl Gpu {
             guards.push(guard);
             params.push(RrcParams {
                 src,
-                dst_offset: (i * image_bytes) as u64,
+                dst_offset: (base + i * image_bytes) as u64,
                 src_w,
                 src_h,
                 src_pitch: img.pitch,
@@ -129,6 +144,18 @@ impl Gpu {
         })
     }
 
+    /// A copy of `img` on this stream, for a part that changes it while
+    /// others read the original.
+    pub(super) fn copy_image(&self, img: &DeviceImage) -> Result<DeviceImage, GpuError> {
+        let buf = self.stream.clone_dtod(&img.buf).map_err(driver("copying an image"))?;
+        Ok(DeviceImage {
+            width: img.width,
+            height: img.height,
+            pitch: img.pitch,
+            buf,
+        })
+    }
+
     /// Runs `steps` (each one [`gpu_runs`]) on one decoded image, a
     /// launch (or two) per step, as the CPU path's augmenter runs them: a
     /// nearest geometric step is a chain of one ([`Gpu::render_chains`]).
@@ -143,6 +170,20 @@ impl Gpu {
                     .render_chains(&[(&img, &chain)])?
                     .pop()
                     .ok_or_else(|| GpuError::Invalid("the chain made no image".into()))?;
+                continue;
+            }
+            if let Some((rect, out, filter)) = resampled(step) {
+                let mut chain = Chain::new(img.width, img.height);
+                if !push_crop(&mut chain, rect, filter) {
+                    return Err(GpuError::Invalid(format!(
+                        "crop box {},{} {}x{} does not chain",
+                        rect.left, rect.top, rect.width, rect.height
+                    )));
+                }
+                img = self
+                    .resample_round(&[Ok(img)], &[(0, chain, out, filter)])?
+                    .pop()
+                    .ok_or_else(|| GpuError::Invalid("the resize made no image".into()))?;
                 continue;
             }
             if filter_warp(step).is_some() {
@@ -206,11 +247,14 @@ impl Gpu {
     /// Runs each image's `steps` (each one [`gpu_runs`]) over a batch, a
     /// round per segment: each image's next run of nearest geometric steps
     /// is one chain, and a bilinear crop-resize after it reads through it
-    /// (with a horizontal flip after the crop in the same launch);
+    /// (with a horizontal flip after the crop in the same launch), and so
+    /// does the crop of a resize with Pillow's other filters;
     /// the round's chains are one launch ([`Gpu::render_chains`]), its
-    /// crop-resizes one per output size ([`Gpu::crop_round`]); any other
-    /// step runs on its own ([`Gpu::run_steps`]). An image whose step
-    /// fails gets its error; the others go on.
+    /// crop-resizes one per output size ([`Gpu::crop_round`]), its other
+    /// resizes a launch per pass ([`Gpu::resample_round`]), its colour
+    /// steps and filtered warps a launch per kind; any other step runs on
+    /// its own ([`Gpu::run_steps`]). An image whose step fails gets its
+    /// error; the others go on.
     pub fn run_steps_batch(&self, images: Vec<DeviceImage>, steps: &[&[Step]]) -> Vec<Result<DeviceImage, GpuError>> {
         let mut slots: Vec<Result<DeviceImage, GpuError>> = images.into_iter().map(Ok).collect();
         let mut rest: Vec<&[Step]> = steps.to_vec();
@@ -218,11 +262,21 @@ impl Gpu {
         loop {
             let mut chained: Vec<(usize, Chain)> = Vec::new();
             let mut cropped: Vec<(usize, Chain, GpuCrop, (u32, u32))> = Vec::new();
+            let mut resized: Vec<Resize> = Vec::new();
             let mut singles: Vec<(usize, &Step)> = Vec::new();
             for (i, slot) in slots.iter().enumerate() {
                 let Ok(img) = slot else { continue };
                 let Some(first) = rest[i].first() else { continue };
-                let (chain, taken) = Chain::leading(rest[i], img.width, img.height);
+                let (mut chain, taken) = Chain::leading(rest[i], img.width, img.height);
+                // A resize with Pillow's other filters reads its crop
+                // through the chain.
+                if let Some((rect, out, filter)) = rest[i].get(taken).and_then(resampled)
+                    && push_crop(&mut chain, rect, filter)
+                {
+                    resized.push((i, chain, out, filter));
+                    rest[i] = &rest[i][taken + 1..];
+                    continue;
+                }
                 // A horizontal flip after the crop joins its launch.
                 let flip = matches!(rest[i].get(taken + 1), Some(Step::FlipHorizontal));
                 let crop = match rest[i].get(taken) {
@@ -245,8 +299,13 @@ impl Gpu {
                     rest[i] = &rest[i][1..];
                 }
             }
-            if chained.is_empty() && cropped.is_empty() && singles.is_empty() {
+            if chained.is_empty() && cropped.is_empty() && resized.is_empty() && singles.is_empty() {
                 return slots;
+            }
+            if !resized.is_empty() {
+                let at: Vec<usize> = resized.iter().map(|r| r.0).collect();
+                let done = self.resample_round(&slots, &resized);
+                place(&mut slots, &at, done, "batched resizes");
             }
             if !chained.is_empty() {
                 let jobs: Vec<(&DeviceImage, &Chain)> = chained
@@ -497,27 +556,30 @@ pub fn fused(steps: &[Step], width: u32, height: u32, size: u32) -> Option<(Chai
     Some((chain, crop))
 }
 
-/// Whether the GPU lanes run `step`: crops resized bilinearly (or plainly
-/// cut), the nearest geometric steps as chains (flips, nearest warps:
+/// The one chain a mask of a `width` x `height` image follows on the
+/// lanes: the image's `steps` that move pixels, with nearest sampling and
+/// 0 fill ([`Step::for_mask`], as the CPU path runs them). `None` when one
+/// of them does not chain (coordinates past Pillow's fixed-point range):
+/// the CPU runs that sample.
+pub fn mask_chain(steps: &[Step], width: u32, height: u32) -> Option<Chain> {
+    let steps: Vec<Step> = steps.iter().filter_map(Step::for_mask).collect();
+    let (chain, taken) = Chain::leading(&steps, width, height);
+    (taken == steps.len()).then_some(chain)
+}
+
+/// Whether the GPU lanes run `step`: crops resized with any filter
+/// (bilinear in the fused kernel; bicubic, lanczos, box and hamming as
+/// Pillow resamples; nearest as a chain) or plainly cut, the nearest
+/// geometric steps as chains (flips, nearest warps:
 /// rotations, RandomAffine, the policies' shears and translations; pads of
 /// every mode; nearest resizes), bilinear and bicubic warps, the colour
 /// steps ([`color_runs`]: the
 /// enhance blends, hue, lookup tables, channel permutations, equalize,
 /// autocontrast, erasing), and square Gaussian blurs. A sample with any
-/// other step goes to the CPU pool before it is queued.
+/// other step (a non-square blur) goes to the CPU pool before it is queued.
 pub fn gpu_runs(step: &Step) -> bool {
     match step {
-        Step::CropResize {
-            crop,
-            out_w,
-            out_h,
-            filter,
-        } => {
-            matches!(
-                filter,
-                Interpolation::Bilinear | Interpolation::Nearest | Interpolation::NearestExact
-            ) || (crop.width, crop.height) == (*out_w, *out_h)
-        }
+        Step::CropResize { .. } => true,
         Step::FlipHorizontal | Step::FlipVertical | Step::Pad { .. } => true,
         Step::Affine { .. } => true,
         Step::Blur { kernel: (kx, ky), .. } => kx == ky,

@@ -17,7 +17,7 @@ use stoker_formats::image::ImageKind;
 use stoker_formats::sample::{RawSample, RawValue};
 use stoker_image::ImageError;
 use stoker_image::augment::Augmenter;
-use stoker_image::decode::{RgbImage, check_jpeg, decode, header_dimensions, sniff};
+use stoker_image::decode::{RgbImage, check_jpeg, decode, decode_mask, header_dimensions, sniff};
 
 thread_local! {
     static AUGMENTER: std::cell::RefCell<Augmenter> = std::cell::RefCell::new(Augmenter::new());
@@ -168,10 +168,11 @@ fn view_of(source: &RgbImage, transform: &TransformSpec, rng: &SampleRng) -> Res
     Ok(Bytes::from(out.pixels))
 }
 
-/// A segmentation mask through the image's geometric steps: decoded (an
-/// 8-bit image of the image's `(width, height)`; of RGB its first
-/// channel), then the steps the image resolved to from the same draws,
-/// with nearest sampling and 0 fill ([`Step::for_mask`]); `|u1` `[1, H, W]`.
+/// A segmentation mask through the image's geometric steps: decoded
+/// ([`decode_mask`]: an 8-bit image of the image's `(width, height)`; of
+/// RGB its first channel), then the steps the image resolved to from the
+/// same draws, with nearest sampling and 0 fill ([`Step::for_mask`]);
+/// `|u1` `[1, H, W]`.
 fn follow_image(
     data: &[u8],
     (width, height): (u32, u32),
@@ -179,19 +180,7 @@ fn follow_image(
     rng: &SampleRng,
     max_pixels: u64,
 ) -> Result<NpyArray, String> {
-    let kind = sniff(data).ok_or("not a PNG or JPEG")?;
-    // A palette PNG's pixels are colours here, not the class indices
-    // PIL reads: refuse it rather than deliver wrong classes.
-    if kind == ImageKind::Png && data.get(25) == Some(&3) {
-        return Err(
-            "a palette PNG (its colours, not class indices, would be read): save it as grayscale (mode L)".into(),
-        );
-    }
-    let (w, h) = header_dimensions(kind, data).map_err(|e| e.to_string())?;
-    if (w, h) != (width, height) {
-        return Err(format!("mask is {w}x{h}, its image {width}x{height}"));
-    }
-    let img = decode(kind, data, max_pixels).map_err(|e| e.to_string())?;
+    let img = decode_mask(data, (width, height), max_pixels)?;
     let steps: Vec<Step> = resolve_steps(spec, rng, width, height)
         .map_err(|e| e.to_string())?
         .iter()
@@ -199,11 +188,7 @@ fn follow_image(
         .collect();
     let out = Augmenter::new().run(img, &steps).map_err(|e| e.to_string())?;
     let data: Vec<u8> = out.pixels.chunks_exact(3).map(|p| p[0]).collect();
-    Ok(NpyArray {
-        dtype: "|u1".to_owned(),
-        shape: vec![1, u64::from(out.height), u64::from(out.width)],
-        data: Bytes::from(data),
-    })
+    Ok(NpyArray::mask(out.width, out.height, Bytes::from(data)))
 }
 
 /// Unit tests make a sample's decode panic by ending its key with this.

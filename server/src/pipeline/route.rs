@@ -9,9 +9,9 @@ use stoker_core::{FieldKind, FieldSpec, ItemSeed, TransformSpec, ViewSpec, resol
 use tracing::debug;
 
 use super::cpu::process_sample_with;
-use super::{Item, ItemError, Processed, Skipped, WorkerContext, process_sample};
+use super::{Item, ItemError, Processed, Skipped, WorkerContext};
 use crate::gpu::RunnerGone;
-use crate::gpu::{GpuResult, GpuRunner, GpuSample, gpu_runs};
+use crate::gpu::{GpuResult, GpuRunner, GpuSample, Recipe, gpu_runs, mask_chain};
 use crate::memory::Reservation;
 use crate::metrics::Stage;
 use crate::pool::PoolError;
@@ -21,32 +21,37 @@ use stoker_image::decode::{check_jpeg, sniff};
 
 impl WorkerContext {
     /// Where `raw` of `item` is decoded: on a GPU worker a JPEG whose
-    /// steps the lanes all run goes to the GPU lanes (whose backlog idle
-    /// CPU threads share: [`share_backlog`]), anything else to the CPU
-    /// pool. So does every sample of an item with views or masks: the
-    /// lanes run one pipeline per image and transform images only.
+    /// steps the lanes all run (its views' and masks' too) goes to the GPU
+    /// lanes (whose backlog idle CPU threads share: [`share_backlog`]),
+    /// anything else to the CPU pool.
     pub(super) fn route(&self, raw: &RawSample, item: &Item) -> Route {
-        let one_image = item.views.is_empty() && !item.extra.iter().any(|f| f.kind == FieldKind::Mask);
         match &self.gpu {
-            Some(_) if one_image && gpu_jpeg(raw) && self.lanes_run(raw, item) => Route::Gpu,
+            Some(_) if gpu_jpeg(raw) && self.lanes_run(raw, item) => Route::Gpu,
             _ => Route::Cpu,
         }
     }
 
-    /// Whether the lanes run every step of `raw`'s transform, decided once,
-    /// from its header and its draws, before it is queued: the lanes never
-    /// receive a sample they would hand back for a step without a kernel
-    /// (nor one whose header or draws the CPU path refuses: it skips it
-    /// with the reason), and nothing is decoded twice.
+    /// Whether the lanes run every step of `raw`'s transform, of each of
+    /// its views, and of its masks (the image's geometric steps as one
+    /// chain), decided once, from its header and its draws, before it is
+    /// queued: the lanes never receive a sample they would hand back for a
+    /// step without a kernel (nor one whose header or draws the CPU path
+    /// refuses: it skips it with the reason), and nothing is decoded twice.
     fn lanes_run(&self, raw: &RawSample, item: &Item) -> bool {
         let Ok((_, data)) = &raw.image else { return false };
         let Ok((w, h)) = check_jpeg(data, self.config.max_image_pixels) else {
             return false;
         };
-        match resolve_steps(&item.spec, &item.item_seed().sample(raw.position), w, h) {
-            Ok(steps) => steps.iter().all(gpu_runs),
-            Err(_) => false,
-        }
+        let draws = item.item_seed().sample(raw.position);
+        let Ok(steps) = resolve_steps(&item.spec, &draws, w, h) else {
+            return false;
+        };
+        let masks = item.extra.iter().any(|f| f.kind == FieldKind::Mask);
+        steps.iter().all(gpu_runs)
+            && (!masks || mask_chain(&steps, w, h).is_some())
+            && item.views.iter().enumerate().all(|(j, v)| {
+                resolve_steps(&v.transform, &draws.view(j), w, h).is_ok_and(|steps| steps.iter().all(gpu_runs))
+            })
     }
 }
 
@@ -86,12 +91,15 @@ fn steal_one(ctx: &Arc<WorkerContext>) {
         return;
     };
     let raw = stolen.sample.clone_raw();
-    let result = match process_sample(
+    let recipe = &stolen.recipe;
+    let result = match process_sample_with(
         raw,
-        &stolen.spec,
-        stolen.seed,
+        &recipe.spec,
+        recipe.seed,
         ctx.config.max_image_pixels,
         &ctx.metrics,
+        &recipe.extra,
+        &recipe.views,
     ) {
         Ok(p) => {
             ctx.counters.cpu_samples.fetch_add(1, Ordering::Relaxed);
@@ -132,6 +140,7 @@ pub(super) fn gpu_sample(raw: RawSample) -> Result<GpuSample, Box<RawSample>> {
             data: data.clone(),
             key: raw.key,
             position: raw.position,
+            masks: raw.fields,
         }),
         _ => Err(Box::new(raw)),
     }
@@ -189,29 +198,31 @@ pub(super) fn on_cpu(ctx: &Arc<WorkerContext>, item: &Item, raw: RawSample, held
 pub(super) fn on_gpu(ctx: &Arc<WorkerContext>, item: &Item, samples: Vec<GpuSample>, held: Reservation) -> InFlight {
     let n = samples.len();
     let ctx = Arc::clone(ctx);
-    let spec = Arc::clone(&item.spec);
-    let seed = item.item_seed();
+    let recipe = Recipe {
+        spec: Arc::clone(&item.spec),
+        seed: item.item_seed(),
+        extra: Arc::clone(&item.extra),
+        views: Arc::clone(&item.views),
+    };
     let task = tokio::spawn(async move {
         let gpu = ctx.gpu.as_ref().ok_or(RunnerGone)?;
         // A lane panicked or the runner stopped: the item fails and the
         // client reassigns it.
         let queued = std::time::Instant::now();
-        let results = gpu.run(samples, Arc::clone(&spec), seed);
+        let results = gpu.run(samples, recipe.clone());
         share_backlog(&ctx);
         let results = results.await?;
         ctx.metrics.observe(Stage::GpuBatch, queued.elapsed());
         let mut out = Vec::with_capacity(n);
         let mut back = Vec::new();
-        // Samples with masks or views never go to the lanes
-        // (`WorkerContext::route`).
-        let (no_masks, no_views): (Arc<[FieldSpec]>, Arc<[ViewSpec]>) = (Arc::new([]), Arc::new([]));
         for r in results {
             match r {
                 GpuResult::Done(p) => out.push(Ok(p)),
                 GpuResult::Skipped(s) => out.push(Err(s)),
                 GpuResult::Cpu { sample, reason } => {
                     debug!(key = %sample.key, reason, "gpu handed the sample to the cpu");
-                    back.push(on_pool(&ctx, sample.into_raw(), &spec, seed, (&no_masks, &no_views)));
+                    let fields = (&recipe.extra, &recipe.views);
+                    back.push(on_pool(&ctx, sample.into_raw(), &recipe.spec, recipe.seed, fields));
                 }
             }
         }
@@ -244,7 +255,7 @@ mod tests {
     use tokio::sync::mpsc;
 
     use super::super::{Item, SkipKind, WorkerConfig, WorkerContext, process_sample, run_item};
-    use crate::gpu::{GpuResult, GpuRunner, GpuRunnerConfig, GpuSample};
+    use crate::gpu::{GpuResult, GpuRunner, GpuRunnerConfig, GpuSample, Recipe};
     use crate::storage::Storage;
     use crate::synth;
 
@@ -367,11 +378,11 @@ mod tests {
             max_batch: 4,
             ..GpuRunnerConfig::default()
         };
-        GpuRunner::emulated(lanes, move |sample: GpuSample, spec, seed| {
+        GpuRunner::emulated(lanes, move |sample: GpuSample, r: &Recipe| {
             std::thread::sleep(delay);
             let n: u64 = sample.key.bytes().map(u64::from).sum();
             if n.is_multiple_of(3)
-                && let Ok(p) = process_sample(sample.clone_raw(), spec, seed, 100_000_000, &Default::default())
+                && let Ok(p) = process_sample(sample.clone_raw(), &r.spec, r.seed, 100_000_000, &Default::default())
             {
                 return GpuResult::Done(p);
             }
@@ -455,7 +466,7 @@ mod tests {
             max_batch: 4,
             ..GpuRunnerConfig::default()
         };
-        let fast = GpuRunner::emulated(lanes, move |sample: GpuSample, _, _| {
+        let fast = GpuRunner::emulated(lanes, move |sample: GpuSample, _: &Recipe| {
             std::thread::sleep(Duration::from_micros(100));
             match known.samples.get(&sample.key) {
                 Some((position, pixels)) => GpuResult::Done(crate::outcome::Processed {
@@ -549,11 +560,11 @@ mod tests {
             max_batch: 4,
             ..GpuRunnerConfig::default()
         };
-        let runner = GpuRunner::emulated(lanes, |sample: GpuSample, spec, seed| {
+        let runner = GpuRunner::emulated(lanes, |sample: GpuSample, r: &Recipe| {
             if sample.key == "a/003" {
                 panic!("lane bug on {}", sample.key);
             }
-            match process_sample(sample.clone_raw(), spec, seed, 100_000_000, &Default::default()) {
+            match process_sample(sample.clone_raw(), &r.spec, r.seed, 100_000_000, &Default::default()) {
                 Ok(p) => GpuResult::Done(p),
                 Err(s) => GpuResult::Cpu {
                     sample,
@@ -641,9 +652,8 @@ mod tests {
     async fn a_sample_with_a_cpu_step_never_reaches_the_lanes() {
         let dir = tempfile::tempdir().unwrap();
         let uri = dataset(dir.path()).await;
-        let lanczos =
-            r#"{"ops": [{"op": "Resize", "size": 32, "interpolation": "lanczos"}, {"op": "CenterCrop", "size": 32}]}"#;
-        let spec = TransformSpec::from_json(lanczos).unwrap();
+        let blur = r#"{"ops": [{"op": "GaussianBlur", "kernel_size": [3, 5]}, {"op": "Resize", "size": 32}, {"op": "CenterCrop", "size": 32}]}"#;
+        let spec = TransformSpec::from_json(blur).unwrap();
         let reference = run_spec(
             Arc::new(WorkerContext::new(config(2)).unwrap()),
             uri.clone(),

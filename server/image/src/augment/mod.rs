@@ -21,6 +21,7 @@ pub use chain::{Chain, Link};
 pub use error::AugmentError;
 pub use filter::gaussian_kernel;
 pub use geometry::fixed_matrix;
+pub use resample::{Coeffs, ResamplePlan, resample_plan};
 
 /// Reusable per-thread state: the bilinear resizer keeps its scratch
 /// buffers.

@@ -85,11 +85,46 @@ fn filter_for(interpolation: Interpolation) -> Filter {
 
 /// Pillow's `precompute_coeffs` + `normalize_coeffs_8bpc` for a side of
 /// `in_size` pixels resampled to `out_size`: each output's first input and
-/// its fixed-point weights (`ksize` per output).
-struct Coeffs {
-    ksize: usize,
-    bounds: Vec<(usize, usize)>,
-    weights: Vec<i32>,
+/// its count (`bounds`), and its fixed-point weights (`ksize` per output,
+/// the first `count` used).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Coeffs {
+    pub ksize: usize,
+    pub bounds: Vec<(usize, usize)>,
+    pub weights: Vec<i32>,
+}
+
+/// How Pillow resamples an image to a new size ([`resample_plan`]): a
+/// horizontal pass over the rows the vertical pass reads, its rows rounded
+/// to 8 bits, then the vertical pass; a side that keeps its size has no
+/// pass. The GPU's kernel runs the same passes with the same weights.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResamplePlan {
+    /// Along rows, over rows `rows.0..rows.1`, when the width changes.
+    pub horizontal: Option<Coeffs>,
+    /// Along columns, when the height changes.
+    pub vertical: Option<Coeffs>,
+    /// The rows of the source the vertical pass reads.
+    pub rows: (usize, usize),
+}
+
+/// The passes of `img.resize((out_w, out_h), filter)` on an `in_w` x
+/// `in_h` image (any filter but nearest, which is an affine scale).
+pub fn resample_plan(in_w: u32, in_h: u32, out_w: u32, out_h: u32, interpolation: Interpolation) -> ResamplePlan {
+    let filter = filter_for(interpolation);
+    let (in_w, in_h) = (in_w as usize, in_h as usize);
+    let (ow, oh) = (out_w as usize, out_h as usize);
+    let vert = coeffs(in_h, oh, filter);
+    // The rows the vertical pass reads.
+    let rows = match (vert.bounds.first(), vert.bounds.last()) {
+        (Some(&(f, _)), Some(&(l, n))) => (f, l + n),
+        _ => (0, in_h),
+    };
+    ResamplePlan {
+        horizontal: (ow != in_w).then(|| coeffs(in_w, ow, filter)),
+        vertical: (oh != in_h).then_some(vert),
+        rows,
+    }
 }
 
 fn coeffs(in_size: usize, out_size: usize, filter: Filter) -> Coeffs {
@@ -132,20 +167,12 @@ fn clip8(v: i32) -> u8 {
 /// `img.resize((out_w, out_h), filter)` on an RGB image (any filter but
 /// nearest, which is an affine scale).
 pub(super) fn resize(img: &RgbImage, out_w: u32, out_h: u32, interpolation: Interpolation) -> RgbImage {
-    let filter = filter_for(interpolation);
-    let (in_w, in_h) = (img.width as usize, img.height as usize);
-    let (ow, oh) = (out_w as usize, out_h as usize);
-    let need_h = ow != in_w;
-    let need_v = oh != in_h;
-    let vert = coeffs(in_h, oh, filter);
-    // The rows the vertical pass reads.
-    let (first, last) = match (vert.bounds.first(), vert.bounds.last()) {
-        (Some(&(f, _)), Some(&(l, n))) => (f, l + n),
-        _ => (0, in_h),
-    };
+    let plan = resample_plan(img.width, img.height, out_w, out_h, interpolation);
+    let in_w = img.width as usize;
+    let ow = out_w as usize;
+    let (first, last) = plan.rows;
     let half = 1i32 << (PRECISION_BITS - 1);
-    let temp = need_h.then(|| {
-        let horiz = coeffs(in_w, ow, filter);
+    let temp = plan.horizontal.map(|horiz| {
         let rows = last - first;
         let mut out = RgbImage::new(out_w, rows as u32);
         for (y, out_row) in out.pixels.chunks_exact_mut(ow * 3).enumerate() {
@@ -166,9 +193,9 @@ pub(super) fn resize(img: &RgbImage, out_w: u32, out_h: u32, interpolation: Inte
         }
         out
     });
-    if !need_v {
+    let Some(vert) = plan.vertical else {
         return temp.unwrap_or_else(|| img.clone());
-    }
+    };
     let (src, row0) = match &temp {
         Some(t) => (t, first),
         None => (img, 0),

@@ -1,0 +1,178 @@
+//! What a lane makes of each sample of a batch, decided on the host before
+//! anything is decoded ([`plan`]): the sample's parts, each an output of
+//! its own: the image; each view (another pipeline, with its own draws,
+//! over the same device decode); each mask (decoded here, following the
+//! image's geometric steps as one chain, nearest with 0 fill). What the
+//! lanes do not take goes back to the CPU path with the reason.
+
+use stoker_core::{Step, footprint, resolve_steps};
+use stoker_formats::sample::RawValue;
+use stoker_image::augment::Chain;
+use stoker_image::decode::{check_jpeg, decode_mask};
+
+use super::lane::GpuRunnerConfig;
+use super::queue::{GpuResult, GpuSample, Recipe};
+use super::steps::{GpuCrop, fused, gpu_runs, mask_chain};
+
+/// Which output of its sample a part makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Role {
+    /// The sample's image.
+    Image,
+    /// Its view of this index.
+    View(usize),
+    /// Its mask at this index of the request's fields.
+    Mask(usize),
+}
+
+/// How a lane makes one part.
+pub(super) enum Work {
+    /// The fused kernel, with the batch's other fused parts: the crop of
+    /// the chain's output, read through the chain, to `size` x `size`.
+    Fused(Chain, GpuCrop, u32),
+    /// A round of kernels per step over the batch
+    /// ([`super::Gpu::run_steps_batch`]), to `size` x `size`.
+    Steps(Vec<Step>, u32),
+    /// A mask decoded on the host (a byte a pixel, the image's size)
+    /// through its chain, in the batch's one mask launch.
+    Mask(Vec<u8>, Chain),
+}
+
+/// One output of a sample, and how it is made.
+pub(super) struct Part {
+    pub(super) role: Role,
+    pub(super) work: Work,
+}
+
+/// A sample whose parts are known, ready for a batch.
+pub(super) struct PlannedSample {
+    pub(super) sample: GpuSample,
+    /// The image first, then its views, then its masks.
+    pub(super) parts: Vec<Part>,
+    /// The size the header gives; the decoded image must have it.
+    pub(super) dims: (u32, u32),
+    /// Device bytes it needs: decoded image, intermediates, outputs.
+    pub(super) bytes: u64,
+}
+
+/// Reads the header, resolves the draws of the sample's image and views,
+/// and decodes its masks; or says why the lanes do not take it (the CPU
+/// path then runs it, or skips it with its own reason).
+pub(super) fn plan(sample: GpuSample, recipe: &Recipe, config: &GpuRunnerConfig) -> Result<PlannedSample, GpuResult> {
+    #[cfg(feature = "failpoints")]
+    crate::failpoint::panic_if_chosen(crate::failpoint::GPU_PLAN_PANIC, &sample.key);
+    match parts(&sample, recipe, config) {
+        Ok((parts, dims, bytes)) => Ok(PlannedSample {
+            sample,
+            parts,
+            dims,
+            bytes,
+        }),
+        Err(reason) => Err(GpuResult::Cpu { sample, reason }),
+    }
+}
+
+type Parts = (Vec<Part>, (u32, u32), u64);
+
+fn parts(sample: &GpuSample, recipe: &Recipe, config: &GpuRunnerConfig) -> Result<Parts, String> {
+    let (w, h) = check_jpeg(&sample.data, config.max_image_pixels).map_err(|e| e.to_string())?;
+    let draws = recipe.seed.sample(sample.position);
+    // What the CPU would refuse as too large the GPU does not try: the CPU
+    // path skips it with the reason.
+    footprint(&recipe.spec, w, h, config.max_image_pixels).map_err(|e| e.to_string())?;
+    let steps = resolve_steps(&recipe.spec, &draws, w, h).map_err(|e| e.to_string())?;
+    let mut bytes = 3 * u64::from(w) * u64::from(h);
+    let mut parts = Vec::with_capacity(1 + recipe.views.len());
+    let (work, need) = image_work(&steps, w, h, recipe.spec.size)?;
+    parts.push(Part {
+        role: Role::Image,
+        work,
+    });
+    bytes += need;
+    for (j, view) in recipe.views.iter().enumerate() {
+        let why = |e: String| format!("view {:?}: {e}", view.name);
+        footprint(&view.transform, w, h, config.max_image_pixels).map_err(|e| why(e.to_string()))?;
+        let steps = resolve_steps(&view.transform, &draws.view(j), w, h).map_err(|e| why(e.to_string()))?;
+        let (work, need) = image_work(&steps, w, h, view.transform.size).map_err(why)?;
+        parts.push(Part {
+            role: Role::View(j),
+            work,
+        });
+        bytes += need;
+    }
+    let has_masks = sample.masks.iter().any(|f| matches!(f, Ok(Some(_))));
+    let chain = match has_masks {
+        true => Some(mask_chain(&steps, w, h).ok_or("the image's steps do not chain for its masks")?),
+        false => None,
+    };
+    for (i, field) in sample.masks.iter().enumerate() {
+        let (Ok(Some(RawValue::Bytes(data))), Some(chain)) = (field, &chain) else {
+            continue;
+        };
+        let name = recipe.extra.get(i).map_or("mask", |f| f.name.as_str());
+        let mask = decode_mask(data, (w, h), config.max_image_pixels).map_err(|why| format!("mask {name:?}: {why}"))?;
+        let pixels: Vec<u8> = mask.pixels.chunks_exact(3).map(|p| p[0]).collect();
+        bytes += pixels.len() as u64 + u64::from(chain.out_w) * u64::from(chain.out_h);
+        parts.push(Part {
+            role: Role::Mask(i),
+            work: Work::Mask(pixels, chain.clone()),
+        });
+    }
+    if bytes > config.batch_memory {
+        return Err(format!(
+            "{w}x{h} needs {} MiB of device memory, over the batch limit of {} MiB",
+            bytes >> 20,
+            config.batch_memory >> 20
+        ));
+    }
+    Ok((parts, (w, h), bytes))
+}
+
+/// How the lanes make a `size` x `size` image of a `w` x `h` decode by
+/// `steps`, and the device bytes that takes besides the decode; or why
+/// they do not (a step without a kernel: known before decoding, so nothing
+/// is decoded twice).
+fn image_work(steps: &[Step], w: u32, h: u32, size: u32) -> Result<(Work, u64), String> {
+    if let Some(step) = steps.iter().find(|s| !gpu_runs(s)) {
+        return Err(format!("step {} runs on the cpu", step.name()));
+    }
+    let out = 3 * u64::from(size) * u64::from(size);
+    if let Some((chain, crop)) = fused(steps, w, h, size) {
+        return Ok((Work::Fused(chain, crop, size), out));
+    }
+    // The largest image the steps make, held twice while a step runs (a
+    // blur's float intermediate counts four times).
+    let largest = steps
+        .iter()
+        .filter_map(|s| match *s {
+            Step::CropResize { out_w, out_h, .. } | Step::Affine { out_w, out_h, .. } => {
+                Some(u64::from(out_w) * u64::from(out_h) * 3)
+            }
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    let working = 6 * largest.max(u64::from(w) * u64::from(h) * 3);
+    Ok((Work::Steps(steps.to_vec(), size), out + working))
+}
+
+/// How many of `steps`' last steps the fused kernel can run: a bilinear
+/// crop-resize to `size` x `size`, alone or followed by a horizontal flip.
+pub(super) fn fusable_tail(steps: &[Step], size: u32) -> usize {
+    let is_crop = |s: &Step| {
+        matches!(
+            s,
+            Step::CropResize {
+                out_w,
+                out_h,
+                filter: stoker_core::Interpolation::Bilinear,
+                ..
+            } if (*out_w, *out_h) == (size, size)
+        )
+    };
+    match steps {
+        [.., crop, Step::FlipHorizontal] if is_crop(crop) => 2,
+        [.., crop] if is_crop(crop) => 1,
+        _ => 0,
+    }
+}
