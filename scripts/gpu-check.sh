@@ -278,10 +278,35 @@ if command -v compute-sanitizer >/dev/null; then
         >"$out/memcheck.log" 2>&1
     echo "memcheck: $(grep -m1 'ERROR SUMMARY' "$out/memcheck.log" || tail -n 2 "$out/memcheck.log")"
     # The step kernels: chains (rendered, and read through by the
-    # crop-resize), bilinear and bicubic warps, the colour kernels.
+    # crop-resize), bilinear and bicubic warps, Pillow's resampling, the
+    # colour kernels.
     timeout 240 compute-sanitizer --tool memcheck .carry/integration gpu_chain gpu_colour --test-threads 1 \
         >"$out/memcheck-steps.log" 2>&1
     echo "memcheck step kernels: $(grep -m1 'ERROR SUMMARY' "$out/memcheck-steps.log" || tail -n 2 "$out/memcheck-steps.log")"
+    # Masks and views on the lanes, in a GPU worker under the sanitizer:
+    # the one-channel mask chains, a batch of mixed output sizes, Pillow's
+    # resampling for a view. API errors are not reported: the worker's
+    # probe asks for what a device may lack. Closing its standard input
+    # stops it, and the sanitizer then prints its summary.
+    python3 tests/python/write_masks.py "$work/seg" 64 jpg >/dev/null 2>>"$out/memcheck-parts.log"
+    mkfifo "$work/mc-stdin"
+    timeout 300 compute-sanitizer --tool memcheck --report-api-errors no .carry/stoker worker --listen 127.0.0.1:0 \
+        --device cuda --gpu-only --gpu-batch 16 --stop-on-stdin-eof <"$work/mc-stdin" >"$work/mc-worker.out" \
+        2>>"$out/memcheck-parts.log" &
+    mc=$!
+    exec 7>"$work/mc-stdin"
+    for _ in $(seq 300); do grep -q listening "$work/mc-worker.out" 2>/dev/null && break; sleep 0.2; done
+    maddr=$(sed -n 's/.*listening on //p' "$work/mc-worker.out")
+    bicubic='{"ops": [{"op": "RandomResizedCrop", "size": 24, "interpolation": "bicubic"}]}'
+    timeout 240 .carry/stoker stream --workers "$maddr" --dataset "$work/seg" --batch-size 16 --image-size 48 \
+        --field mask=seg.png:mask --view g=train:32 --view "l=$bicubic" --json 2>>"$out/memcheck-parts.log" |
+        tail -n 1 >"$work/mc-stream.json"
+    exec 7>&-
+    wait "$mc"
+    # The sanitizer reports on its standard output, which the worker's
+    # address shares.
+    cat "$work/mc-worker.out" >>"$out/memcheck-parts.log"
+    echo "memcheck masks and views (worker): $(grep -m1 'ERROR SUMMARY' "$work/mc-worker.out" || tail -n 2 "$out/memcheck-parts.log"); $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("%d samples delivered, %d skipped" % (r["samples"], r["skipped"]))' "$work/mc-stream.json" 2>&1)"
     # The client's conversion kernels, every dtype and layout.
     timeout 120 compute-sanitizer --tool memcheck .carry/integration client_device_converts_every_dtype_and_layout \
         --test-threads 1 >"$out/memcheck-client.log" 2>&1
