@@ -42,6 +42,15 @@ pub(super) enum Render {
 /// A part of a sample: its index in the batch and in the sample's parts.
 pub(super) type At = (usize, usize);
 
+/// What a part made: its size and its bytes.
+pub(super) type Output = ((u32, u32), Bytes);
+
+/// A part's output, with the part.
+pub(super) type Made = (At, (u32, u32), Bytes);
+
+/// A part whose steps run: the part, its steps, its output size.
+type Stepped = (At, Vec<Step>, u32);
+
 /// A batch's parts on their way to its output.
 pub(super) struct BatchWork {
     /// Each sample's reason to go to the CPU path, once a part failed.
@@ -118,7 +127,7 @@ impl BatchWork {
         if self.stepped.is_empty() {
             return;
         }
-        let (metas, images): (Vec<(At, Vec<Step>, u32)>, Vec<DeviceImage>) = std::mem::take(&mut self.stepped)
+        let (metas, images): (Vec<Stepped>, Vec<DeviceImage>) = std::mem::take(&mut self.stepped)
             .into_iter()
             .map(|(at, img, steps, size)| ((at, steps, size), img))
             .unzip();
@@ -196,13 +205,8 @@ pub(super) struct Awaiting {
 /// Each sample's result, with its index in the batch: done, from the
 /// outputs of its parts in `made` (part, size, pixels), or handed to the
 /// CPU path with the reason in `failed`.
-pub(super) fn results(
-    samples: Vec<Awaiting>,
-    failed: Vec<Option<String>>,
-    made: Vec<(At, (u32, u32), Bytes)>,
-) -> Vec<(usize, GpuResult)> {
-    let mut outputs: Vec<Vec<Option<((u32, u32), Bytes)>>> =
-        samples.iter().map(|s| vec![None; s.roles.len()]).collect();
+pub(super) fn results(samples: Vec<Awaiting>, failed: Vec<Option<String>>, made: Vec<Made>) -> Vec<(usize, GpuResult)> {
+    let mut outputs: Vec<Vec<Option<Output>>> = samples.iter().map(|s| vec![None; s.roles.len()]).collect();
     for ((i, k), size, pixels) in made {
         if let Some(slot) = outputs.get_mut(i).and_then(|parts| parts.get_mut(k)) {
             *slot = Some((size, pixels));
@@ -229,7 +233,7 @@ pub(super) fn results(
 /// `s`'s result from its parts' outputs: the image's pixels, its masks at
 /// their indices of the request's fields, its views after them (the CPU
 /// path's layout: `process_sample_with`).
-fn processed(s: &Awaiting, parts: Vec<Option<((u32, u32), Bytes)>>) -> Result<Processed, String> {
+fn processed(s: &Awaiting, parts: Vec<Option<Output>>) -> Result<Processed, String> {
     let mut image = None;
     let mut fields: Vec<Option<FieldValue>> = Vec::new();
     if s.roles.len() > 1 {

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use cudarc::driver::{CudaSlice, PinnedHostSlice};
 use tracing::{debug, warn};
 
-use super::batch::{At, Awaiting, BatchWork, Render, results};
+use super::batch::{At, Awaiting, BatchWork, Made, Render, results};
 use super::chain::MaskRender;
 use super::decode::GpuDecoder;
 use super::device::{Gpu, GpuError, driver};
@@ -276,7 +276,7 @@ impl Lane {
     /// device output (the crop-resizes a launch per output size, the
     /// images the step rounds finished a copy each, the masks one launch),
     /// copies it to the page-locked buffer and splits it per part.
-    fn finish(&mut self, work: &BatchWork) -> Result<Vec<(At, (u32, u32), Bytes)>, GpuError> {
+    fn finish(&mut self, work: &BatchWork) -> Result<Vec<Made>, GpuError> {
         let started = Instant::now();
         let live: Vec<&(At, Render)> = work
             .renders
@@ -363,7 +363,7 @@ impl Lane {
             self.gpu.render_masks_at(&masks, &mut dev)?;
             dev
         };
-        let all = self.to_host(&dev, started)?;
+        let all = self.copy_back(&dev, started)?;
         let started = Instant::now();
         let out = live
             .iter()
@@ -378,7 +378,7 @@ impl Lane {
     /// (the parts' bytes are slices of it, back on the shelf once they are
     /// sent), or, when the shelf has lent all it may, one copy out of the
     /// lane's own buffer.
-    fn to_host(&mut self, dev: &CudaSlice<u8>, started: Instant) -> Result<Bytes, GpuError> {
+    fn copy_back(&mut self, dev: &CudaSlice<u8>, started: Instant) -> Result<Bytes, GpuError> {
         let need = dev.len();
         Ok(match self.shelf.take(need) {
             Some(free) => {
