@@ -21,7 +21,7 @@ use super::chain::MaskRender;
 use super::decode::GpuDecoder;
 use super::device::{Gpu, GpuError, driver};
 use super::lend::Shelf;
-use super::plan::{PlannedSample, plan};
+use super::plan::{Limits, PlannedSample, plan};
 use super::queue::{GpuResult, GpuSample, Job, JobQueue};
 use super::steal::StealPolicy;
 use crate::pool::catch_panic;
@@ -172,12 +172,16 @@ impl Lane {
         let mut planned = Vec::new();
         let mut results: Vec<Vec<GpuResult>> = Vec::with_capacity(jobs.len());
         let started = Instant::now();
+        let limits = Limits {
+            max_image_pixels: self.config.max_image_pixels,
+            batch_memory: self.config.batch_memory,
+        };
         for (j, job) in jobs.into_iter().enumerate() {
             replies.push(job.reply);
             results.push(Vec::with_capacity(job.samples.len()));
             for sample in job.samples {
                 let copy = sample.clone();
-                match catch_panic(|| plan(sample, &job.recipe, &self.config)) {
+                match catch_panic(|| plan(sample, &job.recipe, limits)) {
                     Ok(Ok(p)) => planned.push((p, j, job.recipe.extra.len())),
                     Ok(Err(back)) => results[j].push(back),
                     Err(message) => results[j].push(hand_back_after_panic(copy, "gpu host work", &message)),

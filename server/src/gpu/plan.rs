@@ -10,7 +10,6 @@ use stoker_formats::sample::RawValue;
 use stoker_image::augment::Chain;
 use stoker_image::decode::{check_jpeg, decode_mask};
 
-use super::lane::GpuRunnerConfig;
 use super::queue::{GpuResult, GpuSample, Recipe};
 use super::steps::{GpuCrop, fused, gpu_runs, mask_chain};
 
@@ -55,10 +54,18 @@ pub(super) struct PlannedSample {
     pub(super) bytes: u64,
 }
 
+/// What a lane takes: images of at most `max_image_pixels`, samples of at
+/// most `batch_memory` device bytes (the lanes' `GpuRunnerConfig`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Limits {
+    pub(super) max_image_pixels: u64,
+    pub(super) batch_memory: u64,
+}
+
 /// Reads the header, resolves the draws of the sample's image and views,
 /// and decodes its masks; or says why the lanes do not take it (the CPU
 /// path then runs it, or skips it with its own reason).
-pub(super) fn plan(sample: GpuSample, recipe: &Recipe, config: &GpuRunnerConfig) -> Result<PlannedSample, GpuResult> {
+pub(super) fn plan(sample: GpuSample, recipe: &Recipe, config: Limits) -> Result<PlannedSample, GpuResult> {
     #[cfg(feature = "failpoints")]
     crate::failpoint::panic_if_chosen(crate::failpoint::GPU_PLAN_PANIC, &sample.key);
     match parts(&sample, recipe, config) {
@@ -74,7 +81,7 @@ pub(super) fn plan(sample: GpuSample, recipe: &Recipe, config: &GpuRunnerConfig)
 
 type Parts = (Vec<Part>, (u32, u32), u64);
 
-fn parts(sample: &GpuSample, recipe: &Recipe, config: &GpuRunnerConfig) -> Result<Parts, String> {
+fn parts(sample: &GpuSample, recipe: &Recipe, config: Limits) -> Result<Parts, String> {
     let (w, h) = check_jpeg(&sample.data, config.max_image_pixels).map_err(|e| e.to_string())?;
     let draws = recipe.seed.sample(sample.position);
     // What the CPU would refuse as too large the GPU does not try: the CPU
