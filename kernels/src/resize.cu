@@ -166,13 +166,15 @@ extern "C" __global__ void stoker_rrc_flip_u8_hwc(
     const float inv_y = 1.0f / fs_y;
     const float centre_x = p.crop_x + ((float)rx + 0.5f) * scale_x;
     const float centre_y = p.crop_y + ((float)oy + 0.5f) * scale_y;
-    // The filter window is clamped to the image, or with `pad` to the box
-    // (integral then), whose pixels outside the image count as zeros: the
-    // CPU path pads the box with zeros and resizes the padded image.
-    const int lo_x = p.pad ? (int)p.crop_x : 0;
-    const int lo_y = p.pad ? (int)p.crop_y : 0;
-    const int hi_x = p.pad ? (int)(p.crop_x + p.crop_w) : (int)p.src_w;
-    const int hi_y = p.pad ? (int)(p.crop_y + p.crop_h) : (int)p.src_h;
+    // The filter window stays inside the box (integral), as the CPU path
+    // crops before it resizes: its edge pixels never mix in what lies past
+    // the box. With `pad` the box's pixels outside the image count as
+    // zeros: the CPU path pads the box with zeros and resizes the padded
+    // image.
+    const int lo_x = (int)p.crop_x;
+    const int lo_y = (int)p.crop_y;
+    const int hi_x = (int)(p.crop_x + p.crop_w);
+    const int hi_y = (int)(p.crop_y + p.crop_h);
     const int x0 = max((int)floorf(centre_x - fs_x), lo_x);
     const int x1 = min((int)ceilf(centre_x + fs_x), hi_x);
     const int y0 = max((int)floorf(centre_y - fs_y), lo_y);

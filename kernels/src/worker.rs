@@ -321,9 +321,9 @@ pub struct RrcParams {
     pub crop_y: f32,
     pub crop_w: f32,
     pub crop_h: f32,
-    /// 1 when the box may reach past the image: the filter window stays
-    /// inside the box and pixels outside the image count as zeros (the
-    /// box's corner is then integral).
+    /// 1 when the box may reach past the image: its pixels outside the
+    /// image count as zeros. Either way the box is integral and the filter
+    /// window stays inside it (the CPU path crops, then resizes).
     pub pad: u32,
     /// More than 0: the image is the output of this many links of the
     /// launch's [`Chains`], from `first` on, read through them.
@@ -352,17 +352,18 @@ impl RrcParams {
             ));
         }
         let fits = |start: f32, len: f32, size: u32| {
-            let finite = start.is_finite() && len.is_finite() && len > 0.0;
+            let integral =
+                start.is_finite() && len.is_finite() && len > 0.0 && start.fract() == 0.0 && len.fract() == 0.0;
             if self.pad != 0 {
-                // Any box, integral and not absurdly far out.
-                finite && start.fract() == 0.0 && len.fract() == 0.0 && start.abs() + len <= 4.0 * 65536.0
+                // Any box not absurdly far out.
+                integral && start.abs() + len <= 4.0 * 65536.0
             } else {
-                finite && start >= 0.0 && start + len <= size as f32
+                integral && start >= 0.0 && start + len <= size as f32
             }
         };
         if !fits(self.crop_x, self.crop_w, self.src_w) || !fits(self.crop_y, self.crop_h, self.src_h) {
             return Err(format!(
-                "crop box ({}, {}, {}x{}) is not inside the {}x{} image",
+                "crop box ({}, {}, {}x{}) is not integral and inside the {}x{} image",
                 self.crop_x, self.crop_y, self.crop_w, self.crop_h, self.src_w, self.src_h
             ));
         }
@@ -430,6 +431,7 @@ mod tests {
         };
         assert!(padded.check().is_ok());
         assert!(RrcParams { crop_x: -4.5, ..padded }.check().is_err());
+        assert!(RrcParams { crop_x: 10.5, ..good }.check().is_err(), "a box is integral");
         assert!(RrcParams { crop_x: 250.0, ..good }.check().is_err());
         assert!(RrcParams { crop_w: 0.0, ..good }.check().is_err());
         assert!(RrcParams { src_pitch: 10, ..good }.check().is_err());
