@@ -263,3 +263,105 @@ fn processed(s: &Awaiting, parts: Vec<Option<Output>>) -> Result<Processed, Stri
         fields,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use stoker_core::{FieldValue, NpyArray};
+
+    use super::*;
+
+    fn sample(key: &str) -> GpuSample {
+        GpuSample {
+            key: key.to_owned(),
+            position: 7,
+            label: 3,
+            data: Bytes::from_static(b"\xff\xd8"),
+            masks: Vec::new(),
+        }
+    }
+
+    fn awaiting(key: &str, roles: Vec<Role>, fields: usize) -> Awaiting {
+        Awaiting {
+            sample: sample(key),
+            roles,
+            fields,
+        }
+    }
+
+    fn bytes(n: usize, v: u8) -> Bytes {
+        Bytes::from(vec![v; n])
+    }
+
+    /// The CPU path's layout (`process_sample_with`): masks at their
+    /// indices of the request's fields, views after them, in order.
+    #[test]
+    fn a_samples_parts_land_where_the_cpu_path_puts_them() {
+        let roles = vec![Role::Image, Role::View(0), Role::View(1), Role::Mask(1)];
+        let made = vec![
+            ((0, 3), (4, 4), bytes(16, 9)),
+            ((0, 0), (4, 4), bytes(48, 1)),
+            ((0, 2), (3, 3), bytes(27, 3)),
+            ((0, 1), (2, 2), bytes(12, 2)),
+        ];
+        let out = results(vec![awaiting("k", roles, 3)], vec![None], made);
+        let [(0, GpuResult::Done(p))] = &out[..] else {
+            panic!("not done: {out:?}")
+        };
+        assert_eq!((p.key.as_str(), p.position, p.label), ("k", 7, 3));
+        assert_eq!((p.width, p.height, p.pixels.clone()), (4, 4, bytes(48, 1)));
+        assert_eq!(
+            p.fields,
+            vec![
+                None,
+                Some(FieldValue::Mask(NpyArray::mask(4, 4, bytes(16, 9)))),
+                None,
+                Some(FieldValue::Image(bytes(12, 2))),
+                Some(FieldValue::Image(bytes(27, 3))),
+            ]
+        );
+        // An image alone has no fields: the item attaches what it read.
+        let out = results(
+            vec![awaiting("alone", vec![Role::Image], 2)],
+            vec![None],
+            vec![((0, 0), (2, 2), bytes(12, 5))],
+        );
+        assert!(matches!(&out[..], [(0, GpuResult::Done(p))] if p.fields.is_empty()));
+    }
+
+    #[test]
+    fn a_failed_or_missing_part_sends_the_whole_sample_to_the_cpu() {
+        let samples = vec![
+            awaiting("failed", vec![Role::Image, Role::View(0)], 0),
+            awaiting("missing", vec![Role::Image, Role::View(0)], 0),
+            awaiting("past", vec![Role::Image, Role::Mask(2)], 2),
+            awaiting("fine", vec![Role::Image], 0),
+        ];
+        let failed = vec![Some("gpu steps failed: no memory".to_owned()), None, None, None];
+        let made = vec![
+            ((0, 0), (2, 2), bytes(12, 0)),
+            ((1, 0), (2, 2), bytes(12, 0)),
+            ((2, 0), (2, 2), bytes(12, 0)),
+            ((2, 1), (2, 2), bytes(4, 0)),
+            ((3, 0), (2, 2), bytes(12, 0)),
+        ];
+        let mut out = results(samples, failed, made);
+        out.sort_by_key(|(i, _)| *i);
+        let reasons: Vec<String> = out
+            .into_iter()
+            .map(|(_, r)| match r {
+                GpuResult::Cpu { sample, reason } => format!("{}: {reason}", sample.key),
+                GpuResult::Done(p) => format!("{}: done", p.key),
+                GpuResult::Skipped(s) => format!("{}: skipped", s.key),
+            })
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                "failed: gpu steps failed: no memory",
+                "missing: the gpu batch made no output for its View(0)",
+                "past: mask index 2 is past the 2 fields",
+                "fine: done",
+            ]
+        );
+    }
+}

@@ -183,3 +183,120 @@ pub(super) fn fusable_tail(steps: &[Step], size: u32) -> usize {
         _ => 0,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use stoker_core::{FieldKind, FieldSpec, ItemSeed, TransformSpec, ViewSpec};
+
+    use super::*;
+
+    /// An RGB PNG of 16x8: a mask of a 16x8 image (its first channel).
+    const MASK: &[u8] = include_bytes!("../../formats/testdata/tiny.png");
+
+    const LIMITS: Limits = Limits {
+        max_image_pixels: 1 << 24,
+        batch_memory: 512 << 20,
+    };
+
+    fn sample(w: u32, h: u32, mask: Option<&[u8]>) -> GpuSample {
+        let img = crate::synth::procedural(w, h, 3);
+        GpuSample {
+            key: "s".to_owned(),
+            position: 5,
+            label: 1,
+            data: Bytes::from(crate::synth::encode_jpeg(&img, 90).unwrap()),
+            // The caption at index 0, the mask at index 1.
+            masks: match mask {
+                Some(m) => vec![Ok(None), Ok(Some(RawValue::Bytes(Bytes::copy_from_slice(m))))],
+                None => Vec::new(),
+            },
+        }
+    }
+
+    fn recipe(views: &[(&str, &str)]) -> Recipe {
+        let spec = |json: &str| TransformSpec::from_json(json).unwrap();
+        Recipe {
+            spec: Arc::new(spec(
+                r#"{"ops": [{"op": "RandomRotation", "degrees": 20}, {"op": "RandomResizedCrop", "size": 8}]}"#,
+            )),
+            seed: ItemSeed::new(3, 1, "shard"),
+            extra: Arc::new([
+                FieldSpec::new("caption", "txt", FieldKind::Text),
+                FieldSpec::new("seg", "seg.png", FieldKind::Mask),
+            ]),
+            views: views
+                .iter()
+                .map(|(name, json)| ViewSpec {
+                    name: (*name).to_owned(),
+                    transform: spec(json),
+                })
+                .collect(),
+        }
+    }
+
+    fn reason(result: Result<PlannedSample, GpuResult>) -> String {
+        match result {
+            Err(GpuResult::Cpu { reason, .. }) => reason,
+            Err(other) => panic!("not handed back: {other:?}"),
+            Ok(p) => panic!("planned {} parts", p.parts.len()),
+        }
+    }
+
+    #[test]
+    fn a_sample_plans_its_image_views_and_masks() {
+        let views = [
+            ("crop", r#"{"ops": [{"op": "RandomResizedCrop", "size": 4}]}"#),
+            (
+                "warped",
+                r#"{"ops": [{"op": "RandomRotation", "degrees": 20, "interpolation": "bilinear"}, {"op": "CenterCrop", "size": 6}]}"#,
+            ),
+        ];
+        let p = plan(sample(16, 8, Some(MASK)), &recipe(&views), LIMITS).unwrap();
+        assert_eq!(p.dims, (16, 8));
+        let roles: Vec<Role> = p.parts.iter().map(|part| part.role).collect();
+        assert_eq!(roles, [Role::Image, Role::View(0), Role::View(1), Role::Mask(1)]);
+        assert!(matches!(p.parts[0].work, Work::Fused(_, _, 8)));
+        assert!(matches!(p.parts[1].work, Work::Fused(_, _, 4)));
+        assert!(matches!(p.parts[2].work, Work::Steps(_, 6)));
+        let Work::Mask(pixels, chain) = &p.parts[3].work else {
+            panic!("not a mask")
+        };
+        // The mask's first channel, through the image's rotation and crop.
+        assert_eq!(pixels.len(), 16 * 8);
+        assert_eq!((chain.src_w, chain.src_h, chain.out_w, chain.out_h), (16, 8, 8, 8));
+        assert!(p.bytes > 3 * 16 * 8);
+    }
+
+    /// What the lanes do not take goes back to the CPU path, which skips it
+    /// with its own reason: the same words.
+    #[test]
+    fn what_the_lanes_do_not_take_goes_back_with_the_reason() {
+        let r = reason(plan(sample(20, 10, Some(MASK)), &recipe(&[]), LIMITS));
+        assert_eq!(r, "mask \"seg\": mask is 16x8, its image 20x10");
+        let mut palette = MASK.to_vec();
+        palette[25] = 3;
+        let r = reason(plan(sample(16, 8, Some(&palette)), &recipe(&[]), LIMITS));
+        assert!(r.starts_with("mask \"seg\": a palette PNG"), "{r}");
+        let blur = [(
+            "blurred",
+            r#"{"ops": [{"op": "GaussianBlur", "kernel_size": [3, 5]}, {"op": "CenterCrop", "size": 4}]}"#,
+        )];
+        let r = reason(plan(sample(16, 8, None), &recipe(&blur), LIMITS));
+        assert!(
+            r.starts_with("view \"blurred\": step") && r.ends_with("runs on the cpu"),
+            "{r}"
+        );
+        let tight = Limits {
+            batch_memory: 100,
+            ..LIMITS
+        };
+        let r = reason(plan(sample(16, 8, None), &recipe(&[]), tight));
+        assert!(r.contains("over the batch limit"), "{r}");
+        let mut truncated = sample(16, 8, None);
+        truncated.data = truncated.data.slice(..truncated.data.len() / 2);
+        assert!(!reason(plan(truncated, &recipe(&[]), LIMITS)).is_empty());
+    }
+}
