@@ -157,13 +157,13 @@ fn gpu_heavy_loads_fuse_into_one_pass() {
             "gpu-chains  heavy-{n}: {count} images, fused = gpu steps exactly; vs cpu mean {mean:.3}, \
              worst image {worst_mad:.3}, worst pixel {worst}"
         );
-        // The bilinear crop-resize's bound, as for `train` (the chain
-        // itself is exact): the kernel's filter window reaches past the box
-        // to the image's pixels where the CPU's stops at the box, which
-        // moves the box's edge pixels (most where a fill meets the image).
+        // The bilinear crop-resize's bound (the chain itself is exact):
+        // the kernel's float weights against fast_image_resize's fixed
+        // point, a level or so; both filter windows stop at the crop box,
+        // so no pixel past it (a fill next to the image) leaks in.
         assert!(
-            mean <= 0.5 && worst_mad <= 2.0,
-            "heavy-{n}: mean {mean:.3}, worst image {worst_mad:.3} against the cpu"
+            mean <= 0.5 && worst_mad <= 2.0 && worst <= 2,
+            "heavy-{n}: mean {mean:.3}, worst image {worst_mad:.3}, worst pixel {worst} against the cpu"
         );
     }
 }
