@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaStream, DeviceRepr, PushKernelArg};
 
 use crate::error::launch_err;
-use crate::launch::THREADS;
+use crate::launch::batch_grid;
 use crate::{ChainSpan, Chains, KernelError, Kernels, kernel};
 
 /// One image of [`Kernels::chain_batch_u8_hwc`]: `StokerChainParams` in
@@ -71,10 +71,6 @@ impl Kernels {
         if params.is_empty() {
             return Ok(());
         }
-        let batch = u32::try_from(params.len())
-            .ok()
-            .filter(|&n| n <= 65_535)
-            .ok_or_else(|| launch_err(name, format!("batch of {} images is over 65535", params.len())))?;
         let mut most = 0u32;
         for (i, p) in params.iter().enumerate() {
             let pixels = |w: u32, h: u32| w.checked_mul(h).filter(|&n| n > 0 && n <= u32::MAX / 3);
@@ -116,11 +112,7 @@ impl Kernels {
         let (links, tables) = chains
             .upload(stream)
             .map_err(|e| launch_err(name, format!("copying links: {e}")))?;
-        let config = LaunchConfig {
-            grid_dim: (most.div_ceil(THREADS).clamp(1, 256), batch, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let config = batch_grid(name, params.len(), most)?;
         let mut launch = stream.launch_builder(&self.chain_batch);
         launch.arg(&params_dev).arg(&links).arg(&tables);
         // SAFETY: the argument list matches the kernel's signature (params,

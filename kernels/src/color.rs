@@ -11,10 +11,10 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, PushKernelArg};
 
 use crate::error::launch_err;
-use crate::launch::THREADS;
+use crate::launch::batch_grid;
 use crate::{KernelError, Kernels, kernel};
 
 /// Bytes of one image's lookup tables: 256 per channel.
@@ -217,20 +217,6 @@ impl EraseParams {
         }
         Ok(())
     }
-}
-
-/// The grid of a batch launch: image `blockIdx.y`, each image's blocks
-/// striding over its `most` (at most) work items.
-fn batch_grid(name: &'static str, len: usize, most: u32) -> Result<LaunchConfig, KernelError> {
-    let batch = u32::try_from(len)
-        .ok()
-        .filter(|&n| n <= 65_535)
-        .ok_or_else(|| launch_err(name, format!("batch of {len} images is over 65535")))?;
-    Ok(LaunchConfig {
-        grid_dim: (most.div_ceil(THREADS).clamp(1, 256), batch, 1),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    })
 }
 
 /// Checks each image's parameters and that its op is one of `ops`;

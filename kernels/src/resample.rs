@@ -6,10 +6,10 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaStream, DeviceRepr, PushKernelArg};
 
 use crate::error::launch_err;
-use crate::launch::THREADS;
+use crate::launch::batch_grid;
 use crate::{KernelError, Kernels, kernel};
 
 /// One image's pass of [`Kernels::resample_batch_u8_hwc`]: the layout of
@@ -154,10 +154,6 @@ impl Kernels {
                 format!("{} passes but {} source sizes", params.len(), sources.len()),
             ));
         }
-        let batch = u32::try_from(params.len())
-            .ok()
-            .filter(|&n| n <= 65_535)
-            .ok_or_else(|| launch_err(name, format!("batch of {} images is over 65535", params.len())))?;
         let mut most = 0u32;
         for (i, (p, &source)) in params.iter().zip(sources).enumerate() {
             p.check(source, coeffs)
@@ -170,11 +166,7 @@ impl Kernels {
         let coeffs_dev = stream
             .clone_htod(&coeffs.data)
             .map_err(|e| launch_err(name, format!("copying coefficients: {e}")))?;
-        let config = LaunchConfig {
-            grid_dim: (most.div_ceil(THREADS).clamp(1, 256), batch, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let config = batch_grid(name, params.len(), most)?;
         let mut launch = stream.launch_builder(&self.resample_batch);
         launch.arg(&params_dev).arg(&coeffs_dev);
         // SAFETY: the argument list matches the kernel's signature (params,

@@ -14,7 +14,7 @@ use cudarc::driver::{
 };
 
 use crate::error::launch_err;
-use crate::launch::{THREADS, check_image, per_pixel};
+use crate::launch::{THREADS, batch_grid, batch_rows, check_image, per_pixel};
 use crate::registry::{arch_of, function};
 use crate::{COLOR, ChainSpan, Chains, KernelError, RESIZE, STEPS, WORKER_MODULES, kernel, load_modules};
 
@@ -72,10 +72,6 @@ impl Kernels {
         if params.is_empty() {
             return Ok(());
         }
-        let batch = u32::try_from(params.len())
-            .ok()
-            .filter(|&n| n <= 65_535)
-            .ok_or_else(|| launch_err(name, format!("batch of {} images is over 65535", params.len())))?;
         let mut most = 0u32;
         for (i, p) in params.iter().enumerate() {
             p.check().map_err(|e| launch_err(name, format!("image {i}: {e}")))?;
@@ -84,13 +80,9 @@ impl Kernels {
         let params_dev = stream
             .clone_htod(params)
             .map_err(|e| launch_err(name, format!("copying parameters: {e}")))?;
-        let config = LaunchConfig {
-            // Each block strides over its image: a few blocks per image
-            // are plenty for images of a few hundred thousand pixels.
-            grid_dim: (most.div_ceil(THREADS).clamp(1, 256), batch, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        // Each block strides over its image: a few blocks per image are
+        // plenty for images of a few hundred thousand pixels.
+        let config = batch_grid(name, params.len(), most)?;
         let mut launch = stream.launch_builder(&self.affine_filter_batch);
         launch.arg(&params_dev);
         // SAFETY: the argument list matches the kernel's signature (one
@@ -171,10 +163,7 @@ impl Kernels {
         if image_bytes == 0 || out_w.checked_mul(out_h).is_none_or(|p| p > u32::MAX / 3) {
             return Err(fail(format!("output size {out_w}x{out_h} is out of range")));
         }
-        let batch = u32::try_from(params.len())
-            .ok()
-            .filter(|&n| n <= 65_535)
-            .ok_or_else(|| fail(format!("batch of {} images is over 65535", params.len())))?;
+        let batch = batch_rows(kernel::RRC_FLIP_U8_HWC, params.len())?;
         for (i, p) in params.iter().enumerate() {
             let end = p.dst_offset.checked_add(image_bytes);
             if end.is_none_or(|end| end > dst.len() as u64) {

@@ -53,14 +53,8 @@ impl Gpu {
                     img.width, img.height, chain.src_w, chain.src_h
                 )));
             }
-            if u64::from(img.pitch) * u64::from(img.height) > img.buf.len() as u64 {
-                return Err(GpuError::Invalid(format!(
-                    "image {i}: buffer of {} bytes is under {} rows of {}",
-                    img.buf.len(),
-                    img.height,
-                    img.pitch
-                )));
-            }
+            img.check_rows()
+                .map_err(|e| GpuError::Invalid(format!("image {i}: {e}")))?;
             let span = add_chain(&mut chains, chain);
             outs.push(self.new_image(chain.out_w, chain.out_h)?);
             params.push((span, img.pitch));

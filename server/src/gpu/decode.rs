@@ -26,6 +26,26 @@ pub struct DeviceImage {
     pub buf: CudaSlice<u8>,
 }
 
+impl DeviceImage {
+    /// That the buffer holds the image's rows (the fields are public: a
+    /// kernel's reads are bounded by them), before a launch reads it.
+    pub(super) fn check_rows(&self) -> Result<(), GpuError> {
+        if u64::from(self.pitch) < 3 * u64::from(self.width)
+            || u64::from(self.pitch) * u64::from(self.height) > self.buf.len() as u64
+        {
+            return Err(GpuError::Invalid(format!(
+                "a {}x{} image's buffer of {} bytes does not hold {} rows of {}",
+                self.width,
+                self.height,
+                self.buf.len(),
+                self.height,
+                self.pitch
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Why one image of a batch did not decode on the GPU. The CPU path may
 /// still decode it.
 #[derive(Debug, thiserror::Error)]

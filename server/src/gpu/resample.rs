@@ -164,14 +164,7 @@ impl Gpu {
                     out.width, out.height
                 )));
             }
-            if u64::from(src.pitch) * u64::from(src.height) > src.buf.len() as u64 {
-                return Err(GpuError::Invalid(format!(
-                    "source buffer of {} bytes is under {} rows of {}",
-                    src.buf.len(),
-                    src.height,
-                    src.pitch
-                )));
-            }
+            src.check_rows()?;
             let (s, g1) = src.buf.device_ptr(&self.stream);
             let (d, g2) = out.buf.device_ptr_mut(&self.stream);
             guards.push(g1);

@@ -75,14 +75,8 @@ impl Gpu {
         // launch is queued.
         let mut guards = Vec::with_capacity(images.len());
         for (i, (img, crop)) in images.iter().zip(crops).enumerate() {
-            if u64::from(img.pitch) * u64::from(img.height) > img.buf.len() as u64 {
-                return Err(GpuError::Invalid(format!(
-                    "image {i}: buffer of {} bytes is under {} rows of {}",
-                    img.buf.len(),
-                    img.height,
-                    img.pitch
-                )));
-            }
+            img.check_rows()
+                .map_err(|e| GpuError::Invalid(format!("image {i}: {e}")))?;
             let (mut src_w, mut src_h, mut span) = (img.width, img.height, None);
             if let Some(chain) = chains.get(i).filter(|c| !c.links.is_empty()) {
                 if (chain.src_w, chain.src_h) != (img.width, img.height) {
