@@ -484,6 +484,7 @@ async fn gpu_runner_matches_the_cpu_on_every_transform() {
                     label: 0,
                     data: bytes::Bytes::from(data.clone()),
                     masks: Vec::new(),
+                    mask_pixels: Vec::new(),
                 })
                 .collect();
             let results = runner

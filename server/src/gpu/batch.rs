@@ -277,6 +277,7 @@ mod tests {
             label: 3,
             data: Bytes::from_static(b"\xff\xd8"),
             masks: Vec::new(),
+            mask_pixels: Vec::new(),
         }
     }
 

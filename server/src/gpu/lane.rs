@@ -167,6 +167,10 @@ impl Lane {
         }
     }
 
+    #[allow(
+        clippy::result_large_err,
+        reason = "a sample's plan hands the sample itself back in its Err (see `plan`)"
+    )]
     fn run_jobs(&mut self, jobs: Vec<Job>) {
         let mut replies = Vec::with_capacity(jobs.len());
         let mut planned = Vec::new();
@@ -442,6 +446,7 @@ mod tests {
             label: 1,
             data: Bytes::from_static(b"\xff\xd8 not really a jpeg"),
             masks: Vec::new(),
+            mask_pixels: Vec::new(),
         }
     }
 

@@ -35,7 +35,7 @@ pub use decode::{DeviceImage, GpuDecodeError, GpuDecoder};
 pub use device::{Gpu, GpuError, GpuInfo, GpuUnavailable, POOL_KEEP_BYTES, probe};
 pub use lane::{DEFAULT_BATCH_MEMORY, DEFAULT_LANES, DEFAULT_MAX_BATCH, GpuRunnerConfig};
 pub use nvjpeg::Backend;
-pub use queue::{GpuResult, GpuSample, Recipe, RunnerGone};
+pub use queue::{GpuResult, GpuSample, MaskPixels, Recipe, RunnerGone};
 pub use runner::{GpuMemory, GpuRunner};
 pub use steps::{GpuCrop, fused, gpu_runs, mask_chain};
 

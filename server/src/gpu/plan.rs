@@ -8,9 +8,9 @@
 use stoker_core::{Step, footprint, resolve_steps};
 use stoker_formats::sample::RawValue;
 use stoker_image::augment::Chain;
-use stoker_image::decode::{check_jpeg, decode_mask};
+use stoker_image::decode::check_jpeg;
 
-use super::queue::{GpuResult, GpuSample, Recipe};
+use super::queue::{GpuResult, GpuSample, Recipe, mask_pixels};
 use super::steps::{GpuCrop, fused, gpu_runs, mask_chain};
 
 /// Which output of its sample a part makes.
@@ -65,6 +65,10 @@ pub(super) struct Limits {
 /// Reads the header, resolves the draws of the sample's image and views,
 /// and decodes its masks; or says why the lanes do not take it (the CPU
 /// path then runs it, or skips it with its own reason).
+#[allow(
+    clippy::result_large_err,
+    reason = "the Err is the sample itself, handed back whole to the CPU path once; boxing would allocate for each"
+)]
 pub(super) fn plan(sample: GpuSample, recipe: &Recipe, config: Limits) -> Result<PlannedSample, GpuResult> {
     #[cfg(feature = "failpoints")]
     crate::failpoint::panic_if_chosen(crate::failpoint::GPU_PLAN_PANIC, &sample.key);
@@ -117,8 +121,12 @@ fn parts(sample: &GpuSample, recipe: &Recipe, config: Limits) -> Result<Parts, S
             continue;
         };
         let name = recipe.extra.get(i).map_or("mask", |f| f.name.as_str());
-        let mask = decode_mask(data, (w, h), config.max_image_pixels).map_err(|why| format!("mask {name:?}: {why}"))?;
-        let pixels: Vec<u8> = mask.pixels.chunks_exact(3).map(|p| p[0]).collect();
+        // Decoded by a pool thread ahead of the batch, or here.
+        let pixels = match sample.mask_pixels.iter().find(|(at, _)| *at == i) {
+            Some((_, decoded)) => decoded.clone(),
+            None => mask_pixels(data, (w, h), config.max_image_pixels),
+        }
+        .map_err(|why| format!("mask {name:?}: {why}"))?;
         bytes += pixels.len() as u64 + u64::from(chain.out_w) * u64::from(chain.out_h);
         parts.push(Part {
             role: Role::Mask(i),
@@ -213,6 +221,7 @@ mod tests {
                 Some(m) => vec![Ok(None), Ok(Some(RawValue::Bytes(Bytes::copy_from_slice(m))))],
                 None => Vec::new(),
             },
+            mask_pixels: Vec::new(),
         }
     }
 
@@ -295,6 +304,25 @@ mod tests {
         };
         let r = reason(plan(sample(16, 8, None), &recipe(&[]), tight));
         assert!(r.contains("over the batch limit"), "{r}");
+        // Masks a pool thread decoded ahead of the batch are taken as they
+        // are; the same ones decoded here are the same bytes.
+        let mut ahead = sample(16, 8, Some(MASK));
+        ahead.decode_masks(LIMITS.max_image_pixels);
+        assert!(matches!(&ahead.mask_pixels[..], [(1, Ok(p))] if p.len() == 16 * 8));
+        let (here, there) = (
+            plan(sample(16, 8, Some(MASK)), &recipe(&[]), LIMITS).unwrap(),
+            plan(ahead.clone(), &recipe(&[]), LIMITS).unwrap(),
+        );
+        let pixels = |p: &PlannedSample| match &p.parts[1].work {
+            Work::Mask(pixels, _) => pixels.clone(),
+            _ => panic!("not a mask"),
+        };
+        assert_eq!(pixels(&here), pixels(&there));
+        ahead.mask_pixels = vec![(1, Err("decoded ahead: not a PNG".into()))];
+        assert_eq!(
+            reason(plan(ahead, &recipe(&[]), LIMITS)),
+            "mask \"seg\": decoded ahead: not a PNG"
+        );
         let mut truncated = sample(16, 8, None);
         truncated.data = truncated.data.slice(..truncated.data.len() / 2);
         assert!(!reason(plan(truncated, &recipe(&[]), LIMITS)).is_empty());

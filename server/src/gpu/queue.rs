@@ -10,7 +10,8 @@ use std::time::Instant;
 use bytes::Bytes;
 use stoker_core::{FieldSpec, ItemSeed, TransformSpec, ViewSpec};
 use stoker_formats::image::ImageKind;
-use stoker_formats::sample::{RawField, RawSample};
+use stoker_formats::sample::{RawField, RawSample, RawValue};
+use stoker_image::decode::{check_jpeg, decode_mask};
 use tokio::sync::oneshot;
 
 use super::steal::StealPolicy;
@@ -28,6 +29,43 @@ pub struct GpuSample {
     /// other index `Ok(None)`), as `read_fields` leaves them in
     /// `RawSample::fields`; empty when the request has none.
     pub masks: Vec<RawField>,
+    /// The masks decoded for the lanes ahead of the batch, on the CPU
+    /// pool's threads ([`MaskPixels::decode`]); empty when they were not
+    /// (the lane decodes them itself then).
+    pub mask_pixels: Vec<(usize, MaskPixels)>,
+}
+
+/// One mask decoded for the lanes: its class per pixel (the first
+/// channel), a byte each, or why it cannot be read (the CPU path then
+/// skips the sample with that reason).
+pub type MaskPixels = Result<Vec<u8>, String>;
+
+impl GpuSample {
+    /// Decodes the sample's masks for an image of the size its header
+    /// gives ([`decode_mask`]), into [`GpuSample::mask_pixels`]: CPU work
+    /// for a pool thread, so that the lanes' threads do not spend it. A
+    /// header that does not parse leaves them to the lane, which hands
+    /// the sample back with the reason.
+    pub fn decode_masks(&mut self, max_pixels: u64) {
+        let Ok(dims) = check_jpeg(&self.data, max_pixels) else {
+            return;
+        };
+        self.mask_pixels = self
+            .masks
+            .iter()
+            .enumerate()
+            .filter_map(|(i, field)| match field {
+                Ok(Some(RawValue::Bytes(data))) => Some((i, mask_pixels(data, dims, max_pixels))),
+                _ => None,
+            })
+            .collect();
+    }
+}
+
+/// A mask of an image of `dims`, decoded as [`MaskPixels`].
+pub(super) fn mask_pixels(data: &[u8], dims: (u32, u32), max_pixels: u64) -> MaskPixels {
+    let mask = decode_mask(data, dims, max_pixels)?;
+    Ok(mask.pixels.chunks_exact(3).map(|p| p[0]).collect())
 }
 
 impl GpuSample {
