@@ -517,10 +517,11 @@ fn masked_item(uri: DatasetUri) -> Item {
     }
 }
 
-/// Samples with masks and views go to the lanes like any other (the route
-/// decides on their steps too), and whatever path they take, each comes
-/// back once with the CPU worker's image, mask, caption and views: a
-/// handed-back sample carries its masks to the CPU pool.
+/// Samples with masks and views go to the lanes of a `--gpu-only` worker
+/// like any other (the route decides on their steps too), and whatever
+/// path they take, each comes back once with the CPU worker's image, mask,
+/// caption and views: a handed-back sample carries its masks to the CPU
+/// pool. A whole-host GPU worker runs samples with masks on its pool.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn masks_and_views_reach_the_lanes_and_come_back_as_on_the_cpu() {
     use stoker_core::FieldValue;
@@ -540,8 +541,11 @@ async fn masks_and_views_reach_the_lanes_and_come_back_as_on_the_cpu() {
             if m.shape == [1, 8, 8] && t == "sample 1" && v.len() == 4 * 4 * 3),
         "{fields:?}"
     );
-    let gpu = Arc::new(WorkerContext::with_gpu(config(2), handing_back(Duration::from_millis(1))).unwrap());
-    let got = run_to_end(Arc::clone(&gpu), masked_item(uri)).await;
+    // Masks ride the lanes on a `--gpu-only` worker.
+    let mut gpu_only = config(2);
+    gpu_only.cpu_jpegs = false;
+    let gpu = Arc::new(WorkerContext::with_gpu(gpu_only, handing_back(Duration::from_millis(1))).unwrap());
+    let got = run_to_end(Arc::clone(&gpu), masked_item(uri.clone())).await;
     assert_eq!(got.samples, want.samples);
     assert_eq!(got.fields, want.fields);
     assert_eq!(got.skipped, want.skipped);
@@ -556,4 +560,14 @@ async fn masks_and_views_reach_the_lanes_and_come_back_as_on_the_cpu() {
         "every sample went to the lanes: {done} done, {back} handed back"
     );
     assert!(done > 0 && back > 0, "{done} done, {back} handed back");
+    // On a whole-host GPU worker the CPU pool takes samples with masks;
+    // the lanes never see them.
+    let host = Arc::new(WorkerContext::with_gpu(config(2), handing_back(Duration::from_millis(1))).unwrap());
+    let got = run_to_end(Arc::clone(&host), masked_item(uri)).await;
+    assert_eq!((got.samples, got.fields), (want.samples, want.fields));
+    let lanes = &host.gpu.as_ref().unwrap().counters;
+    assert_eq!(
+        lanes.images.load(Ordering::Relaxed) + lanes.to_cpu.load(Ordering::Relaxed),
+        0
+    );
 }
