@@ -67,22 +67,8 @@ async fn run_spec(
     end: Option<u64>,
     spec: TransformSpec,
 ) -> Delivered {
-    let item = Item {
-        dataset: uri,
-        shard: "shard-000000.tar".to_owned(),
-        seed: 3,
-        epoch: 1,
-        spec: Arc::new(spec),
-        skip: Default::default(),
-        chunk_bytes: 4096,
-        start,
-        end,
-        mode: stoker_core::ItemMode::Process,
-        format: stoker_core::ShardFormat::WebDataset,
-        fields: stoker_core::RecordFields::default(),
-        extra: Arc::new([]),
-        views: Arc::new([]),
-    };
+    let mut item = item(uri, spec);
+    (item.start, item.end) = (start, end);
     run_to_end(ctx, item).await
 }
 
@@ -492,20 +478,6 @@ fn masked_item(uri: DatasetUri) -> Item {
     use stoker_core::{FieldKind, FieldSpec, ViewSpec};
     let spec = |json: &str| TransformSpec::from_json(json).unwrap();
     Item {
-        dataset: uri,
-        shard: "shard-000000.tar".to_owned(),
-        seed: 3,
-        epoch: 1,
-        spec: Arc::new(spec(
-            r#"{"ops": [{"op": "RandomRotation", "degrees": 30}, {"op": "RandomResizedCrop", "size": 8}]}"#,
-        )),
-        skip: Default::default(),
-        chunk_bytes: 4096,
-        start: 0,
-        end: None,
-        mode: stoker_core::ItemMode::Process,
-        format: stoker_core::ShardFormat::WebDataset,
-        fields: stoker_core::RecordFields::default(),
         extra: Arc::new([
             FieldSpec::new("seg", "seg.png", FieldKind::Mask),
             FieldSpec::new("caption", "txt", FieldKind::Text),
@@ -514,6 +486,31 @@ fn masked_item(uri: DatasetUri) -> Item {
             name: "small".to_owned(),
             transform: spec(r#"{"ops": [{"op": "RandomResizedCrop", "size": 4}]}"#),
         }]),
+        ..item(
+            uri,
+            spec(r#"{"ops": [{"op": "RandomRotation", "degrees": 30}, {"op": "RandomResizedCrop", "size": 8}]}"#),
+        )
+    }
+}
+
+/// The whole shard `shard-000000.tar` of `uri` with `spec`, and no fields
+/// or views.
+fn item(uri: DatasetUri, spec: TransformSpec) -> Item {
+    Item {
+        dataset: uri,
+        shard: "shard-000000.tar".to_owned(),
+        seed: 3,
+        epoch: 1,
+        spec: Arc::new(spec),
+        skip: Default::default(),
+        chunk_bytes: 4096,
+        start: 0,
+        end: None,
+        mode: stoker_core::ItemMode::Process,
+        format: stoker_core::ShardFormat::WebDataset,
+        fields: stoker_core::RecordFields::default(),
+        extra: Arc::new([]),
+        views: Arc::new([]),
     }
 }
 
