@@ -119,6 +119,16 @@ impl GpuRunner {
         }
         keep_pool_memory(&gpu.ctx, config.batch_memory.saturating_mul(config.lanes as u64))
             .map_err(driver("setting the memory pool's release threshold"))?;
+        // SAFETY: cudarc's events order a buffer's uses across streams;
+        // the lanes need none. A lane allocates, uses and frees each buffer
+        // on its own stream (a batch never leaves its lane, and its output
+        // reaches the host through a copy the lane waits for), and the
+        // stream-ordered pool orders a free on one stream before another
+        // stream reuses the memory. With them each buffer cost two event
+        // creations and each use an event record and a wait, on the lanes'
+        // threads: the lanes ran at half the rate on the recipe
+        // (docs/gpu.md).
+        unsafe { gpu.ctx.disable_event_tracking() };
         let queue = Arc::new(JobQueue::new(config.max_batch));
         let counters = Arc::new(GpuCounters::default());
         let mut runner = Self {

@@ -194,3 +194,107 @@ fn hostile_chains_equal_step_by_step() {
         assert_eq!(fused, a.run_stepwise(img, &steps).unwrap(), "{steps:?}");
     }
 }
+
+/// The part of `img` in `at`.
+fn cut(img: &RgbImage, at: Rect) -> RgbImage {
+    let mut out = RgbImage::new(at.width, at.height);
+    let (w, row) = (img.width as usize, at.width as usize * 3);
+    for (y, dst) in out.pixels.chunks_exact_mut(row).enumerate() {
+        let s = ((at.top as usize + y) * w + at.left as usize) * 3;
+        dst.copy_from_slice(&img.pixels[s..s + row]);
+    }
+    out
+}
+
+/// A box's source box, over random chains and boxes (past the chain's
+/// output too): every pixel the box reads is in it, rendering the box
+/// from only that part of the source gives the same bytes, and for a
+/// single link with no fill in the box it is the reads' own bounding box.
+#[test]
+fn a_box_reads_only_its_source_box() {
+    let mut pick = Pick(29);
+    let (mut smaller, mut tight) = (0, 0);
+    for case in 0..500u64 {
+        let (w, h) = (2 + pick.next(60) as u32, 2 + pick.next(45) as u32);
+        let img = ramp(w, h);
+        // Every other case is one op without the final crop: mostly a
+        // single link.
+        let n = if case % 2 == 0 { 1 } else { 1 + pick.next(6) };
+        let ops: Vec<&str> = (0..n).map(|_| OPS[pick.next(OPS.len() - 1)]).collect();
+        let Some(mut steps) = steps_of(&ops, w, h, case) else {
+            continue;
+        };
+        if case % 2 == 0 {
+            steps.pop();
+        }
+        let (chain, _) = Chain::leading(&steps, w, h);
+        let (ow, oh) = (chain.out_w as i64, chain.out_h as i64);
+        let left = pick.next(ow as usize + 4) as i64 - 2;
+        let top = pick.next(oh as usize + 4) as i64 - 2;
+        let rect = Rect::new(
+            left,
+            top,
+            1 + pick.next(ow as usize) as u32,
+            1 + pick.next(oh as usize) as u32,
+        );
+        // Where the box's pixels read the source.
+        let (mut read, mut filled) = ((i64::MAX, i64::MAX, i64::MIN, i64::MIN), false);
+        for y in rect.top.max(0)..(rect.top + i64::from(rect.height)).min(oh) {
+            for x in rect.left.max(0)..rect.right().min(ow) {
+                match chain.locate(x as u32, y as u32) {
+                    Ok((sx, sy)) => {
+                        let (sx, sy) = (sx as i64, sy as i64);
+                        read = (read.0.min(sx), read.1.min(sy), read.2.max(sx), read.3.max(sy));
+                    }
+                    Err(_) => filled = true,
+                }
+            }
+        }
+        let at = chain.source_box(rect);
+        let Some(at) = at else {
+            assert!(read.0 > read.2, "case {case}: pixels are read but no box: {steps:?}");
+            continue;
+        };
+        assert!(
+            at.left <= read.0 && at.top <= read.1 && at.right() > read.2 && at.top + i64::from(at.height) > read.3,
+            "case {case}: {at:?} does not hold the reads {read:?}: {steps:?}"
+        );
+        assert!(at.right() <= i64::from(w) && at.top + i64::from(at.height) <= i64::from(h));
+        assert_eq!(
+            chain.render_box_from(&cut(&img, at), at, rect),
+            Some(chain.render_box(&img, rect)),
+            "case {case}: {steps:?} box {rect:?} from {at:?}"
+        );
+        if i64::from(at.width) * i64::from(at.height) < i64::from(w) * i64::from(h) {
+            smaller += 1;
+        }
+        // Where no pixel falls outside (into a fill), it is exact.
+        if chain.links.len() == 1 && !filled {
+            tight += 1;
+            assert_eq!(
+                (at.left, at.top, at.right() - 1, at.top + i64::from(at.height) - 1),
+                read,
+                "case {case}: one link's box is not the reads' box: {steps:?}"
+            );
+        }
+    }
+    assert!(
+        smaller > 250 && tight > 80,
+        "{smaller} smaller boxes, {tight} single links"
+    );
+}
+
+/// A region that does not hold what the box reads is refused, not read
+/// past.
+#[test]
+fn a_region_short_of_the_source_box_is_refused() {
+    let steps = steps_of(&[r#"{"op": "RandomRotation", "degrees": [20, 20]}"#], 40, 30, 1).unwrap();
+    let (chain, _) = Chain::leading(&steps, 40, 30);
+    let rect = Rect::new(4, 4, 20, 20);
+    let at = chain.source_box(rect).unwrap();
+    let img = ramp(40, 30);
+    let short = Rect::new(at.left + 1, at.top, at.width - 1, at.height);
+    assert_eq!(chain.render_box_from(&cut(&img, short), short, rect), None);
+    // Nor a region whose size is not the box's.
+    assert_eq!(chain.render_box_from(&cut(&img, at), short, rect), None);
+}

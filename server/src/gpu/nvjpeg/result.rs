@@ -248,13 +248,14 @@ pub(crate) unsafe fn jpeg_stream_destroy(lib: &Nvjpeg, stream: nvjpegJpegStream_
     })
 }
 
-/// Parses the headers of `data` into `stream` (no metadata or bitstream
-/// kept).
+/// Parses only the headers of `data` into `stream` (up to the first scan,
+/// not the entropy-coded data): enough to ask
+/// [`decode_batched_supported`].
 ///
 /// # Safety
 ///
 /// `handle` and `stream` are live and belong together.
-pub(crate) unsafe fn jpeg_stream_parse(
+pub(crate) unsafe fn jpeg_stream_parse_header(
     lib: &Nvjpeg,
     handle: nvjpegHandle_t,
     data: &[u8],
@@ -262,8 +263,8 @@ pub(crate) unsafe fn jpeg_stream_parse(
 ) -> Result<(), NvjpegError> {
     // SAFETY: `data` is readable for its length; the caller vouches for the
     // handle and stream.
-    check("nvjpegJpegStreamParse", unsafe {
-        (lib.nvjpegJpegStreamParse)(handle, data.as_ptr(), data.len(), 0, 0, stream)
+    check("nvjpegJpegStreamParseHeader", unsafe {
+        (lib.nvjpegJpegStreamParseHeader)(handle, data.as_ptr(), data.len(), stream)
     })
 }
 

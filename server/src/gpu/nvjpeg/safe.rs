@@ -124,10 +124,11 @@ impl JpegStream {
     }
 
     /// Parses `data`'s headers and says whether the handle's backend can
-    /// decode it in a batch. A JPEG that does not parse is an error.
+    /// decode it in a batch. A JPEG whose headers do not parse is an error.
+    /// Only the headers are read (the batched decode reads the rest).
     pub(crate) fn batched_supported(&mut self, data: &[u8]) -> Result<bool, NvjpegError> {
         // SAFETY: handle and stream are live and belong together.
-        unsafe { result::jpeg_stream_parse(self.handle.lib, self.handle.raw, data, self.raw) }?;
+        unsafe { result::jpeg_stream_parse_header(self.handle.lib, self.handle.raw, data, self.raw) }?;
         // SAFETY: as above; the stream now holds a parsed JPEG.
         unsafe { result::decode_batched_supported(self.handle.lib, self.handle.raw, self.raw) }
     }

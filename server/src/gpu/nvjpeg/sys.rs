@@ -119,10 +119,10 @@ pub(crate) struct Nvjpeg {
     ) -> nvjpegStatus_t,
     pub nvjpegJpegStreamCreate: unsafe extern "C" fn(nvjpegHandle_t, *mut nvjpegJpegStream_t) -> nvjpegStatus_t,
     pub nvjpegJpegStreamDestroy: unsafe extern "C" fn(nvjpegJpegStream_t) -> nvjpegStatus_t,
-    pub nvjpegJpegStreamParse:
-        unsafe extern "C" fn(nvjpegHandle_t, *const u8, usize, c_int, c_int, nvjpegJpegStream_t) -> nvjpegStatus_t,
     pub nvjpegDecodeBatchedSupported:
         unsafe extern "C" fn(nvjpegHandle_t, nvjpegJpegStream_t, *mut c_int) -> nvjpegStatus_t,
+    pub nvjpegJpegStreamParseHeader:
+        unsafe extern "C" fn(nvjpegHandle_t, *const u8, usize, nvjpegJpegStream_t) -> nvjpegStatus_t,
     /// Keeps the function pointers above valid.
     _library: libloading::Library,
 }
@@ -176,8 +176,8 @@ fn resolve(soname: &'static str, library: libloading::Library) -> Result<Nvjpeg,
         nvjpegDecodeBatched: get!(nvjpegDecodeBatched),
         nvjpegJpegStreamCreate: get!(nvjpegJpegStreamCreate),
         nvjpegJpegStreamDestroy: get!(nvjpegJpegStreamDestroy),
-        nvjpegJpegStreamParse: get!(nvjpegJpegStreamParse),
         nvjpegDecodeBatchedSupported: get!(nvjpegDecodeBatchedSupported),
+        nvjpegJpegStreamParseHeader: get!(nvjpegJpegStreamParseHeader),
         _library: library,
     })
 }
