@@ -43,19 +43,36 @@ FLAGS=(--fuzz-dir "$FUZZ_DIR" --sanitizer none --debug-assertions)
 echo "==> building the fuzz targets"
 cargo fuzz build "${FLAGS[@]}"
 
-for target in "${TARGETS[@]}"; do
-  echo "==> fuzzing $target for ${SECONDS_PER_TARGET}s"
-  found="$FUZZ_DIR/target/corpus/$target"
-  log="$FUZZ_DIR/target/$target.log"
+# libFuzzer runs on one core: the targets run as many at a time as the
+# machine has cores (FUZZ_JOBS), each for its full time.
+fuzz_one() { # TARGET: fuzzes it; its log is $FUZZ_DIR/target/TARGET.log
+  local target=$1 found="$FUZZ_DIR/target/corpus/$1"
   mkdir -p "$found"
-  if ! cargo fuzz run "${FLAGS[@]}" "$target" "$found" "$FUZZ_DIR/corpus/$target" -- \
-      -max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=512 -print_final_stats=1 >"$log" 2>&1; then
-    tail -n 60 "$log"
-    echo "fuzz target $target failed; its log is $log, the input under $FUZZ_DIR/artifacts/$target/" >&2
-    exit 1
-  fi
-  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
-  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
-  edges=$(grep -o 'cov: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2)
-  echo "    no crash: $runs runs, $rate runs/s, $edges coverage edges"
+  cargo fuzz run "${FLAGS[@]}" "$target" "$found" "$FUZZ_DIR/corpus/$target" -- \
+      -max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=512 -print_final_stats=1 \
+      >"$FUZZ_DIR/target/$target.log" 2>&1
+}
+jobs=${FUZZ_JOBS:-$(nproc)}
+for ((i = 0; i < ${#TARGETS[@]}; i += jobs)); do
+  batch=("${TARGETS[@]:i:jobs}")
+  pids=()
+  for target in "${batch[@]}"; do
+    echo "==> fuzzing $target for ${SECONDS_PER_TARGET}s"
+    fuzz_one "$target" &
+    pids+=($!)
+  done
+  for k in "${!batch[@]}"; do
+    target=${batch[k]}
+    log="$FUZZ_DIR/target/$target.log"
+    if ! wait "${pids[k]}"; then
+      tail -n 60 "$log"
+      echo "fuzz target $target failed; its log is $log, the input under $FUZZ_DIR/artifacts/$target/" >&2
+      wait
+      exit 1
+    fi
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
+    edges=$(grep -o 'cov: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2)
+    echo "    $target: no crash: $runs runs, $rate runs/s, $edges coverage edges"
+  done
 done

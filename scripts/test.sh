@@ -20,12 +20,88 @@
 #   - stoker-base:bookworm    : a local Docker base image (scripts/docker-base.sh,
 #                               debootstrap), where Docker runs and we are root,
 #     stoker-prometheus:local   and Prometheus on it (scripts/prometheus.sh)
-# then runs every unit and integration test with cargo-nextest (cargo test
+# (the downloads in the background, beside the compiles), then runs every
+# unit and integration test with cargo-nextest (cargo test
 # when nextest is not installed), built with the worker's fault-injection
 # points (`--features stoker/failpoints`). Extra arguments go to the test
 # runner.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# What waits on the network and the disk (pip, debootstrap) runs in the
+# background beside what keeps the cores busy (compiling s3s-fs and the
+# wheel); each logs to target/install-logs/NAME.log, printed when it is
+# waited for, and a failure stops the script with its log.
+logs=target/install-logs
+mkdir -p "$logs"
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+declare -A started
+background() { # NAME FUNCTION
+  "$2" >"$logs/$1.log" 2>&1 &
+  started[$1]=$!
+}
+wait_for() { # NAME
+  if ! wait "${started[$1]}"; then
+    cat "$logs/$1.log" >&2
+    echo "error: $1 failed; its log is above and in $logs/$1.log" >&2
+    exit 1
+  fi
+  cat "$logs/$1.log"
+}
+
+PY_PACKAGES="pillow numpy webdataset prometheus_client dnslib kubernetes-validate tfrecord datasets pyarrow"
+pyenv() {
+  if [ ! -x target/pyenv/bin/python ] || ! target/pyenv/bin/python -c 'import PIL, numpy, webdataset, prometheus_client, dnslib, kubernetes_validate, tfrecord, datasets, pyarrow' 2>/dev/null; then
+    echo "==> creating target/pyenv ($PY_PACKAGES)"
+    python3 -m venv target/pyenv
+    # shellcheck disable=SC2086 # a list of package names
+    target/pyenv/bin/pip install --quiet --disable-pip-version-check $PY_PACKAGES
+  fi
+}
+
+mxenv() {
+  if [ ! -x target/mxenv/bin/python ] || ! target/mxenv/bin/python -c 'import mxnet' 2>/dev/null; then
+    echo "==> creating target/mxenv (mxnet 1.9.1, numpy<1.24)"
+    python3 -m venv target/mxenv
+    target/mxenv/bin/pip install --quiet --disable-pip-version-check 'mxnet==1.9.1' 'numpy<1.24'
+  fi
+}
+
+# torch, torchvision and lightning in a venv of their own: the main one
+# stays without torch, for the package's numpy path.
+TORCH_PACKAGES="torch torchvision lightning mypy"
+torchenv() {
+  if [ ! -x target/torchenv/bin/python ] || ! target/torchenv/bin/python -c 'import torch, torchvision, lightning, mypy' 2>/dev/null; then
+    echo "==> creating target/torchenv ($TORCH_PACKAGES)"
+    python3 -m venv target/torchenv
+    # shellcheck disable=SC2086 # a list of package names
+    target/torchenv/bin/pip install --quiet --disable-pip-version-check $TORCH_PACKAGES
+  fi
+}
+
+# The base the container test builds the worker image from: no registry can
+# be reached, so it is made locally. Without it the test says why and skips.
+docker_images() {
+  if docker info >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    if scripts/docker-base.sh; then
+      scripts/prometheus.sh || echo "warning: no Prometheus image: the cluster tests will skip"
+    else
+      echo "warning: no Docker base image: the container and cluster tests will skip"
+    fi
+  else
+    echo "==> no Docker, or not root: the container and cluster tests will skip"
+  fi
+}
+
+echo "==> promtool and kubectl from Debian's packages (target/tools/deb)"
+scripts/deb-tool.sh prometheus >/dev/null
+scripts/deb-tool.sh kubernetes-client >/dev/null
+
+echo "==> in the background: Python venvs (target/pyenv, target/mxenv, target/torchenv) and Docker images"
+background pyenv pyenv
+background mxenv mxenv
+background torchenv torchenv
+background docker docker_images
 
 S3S_VERSION=0.14.1
 if [ ! -x target/tools/bin/s3s-fs ]; then
@@ -33,55 +109,19 @@ if [ ! -x target/tools/bin/s3s-fs ]; then
   cargo install --quiet --locked s3s-fs --version "$S3S_VERSION" --features binary --root target/tools
 fi
 
-PY_PACKAGES="pillow numpy webdataset prometheus_client dnslib kubernetes-validate tfrecord datasets pyarrow"
-if [ ! -x target/pyenv/bin/python ] || ! target/pyenv/bin/python -c 'import PIL, numpy, webdataset, prometheus_client, dnslib, kubernetes_validate, tfrecord, datasets, pyarrow' 2>/dev/null; then
-  echo "==> creating target/pyenv ($PY_PACKAGES)"
-  python3 -m venv target/pyenv
-  # shellcheck disable=SC2086 # a list of package names
-  target/pyenv/bin/pip install --quiet --disable-pip-version-check $PY_PACKAGES
-fi
-
-if [ ! -x target/mxenv/bin/python ] || ! target/mxenv/bin/python -c 'import mxnet' 2>/dev/null; then
-  echo "==> creating target/mxenv (mxnet 1.9.1, numpy<1.24)"
-  python3 -m venv target/mxenv
-  target/mxenv/bin/pip install --quiet --disable-pip-version-check 'mxnet==1.9.1' 'numpy<1.24'
-fi
-
-echo "==> promtool and kubectl from Debian's packages (target/tools/deb)"
-scripts/deb-tool.sh prometheus >/dev/null
-scripts/deb-tool.sh kubernetes-client >/dev/null
-
-# torch, torchvision and lightning in a venv of their own: the main one
-# stays without torch, for the package's numpy path.
-TORCH_PACKAGES="torch torchvision lightning mypy"
-if [ ! -x target/torchenv/bin/python ] || ! target/torchenv/bin/python -c 'import torch, torchvision, lightning, mypy' 2>/dev/null; then
-  echo "==> creating target/torchenv ($TORCH_PACKAGES)"
-  python3 -m venv target/torchenv
-  # shellcheck disable=SC2086 # a list of package names
-  target/torchenv/bin/pip install --quiet --disable-pip-version-check $TORCH_PACKAGES
-fi
-
 # The Python package, built once from this checkout as an abi3 wheel
 # (maturin; scripts/wheel.sh), then installed into both venvs without Rust.
+wait_for pyenv
 echo "==> building the stoker wheel (scripts/wheel.sh) and installing it"
 wheel=$(scripts/wheel.sh)
+wait_for torchenv
 for venv in target/pyenv target/torchenv; do
   # Its dependencies, then the wheel itself even when the version is the same.
   "$venv/bin/pip" install --quiet --disable-pip-version-check "$wheel"
   "$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheel"
 done
-
-# The base the container test builds the worker image from: no registry can
-# be reached, so it is made locally. Without it the test says why and skips.
-if docker info >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  if scripts/docker-base.sh; then
-    scripts/prometheus.sh || echo "warning: no Prometheus image: the cluster tests will skip"
-  else
-    echo "warning: no Docker base image: the container and cluster tests will skip"
-  fi
-else
-  echo "==> no Docker, or not root: the container and cluster tests will skip"
-fi
+wait_for mxenv
+wait_for docker
 
 export STOKER_TEST_S3S_FS="$PWD/target/tools/bin/s3s-fs"
 export STOKER_TEST_PYTHON="$PWD/target/pyenv/bin/python"
