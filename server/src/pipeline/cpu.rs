@@ -7,7 +7,7 @@ use bytes::Bytes;
 use stoker_core::{
     FieldSpec, FieldValue, ItemSeed, NpyArray, Rect, SampleRng, Step, TransformSpec, ViewSpec, resolve_steps,
 };
-use tracing::{debug, warn};
+use tracing::debug;
 
 use super::{Processed, SkipKind, Skipped};
 use crate::libjpeg;
@@ -16,7 +16,7 @@ use crate::pool::catch_panic;
 use stoker_formats::image::ImageKind;
 use stoker_formats::sample::{RawSample, RawValue};
 use stoker_image::ImageError;
-use stoker_image::augment::{Augmenter, Chain};
+use stoker_image::augment::Augmenter;
 use stoker_image::decode::{RgbImage, check_jpeg, decode, decode_mask, header_dimensions, sniff};
 
 thread_local! {
@@ -208,13 +208,10 @@ fn inject_decode_fault(key: &str) {
     }
 }
 
-/// Decodes `data` and resolves the sample's steps. When the build has
-/// libjpeg-turbo, only part of a JPEG is decoded where the steps read
-/// only part of it: the box of a first step that crops (the step then
-/// applies to the box), or, where nearest geometric steps come before the
-/// crop, the source box that the crop reads through them
-/// ([`decode_through_chain`]). Otherwise the whole image is decoded with
-/// zune-jpeg / zune-png.
+/// Decodes `data` and resolves the sample's steps. When the first step
+/// crops a box out of a JPEG and the build has libjpeg-turbo, only that box
+/// is decoded (the step then applies to the box); otherwise the whole image
+/// is decoded with zune-jpeg / zune-png.
 fn decode_for(
     kind: ImageKind,
     data: &[u8],
@@ -238,90 +235,9 @@ fn decode_for(
                 // CMYK and other inputs libjpeg will not turn into RGB.
                 Err(reason) => debug!(key, reason, "region decode failed, decoding whole image"),
             }
-        } else if let Some(boxed) = decode_through_chain(data, &mut steps, (w, h), key) {
-            return Ok((boxed, steps));
         }
     }
     let img = decode(kind, data, max_pixels)?;
     let steps = resolve_steps(spec, rng, img.width, img.height)?;
     Ok((img, steps))
-}
-
-/// Where `steps` (of a `w` x `h` JPEG) start with nearest geometric steps
-/// and then a crop-resize (Seed 000's flips and rotations before
-/// `RandomResizedCrop`), decodes only the source box that the crop reads
-/// through them ([`Chain::source_box`]) and renders the crop's box from it,
-/// as [`stoker_image::augment::Augmenter::run`] would from the whole
-/// image: the steps become that crop-resize of the whole box and what
-/// follows it. `None` (the steps unchanged) where that does not apply or
-/// the region decoder refuses the JPEG.
-fn decode_through_chain(data: &[u8], steps: &mut Vec<Step>, (w, h): (u32, u32), key: &str) -> Option<RgbImage> {
-    let (chain, taken) = Chain::leading(steps, w, h);
-    let Some(&Step::CropResize { crop, .. }) = steps.get(taken).filter(|_| taken > 0) else {
-        return None;
-    };
-    let at = chain.source_box(crop)?;
-    let region = match libjpeg::decode_region(data, at.left as u32, at.top as u32, at.width, at.height) {
-        Ok(region) => region,
-        Err(reason) => {
-            debug!(key, reason, "region decode failed, decoding whole image");
-            return None;
-        }
-    };
-    let Some(boxed) = chain.render_box_from(&region, at, crop) else {
-        warn!(
-            key,
-            "a crop read its source outside the box computed for it; decoding whole image"
-        );
-        return None;
-    };
-    steps.drain(..taken);
-    if let Some(Step::CropResize { crop, .. }) = steps.first_mut() {
-        *crop = Rect::whole(crop.width, crop.height);
-    }
-    Some(boxed)
-}
-
-#[cfg(all(test, stoker_libjpeg))]
-mod tests {
-    use super::*;
-
-    /// Decoding only the source box that a crop reads through nearest
-    /// steps gives the bytes of decoding the whole JPEG with the same
-    /// decoder and running the steps: Seed 000's load at N = 1 and 4, and
-    /// chains with pads, crops past the edges and affine warps.
-    #[test]
-    fn a_crop_through_a_chain_decodes_only_its_source_box_with_the_same_bytes() {
-        let heavy = |n: usize| {
-            let one = r#"{"op": "RandomHorizontalFlip"}, {"op": "RandomVerticalFlip"}, {"op": "RandomRotation", "degrees": 30}, "#;
-            format!(
-                r#"{{"version": 1, "ops": [{}{{"op": "RandomResizedCrop", "size": 64}}, {{"op": "RandomHorizontalFlip"}}]}}"#,
-                one.repeat(n)
-            )
-        };
-        let specs = [
-            heavy(1),
-            heavy(4),
-            r#"{"version": 1, "ops": [{"op": "Pad", "padding": 9, "padding_mode": "reflect"}, {"op": "RandomAffine", "degrees": 20, "translate": [0.2, 0.1], "scale": [0.7, 1.3], "shear": 10}, {"op": "RandomCrop", "size": 48, "pad_if_needed": true}, {"op": "Resize", "size": 40}, {"op": "ColorJitter", "brightness": 0.4}]}"#.to_owned(),
-        ];
-        let (w, h) = (203, 157);
-        let jpeg = crate::synth::encode_jpeg(&crate::synth::procedural(w, h, 5), 90).unwrap();
-        let whole = libjpeg::decode_region(&jpeg, 0, 0, w, h).unwrap();
-        let mut parts = 0;
-        for json in &specs {
-            let spec = TransformSpec::from_json(json).unwrap();
-            for position in 0..40 {
-                let rng = SampleRng::for_sample(1, 2, "chain", position);
-                let (img, steps) = decode_for(ImageKind::Jpeg, &jpeg, &spec, &rng, "k", 1 << 30, true).unwrap();
-                if u64::from(img.width) * u64::from(img.height) < u64::from(w * h) {
-                    parts += 1;
-                }
-                let got = Augmenter::new().run(img, &steps).unwrap();
-                let all = resolve_steps(&spec, &rng, w, h).unwrap();
-                let want = Augmenter::new().run(whole.clone(), &all).unwrap();
-                assert_eq!(got, want, "{json} at {position}");
-            }
-        }
-        assert!(parts > 30, "only {parts} of 120 samples decoded part of the jpeg");
-    }
 }

@@ -269,93 +269,25 @@ impl Chain {
     /// The chain's output for the source `img` (`src_w` x `src_h`).
     pub fn render(&self, img: &RgbImage) -> RgbImage {
         debug_assert_eq!((img.width, img.height), (self.src_w, self.src_h));
-        self.render_from(img, (0, 0))
-            .unwrap_or_else(|| RgbImage::new(self.out_w, self.out_h))
-    }
-
-    /// The chain's output from `region`, the box of the source whose
-    /// top-left corner is `origin`; `None` when a pixel reads the source
-    /// outside the region.
-    fn render_from(&self, region: &RgbImage, (ox, oy): (usize, usize)) -> Option<RgbImage> {
         let mut out = RgbImage::new(self.out_w, self.out_h);
-        let (rw, rh) = (region.width as usize, region.height as usize);
+        let iw = img.width as usize;
         for (y, row) in out.pixels.chunks_exact_mut(self.out_w as usize * 3).enumerate() {
             for (x, p) in row.chunks_exact_mut(3).enumerate() {
                 match self.locate(x as u32, y as u32) {
                     Ok((sx, sy)) => {
-                        let (rx, ry) = (sx.checked_sub(ox)?, sy.checked_sub(oy)?);
-                        if rx >= rw || ry >= rh {
-                            return None;
-                        }
-                        let s = (ry * rw + rx) * 3;
-                        p.copy_from_slice(&region.pixels[s..s + 3]);
+                        let s = (sy * iw + sx) * 3;
+                        p.copy_from_slice(&img.pixels[s..s + 3]);
                     }
                     Err(fill) => p.copy_from_slice(&fill),
                 }
             }
         }
-        Some(out)
-    }
-
-    /// The smallest box of the source holding every pixel that the box
-    /// `rect` of the chain's output reads; `None` when they read none (all
-    /// fill). Exact, not padded: a fixed-point link's coordinates are the
-    /// floor of a linear function, whose least and greatest values over a
-    /// box are at its corners, and a table link's are its entries.
-    pub fn source_box(&self, rect: Rect) -> Option<Rect> {
-        let (mut x0, mut y0) = (rect.left.max(0), rect.top.max(0));
-        let mut x1 = rect.right().min(i64::from(self.out_w)) - 1;
-        let mut y1 = (rect.top + i64::from(rect.height)).min(i64::from(self.out_h)) - 1;
-        for link in self.links.iter().rev() {
-            if x0 > x1 || y0 > y1 {
-                return None;
-            }
-            let (in_w, in_h) = match link {
-                Link::Fixed { a, in_w, in_h, .. } => {
-                    let at = |x: i64, y: i64| ((a[2] + y * a[1] + x * a[0]) >> 16, (a[5] + y * a[4] + x * a[3]) >> 16);
-                    let corners = [at(x0, y0), at(x1, y0), at(x0, y1), at(x1, y1)];
-                    x0 = corners.iter().map(|c| c.0).min()?;
-                    x1 = corners.iter().map(|c| c.0).max()?;
-                    y0 = corners.iter().map(|c| c.1).min()?;
-                    y1 = corners.iter().map(|c| c.1).max()?;
-                    (*in_w, *in_h)
-                }
-                Link::Table {
-                    cols, rows, in_w, in_h, ..
-                } => {
-                    let span = |table: &[i32], from: i64, to: i64| {
-                        let read = table.get(from as usize..=to as usize)?.iter().filter(|&&i| i >= 0);
-                        let (lo, hi) = read.fold((i64::MAX, i64::MIN), |(lo, hi), &i| {
-                            (lo.min(i64::from(i)), hi.max(i64::from(i)))
-                        });
-                        (lo <= hi).then_some((lo, hi))
-                    };
-                    ((x0, x1), (y0, y1)) = (span(cols, x0, x1)?, span(rows, y0, y1)?);
-                    (*in_w, *in_h)
-                }
-            };
-            // Past the step's input is its fill: nothing is read there.
-            (x0, y0) = (x0.max(0), y0.max(0));
-            (x1, y1) = (x1.min(i64::from(in_w) - 1), y1.min(i64::from(in_h) - 1));
-        }
-        (x0 <= x1 && y0 <= y1).then(|| Rect::new(x0, y0, (x1 - x0 + 1) as u32, (y1 - y0 + 1) as u32))
+        out
     }
 
     /// The box `rect` of the chain's output (zeros past its edges), as a
     /// crop of the rendered output would cut it, rendering nothing else.
     pub fn render_box(&self, img: &RgbImage, rect: Rect) -> RgbImage {
-        debug_assert_eq!((img.width, img.height), (self.src_w, self.src_h));
-        self.render_box_from(img, Rect::whole(img.width, img.height), rect)
-            .unwrap_or_else(|| RgbImage::new(rect.width, rect.height))
-    }
-
-    /// As [`Chain::render_box`], from `region`, the box `at` of the source
-    /// (a decode of only the [`Chain::source_box`] of `rect`); `None` when
-    /// a pixel of `rect` reads the source outside `at`.
-    pub fn render_box_from(&self, region: &RgbImage, at: Rect, rect: Rect) -> Option<RgbImage> {
-        if (region.width, region.height) != (at.width, at.height) || at.left < 0 || at.top < 0 {
-            return None;
-        }
         let mut boxed = self.clone();
         let crop = Step::CropResize {
             crop: rect,
@@ -365,9 +297,9 @@ impl Chain {
         };
         if !boxed.push(&crop) {
             // Only an empty output refuses a crop: all of the box is zeros.
-            return Some(RgbImage::new(rect.width, rect.height));
+            return RgbImage::new(rect.width, rect.height);
         }
-        boxed.render_from(region, (at.left as usize, at.top as usize))
+        boxed.render(img)
     }
 }
 
