@@ -36,9 +36,11 @@ logs=target/install-logs
 mkdir -p "$logs"
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 declare -A started
-background() { # NAME FUNCTION
-  "$2" >"$logs/$1.log" 2>&1 &
-  started[$1]=$!
+background() { # NAME COMMAND...
+  local name=$1
+  shift
+  "$@" >"$logs/$name.log" 2>&1 &
+  started[$name]=$!
 }
 wait_for() { # NAME
   if ! wait "${started[$1]}"; then
@@ -49,35 +51,18 @@ wait_for() { # NAME
   cat "$logs/$1.log"
 }
 
+venv() { # DIR "MODULES" PACKAGE...: a venv at DIR with PACKAGES, unless MODULES import there
+  local dir=$1 modules=$2
+  shift 2
+  if [ ! -x "$dir/bin/python" ] || ! "$dir/bin/python" -c "import $modules" 2>/dev/null; then
+    echo "==> creating $dir ($*)"
+    python3 -m venv "$dir"
+    "$dir/bin/pip" install --quiet --disable-pip-version-check "$@"
+  fi
+}
+
 PY_PACKAGES="pillow numpy webdataset prometheus_client dnslib kubernetes-validate tfrecord datasets pyarrow"
-pyenv() {
-  if [ ! -x target/pyenv/bin/python ] || ! target/pyenv/bin/python -c 'import PIL, numpy, webdataset, prometheus_client, dnslib, kubernetes_validate, tfrecord, datasets, pyarrow' 2>/dev/null; then
-    echo "==> creating target/pyenv ($PY_PACKAGES)"
-    python3 -m venv target/pyenv
-    # shellcheck disable=SC2086 # a list of package names
-    target/pyenv/bin/pip install --quiet --disable-pip-version-check $PY_PACKAGES
-  fi
-}
-
-mxenv() {
-  if [ ! -x target/mxenv/bin/python ] || ! target/mxenv/bin/python -c 'import mxnet' 2>/dev/null; then
-    echo "==> creating target/mxenv (mxnet 1.9.1, numpy<1.24)"
-    python3 -m venv target/mxenv
-    target/mxenv/bin/pip install --quiet --disable-pip-version-check 'mxnet==1.9.1' 'numpy<1.24'
-  fi
-}
-
-# torch, torchvision and lightning in a venv of their own: the main one
-# stays without torch, for the package's numpy path.
 TORCH_PACKAGES="torch torchvision lightning mypy"
-torchenv() {
-  if [ ! -x target/torchenv/bin/python ] || ! target/torchenv/bin/python -c 'import torch, torchvision, lightning, mypy' 2>/dev/null; then
-    echo "==> creating target/torchenv ($TORCH_PACKAGES)"
-    python3 -m venv target/torchenv
-    # shellcheck disable=SC2086 # a list of package names
-    target/torchenv/bin/pip install --quiet --disable-pip-version-check $TORCH_PACKAGES
-  fi
-}
 
 # The base the container test builds the worker image from: no registry can
 # be reached, so it is made locally. Without it the test says why and skips.
@@ -98,9 +83,14 @@ scripts/deb-tool.sh prometheus >/dev/null
 scripts/deb-tool.sh kubernetes-client >/dev/null
 
 echo "==> in the background: Python venvs (target/pyenv, target/mxenv, target/torchenv) and Docker images"
-background pyenv pyenv
-background mxenv mxenv
-background torchenv torchenv
+# shellcheck disable=SC2086 # lists of package names
+background pyenv venv target/pyenv 'PIL, numpy, webdataset, prometheus_client, dnslib, kubernetes_validate, tfrecord, datasets, pyarrow' $PY_PACKAGES
+# MXNet 1.9.1 needs numpy<1.24.
+background mxenv venv target/mxenv mxnet 'mxnet==1.9.1' 'numpy<1.24'
+# torch, torchvision and lightning in a venv of their own: the main one
+# stays without torch, for the package's numpy path.
+# shellcheck disable=SC2086
+background torchenv venv target/torchenv 'torch, torchvision, lightning, mypy' $TORCH_PACKAGES
 background docker docker_images
 
 S3S_VERSION=0.14.1
