@@ -36,7 +36,7 @@ pub(super) enum Render {
     /// An image the step rounds finished, copied.
     Copy(usize),
     /// A mask (a byte a pixel) through its chain.
-    Mask(Vec<u8>, Chain),
+    Mask(Bytes, Chain),
 }
 
 /// A part of a sample: its index in the batch and in the sample's parts.

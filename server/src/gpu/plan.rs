@@ -5,6 +5,7 @@
 //! image's geometric steps as one chain, nearest with 0 fill). What the
 //! lanes do not take goes back to the CPU path with the reason.
 
+use bytes::Bytes;
 use stoker_core::{Step, footprint, resolve_steps};
 use stoker_formats::sample::RawValue;
 use stoker_image::augment::Chain;
@@ -34,7 +35,7 @@ pub(super) enum Work {
     Steps(Vec<Step>, u32),
     /// A mask decoded on the host (a byte a pixel, the image's size)
     /// through its chain, in the batch's one mask launch.
-    Mask(Vec<u8>, Chain),
+    Mask(Bytes, Chain),
 }
 
 /// One output of a sample, and how it is made.

@@ -37,8 +37,9 @@ pub struct GpuSample {
 
 /// One mask decoded for the lanes: its class per pixel (the first
 /// channel), a byte each, or why it cannot be read (the CPU path then
-/// skips the sample with that reason).
-pub type MaskPixels = Result<Vec<u8>, String>;
+/// skips the sample with that reason). Shared, not copied, by the lane's
+/// plan and its hand-back copies of the sample.
+pub type MaskPixels = Result<Bytes, String>;
 
 impl GpuSample {
     /// Decodes the sample's masks for an image of the size its header
@@ -65,7 +66,7 @@ impl GpuSample {
 /// A mask of an image of `dims`, decoded as [`MaskPixels`].
 pub(super) fn mask_pixels(data: &[u8], dims: (u32, u32), max_pixels: u64) -> MaskPixels {
     let mask = decode_mask(data, dims, max_pixels)?;
-    Ok(mask.pixels.chunks_exact(3).map(|p| p[0]).collect())
+    Ok(mask.pixels.chunks_exact(3).map(|p| p[0]).collect::<Vec<u8>>().into())
 }
 
 impl GpuSample {

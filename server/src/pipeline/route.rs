@@ -50,7 +50,8 @@ impl WorkerContext {
         // Masks ride the lanes only on a `--gpu-only` worker. Otherwise the
         // CPU pool takes their samples: on 640x480 JPEGs with PNG masks
         // it ran them about 1.8x faster than the lanes did (H200, 16
-        // threads; docs/gpu.md).
+        // threads; docs/gpu.md), measured before the lanes stopped
+        // tracking events (1f4c9b1) and not since.
         if masks && self.config.cpu_jpegs {
             return false;
         }
