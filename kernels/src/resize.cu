@@ -8,7 +8,9 @@
 //   bytes as the steps one by one, with no intermediate image);
 // - the fused crop + antialiased bilinear resize + optional horizontal
 //   flip: RandomResizedCrop, Resize, CenterCrop and RandomCrop (with zero
-//   padding), reading its source directly or through a chain.
+//   padding), reading the decoded image or the crop box of a chain's
+//   output that a chain launch rendered (every pixel of the box walks its
+//   chain once, not once per filter tap).
 //
 // The resize's arithmetic follows the CPU path (fast_image_resize's
 // convolution with the bilinear filter, itself Pillow's): for an output
@@ -115,7 +117,7 @@ extern "C" __global__ void stoker_chain_batch_u8_hwc(
 }
 
 struct StokerRrcParams {
-    unsigned long long src;        // device address of the decoded image
+    unsigned long long src;        // device address of the source pixels
     unsigned long long dst_offset; // byte offset of this image's output
     unsigned int src_w;
     unsigned int src_h;
@@ -125,10 +127,10 @@ struct StokerRrcParams {
     float crop_y;
     float crop_w;
     float crop_h;
-    unsigned int pad;              // 1: the box may reach past the image
-    unsigned int links;            // > 0: the box is of a chain's output
-                                   // (src_w x src_h), read through these links
-    unsigned int first;            // the first of them in `links`
+    unsigned int pad;              // 1: the box may reach past the source
+    int origin_x;                  // where the source's pixel (0, 0) lies in
+    int origin_y;                  // the crop's coordinates: (0, 0) for an
+                                   // image, the box's corner for a rendered box
     unsigned int reserved;         // keeps the struct 8-byte aligned
 };
 
@@ -141,8 +143,6 @@ __device__ __forceinline__ float stoker_triangle(float t)
 // One thread per output pixel; blockIdx.y is the image in the batch.
 extern "C" __global__ void stoker_rrc_flip_u8_hwc(
     const StokerRrcParams* __restrict__ params,
-    const StokerLink* __restrict__ links,
-    const int* __restrict__ tables,
     unsigned char* __restrict__ dst,
     unsigned int out_w,
     unsigned int out_h)
@@ -168,9 +168,10 @@ extern "C" __global__ void stoker_rrc_flip_u8_hwc(
     const float centre_y = p.crop_y + ((float)oy + 0.5f) * scale_y;
     // The filter window stays inside the box (integral), as the CPU path
     // crops before it resizes: its edge pixels never mix in what lies past
-    // the box. With `pad` the box's pixels outside the image count as
+    // the box. With `pad` the box's pixels outside the source count as
     // zeros: the CPU path pads the box with zeros and resizes the padded
-    // image.
+    // image. The weights are computed in the crop's coordinates whatever
+    // the origin, so a rendered box gives the bytes the image would.
     const int lo_x = (int)p.crop_x;
     const int lo_y = (int)p.crop_y;
     const int hi_x = (int)(p.crop_x + p.crop_w);
@@ -193,39 +194,24 @@ extern "C" __global__ void stoker_rrc_flip_u8_hwc(
     }
 
     const unsigned char* src = (const unsigned char*)p.src;
+    // The source's pixels in the crop's coordinates.
+    const int sx0 = max(x0, p.origin_x);
+    const int sx1 = min(x1, p.origin_x + (int)p.src_w);
     float r = 0.0f, g = 0.0f, b = 0.0f;
     for (int y = y0; y < y1; ++y) {
         const float wy = stoker_triangle(((float)y - cy) * inv_y);
-        if (wy == 0.0f || y < 0 || y >= (int)p.src_h) {
+        const int sy = y - p.origin_y;
+        if (wy == 0.0f || sy < 0 || sy >= (int)p.src_h) {
             continue;
         }
-        const unsigned char* row = src + (size_t)y * p.src_pitch;
+        const unsigned char* row = src + (size_t)sy * p.src_pitch - 3 * (long long)p.origin_x;
         float rr = 0.0f, rg = 0.0f, rb = 0.0f;
-        for (int x = max(x0, 0); x < min(x1, (int)p.src_w); ++x) {
+        for (int x = sx0; x < sx1; ++x) {
             const float wx = stoker_triangle(((float)x - cx) * inv_x);
-            float v0, v1, v2;
-            if (p.links == 0) {
-                const unsigned char* px = row + 3 * x;
-                v0 = (float)px[0];
-                v1 = (float)px[1];
-                v2 = (float)px[2];
-            } else {
-                long long sx = x, sy = y;
-                unsigned int fill = 0;
-                if (stoker_locate(links + p.first, p.links, tables, &sx, &sy, &fill)) {
-                    const unsigned char* px = src + (size_t)sy * p.src_pitch + 3 * (size_t)sx;
-                    v0 = (float)px[0];
-                    v1 = (float)px[1];
-                    v2 = (float)px[2];
-                } else {
-                    v0 = (float)(fill & 0xff);
-                    v1 = (float)((fill >> 8) & 0xff);
-                    v2 = (float)((fill >> 16) & 0xff);
-                }
-            }
-            rr += wx * v0;
-            rg += wx * v1;
-            rb += wx * v2;
+            const unsigned char* px = row + 3 * (long long)x;
+            rr += wx * (float)px[0];
+            rg += wx * (float)px[1];
+            rb += wx * (float)px[2];
         }
         r += wy * rr;
         g += wy * rg;

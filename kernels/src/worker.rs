@@ -16,7 +16,7 @@ use cudarc::driver::{
 use crate::error::launch_err;
 use crate::launch::{THREADS, batch_grid, batch_rows, check_image, per_pixel};
 use crate::registry::{arch_of, function};
-use crate::{COLOR, ChainSpan, Chains, KernelError, RESIZE, STEPS, WORKER_MODULES, kernel, load_modules};
+use crate::{COLOR, KernelError, RESIZE, STEPS, WORKER_MODULES, kernel, load_modules};
 
 /// The worker's modules ([`WORKER_MODULES`]), loaded into one context.
 #[derive(Clone, Debug)]
@@ -131,23 +131,17 @@ impl Kernels {
     /// launch on `stream`. Image `i` is written, `out_w * out_h * 3` bytes
     /// of uint8 HWC, at `params[i].dst_offset` of `dst`.
     ///
-    /// An image with `links > 0` is the output of its chain in `chains`
-    /// (`src_w` x `src_h`), read through it from its source.
-    ///
     /// # Safety
     ///
     /// Every `params[i].src` must be the device address of an allocation
-    /// in `stream`'s context of at least `src_pitch` bytes times the rows
-    /// of its source (`src_h`, or the first link's input height for a
-    /// chain), with `src_pitch` at least 3 times its width, that stays
-    /// alive and unwritten until the launch has finished on `stream`. The
-    /// boxes ([`RrcParams::check`]: inside the image, or padded), the
-    /// pitches and the chains ([`Chains::check`]) are checked.
+    /// in `stream`'s context of at least `src_pitch` bytes times `src_h`
+    /// rows, that stays alive and unwritten until the launch has finished
+    /// on `stream`. The boxes ([`RrcParams::check`]: inside the source, or
+    /// padded) and the pitches are checked.
     pub unsafe fn rrc_flip_u8_hwc(
         &self,
         stream: &Arc<CudaStream>,
         params: &[RrcParams],
-        chains: &Chains,
         dst: &mut CudaSlice<u8>,
         out_w: u32,
         out_h: u32,
@@ -173,45 +167,21 @@ impl Kernels {
                 )));
             }
             p.check().map_err(|e| fail(format!("image {i}: {e}")))?;
-            if p.links > 0 {
-                let first = chains.links.get(p.first as usize).map_or((0, 0), |l| (l.in_w, l.in_h));
-                let span = ChainSpan {
-                    first: p.first,
-                    count: p.links,
-                    src: first,
-                    out: (p.src_w, p.src_h),
-                };
-                chains.check(&span).map_err(|e| fail(format!("image {i}: {e}")))?;
-                if u64::from(p.src_pitch) < 3 * u64::from(first.0) {
-                    return Err(fail(format!(
-                        "image {i}: row pitch {} is under 3 x width {}",
-                        p.src_pitch, first.0
-                    )));
-                }
-            }
         }
         let params_dev = stream
             .clone_htod(params)
             .map_err(|e| fail(format!("copying parameters: {e}")))?;
-        let (links, tables) = chains.upload(stream).map_err(|e| fail(format!("copying links: {e}")))?;
         let config = LaunchConfig {
             grid_dim: ((out_w * out_h).div_ceil(THREADS), batch, 1),
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut launch = stream.launch_builder(&self.rrc_flip);
-        launch
-            .arg(&params_dev)
-            .arg(&links)
-            .arg(&tables)
-            .arg(dst)
-            .arg(&out_w)
-            .arg(&out_h);
+        launch.arg(&params_dev).arg(dst).arg(&out_w).arg(&out_h);
         // SAFETY: the argument list matches the kernel's signature
-        // (params, links, tables, dst, two unsigned ints); every write is
-        // within `dst` (checked above), every link and table read within
-        // its chain (checked above), and every pixel read within the
-        // source images, as the caller promises.
+        // (params, dst, two unsigned ints); every write is within `dst`
+        // (checked above), and every pixel read within the source images
+        // (the boxes checked above), as the caller promises.
         unsafe { launch.launch(config) }.map_err(|e| fail(e.to_string()))?;
         Ok(())
     }
@@ -296,7 +266,8 @@ impl WarpParams {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RrcParams {
-    /// Device address of the decoded image (uint8 HWC).
+    /// Device address of the source pixels (uint8 HWC): a decoded image,
+    /// or a box of a chain's output that a chain launch rendered.
     pub src: u64,
     /// Byte offset of this image's output in the destination buffer.
     pub dst_offset: u64,
@@ -310,14 +281,16 @@ pub struct RrcParams {
     pub crop_y: f32,
     pub crop_w: f32,
     pub crop_h: f32,
-    /// 1 when the box may reach past the image: its pixels outside the
-    /// image count as zeros. Either way the box is integral and the filter
+    /// 1 when the box may reach past the source: its pixels outside the
+    /// source count as zeros. Either way the box is integral and the filter
     /// window stays inside it (the CPU path crops, then resizes).
     pub pad: u32,
-    /// More than 0: the image is the output of this many links of the
-    /// launch's [`Chains`], from `first` on, read through them.
-    pub links: u32,
-    pub first: u32,
+    /// Where the source's pixel (0, 0) lies in the crop's coordinates:
+    /// (0, 0) for an image, the box's corner for a rendered box. The
+    /// weights are computed in the crop's coordinates either way, so a
+    /// rendered box gives the same bytes as the image it was cut from.
+    pub origin_x: i32,
+    pub origin_y: i32,
     pub reserved: u32,
 }
 
@@ -334,13 +307,14 @@ impl RrcParams {
         if self.src_w == 0 || self.src_h == 0 {
             return Err(format!("empty source image {}x{}", self.src_w, self.src_h));
         }
-        if self.links == 0 && u64::from(self.src_pitch) < 3 * u64::from(self.src_w) {
+        if u64::from(self.src_pitch) < 3 * u64::from(self.src_w) {
             return Err(format!(
                 "row pitch {} is under 3 x width {}",
                 self.src_pitch, self.src_w
             ));
         }
-        let fits = |start: f32, len: f32, size: u32| {
+        let fits = |start: f32, len: f32, size: u32, origin: i32| {
+            let start = start - origin as f32;
             let integral =
                 start.is_finite() && len.is_finite() && len > 0.0 && start.fract() == 0.0 && len.fract() == 0.0;
             if self.pad != 0 {
@@ -350,10 +324,19 @@ impl RrcParams {
                 integral && start >= 0.0 && start + len <= size as f32
             }
         };
-        if !fits(self.crop_x, self.crop_w, self.src_w) || !fits(self.crop_y, self.crop_h, self.src_h) {
+        if !fits(self.crop_x, self.crop_w, self.src_w, self.origin_x)
+            || !fits(self.crop_y, self.crop_h, self.src_h, self.origin_y)
+        {
             return Err(format!(
-                "crop box ({}, {}, {}x{}) is not integral and inside the {}x{} image",
-                self.crop_x, self.crop_y, self.crop_w, self.crop_h, self.src_w, self.src_h
+                "crop box ({}, {}, {}x{}) is not integral and inside the {}x{} source at ({}, {})",
+                self.crop_x,
+                self.crop_y,
+                self.crop_w,
+                self.crop_h,
+                self.src_w,
+                self.src_h,
+                self.origin_x,
+                self.origin_y
             ));
         }
         Ok(())
@@ -380,8 +363,8 @@ mod tests {
             "float crop_w;",
             "float crop_h;",
             "unsigned int pad;",
-            "unsigned int links;",
-            "unsigned int first;",
+            "int origin_x;",
+            "int origin_y;",
             "unsigned int reserved;",
         ];
         let mut at = 0;
@@ -407,11 +390,29 @@ mod tests {
             crop_w: 300.0,
             crop_h: 200.0,
             pad: 0,
-            links: 0,
-            first: 0,
+            origin_x: 0,
+            origin_y: 0,
             reserved: 0,
         };
         assert!(good.check().is_ok());
+        // A rendered box: the crop is all of it, wherever it lies.
+        let boxed = RrcParams {
+            src_w: 300,
+            src_h: 200,
+            src_pitch: 900,
+            origin_x: 10,
+            origin_y: 20,
+            ..good
+        };
+        assert!(boxed.check().is_ok());
+        assert!(
+            RrcParams { origin_x: 11, ..boxed }.check().is_err(),
+            "the box starts past the crop"
+        );
+        assert!(
+            RrcParams { src_h: 199, ..boxed }.check().is_err(),
+            "the box ends before the crop"
+        );
         let padded = RrcParams {
             crop_x: -4.0,
             crop_w: 600.0,

@@ -7,9 +7,8 @@
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use stoker_core::{Interpolation, Rect, Step, Warp};
 use stoker_image::augment::Chain;
-use stoker_kernels::{Chains, RrcParams, WarpParams, pack_rgb};
+use stoker_kernels::{RrcParams, WarpParams, pack_rgb};
 
-use super::chain::add_chain;
 use super::color::color_runs;
 use super::decode::DeviceImage;
 use super::device::{Gpu, GpuError, driver};
@@ -36,8 +35,9 @@ impl Gpu {
 
     /// As [`Gpu::resized_crop_flip`], into the first `images.len()` slots
     /// of `out_w`x`out_h`x3 bytes of `dst`. With `chains` (one per image,
-    /// or none), each crop box is of its chain's output, read through the
-    /// chain from the image: no intermediate image is made.
+    /// or none), each crop box is of its chain's output: one launch renders
+    /// every box through its chain (each pixel walks its chain once, not
+    /// once per filter tap), then the resize reads the boxes.
     pub fn resized_crop_flip_into(
         &self,
         images: &[&DeviceImage],
@@ -68,58 +68,99 @@ impl Gpu {
                 chains.len()
             )));
         }
+        for (i, img) in images.iter().enumerate() {
+            img.check_rows()
+                .map_err(|e| GpuError::Invalid(format!("image {i}: {e}")))?;
+        }
+        // Each chained image's crop box, rendered through its chain.
+        let boxed: Vec<(usize, Chain)> = chains
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !c.links.is_empty())
+            .map(|(i, chain)| {
+                let mut boxed = (*chain).clone();
+                if (chain.src_w, chain.src_h) != (images[i].width, images[i].height) {
+                    return Err(GpuError::Invalid(format!(
+                        "image {i} is {}x{}, its chain was made for {}x{}",
+                        images[i].width, images[i].height, chain.src_w, chain.src_h
+                    )));
+                }
+                let rect = crops[i].rect;
+                let inside = |start: i64, len: u32, side: u32| start >= 0 && start + i64::from(len) <= i64::from(side);
+                if !crops[i].pad
+                    && !(inside(rect.left, rect.width, chain.out_w) && inside(rect.top, rect.height, chain.out_h))
+                {
+                    return Err(GpuError::Invalid(format!(
+                        "image {i}: crop box {rect:?} is outside its chain's {}x{} output",
+                        chain.out_w, chain.out_h
+                    )));
+                }
+                if !push_crop(&mut boxed, rect, Interpolation::Nearest) {
+                    return Err(GpuError::Invalid(format!(
+                        "image {i}: its chain's {}x{} output has no crop box {:?}",
+                        chain.out_w, chain.out_h, crops[i].rect
+                    )));
+                }
+                Ok((i, boxed))
+            })
+            .collect::<Result<_, _>>()?;
+        let jobs: Vec<(&DeviceImage, &Chain)> = boxed.iter().map(|(i, c)| (images[*i], c)).collect();
+        let rendered = self.render_chains(&jobs)?;
+        let mut rendered_of: Vec<Option<&DeviceImage>> = vec![None; images.len()];
+        for ((i, _), img) in boxed.iter().zip(&rendered) {
+            rendered_of[*i] = Some(img);
+        }
+
         let image_bytes = out_w as usize * out_h as usize * 3;
-        let mut links = Chains::default();
         let mut params = Vec::with_capacity(images.len());
         // The guards keep cudarc's view of each source until after the
         // launch is queued.
         let mut guards = Vec::with_capacity(images.len());
         for (i, (img, crop)) in images.iter().zip(crops).enumerate() {
-            img.check_rows()
-                .map_err(|e| GpuError::Invalid(format!("image {i}: {e}")))?;
-            let (mut src_w, mut src_h, mut span) = (img.width, img.height, None);
-            if let Some(chain) = chains.get(i).filter(|c| !c.links.is_empty()) {
-                if (chain.src_w, chain.src_h) != (img.width, img.height) {
-                    return Err(GpuError::Invalid(format!(
-                        "image {i} is {}x{}, its chain was made for {}x{}",
-                        img.width, img.height, chain.src_w, chain.src_h
-                    )));
+            let rect = crop.rect;
+            // A rendered box is all of the crop, its corner the origin; its
+            // pixels past the chain's output are zeros already.
+            let (src_img, origin, pad) = match rendered_of[i] {
+                Some(b) => {
+                    let corner = i32::try_from(rect.left).and_then(|x| Ok((x, i32::try_from(rect.top)?)));
+                    let corner = corner
+                        .map_err(|_| GpuError::Invalid(format!("image {i}: crop box {rect:?} is out of range")))?;
+                    (b, corner, false)
                 }
-                (src_w, src_h) = (chain.out_w, chain.out_h);
-                span = Some(add_chain(&mut links, chain));
-            }
-            let (src, guard) = img.buf.device_ptr(&self.stream);
+                None => (*img, (0, 0), crop.pad),
+            };
+            let (src, guard) = src_img.buf.device_ptr(&self.stream);
             guards.push(guard);
             params.push(RrcParams {
                 src,
                 dst_offset: (base + i * image_bytes) as u64,
-                src_w,
-                src_h,
-                src_pitch: img.pitch,
+                src_w: src_img.width,
+                src_h: src_img.height,
+                src_pitch: src_img.pitch,
                 flip: u32::from(crop.flip),
-                crop_x: crop.rect.left as f32,
-                crop_y: crop.rect.top as f32,
-                crop_w: crop.rect.width as f32,
-                crop_h: crop.rect.height as f32,
-                pad: u32::from(crop.pad),
-                links: span.map_or(0, |s| s.count),
-                first: span.map_or(0, |s| s.first),
+                crop_x: rect.left as f32,
+                crop_y: rect.top as f32,
+                crop_w: rect.width as f32,
+                crop_h: rect.height as f32,
+                pad: u32::from(pad),
+                origin_x: origin.0,
+                origin_y: origin.1,
                 reserved: 0,
             });
         }
         // SAFETY: each `src` is the live allocation of a `DeviceImage` on
-        // this context, at least pitch x height bytes (checked above), with
-        // pitch >= 3 x width (a `DeviceImage` invariant), whose size is its
-        // chain's source size (checked above); the images are borrowed for
-        // this call and the kernel runs on `self.stream`, the stream every
+        // this context (an input, or a box rendered above), at least pitch
+        // x height bytes (checked above, or made so by `render_chains`),
+        // with pitch >= 3 x width (a `DeviceImage` invariant); the images
+        // are borrowed, and the boxes owned, until this function returns,
+        // after the launch is queued on `self.stream`, the stream every
         // later use of the images and the output is ordered on.
-        // `rrc_flip_u8_hwc` checks the crop boxes, the chains and the
-        // output's size.
-        unsafe {
-            self.kernels
-                .rrc_flip_u8_hwc(&self.stream, &params, &links, dst, out_w, out_h)
-        }?;
+        // `rrc_flip_u8_hwc` checks the crop boxes against the sources and
+        // the output's size.
+        unsafe { self.kernels.rrc_flip_u8_hwc(&self.stream, &params, dst, out_w, out_h) }?;
         drop(guards);
+        drop(rendered_of);
+        drop(rendered);
         Ok(())
     }
 
