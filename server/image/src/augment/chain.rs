@@ -13,6 +13,12 @@
 //! crop-resize after the run (any filter) reads its box through the chain
 //! ([`Chain::render_box`]).
 //!
+//! Steps that never read outside fold into a neighbouring link, exactly
+//! (each fold is an integer identity, so the bytes do not move): a flip
+//! into the link before it, a flip of the source into the link after it,
+//! and a crop inside the output into the link before it. Seed 000's
+//! flip + flip + rotation + crop is one link.
+//!
 //! The GPU lanes evaluate the same links (`stoker_kernels::ChainLink`).
 
 use stoker_core::{Interpolation, Rect, Step, Warp};
@@ -121,6 +127,9 @@ impl Chain {
                 self.add(link, out_w, out_h);
             }
             Step::CropResize { crop, out_w, out_h, .. } if (crop.width, crop.height) == (out_w, out_h) => {
+                if self.fold_crop(crop) {
+                    return true;
+                }
                 // A plain crop (any filter): zeros past the image.
                 let one = 1 << 16;
                 let link = Link::Fixed {
@@ -187,9 +196,43 @@ impl Chain {
         true
     }
 
-    fn add(&mut self, link: Link, out_w: u32, out_h: u32) {
+    fn add(&mut self, mut link: Link, out_w: u32, out_h: u32) {
+        if let [only] = self.links.as_slice()
+            && let Some(flips) = source_flips(only, self.src_w, self.src_h)
+        {
+            // The only link is a flip of the source: it folds into this one.
+            fold_flips_after(&mut link, flips, (self.src_w, self.src_h));
+            self.links.clear();
+        }
         self.links.push(link);
         (self.out_w, self.out_h) = (out_w, out_h);
+    }
+
+    /// Folds a crop that lies inside the output into the last link (its
+    /// every pixel is one of the link's, so the link's own bounds and fill
+    /// still decide); false when it cannot (no link, or a box past the
+    /// output: its zeros need a link of their own).
+    fn fold_crop(&mut self, crop: Rect) -> bool {
+        let inside = |start: i64, len: u32, side: u32| start >= 0 && start + i64::from(len) <= i64::from(side);
+        if !inside(crop.left, crop.width, self.out_w) || !inside(crop.top, crop.height, self.out_h) {
+            return false;
+        }
+        let (left, top) = (crop.left, crop.top);
+        match self.links.last_mut() {
+            // Output (x, y) of the crop is (x + left, y + top) of the link.
+            Some(Link::Fixed { a, .. }) => {
+                a[2] += left * a[0] + top * a[1];
+                a[5] += left * a[3] + top * a[4];
+            }
+            Some(Link::Table { cols, rows, .. }) => {
+                let (l, t) = (left as usize, top as usize);
+                *cols = cols[l..l + crop.width as usize].to_vec();
+                *rows = rows[t..t + crop.height as usize].to_vec();
+            }
+            None => return false,
+        }
+        (self.out_w, self.out_h) = (crop.width, crop.height);
+        true
     }
 
     /// A flip of the current output. It never reads outside, so it folds
@@ -243,42 +286,56 @@ impl Chain {
     /// step where it fell outside.
     #[inline]
     pub fn locate(&self, x: u32, y: u32) -> Result<(usize, usize), [u8; 3]> {
-        let (mut x, mut y) = (i64::from(x), i64::from(y));
-        for link in self.links.iter().rev() {
-            match link {
-                Link::Fixed { a, in_w, in_h, fill } => {
-                    let xi = (a[2] + y * a[1] + x * a[0]) >> 16;
-                    let yi = (a[5] + y * a[4] + x * a[3]) >> 16;
-                    if xi < 0 || yi < 0 || xi >= i64::from(*in_w) || yi >= i64::from(*in_h) {
-                        return Err(*fill);
-                    }
-                    (x, y) = (xi, yi);
-                }
-                Link::Table { cols, rows, fill, .. } => {
-                    let (xi, yi) = (cols[x as usize], rows[y as usize]);
-                    if xi < 0 || yi < 0 {
-                        return Err(*fill);
-                    }
-                    (x, y) = (i64::from(xi), i64::from(yi));
-                }
-            }
-        }
-        Ok((x as usize, y as usize))
+        walk(&self.links, i64::from(x), i64::from(y))
     }
 
-    /// The chain's output for the source `img` (`src_w` x `src_h`).
+    /// The chain's output for the source `img` (`src_w` x `src_h`). The
+    /// last link's fixed-point sums step along each row by addition (the
+    /// same integers as its products); the links before it are walked
+    /// pixel by pixel.
     pub fn render(&self, img: &RgbImage) -> RgbImage {
         debug_assert_eq!((img.width, img.height), (self.src_w, self.src_h));
         let mut out = RgbImage::new(self.out_w, self.out_h);
         let iw = img.width as usize;
+        let put = |p: &mut [u8], at: Result<(usize, usize), [u8; 3]>| match at {
+            Ok((sx, sy)) => {
+                let s = (sy * iw + sx) * 3;
+                p.copy_from_slice(&img.pixels[s..s + 3]);
+            }
+            Err(fill) => p.copy_from_slice(&fill),
+        };
+        let Some((last, before)) = self.links.split_last() else {
+            out.pixels.copy_from_slice(&img.pixels);
+            return out;
+        };
         for (y, row) in out.pixels.chunks_exact_mut(self.out_w as usize * 3).enumerate() {
-            for (x, p) in row.chunks_exact_mut(3).enumerate() {
-                match self.locate(x as u32, y as u32) {
-                    Ok((sx, sy)) => {
-                        let s = (sy * iw + sx) * 3;
-                        p.copy_from_slice(&img.pixels[s..s + 3]);
+            let y = y as i64;
+            match last {
+                Link::Fixed { a, in_w, in_h, fill } => {
+                    let (w, h) = (i64::from(*in_w), i64::from(*in_h));
+                    let (mut vx, mut vy) = (a[2] + y * a[1], a[5] + y * a[4]);
+                    for p in row.chunks_exact_mut(3) {
+                        let (xi, yi) = (vx >> 16, vy >> 16);
+                        vx += a[0];
+                        vy += a[3];
+                        let at = if xi < 0 || yi < 0 || xi >= w || yi >= h {
+                            Err(*fill)
+                        } else {
+                            walk(before, xi, yi)
+                        };
+                        put(p, at);
                     }
-                    Err(fill) => p.copy_from_slice(&fill),
+                }
+                Link::Table { cols, rows, fill, .. } => {
+                    let yi = rows[y as usize];
+                    for (p, &xi) in row.chunks_exact_mut(3).zip(cols) {
+                        let at = if xi < 0 || yi < 0 {
+                            Err(*fill)
+                        } else {
+                            walk(before, i64::from(xi), i64::from(yi))
+                        };
+                        put(p, at);
+                    }
                 }
             }
         }
@@ -300,6 +357,87 @@ impl Chain {
             return RgbImage::new(rect.width, rect.height);
         }
         boxed.render(img)
+    }
+}
+
+/// Walks `links` back from their output pixel (`x`, `y`): the source
+/// pixel, or the fill of the link where it fell outside.
+#[inline]
+fn walk(links: &[Link], mut x: i64, mut y: i64) -> Result<(usize, usize), [u8; 3]> {
+    for link in links.iter().rev() {
+        match link {
+            Link::Fixed { a, in_w, in_h, fill } => {
+                let xi = (a[2] + y * a[1] + x * a[0]) >> 16;
+                let yi = (a[5] + y * a[4] + x * a[3]) >> 16;
+                if xi < 0 || yi < 0 || xi >= i64::from(*in_w) || yi >= i64::from(*in_h) {
+                    return Err(*fill);
+                }
+                (x, y) = (xi, yi);
+            }
+            Link::Table { cols, rows, fill, .. } => {
+                let (xi, yi) = (cols[x as usize], rows[y as usize]);
+                if xi < 0 || yi < 0 {
+                    return Err(*fill);
+                }
+                (x, y) = (i64::from(xi), i64::from(yi));
+            }
+        }
+    }
+    Ok((x as usize, y as usize))
+}
+
+/// Which axes `link` mirrors, when it is a flip (or the identity) of the
+/// whole `w` x `h` source onto itself: (horizontal, vertical).
+fn source_flips(link: &Link, w: u32, h: u32) -> Option<(bool, bool)> {
+    let one = 1i64 << 16;
+    let Link::Fixed { a, in_w, in_h, .. } = link else {
+        return None;
+    };
+    let axis = |scale: i64, offset: i64, n: u32| match (scale, offset) {
+        (s, 0) if s == one => Some(false),
+        (s, o) if s == -one && o == (i64::from(n) - 1) * one => Some(true),
+        _ => None,
+    };
+    if (*in_w, *in_h) != (w, h) || a[1] != 0 || a[3] != 0 {
+        return None;
+    }
+    Some((axis(a[0], a[2], w)?, axis(a[4], a[5], h)?))
+}
+
+/// Makes `link` (whose input is `w` x `h`) read through flips of that
+/// input: a mirrored coordinate of a link is the same link with other
+/// constants (`w - 1 - (v >> 16)` is `(w 2^16 - 1 - v) >> 16`), or its
+/// table mirrored. A flip never reads outside, so the link's bounds decide
+/// as before.
+fn fold_flips_after(link: &mut Link, (horizontal, vertical): (bool, bool), (w, h): (u32, u32)) {
+    let one = 1i64 << 16;
+    let mirror = |row: &mut [i64], n: u32| {
+        row[0] = -row[0];
+        row[1] = -row[1];
+        row[2] = i64::from(n) * one - 1 - row[2];
+    };
+    let mirror_table = |table: &mut [i32], n: u32| {
+        for v in table.iter_mut().filter(|v| **v >= 0) {
+            *v = n as i32 - 1 - *v;
+        }
+    };
+    match link {
+        Link::Fixed { a, .. } => {
+            if horizontal {
+                mirror(&mut a[0..3], w);
+            }
+            if vertical {
+                mirror(&mut a[3..6], h);
+            }
+        }
+        Link::Table { cols, rows, .. } => {
+            if horizontal {
+                mirror_table(cols, w);
+            }
+            if vertical {
+                mirror_table(rows, h);
+            }
+        }
     }
 }
 

@@ -119,10 +119,42 @@ fn flips_fold_into_the_previous_link() {
     .unwrap();
     let (chain, taken) = Chain::leading(&steps, 40, 30);
     assert_eq!(taken, steps.len());
-    // Two rotations and the final crop; the flips cost no link.
-    assert_eq!(chain.links.len(), 3, "{chain:?}");
+    // Two rotations; the flips and the final crop (inside) cost no link.
+    assert_eq!(chain.links.len(), 2, "{chain:?}");
     let img = ramp(40, 30);
     assert_eq!(chain.render(&img), Augmenter::new().run_stepwise(img, &steps).unwrap());
+}
+
+/// Seed 000's load (flips of the source, a rotation, the crop) is one
+/// link, at every draw of the flips; a crop past the output (the spec's
+/// final 32x32 crop of a smaller image), or a flip of the source before a
+/// table (a pad), still give the steps' bytes.
+#[test]
+fn source_flips_and_crops_fold_into_their_neighbours() {
+    let (hflip, vflip) = (
+        r#"{"op": "RandomHorizontalFlip", "p": 1.0}"#,
+        r#"{"op": "RandomVerticalFlip", "p": 1.0}"#,
+    );
+    let rotate = r#"{"op": "RandomRotation", "degrees": 30}"#;
+    let pad = r#"{"op": "Pad", "padding": [3, 1], "padding_mode": "reflect"}"#;
+    let crop = r#"{"op": "RandomCrop", "size": [40, 50]}"#;
+    let cases: [(Vec<&str>, (u32, u32), usize); 7] = [
+        (vec![hflip, vflip, rotate], (60, 45), 1),
+        (vec![hflip, rotate, crop], (60, 45), 1),
+        (vec![vflip, rotate], (60, 45), 1),
+        (vec![hflip, vflip, pad], (60, 45), 1),
+        (vec![vflip], (60, 45), 1),
+        (vec![rotate], (23, 17), 2),
+        (vec![hflip, vflip, rotate], (23, 17), 2),
+    ];
+    for (position, (ops, (w, h), links)) in cases.iter().enumerate() {
+        let img = ramp(*w, *h);
+        let steps = steps_of(ops, *w, *h, position as u64).unwrap();
+        let (chain, taken) = Chain::leading(&steps, *w, *h);
+        assert_eq!((taken, chain.links.len()), (steps.len(), *links), "{ops:?}: {chain:?}");
+        let stepwise = Augmenter::new().run_stepwise(img.clone(), &steps).unwrap();
+        assert_eq!(chain.render(&img), stepwise, "{ops:?}");
+    }
 }
 
 #[test]
