@@ -97,7 +97,8 @@ fn gpu_chains_render_the_cpu_bytes_exactly() {
 }
 
 /// Seed 000's heavy load, N = 1 and 12, as the lanes run it: the whole
-/// step list fused into one crop-resize launch reading through the chain.
+/// step list fused: the crop boxes rendered through their chains, then one
+/// crop-resize launch.
 /// Equal to the GPU's own step-by-step result (chains rendered, then the
 /// crop-resize) byte for byte, and within the crop-resize's bound of the
 /// CPU.

@@ -3,8 +3,8 @@
 //! [`Gpu::render_chains`], which renders a batch's chains in one launch,
 //! and [`Gpu::render_masks_at`], which does the same for its masks (a byte
 //! a pixel) into the batch's output.
-//! The fused crop-resize reads through the same links
-//! ([`Gpu::resized_crop_flip_into`]).
+//! The fused crop-resize renders its crop box through the same links
+//! first ([`Gpu::resized_crop_flip_into`]).
 
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use stoker_image::augment::{Chain, Link};

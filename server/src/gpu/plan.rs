@@ -28,7 +28,8 @@ pub(super) enum Role {
 /// How a lane makes one part.
 pub(super) enum Work {
     /// The fused kernel, with the batch's other fused parts: the crop of
-    /// the chain's output, read through the chain, to `size` x `size`.
+    /// the chain's output (its box rendered through the chain in one
+    /// launch for the batch) to `size` x `size`.
     Fused(Chain, GpuCrop, u32),
     /// A round of kernels per step over the batch
     /// ([`super::Gpu::run_steps_batch`]), to `size` x `size`.
