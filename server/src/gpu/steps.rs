@@ -87,9 +87,8 @@ impl Gpu {
                 }
                 let rect = crops[i].rect;
                 let inside = |start: i64, len: u32, side: u32| start >= 0 && start + i64::from(len) <= i64::from(side);
-                if !crops[i].pad
-                    && !(inside(rect.left, rect.width, chain.out_w) && inside(rect.top, rect.height, chain.out_h))
-                {
+                let fits = inside(rect.left, rect.width, chain.out_w) && inside(rect.top, rect.height, chain.out_h);
+                if !(crops[i].pad || fits) {
                     return Err(GpuError::Invalid(format!(
                         "image {i}: crop box {rect:?} is outside its chain's {}x{} output",
                         chain.out_w, chain.out_h
