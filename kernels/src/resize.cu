@@ -204,11 +204,11 @@ extern "C" __global__ void stoker_rrc_flip_u8_hwc(
         if (wy == 0.0f || sy < 0 || sy >= (int)p.src_h) {
             continue;
         }
-        const unsigned char* row = src + (size_t)sy * p.src_pitch - 3 * (long long)p.origin_x;
+        const unsigned char* row = src + (size_t)sy * p.src_pitch;
         float rr = 0.0f, rg = 0.0f, rb = 0.0f;
         for (int x = sx0; x < sx1; ++x) {
             const float wx = stoker_triangle(((float)x - cx) * inv_x);
-            const unsigned char* px = row + 3 * (long long)x;
+            const unsigned char* px = row + 3 * (size_t)(x - p.origin_x);
             rr += wx * (float)px[0];
             rg += wx * (float)px[1];
             rb += wx * (float)px[2];

@@ -78,7 +78,6 @@ impl Gpu {
             .enumerate()
             .filter(|(_, c)| !c.links.is_empty())
             .map(|(i, chain)| {
-                let mut boxed = (*chain).clone();
                 if (chain.src_w, chain.src_h) != (images[i].width, images[i].height) {
                     return Err(GpuError::Invalid(format!(
                         "image {i} is {}x{}, its chain was made for {}x{}",
@@ -86,20 +85,18 @@ impl Gpu {
                     )));
                 }
                 let rect = crops[i].rect;
-                let inside = |start: i64, len: u32, side: u32| start >= 0 && start + i64::from(len) <= i64::from(side);
-                let fits = inside(rect.left, rect.width, chain.out_w) && inside(rect.top, rect.height, chain.out_h);
-                if !(crops[i].pad || fits) {
+                if !(crops[i].pad || rect.inside(chain.out_w, chain.out_h)) {
                     return Err(GpuError::Invalid(format!(
                         "image {i}: crop box {rect:?} is outside its chain's {}x{} output",
                         chain.out_w, chain.out_h
                     )));
                 }
-                if !push_crop(&mut boxed, rect, Interpolation::Nearest) {
-                    return Err(GpuError::Invalid(format!(
-                        "image {i}: its chain's {}x{} output has no crop box {:?}",
-                        chain.out_w, chain.out_h, crops[i].rect
-                    )));
-                }
+                let boxed = chain.cropped(rect).ok_or_else(|| {
+                    GpuError::Invalid(format!(
+                        "image {i}: its chain's {}x{} output has no crop box {rect:?}",
+                        chain.out_w, chain.out_h
+                    ))
+                })?;
                 Ok((i, boxed))
             })
             .collect::<Result<_, _>>()?;
@@ -158,8 +155,6 @@ impl Gpu {
         // the output's size.
         unsafe { self.kernels.rrc_flip_u8_hwc(&self.stream, &params, dst, out_w, out_h) }?;
         drop(guards);
-        drop(rendered_of);
-        drop(rendered);
         Ok(())
     }
 

@@ -213,8 +213,7 @@ impl Chain {
     /// still decide); false when it cannot (no link, or a box past the
     /// output: its zeros need a link of their own).
     fn fold_crop(&mut self, crop: Rect) -> bool {
-        let inside = |start: i64, len: u32, side: u32| start >= 0 && start + i64::from(len) <= i64::from(side);
-        if !inside(crop.left, crop.width, self.out_w) || !inside(crop.top, crop.height, self.out_h) {
+        if !crop.inside(self.out_w, self.out_h) {
             return false;
         }
         let (left, top) = (crop.left, crop.top);
@@ -345,6 +344,16 @@ impl Chain {
     /// The box `rect` of the chain's output (zeros past its edges), as a
     /// crop of the rendered output would cut it, rendering nothing else.
     pub fn render_box(&self, img: &RgbImage, rect: Rect) -> RgbImage {
+        match self.cropped(rect) {
+            Some(boxed) => boxed.render(img),
+            // Only an empty output refuses a crop: all of the box is zeros.
+            None => RgbImage::new(rect.width, rect.height),
+        }
+    }
+
+    /// This chain with the box `rect` of its output cut out (zeros past
+    /// its edges) as its output; `None` when the output is empty.
+    pub fn cropped(&self, rect: Rect) -> Option<Self> {
         let mut boxed = self.clone();
         let crop = Step::CropResize {
             crop: rect,
@@ -352,11 +361,7 @@ impl Chain {
             out_h: rect.height,
             filter: Interpolation::Nearest,
         };
-        if !boxed.push(&crop) {
-            // Only an empty output refuses a crop: all of the box is zeros.
-            return RgbImage::new(rect.width, rect.height);
-        }
-        boxed.render(img)
+        boxed.push(&crop).then_some(boxed)
     }
 }
 
