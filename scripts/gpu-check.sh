@@ -70,6 +70,31 @@ export STOKER_BIN=$PWD/.carry/stoker STOKER_PHOTOS=$PWD/.carry/photos STOKER_GPU
 # webdataset's writer fall back to the standard library's tarfile there).
 export STOKER_TEST_PYTHON=${STOKER_TEST_PYTHON:-$(command -v python3)}
 chmod +x .carry/stoker .carry/integration 2>/dev/null
+
+# The lanes (two, every transform of the core set) and the decoder's
+# single-image path on busy lanes, under each of compute-sanitizer's tools;
+# memcheck also tracks stream-ordered allocations (a write from a stream
+# not ordered after the allocation). About 4 minutes: the whole check runs
+# it (GPU_CHECK_SANITIZE_LANES=0 leaves it out), and
+# `scripts/gpu-check.sh --sanitize-lanes` runs it alone.
+sanitize_lanes() {
+    for tool in memcheck racecheck synccheck; do
+        extra=()
+        [[ $tool == memcheck ]] && extra=(--track-stream-ordered-races all)
+        STOKER_GPU_PARITY_ROUNDS=1 STOKER_GPU_PARITY_IMAGES=24 timeout 240 compute-sanitizer --tool "$tool" "${extra[@]}" \
+            .carry/integration gpu_runner_matches_the_cpu_on_every_transform gpu_single_decodes_on_busy_lanes \
+            --test-threads 1 >"$out/sanitizer-lanes-$tool.log" 2>&1
+        echo "$tool lanes: $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-lanes-$tool.log" || tail -n 2 "$out/sanitizer-lanes-$tool.log") ($(grep -m1 '^test result' "$out/sanitizer-lanes-$tool.log"))"
+    done
+}
+if [[ "${1:-}" == "--sanitize-lanes" ]]; then
+    sanitize_lanes 2>&1 | tee "$out/sanitizer-lanes.log"
+    ! grep -qE "ERROR SUMMARY: [1-9]|RACECHECK SUMMARY: [1-9]|test result: FAILED" "$out"/sanitizer-lanes-*.log
+    exit
+fi
+# The parity tests (tests/integration/gpu_parity.rs) repeat their GPU-vs-CPU
+# comparison: a race that wrongs one decode in hundreds must fail here.
+export STOKER_GPU_PARITY_ROUNDS=${GPU_CHECK_PARITY_ROUNDS:-10}
 .carry/integration gpu device ipc --test-threads 1 --nocapture 2>&1 | tee "$out/gpu-tests.log"
 tests_rc=${PIPESTATUS[0]}
 
@@ -307,6 +332,9 @@ if command -v compute-sanitizer >/dev/null; then
     # address shares.
     cat "$work/mc-worker.out" >>"$out/memcheck-parts.log"
     echo "memcheck masks and views (worker): $(grep -m1 'ERROR SUMMARY' "$work/mc-worker.out" || tail -n 2 "$out/memcheck-parts.log"); $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("%d samples delivered, %d skipped" % (r["samples"], r["skipped"]))' "$work/mc-stream.json" 2>&1)"
+    if [[ ${GPU_CHECK_SANITIZE_LANES:-1} != 0 ]]; then
+        sanitize_lanes
+    fi
     # The client's conversion kernels, every dtype and layout.
     timeout 120 compute-sanitizer --tool memcheck .carry/integration client_device_converts_every_dtype_and_layout \
         --test-threads 1 >"$out/memcheck-client.log" 2>&1
@@ -350,7 +378,7 @@ fi
 
 echo
 echo "=== gpu-check summary ==="
-grep -E "^test result|^gpu-vs-cpu worst|^gpu-worker|^decoded |^client-upload|^gpu-steps|^ipc reader" "$out/gpu-tests.log"
+grep -E "^test result|^gpu-vs-cpu worst|^gpu-worker|^gpu-decode-race:|^decoded |^client-upload|^gpu-steps|^ipc reader" "$out/gpu-tests.log"
 grep -hE "^transform oracle" "$out/transform-oracle.log" 2>/dev/null
 tail -n 1 "$out/transforms-check.log" 2>/dev/null | sed 's/^/transforms-check: /'
 cat "$out/worker-exits.log" 2>/dev/null

@@ -222,14 +222,17 @@ fn visible_device(ordinal: usize) -> String {
 
 /// A directory only this user can enter, for the sockets: under
 /// `$XDG_RUNTIME_DIR` when set (itself private), else the temporary
-/// directory.
+/// directory. Its name carries this process's id (`stoker-PID-XXXXXX`): a
+/// process killed by a signal it cannot catch leaves its directory behind,
+/// and the next start reclaims the directories of processes that are gone.
 fn private_dir() -> Result<tempfile::TempDir, ClientError> {
     let base = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
         .filter(|p| p.is_dir())
         .unwrap_or_else(std::env::temp_dir);
+    reclaim_dirs_of_dead_processes(&base);
     let dir = tempfile::Builder::new()
-        .prefix("stoker-")
+        .prefix(&format!("stoker-{}-", std::process::id()))
         .tempdir_in(&base)
         .map_err(|e| {
             ClientError::Config(format!(
@@ -244,6 +247,43 @@ fn private_dir() -> Result<tempfile::TempDir, ClientError> {
         ))
     })?;
     Ok(dir)
+}
+
+/// Removes the `stoker-PID-*` directories in `base` of this user whose
+/// process no longer runs (Linux: no `/proc/PID`). What cannot be removed
+/// is left, with a debug line: it costs a directory, nothing else.
+fn reclaim_dirs_of_dead_processes(base: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    // This process's /proc entry is owned by its user.
+    let Ok(uid) = std::fs::metadata("/proc/self").map(|m| m.uid()) else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("stoker-"))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let ours = entry.metadata().is_ok_and(|m| m.is_dir() && m.uid() == uid);
+        if !ours || Path::new("/proc").join(pid.to_string()).exists() {
+            continue;
+        }
+        match std::fs::remove_dir_all(entry.path()) {
+            Ok(()) => {
+                tracing::debug!(dir = %entry.path().display(), pid, "removed a dead process's local worker directory")
+            }
+            Err(e) => {
+                tracing::debug!(dir = %entry.path().display(), error = %e, "cannot remove a dead process's local worker directory")
+            }
+        }
+    }
 }
 
 /// A started worker: the process and the pipe that keeps it alive.
@@ -274,7 +314,9 @@ async fn spawn(launch: &Launch) -> Result<Running, ClientError> {
         .process_group(0)
         .kill_on_drop(true);
     if std::env::var_os("STOKER_LOG").is_none() {
-        cmd.env("STOKER_LOG", "warn");
+        // Not the worker's skip summaries (`stoker_skips`): this client
+        // reports the skips it receives, once.
+        cmd.env("STOKER_LOG", "warn,stoker_skips=off");
     }
     let failed = |why: String| ClientError::Config(format!("local {} worker on {addr}: {why}", launch.role));
     let mut child = cmd

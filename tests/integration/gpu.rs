@@ -40,7 +40,7 @@ pub(crate) fn gpu_or_skip(test: &str) -> Option<Gpu> {
 
 /// The photos of `STOKER_PHOTOS`, or `../shared/photos` beside the
 /// checkout; procedural JPEGs when neither exists. (name, jpeg bytes).
-fn photos() -> Vec<(String, Vec<u8>)> {
+pub(crate) fn photos() -> Vec<(String, Vec<u8>)> {
     let dir = std::env::var_os("STOKER_PHOTOS")
         .map(PathBuf::from)
         .unwrap_or_else(|| crate::support::repo_root().join("../shared/photos"));
@@ -75,7 +75,7 @@ fn photo_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-fn mad(a: &[u8], b: &[u8]) -> f64 {
+pub(crate) fn mad(a: &[u8], b: &[u8]) -> f64 {
     assert_eq!(a.len(), b.len());
     let sum: u64 = a.iter().zip(b).map(|(&x, &y)| u64::from(x.abs_diff(y))).sum();
     sum as f64 / a.len() as f64
@@ -628,7 +628,11 @@ pub(crate) async fn worker_info(addr: &str) -> stoker_proto::pb::InfoResponse {
 
 /// Every sample of an epoch with its pixels, and the skipped samples with
 /// their reasons.
-async fn epoch_pixels(addr: &str, dataset: &str, epoch: u64) -> (HashMap<String, Vec<u8>>, Vec<(String, String)>) {
+pub(crate) async fn epoch_pixels(
+    addr: &str,
+    dataset: &str,
+    epoch: u64,
+) -> (HashMap<String, Vec<u8>>, Vec<(String, String)>) {
     let mut config = LoaderConfig::new(vec![addr.to_owned()], dataset, 16, TransformSpec::train(SIZE));
     config.seed = SEED;
     let loader = Loader::connect(config).await.unwrap();

@@ -161,14 +161,30 @@ async fn another_user_cannot_reach_the_local_workers() {
     assert!(refused.contains("Permission denied"), "{refused}");
 }
 
+/// The `stoker-PID-*` socket directories in `base`.
+fn socket_dirs(base: &std::path::Path) -> Vec<String> {
+    let mut dirs: Vec<String> = std::fs::read_dir(base)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("stoker-"))
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// A loader's process killed by SIGKILL takes its local workers with it;
+/// the socket directory it could not remove is reclaimed by the next
+/// loader's start, which leaves nothing behind when it ends.
 #[test]
 fn local_workers_end_with_their_process_even_when_it_is_killed() {
     let (_dir, shards, _) = dataset(40);
+    let runtime = tempfile::tempdir().unwrap();
+    let base = runtime.path().to_str().unwrap();
     let mut run = StreamChild::spawn_addrs_env(
         &[LOCAL],
         &shards,
         &["--batch-size", "8", "--epochs", "50", "--local-threads", "1"],
-        &[("STOKER_LOG", "info")],
+        &[("STOKER_LOG", "info"), ("XDG_RUNTIME_DIR", base)],
     );
     run.wait_for_samples(8, Duration::from_secs(60));
     let pid = run.wait_for_log("local worker started", Duration::from_secs(10));
@@ -179,6 +195,22 @@ fn local_workers_end_with_their_process_even_when_it_is_killed() {
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no pid in {pid:?}"));
     assert!(alive(pid));
+    let left = socket_dirs(runtime.path());
+    assert_eq!(left.len(), 1, "{left:?}");
     run.kill();
     wait_gone(pid, Duration::from_secs(10), "its loader's process was SIGKILLed");
+    assert_eq!(socket_dirs(runtime.path()), left, "SIGKILL leaves the directory");
+    let next = StreamChild::spawn_addrs_env(
+        &[LOCAL],
+        &shards,
+        &["--batch-size", "8", "--epochs", "1", "--local-threads", "1"],
+        &[("XDG_RUNTIME_DIR", base)],
+    )
+    .finish();
+    assert!(next.success(), "{}", next.stderr());
+    assert_eq!(
+        socket_dirs(runtime.path()),
+        Vec::<String>::new(),
+        "the next start reclaims the killed loader's directory and removes its own"
+    );
 }

@@ -390,3 +390,28 @@ except KeyboardInterrupt:
     assert!(took < Duration::from_millis(1500), "Ctrl-C took {took:?}");
     println!("constructor interrupted; process gone {took:?} after SIGINT");
 }
+
+/// `scripts/wheel.sh` on a fresh clone, with no test venv (target/pyenv)
+/// and no `$PYTHON`: it finds a Python with pip on the PATH instead of
+/// failing on the venv that `scripts/test.sh` makes.
+#[test]
+fn wheel_sh_finds_its_python_on_a_fresh_clone() {
+    let clone = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(clone.path().join("scripts")).unwrap();
+    let script = clone.path().join("scripts/wheel.sh");
+    std::fs::copy(crate::support::repo_root().join("scripts/wheel.sh"), &script).unwrap();
+    let out = run_ok(
+        std::process::Command::new("bash")
+            .arg(&script)
+            .arg("--print-python")
+            .env_remove("PYTHON")
+            .current_dir(clone.path()),
+    );
+    let found = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(!found.contains("target/pyenv"), "{found}");
+    let pip = std::process::Command::new(&found)
+        .args(["-m", "pip", "--version"])
+        .output()
+        .unwrap();
+    assert!(pip.status.success(), "{found} has no pip");
+}

@@ -100,6 +100,9 @@ def main():
     assert any("samples skipped" in r.getMessage() and "missing" in r.getMessage() for r in warnings), [
         r.getMessage() for r in records.records
     ]
+    # Said once, by the client: not again by the local worker that skipped.
+    twice = [r.getMessage() for r in warnings if "local worker" in r.getMessage() and "skipped" in r.getMessage()]
+    assert not twice, twice
     del skipping
     print(f"never silent: {e}; {len(warnings)} warnings in the stoker logger")
 

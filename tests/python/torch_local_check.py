@@ -44,7 +44,35 @@ def main():
         assert "batch_size=None" in str(e), e
     else:
         raise AssertionError("a Loader iterated in a DataLoader worker process must refuse")
-    print(f"torch: DataLoader(loader, batch_size=None) over local workers: {len(seen)} samples exactly once")
+    try:
+        next(iter(DataLoader(loader)))
+    except stoker.ConfigError as e:
+        assert "batch_size=None" in str(e), e
+    else:
+        raise AssertionError("DataLoader(loader) without batch_size=None must refuse, not yield [1, B, ...]")
+    assert isinstance(stoker.__version__, str) and stoker.__version__[0].isdigit(), stoker.__version__
+    checked = check_devices(shards)
+    print(
+        f"torch: DataLoader(loader, batch_size=None) over local workers: {len(seen)} samples exactly once; "
+        f"DataLoader(loader) refused; stoker {stoker.__version__}; {checked}"
+    )
+
+
+def check_devices(shards):
+    """On a machine where torch sees no GPU, a CUDA device is a ConfigError
+    naming why (never torch's RuntimeError, never a Rust panic, which
+    `except Exception` would miss); a string torch cannot parse too."""
+    refused = []
+    devices = ["not-a-device"] + ([] if torch.cuda.is_available() else ["cuda", "cuda:0", "cuda:1"])
+    for device in devices:
+        try:
+            stoker.Loader(workers="local", dataset=shards, batch_size=8, image_size=32, device=device)
+        except stoker.ConfigError as e:
+            assert device in str(e), e
+            refused.append(device)
+        else:
+            raise AssertionError(f"device={device!r} was accepted")
+    return f"device refused with ConfigError: {', '.join(refused)}"
 
 
 if __name__ == "__main__":

@@ -65,6 +65,24 @@ fn client_err(e: stoker_client::ClientError) -> PyErr {
     }
 }
 
+/// Runs `f`, a call into the client, turning a panic in it into a
+/// `StokerError` that names `what` and the panic's message: no Rust panic
+/// reaches Python as pyo3's `PanicException`, which `except Exception`
+/// does not catch. (The client's own tasks catch theirs; this is the last
+/// line, at the boundary.)
+fn no_panic<T>(what: &str, f: impl FnOnce() -> T) -> PyResult<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_else(|| "a panic without a message".into());
+        err(format!(
+            "stoker failed while {what}: {message} (a bug in stoker; please report it)"
+        ))
+    })
+}
+
 /// How often a Python thread waiting on the client checks for signals
 /// (Ctrl-C) and hands the client's log to `logging`.
 const SIGNAL_CHECK: Duration = Duration::from_millis(100);
@@ -288,13 +306,16 @@ impl Client {
         let loader = loop {
             let mut slice = || runtime.block_on(async { tokio::time::timeout(SIGNAL_CHECK, &mut connecting).await });
             let waited = py.detach(|| {
-                if uploading {
-                    stoker_client::device::keeping_current_context(slice)
-                } else {
-                    slice()
-                }
+                no_panic("starting the loader", || {
+                    if uploading {
+                        stoker_client::device::keeping_current_context(slice)
+                    } else {
+                        slice()
+                    }
+                })
             });
             logs::flush(py);
+            let waited = waited?;
             match waited {
                 Ok(connected) => break connected.map_err(client_err)?,
                 Err(_) => py.check_signals()?,
@@ -415,13 +436,17 @@ impl Client {
         };
         let runtime = &self.runtime;
         let next = loop {
-            let waited =
-                py.detach(|| runtime.block_on(async { tokio::time::timeout(SIGNAL_CHECK, stream.next_batch()).await }));
+            let waited = py.detach(|| {
+                no_panic("waiting for a batch", || {
+                    runtime.block_on(async { tokio::time::timeout(SIGNAL_CHECK, stream.next_batch()).await })
+                })
+            });
             logs::flush(py);
             match waited {
-                Ok(next) => break Ok(next),
+                Err(e) => break Err(e),
+                Ok(Ok(next)) => break Ok(next),
                 // Lets Ctrl-C raise KeyboardInterrupt while waiting.
-                Err(_) => {
+                Ok(Err(_)) => {
                     if let Err(e) = py.check_signals() {
                         break Err(e);
                     }

@@ -3,14 +3,15 @@
 //!
 //! The batch goes to the hardware JPEG engine when the GPU has one; JPEGs
 //! the engine does not take (progressive...) go to the CUDA backend one by
-//! one. A JPEG the GPU path cannot decode at all (not a JPEG, corrupt,
-//! CMYK or greyscale, over the pixel limit) gets its own error, so the
-//! caller can hand it to the CPU path, which decodes it or skips it with
-//! the CPU worker's reason.
+//! one ([`Singles`]). A JPEG the GPU path cannot decode at all (not a JPEG,
+//! corrupt, CMYK or greyscale, over the pixel limit) gets its own error, so
+//! the caller can hand it to the CPU path, which decodes it or skips it
+//! with the CPU worker's reason.
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtrMut};
 
 use super::device::{Gpu, GpuError, driver};
 use super::nvjpeg::sys::{cudaStream_t, nvjpegImage_t};
@@ -43,6 +44,28 @@ impl DeviceImage {
             )));
         }
         Ok(())
+    }
+}
+
+/// Which of the decoder's paths an image of a batch took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodePath {
+    /// In the batched decode (the hardware engine, when the GPU has one).
+    Batched,
+    /// Alone, on the CUDA backend: a JPEG the engine does not take
+    /// (progressive...), or the retry of a batch that failed.
+    Single,
+    /// Not decoded: its header was refused, or its decode failed.
+    Refused,
+}
+
+impl DecodePath {
+    pub fn name(self) -> &'static str {
+        match self {
+            DecodePath::Batched => "batched",
+            DecodePath::Single => "cuda-single",
+            DecodePath::Refused => "refused",
+        }
     }
 }
 
@@ -83,9 +106,11 @@ pub struct GpuDecoder {
     stream: Arc<CudaStream>,
     /// Batched decode: the hardware engine when there is one.
     batched: Decoder,
+    /// The CUDA backend's handle: headers, and the single-image decodes.
+    default: Arc<Handle>,
     /// Single-image decode on the CUDA backend: JPEGs the engine does not
     /// take, and the retry when a whole batch fails.
-    single: Decoder,
+    singles: Singles,
     /// Asks the hardware engine whether it takes a JPEG.
     support: Option<JpegStream>,
     max_pixels: u64,
@@ -123,7 +148,8 @@ impl GpuDecoder {
             ctx: gpu.ctx.clone(),
             stream: gpu.stream.clone(),
             batched,
-            single: Decoder::new(&default)?,
+            singles: Singles::new(&default, &gpu.ctx)?,
+            default,
             support,
             max_pixels,
         })
@@ -143,7 +169,13 @@ impl GpuDecoder {
     /// work is queued on the decoder's stream; later work on that stream
     /// sees the pixels.
     pub fn decode_batch(&mut self, jpegs: &[&[u8]]) -> Vec<Result<DeviceImage, GpuDecodeError>> {
+        self.decode_routed(jpegs).into_iter().map(|(r, _)| r).collect()
+    }
+
+    /// [`GpuDecoder::decode_batch`], with the path each image took.
+    pub fn decode_routed(&mut self, jpegs: &[&[u8]]) -> Vec<(Result<DeviceImage, GpuDecodeError>, DecodePath)> {
         let mut results: Vec<Option<Result<DeviceImage, GpuDecodeError>>> = (0..jpegs.len()).map(|_| None).collect();
+        let mut paths = vec![DecodePath::Refused; jpegs.len()];
         if let Err(e) = self.ctx.bind_to_thread() {
             let e = GpuError::Driver {
                 what: "binding the context",
@@ -151,7 +183,12 @@ impl GpuDecoder {
             };
             return jpegs
                 .iter()
-                .map(|_| Err(GpuDecodeError::Gpu(GpuError::Invalid(e.to_string()))))
+                .map(|_| {
+                    (
+                        Err(GpuDecodeError::Gpu(GpuError::Invalid(e.to_string()))),
+                        DecodePath::Refused,
+                    )
+                })
                 .collect();
         }
         let mut batch = Vec::new();
@@ -169,10 +206,25 @@ impl GpuDecoder {
                 Err(e) => results[index] = Some(Err(e)),
             }
         }
+        if !batch.is_empty() && self.backend() == Backend::Hardware {
+            // The engine's batched decode writes its outputs from a stream of
+            // nvJPEG's own (its RGB conversion kernel runs there), which is
+            // not ordered after this stream's allocation of them
+            // (compute-sanitizer's stream-ordered race tracking flagged every
+            // such write): the allocations, and the frees of other streams
+            // that the pool may have handed over, complete first.
+            if let Err(e) = self.stream.synchronize() {
+                let reason = format!("waiting for the batch's allocations: {e}");
+                for p in batch.drain(..) {
+                    results[p.index] = Some(Err(GpuDecodeError::Gpu(GpuError::Invalid(reason.clone()))));
+                }
+            }
+        }
         if !batch.is_empty() {
             match self.decode_batched(&mut batch) {
                 Ok(()) => {
                     for p in batch {
+                        paths[p.index] = DecodePath::Batched;
                         results[p.index] = Some(Ok(p.image));
                     }
                 }
@@ -182,13 +234,24 @@ impl GpuDecoder {
             }
         }
         for mut p in singles {
-            let stream = cu_stream(&self.stream);
-            let r = decode_one(&mut self.single, &self.stream, stream, p.data, &mut p.image).map(|()| p.image);
+            let r = self
+                .singles
+                .decode(&self.stream, p.data, &mut p.image)
+                .map(|()| p.image);
+            if r.is_ok() {
+                paths[p.index] = DecodePath::Single;
+            }
             results[p.index] = Some(r);
         }
         results
             .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(GpuDecodeError::Gpu(GpuError::Invalid("image was not decoded".into())))))
+            .zip(paths)
+            .map(|(r, path)| {
+                (
+                    r.unwrap_or_else(|| Err(GpuDecodeError::Gpu(GpuError::Invalid("image was not decoded".into())))),
+                    path,
+                )
+            })
             .collect()
     }
 
@@ -196,7 +259,7 @@ impl GpuDecoder {
     /// the batched backend takes the JPEG.
     fn plan(&mut self, data: &[u8]) -> Result<(DeviceImage, bool), GpuDecodeError> {
         stoker_image::decode::check_jpeg(data, self.max_pixels).map_err(GpuDecodeError::Check)?;
-        let info = self.single.handle().image_info(data).map_err(GpuDecodeError::Header)?;
+        let info = self.default.image_info(data).map_err(GpuDecodeError::Header)?;
         if info.components != 3 {
             return Err(GpuDecodeError::Components(info.components));
         }
@@ -263,25 +326,91 @@ fn cu_stream(stream: &CudaStream) -> cudaStream_t {
     stream.cu_stream() as cudaStream_t
 }
 
-fn decode_one(
-    decoder: &mut Decoder,
-    stream: &CudaStream,
-    raw_stream: cudaStream_t,
-    data: &[u8],
-    image: &mut DeviceImage,
-) -> Result<(), GpuDecodeError> {
-    let pitch = image.pitch as usize;
-    let (ptr, guard) = image.buf.device_ptr_mut(stream);
-    let mut out = nvjpegImage_t::default();
-    out.channel[0] = ptr as *mut u8;
-    out.pitch[0] = pitch;
-    // SAFETY: `out` is a live device allocation of the bound context of
-    // pitch x height bytes for this JPEG's size (pitch = 3 x width), owned
-    // by `image`, and the decode is queued on `stream`, which orders every
-    // later use of it.
-    let r = unsafe { decoder.decode_rgbi(data, &mut out, raw_stream) };
-    drop(guard);
-    r.map_err(GpuDecodeError::Decode)
+/// How many jpeg states the single-image decodes take turns with: while
+/// the GPU still works on one state's decode, the CPU may parse the next
+/// JPEG into the other's staging.
+const SINGLE_STATES: usize = 2;
+
+/// The CUDA backend's single-image decodes, in turns over
+/// [`SINGLE_STATES`] jpeg states.
+///
+/// `nvjpegDecode` is asynchronous with respect to the host: it returns
+/// once its host phase (the Huffman decode of a progressive JPEG, on the
+/// CPU) is done and its device work is queued on the stream. What the
+/// state holds between the two phases (its page-locked staging: nvJPEG's
+/// decoupled API says the same of an attached pinned buffer) must not be
+/// rewritten until that device work has run, and the state's next decode
+/// rewrites it. So a state is used again only once its previous decode has
+/// finished on the stream: each state's `done` event is recorded after its
+/// decode and waited for before the state's next one.
+///
+/// Without the wait, when other lanes kept the GPU busy so that a lane's
+/// stream ran behind its thread, 23 and 6 of 4,720 single decodes (two
+/// runs) came out as a different image
+/// (`gpu_parity::gpu_single_decodes_on_busy_lanes_match_each_decoded_alone`);
+/// with it, none. A global lock around the host calls did not stop it (a
+/// host-side race between lanes), nor did turning off the pool's reuse of
+/// memory across streams (device memory); a wait for the stream after each
+/// decode did.
+#[derive(Debug)]
+struct Singles {
+    states: Vec<SingleState>,
+    next: usize,
+}
+
+#[derive(Debug)]
+struct SingleState {
+    decoder: Decoder,
+    /// Recorded on the stream after the state's last decode (waiting for
+    /// one never recorded returns at once).
+    done: CudaEvent,
+}
+
+impl Singles {
+    fn new(handle: &Arc<Handle>, ctx: &Arc<CudaContext>) -> Result<Self, GpuError> {
+        let states = (0..SINGLE_STATES)
+            .map(|_| {
+                Ok(SingleState {
+                    decoder: Decoder::new(handle)?,
+                    done: ctx
+                        .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                        .map_err(driver("creating a jpeg state's event"))?,
+                })
+            })
+            .collect::<Result<_, GpuError>>()?;
+        Ok(Self { states, next: 0 })
+    }
+
+    /// Decodes `data` into `image` on `stream`, with the next state once
+    /// the decode it last queued has finished.
+    fn decode(&mut self, stream: &CudaStream, data: &[u8], image: &mut DeviceImage) -> Result<(), GpuDecodeError> {
+        let turn = self.next;
+        self.next = (turn + 1) % self.states.len();
+        let state = &mut self.states[turn];
+        state
+            .done
+            .synchronize()
+            .map_err(driver("waiting for a jpeg state's last decode"))?;
+        let pitch = image.pitch as usize;
+        let (ptr, guard) = image.buf.device_ptr_mut(stream);
+        let mut out = nvjpegImage_t::default();
+        out.channel[0] = ptr as *mut u8;
+        out.pitch[0] = pitch;
+        // SAFETY: `out` is a live device allocation of the bound context of
+        // pitch x height bytes for this JPEG's size (pitch = 3 x width), owned
+        // by `image`, and the decode is queued on `stream`, which orders every
+        // later use of it; the state's previous decode has finished (waited
+        // for above), so its staging buffer is free to overwrite.
+        let r = unsafe { state.decoder.decode_rgbi(data, &mut out, cu_stream(stream)) };
+        drop(guard);
+        // Recorded whether or not the decode succeeded: a failed one may
+        // still have queued work that reads the staging.
+        state
+            .done
+            .record(stream)
+            .map_err(driver("recording a jpeg state's decode"))?;
+        r.map_err(GpuDecodeError::Decode)
+    }
 }
 
 impl Gpu {

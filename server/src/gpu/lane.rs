@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use cudarc::driver::{CudaSlice, PinnedHostSlice};
-use tracing::{debug, warn};
+use tracing::{debug, trace, warn};
 
 use super::batch::{At, Awaiting, BatchWork, Made, Render, results};
 use super::chain::MaskRender;
@@ -232,14 +232,15 @@ impl Lane {
         self.counters.batches.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let datas: Vec<&[u8]> = batch.iter().map(|(p, _)| &p.sample.data[..]).collect();
-        let decoded = self.decoder.decode_batch(&datas);
+        let decoded = self.decoder.decode_routed(&datas);
         drop(datas);
         add_elapsed(&self.counters.decode_ns, started);
         let started = Instant::now();
         let mut work = BatchWork::new(n);
         let mut samples = Vec::with_capacity(n);
-        for (i, ((p, fields), d)) in batch.into_iter().zip(decoded).enumerate() {
+        for (i, ((p, fields), (d, path))) in batch.into_iter().zip(decoded).enumerate() {
             let roles = p.parts.iter().map(|part| part.role).collect();
+            trace!(key = %p.sample.key, path = path.name(), "gpu decode");
             match d {
                 Ok(img) if (img.width, img.height) != p.dims => work.fail(
                     i,

@@ -31,7 +31,7 @@ mod runner;
 mod steal;
 mod steps;
 
-pub use decode::{DeviceImage, GpuDecodeError, GpuDecoder};
+pub use decode::{DecodePath, DeviceImage, GpuDecodeError, GpuDecoder};
 pub use device::{Gpu, GpuError, GpuInfo, GpuUnavailable, POOL_KEEP_BYTES, probe};
 pub use lane::{DEFAULT_BATCH_MEMORY, DEFAULT_LANES, DEFAULT_MAX_BATCH, GpuRunnerConfig};
 pub use nvjpeg::Backend;

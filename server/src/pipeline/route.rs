@@ -98,6 +98,7 @@ fn steal_one(ctx: &Arc<WorkerContext>) {
     let Some(stolen) = ctx.gpu.as_ref().and_then(GpuRunner::steal) else {
         return;
     };
+    tracing::trace!(key = %stolen.sample.key, path = "cpu-steal", "gpu decode");
     let raw = stolen.sample.clone_raw();
     let recipe = &stolen.recipe;
     let result = match process_sample_with(

@@ -91,11 +91,17 @@ impl SkipTally {
     }
 }
 
+/// The log target of a worker's per-shard skip summary. A local worker
+/// started by a client turns it off: the client reports the skips it
+/// receives, and the worker's line would say each one twice.
+const SKIPS_TARGET: &str = "stoker_skips";
+
 impl Drop for SkipTally {
     fn drop(&mut self) {
         if let Some((key, reason)) = &self.first {
             let total: u64 = self.counts.values().sum();
             tracing::warn!(
+                target: SKIPS_TARGET,
                 shard = %self.shard,
                 skipped = total,
                 by_kind = %self.counts(),

@@ -38,6 +38,8 @@ when workers fail; rank and world size come from torch.distributed or the
 RANK / WORLD_SIZE environment variables when not given.
 """
 import time
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 from . import transforms
@@ -48,7 +50,14 @@ from .fields import Field
 if TYPE_CHECKING:
     from .loader import Loader
 
-__all__ = ["ConfigError", "Field", "InProcessWorker", "Loader", "StokerError", "doctor", "transforms"]
+__all__ = ["ConfigError", "Field", "InProcessWorker", "Loader", "StokerError", "__version__", "doctor", "transforms"]
+
+try:
+    # The installed distribution's version (Cargo.toml's, through maturin).
+    __version__: str = _version("stoker")
+except PackageNotFoundError:  # imported from a source tree, not installed
+    __version__ = "0+unknown"
+
 
 
 def __getattr__(name: str) -> Any:

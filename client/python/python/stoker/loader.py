@@ -287,6 +287,8 @@ class Loader(_Base):
         self._torch = _torch()
         if self.device != "cpu" and self._torch is None:
             raise ConfigError(f"device={self.device!r} needs torch, which is not installed")
+        if self.device != "cpu":
+            _check_device(self._torch, self.device)
         if self._torch is None and dtype_name == "bfloat16":
             raise ConfigError("dtype bfloat16 needs torch, which is not installed (numpy has no bfloat16)")
         self._dtype_name = dtype_name
@@ -466,6 +468,11 @@ class Loader(_Base):
                     "a stoker.Loader is iterated in a DataLoader worker process: it does its own parallel work "
                     "and yields whole batches, so wrap it as DataLoader(loader, batch_size=None) (num_workers=0)"
                 )
+            if _collated_by_dataloader(sys._getframe(1)):
+                raise ConfigError(
+                    "DataLoader(loader) batches the loader's batches again (images [1, B, 3, H, W]): "
+                    "a stoker.Loader yields whole batches, so wrap it as DataLoader(loader, batch_size=None)"
+                )
         epoch = self._epoch
         # A refused resume (other settings) keeps the loaded position.
         self._positions.clear()
@@ -573,6 +580,39 @@ def _views(views):
             raise ConfigError(f"view {name!r}: {e}") from None
         out.append((str(name), canonical, _pipeline_output(canonical)))
     return out
+
+
+def _collated_by_dataloader(caller) -> bool:
+    """Whether ``caller``, the frame that asked a Loader's iterator for its
+    first batch, is a torch ``DataLoader`` fetcher that batches what it is
+    given (``batch_size`` not None): its ``auto_collation``."""
+    fetcher = caller.f_locals.get("self") if caller is not None else None
+    return (
+        caller is not None
+        and caller.f_code.co_name == "fetch"
+        and type(fetcher).__module__ == "torch.utils.data._utils.fetch"
+        and bool(getattr(fetcher, "auto_collation", False))
+    )
+
+
+def _check_device(torch, device):
+    """Refuses a ``device`` torch cannot use, naming why, before any work:
+    ``torch.device`` parses it, and a CUDA device must be one torch sees."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError) as e:
+        raise ConfigError(f"device={device!r} is not a torch device: {e}") from None
+    if dev.type != "cuda":
+        return
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            f"device={device!r}, but torch sees no usable CUDA device on this machine "
+            f"(torch {torch.__version__}, built for CUDA {torch.version.cuda}); "
+            "use device='cpu', or run where a GPU is"
+        )
+    count = torch.cuda.device_count()
+    if dev.index is not None and dev.index >= count:
+        raise ConfigError(f"device={device!r}, but torch sees {count} CUDA device(s)")
 
 
 def _convert_view(data, size, n, output, torch, device, channels_last):
