@@ -80,10 +80,14 @@ chmod +x .carry/stoker .carry/integration 2>/dev/null
 sanitize_lanes() {
     for tool in memcheck racecheck synccheck; do
         extra=()
+        tests=(gpu_runner_matches_the_cpu_on_every_transform gpu_single_decodes_on_busy_lanes)
         [[ $tool == memcheck ]] && extra=(--track-stream-ordered-races all)
+        # racecheck loses track of nvJPEG's kernel launches from four
+        # threads at once ("Internal Sanitizer Error: ... failure to track
+        # a kernel launch", then no end): the lanes' kernels only.
+        [[ $tool == racecheck ]] && tests=(gpu_runner_matches_the_cpu_on_every_transform)
         STOKER_GPU_PARITY_ROUNDS=1 STOKER_GPU_PARITY_IMAGES=24 timeout 240 compute-sanitizer --tool "$tool" "${extra[@]}" \
-            .carry/integration gpu_runner_matches_the_cpu_on_every_transform gpu_single_decodes_on_busy_lanes \
-            --test-threads 1 >"$out/sanitizer-lanes-$tool.log" 2>&1
+            .carry/integration "${tests[@]}" --test-threads 1 >"$out/sanitizer-lanes-$tool.log" 2>&1
         echo "$tool lanes: $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-lanes-$tool.log" || tail -n 2 "$out/sanitizer-lanes-$tool.log") ($(grep -m1 '^test result' "$out/sanitizer-lanes-$tool.log"))"
     done
 }
