@@ -8,7 +8,7 @@ use stoker_core::{DatasetUri, FormatChoice, RecordFields, ShardFormat};
 
 use crate::progress::Progress;
 use crate::{human_bytes, parse_bytes};
-use stoker_server::pack::{ConvertFrom, PackError, PackSummary, convert, pack, scan_image_folder};
+use stoker_server::pack::{ConvertFrom, PackError, PackSummary, convert, layout_error, pack, scan_image_folder};
 use stoker_server::pool::CpuPool;
 use stoker_server::storage::Storage;
 use stoker_server::synth::{encode_jpeg, imagenet_like_from_photo, procedural};
@@ -65,7 +65,10 @@ pub async fn run_pack(args: PackArgs) -> anyhow::Result<()> {
     let image_folder = match (&input, args.input_format) {
         (DatasetUri::Local(dir), None) => match scan_image_folder(dir) {
             Ok(_) => Some(dir.clone()),
-            Err(PackError::Empty(_)) => None,
+            Err(PackError::Empty(_)) => match layout_error(dir) {
+                Some(e) => return Err(e.into()),
+                None => None,
+            },
             Err(e) => return Err(e).with_context(|| format!("cannot pack {}", dir.display())),
         },
         _ => None,

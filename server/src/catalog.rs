@@ -41,6 +41,14 @@ pub fn select_shards(
     choice: FormatChoice,
     uri: &str,
 ) -> Result<(Vec<ShardRef>, ShardFormat), StorageError> {
+    // Images where shards were expected: a folder that was never packed.
+    let images = files
+        .iter()
+        .filter(|f| {
+            let name = f.name.to_ascii_lowercase();
+            [".jpg", ".jpeg", ".png"].iter().any(|ext| name.ends_with(ext))
+        })
+        .count();
     let (shards, format) = match choice {
         FormatChoice::Given(format) => (files.into_iter().filter(|f| format.lists(&f.name)).collect(), format),
         FormatChoice::Auto => {
@@ -84,10 +92,52 @@ pub fn select_shards(
         };
         return Err(StorageError::Empty {
             uri: uri.to_owned(),
-            what,
+            what: with_pack_hint(what, images, uri),
         });
     }
     Ok((shards, format))
+}
+
+/// `what` a listing without shards found, and, when the place holds
+/// `images` image files, that an image folder is packed first, and how.
+fn with_pack_hint(what: String, images: usize, uri: &str) -> String {
+    if images == 0 {
+        return what;
+    }
+    format!(
+        "{what}; it holds {images} image file(s): an image folder is packed into shards first, \
+         with `stoker pack --input {uri} --output SHARDS_DIR`"
+    )
+}
+
+/// The images one folder down in a local dataset folder (an ImageFolder's
+/// class subfolders), for [`with_pack_hint`]; at most the first 1,000
+/// entries of each are looked at.
+async fn images_in_subfolders(dir: &std::path::Path) -> usize {
+    let mut images = 0;
+    let Ok(mut top) = tokio::fs::read_dir(dir).await else {
+        return 0;
+    };
+    while let Ok(Some(entry)) = top.next_entry().await {
+        if !entry.file_type().await.is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let Ok(mut sub) = tokio::fs::read_dir(entry.path()).await else {
+            continue;
+        };
+        let mut seen = 0;
+        while let Ok(Some(file)) = sub.next_entry().await {
+            seen += 1;
+            if seen > 1000 {
+                break;
+            }
+            let name = file.file_name().to_string_lossy().to_ascii_lowercase();
+            if [".jpg", ".jpeg", ".png"].iter().any(|ext| name.ends_with(ext)) {
+                images += 1;
+            }
+        }
+    }
+    images
 }
 
 /// The dataset's shards in `storage`, sorted by name, and their format:
@@ -110,7 +160,17 @@ pub async fn list_shards(storage: &Storage, uri: &DatasetUri, choice: FormatChoi
     }
     let files = storage.list_files(uri).await?;
     let names: HashSet<String> = files.iter().map(|f| f.name.clone()).collect();
-    let (mut shards, format) = select_shards(files, choice, &uri.to_string())?;
+    let (mut shards, format) = match (select_shards(files, choice, &uri.to_string()), uri) {
+        // A local ImageFolder: its images are one folder down.
+        (Err(StorageError::Empty { uri: shown, what }), DatasetUri::Local(dir)) if !what.contains("image file") => {
+            let images = images_in_subfolders(dir).await;
+            return Err(StorageError::Empty {
+                what: with_pack_hint(what, images, &shown),
+                uri: shown,
+            });
+        }
+        (r, _) => r?,
+    };
     shards.sort_by(|a, b| a.name.cmp(&b.name));
     // Parquet footers, and the record indexes the listing holds (no
     // request for the others).

@@ -34,6 +34,43 @@ fn missing_folder_and_empty_dataset() {
         run.success(),
         &["no shards", empty.path().to_str().unwrap()],
     );
+
+    // An image folder that was never packed: say so, and how to pack it.
+    let images = tempfile::tempdir().unwrap();
+    std::fs::create_dir(images.path().join("cat")).unwrap();
+    std::fs::write(images.path().join("cat/1.jpg"), b"not decoded").unwrap();
+    let run = stream(&[&w], images.path().to_str().unwrap(), ARGS, &[]);
+    assert_one_line_error(
+        &run.stderr(),
+        run.success(),
+        &["no shards", "holds 1 image file(s)", "stoker pack --input"],
+    );
+}
+
+/// `stoker pack` on a flat folder of images, or an empty one: one line
+/// saying the layout it expects and how to pack a flat folder.
+#[test]
+fn pack_names_the_layout_it_expects() {
+    let flat = tempfile::tempdir().unwrap();
+    for i in 0..3 {
+        std::fs::write(flat.path().join(format!("{i}.jpg")), b"not decoded").unwrap();
+    }
+    let empty = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    for (input, needles) in [
+        (flat.path(), &["holds 3 image(s) but no class subfolders", "mkdir"][..]),
+        (empty.path(), &["is empty", "one subfolder per class"][..]),
+    ] {
+        let run = stoker()
+            .args(["pack", "--input", input.to_str().unwrap(), "--output"])
+            .arg(out.path().join("shards"))
+            .output()
+            .unwrap();
+        let mut needles = needles.to_vec();
+        let path = input.display().to_string();
+        needles.push(&path);
+        assert_one_line_error(&String::from_utf8_lossy(&run.stderr), run.status.success(), &needles);
+    }
 }
 
 #[test]

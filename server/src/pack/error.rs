@@ -13,6 +13,19 @@ pub enum PackError {
     NoInput(PathBuf),
     #[error("input folder {0} has no class subfolders with images (jpg, jpeg, png)")]
     Empty(PathBuf),
+    /// Images directly in the input, no class subfolders.
+    #[error(
+        "input folder {dir} holds {images} image(s) but no class subfolders: stoker pack expects one subfolder \
+         per class, as torchvision's ImageFolder ({dir}/cat/1.jpg, {dir}/dog/2.jpg); to pack a flat folder as one \
+         class, move its images into a subfolder (mkdir {dir}/all && mv {dir}/*.* {dir}/all/)"
+    )]
+    Flat { dir: PathBuf, images: usize },
+    /// Nothing in the input at all.
+    #[error(
+        "input folder {0} is empty: stoker pack expects one subfolder per class of images (jpg, jpeg, png), \
+         or shards to convert"
+    )]
+    EmptyFolder(PathBuf),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,

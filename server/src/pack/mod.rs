@@ -96,6 +96,35 @@ pub fn scan_image_folder(input: &Path) -> Result<(Vec<SourceImage>, Vec<String>)
     Ok((images, classes))
 }
 
+/// Why a local folder that is no ImageFolder is no dataset to convert
+/// either, in words a newcomer can act on: images directly in it
+/// ([`PackError::Flat`]) or nothing at all ([`PackError::EmptyFolder`]).
+/// `None` when it may hold shards (the converter then says what it found).
+pub fn layout_error(input: &Path) -> Option<PackError> {
+    let entries: Vec<PathBuf> = std::fs::read_dir(input)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| e.path())
+        .collect();
+    if entries.is_empty() {
+        return Some(PackError::EmptyFolder(input.to_owned()));
+    }
+    let images = entries
+        .iter()
+        .filter(|p| p.is_file())
+        .filter(|p| {
+            p.extension()
+                .map(|e| e.to_string_lossy().to_ascii_lowercase())
+                .is_some_and(|e| matches!(e.as_str(), "jpg" | "jpeg" | "png"))
+        })
+        .count();
+    (images > 0).then(|| PackError::Flat {
+        dir: input.to_owned(),
+        images,
+    })
+}
+
 /// Packs `input` into `format` shards of about `shard_size` bytes under
 /// `output`. `progress` is called after each shard with (samples done,
 /// bytes done).
@@ -495,5 +524,26 @@ mod tests {
         .await
         .unwrap_err();
         assert!(matches!(err, PackError::Empty(_)), "{err}");
+    }
+
+    #[test]
+    fn a_flat_or_empty_folder_is_told_the_layout_pack_expects() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = layout_error(dir.path()).unwrap().to_string();
+        assert!(
+            err.contains("is empty") && err.contains("one subfolder per class"),
+            "{err}"
+        );
+        std::fs::write(dir.path().join("a.jpg"), b"x").unwrap();
+        std::fs::write(dir.path().join("b.PNG"), b"x").unwrap();
+        std::fs::write(dir.path().join("notes.txt"), b"x").unwrap();
+        let err = layout_error(dir.path()).unwrap().to_string();
+        let path = dir.path().display().to_string();
+        assert!(err.contains("holds 2 image(s) but no class subfolders"), "{err}");
+        assert!(err.contains(&format!("mkdir {path}/all")), "{err}");
+        // Shards (or anything else): the converter's to judge.
+        let shards = tempfile::tempdir().unwrap();
+        std::fs::write(shards.path().join("shard-0.tar"), b"x").unwrap();
+        assert!(layout_error(shards.path()).is_none());
     }
 }
