@@ -12,6 +12,7 @@ use std::collections::HashSet;
 
 use futures::StreamExt;
 use stoker_core::{DatasetUri, FormatChoice, ShardFormat, ShardRef};
+use stoker_formats::image::is_image_file_name;
 
 use crate::parquet::{self, ParquetShardError};
 use crate::storage::{Storage, StorageError};
@@ -41,14 +42,6 @@ pub fn select_shards(
     choice: FormatChoice,
     uri: &str,
 ) -> Result<(Vec<ShardRef>, ShardFormat), StorageError> {
-    // Images where shards were expected: a folder that was never packed.
-    let images = files
-        .iter()
-        .filter(|f| {
-            let name = f.name.to_ascii_lowercase();
-            [".jpg", ".jpeg", ".png"].iter().any(|ext| name.ends_with(ext))
-        })
-        .count();
     let (shards, format) = match choice {
         FormatChoice::Given(format) => (files.into_iter().filter(|f| format.lists(&f.name)).collect(), format),
         FormatChoice::Auto => {
@@ -92,7 +85,7 @@ pub fn select_shards(
         };
         return Err(StorageError::Empty {
             uri: uri.to_owned(),
-            what: with_pack_hint(what, images, uri),
+            what,
         });
     }
     Ok((shards, format))
@@ -111,10 +104,10 @@ fn with_pack_hint(what: String, images: usize, uri: &str) -> String {
 }
 
 /// The images one folder down in a local dataset folder (an ImageFolder's
-/// class subfolders), for [`with_pack_hint`]; at most the first 1,000
-/// entries of each are looked at.
+/// class subfolders), for [`with_pack_hint`]; at most 10,000 entries are
+/// looked at.
 async fn images_in_subfolders(dir: &std::path::Path) -> usize {
-    let mut images = 0;
+    let (mut images, mut seen) = (0, 0);
     let Ok(mut top) = tokio::fs::read_dir(dir).await else {
         return 0;
     };
@@ -125,14 +118,12 @@ async fn images_in_subfolders(dir: &std::path::Path) -> usize {
         let Ok(mut sub) = tokio::fs::read_dir(entry.path()).await else {
             continue;
         };
-        let mut seen = 0;
         while let Ok(Some(file)) = sub.next_entry().await {
             seen += 1;
-            if seen > 1000 {
-                break;
+            if seen > 10_000 {
+                return images;
             }
-            let name = file.file_name().to_string_lossy().to_ascii_lowercase();
-            if [".jpg", ".jpeg", ".png"].iter().any(|ext| name.ends_with(ext)) {
+            if is_image_file_name(&file.file_name().to_string_lossy()) {
                 images += 1;
             }
         }
@@ -160,16 +151,20 @@ pub async fn list_shards(storage: &Storage, uri: &DatasetUri, choice: FormatChoi
     }
     let files = storage.list_files(uri).await?;
     let names: HashSet<String> = files.iter().map(|f| f.name.clone()).collect();
-    let (mut shards, format) = match (select_shards(files, choice, &uri.to_string()), uri) {
-        // A local ImageFolder: its images are one folder down.
-        (Err(StorageError::Empty { uri: shown, what }), DatasetUri::Local(dir)) if !what.contains("image file") => {
-            let images = images_in_subfolders(dir).await;
+    let (mut shards, format) = match select_shards(files, choice, &uri.to_string()) {
+        // Images where shards were expected: a folder never packed (a local
+        // ImageFolder's images are one folder down).
+        Err(StorageError::Empty { uri: shown, what }) => {
+            let mut images = names.iter().filter(|n| is_image_file_name(n)).count();
+            if let (0, DatasetUri::Local(dir)) = (images, uri) {
+                images = images_in_subfolders(dir).await;
+            }
             return Err(StorageError::Empty {
                 what: with_pack_hint(what, images, &shown),
                 uri: shown,
             });
         }
-        (r, _) => r?,
+        r => r?,
     };
     shards.sort_by(|a, b| a.name.cmp(&b.name));
     // Parquet footers, and the record indexes the listing holds (no

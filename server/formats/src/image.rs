@@ -36,6 +36,13 @@ impl DecodeError {
 /// above any training image, far below what a forged header can claim.
 pub const DEFAULT_MAX_PIXELS: u64 = 100_000_000;
 
+/// Whether a file named `name` is an image an ImageFolder holds (`stoker
+/// pack` packs them): `.jpg`, `.jpeg` or `.png`, in any case.
+pub fn is_image_file_name(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    [".jpg", ".jpeg", ".png"].iter().any(|ext| name.ends_with(ext))
+}
+
 /// Refuses empty images and images of more than `limit` pixels.
 pub fn check_size(width: u64, height: u64, limit: u64) -> Result<(), DecodeError> {
     if width == 0 || height == 0 {

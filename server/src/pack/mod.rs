@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use stoker_core::{DatasetUri, FormatChoice, RecordFields, ShardFormat};
-use stoker_formats::image::ImageKind;
+use stoker_formats::image::{ImageKind, is_image_file_name};
 
 use crate::pipeline::{ItemSamples, ShardRead};
 
@@ -68,12 +68,12 @@ pub fn scan_image_folder(input: &Path) -> Result<(Vec<SourceImage>, Vec<String>)
             .collect();
         files.sort();
         for path in files {
+            if !is_image_file_name(&path.to_string_lossy()) {
+                continue;
+            }
             let Some(ext) = path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()) else {
                 continue;
             };
-            if !matches!(ext.as_str(), "jpg" | "jpeg" | "png") {
-                continue;
-            }
             let stem = path
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
@@ -112,12 +112,7 @@ pub fn layout_error(input: &Path) -> Option<PackError> {
     }
     let images = entries
         .iter()
-        .filter(|p| p.is_file())
-        .filter(|p| {
-            p.extension()
-                .map(|e| e.to_string_lossy().to_ascii_lowercase())
-                .is_some_and(|e| matches!(e.as_str(), "jpg" | "jpeg" | "png"))
-        })
+        .filter(|p| p.is_file() && is_image_file_name(&p.to_string_lossy()))
         .count();
     (images > 0).then(|| PackError::Flat {
         dir: input.to_owned(),
