@@ -156,14 +156,17 @@ impl GpuRunner {
     /// Lanes without a GPU, for tests of what the pipeline does with the
     /// runner's answers: each lane takes jobs exactly as a GPU lane does
     /// and answers each sample with `answer` (finish it, or hand it back).
+    /// The CPU path may take from their backlog exactly when `steal` says
+    /// ([`StealPolicy::fixed`]).
     #[cfg(test)]
     pub(crate) fn emulated(
         config: GpuRunnerConfig,
+        steal: bool,
         answer: impl Fn(GpuSample, &Recipe) -> GpuResult + Send + Sync + 'static,
     ) -> Self {
         let queue = Arc::new(JobQueue::new(config.max_batch));
         let counters = Arc::new(GpuCounters::default());
-        let policy = Arc::new(StealPolicy::new(config.lanes, Instant::now()));
+        let policy = Arc::new(StealPolicy::fixed(config.lanes, steal));
         let answer = Arc::new(answer);
         let mut lanes = Vec::with_capacity(config.lanes);
         for _ in 0..config.lanes {

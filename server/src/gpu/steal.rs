@@ -46,6 +46,9 @@ const ALPHA: f64 = 0.3;
 #[derive(Debug)]
 pub(super) struct StealPolicy {
     lanes: usize,
+    /// A decision fixed in advance, for tests of the routing (`None`: the
+    /// rules above decide).
+    fixed: Option<bool>,
     state: Mutex<State>,
 }
 
@@ -76,6 +79,7 @@ impl StealPolicy {
     pub(super) fn new(lanes: usize, now: Instant) -> Self {
         Self {
             lanes: lanes.max(1),
+            fixed: None,
             state: Mutex::new(State {
                 rate_steal: None,
                 rate_alone: None,
@@ -94,6 +98,19 @@ impl StealPolicy {
         }
     }
 
+    /// A policy that always answers `steal` wherever the backlog is longer
+    /// than the lanes keep: tests of what the pipeline does with a steal
+    /// (or with none) cannot depend on wall-clock rates, which a loaded
+    /// test machine turns into noise. The rules are tested below, on a
+    /// synthetic clock.
+    #[cfg(test)]
+    pub(super) fn fixed(lanes: usize, steal: bool) -> Self {
+        Self {
+            fixed: Some(steal),
+            ..Self::new(lanes, Instant::now())
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // Plain numbers, consistent after any panic.
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -102,6 +119,9 @@ impl StealPolicy {
     /// Whether a thread may take the newest of `queued` waiting samples
     /// now, `keep` being the backlog the lanes always keep.
     pub(super) fn may_steal(&self, queued: usize, keep: usize, now: Instant) -> bool {
+        if let Some(steal) = self.fixed {
+            return steal && queued > keep;
+        }
         let mut st = self.lock();
         st.roll(now);
         if queued <= keep || !st.window.steal {

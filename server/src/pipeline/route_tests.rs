@@ -139,14 +139,15 @@ fn as_a_lane(sample: &GpuSample, r: &Recipe) -> Result<crate::outcome::Processed
 
 /// Emulated lanes: every third sample is finished as the GPU would
 /// finish it (the CPU path's result), the others are handed back; each
-/// answer takes `delay`, so that a backlog builds up.
-fn handing_back(delay: Duration) -> GpuRunner {
+/// answer takes `delay`, so that a backlog builds up. The CPU pool may
+/// take JPEGs from it exactly when `steal` says.
+fn handing_back(delay: Duration, steal: bool) -> GpuRunner {
     let lanes = GpuRunnerConfig {
         lanes: 1,
         max_batch: 4,
         ..GpuRunnerConfig::default()
     };
-    GpuRunner::emulated(lanes, move |sample: GpuSample, r: &Recipe| {
+    GpuRunner::emulated(lanes, steal, move |sample: GpuSample, r: &Recipe| {
         std::thread::sleep(delay);
         let n: u64 = sample.key.bytes().map(u64::from).sum();
         if n.is_multiple_of(3)
@@ -172,7 +173,7 @@ async fn every_mix_of_gpu_hand_back_and_cpu_paths_delivers_each_sample_once() {
 
     // Three items at once (three clients asking for the shard), as a
     // worker serves them: the lanes' backlog comes from several items.
-    let gpu = Arc::new(WorkerContext::with_gpu(config(2), handing_back(Duration::from_millis(2))).unwrap());
+    let gpu = Arc::new(WorkerContext::with_gpu(config(2), handing_back(Duration::from_millis(3), true)).unwrap());
     let runs = (0..3).map(|_| tokio::spawn(run(Arc::clone(&gpu), uri.clone(), 0, None)));
     for got in futures::future::join_all(runs).await {
         let got = got.unwrap();
@@ -215,52 +216,31 @@ async fn every_mix_of_gpu_hand_back_and_cpu_paths_delivers_each_sample_once() {
     assert_eq!(keys, expected);
 }
 
-/// Lanes much faster than a CPU thread (0.1 ms a sample, answering
-/// with the CPU path's result computed beforehand): the pool takes no
-/// JPEG from their backlog, since it would finish each later than the
-/// lanes reach it (`StealPolicy`'s tail rule). Under the old rule (any
-/// backlog past a batch per lane) idle threads stole here.
+/// The same slow lanes, whose backlog the steal policy keeps for them
+/// (as it does where the lanes would finish each sample sooner than a
+/// thread: `StealPolicy`'s rules are tested on a synthetic clock): the
+/// pool takes no JPEG from it, only the samples the lanes hand back,
+/// and every sample still arrives once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_pool_takes_nothing_the_lanes_would_finish_sooner() {
+async fn the_pool_takes_no_jpeg_the_policy_keeps_for_the_lanes() {
     let dir = tempfile::tempdir().unwrap();
     let uri = dataset(dir.path()).await;
     let cpu = Arc::new(WorkerContext::new(config(2)).unwrap());
-    let reference = Arc::new(run(Arc::clone(&cpu), uri.clone(), 0, None).await);
-    let known = Arc::clone(&reference);
-    let lanes = GpuRunnerConfig {
-        lanes: 1,
-        max_batch: 4,
-        ..GpuRunnerConfig::default()
-    };
-    let fast = GpuRunner::emulated(lanes, move |sample: GpuSample, _: &Recipe| {
-        std::thread::sleep(Duration::from_micros(100));
-        match known.samples.get(&sample.key) {
-            Some((position, pixels)) => GpuResult::Done(crate::outcome::Processed {
-                key: sample.key.clone(),
-                position: *position,
-                label: sample.label,
-                width: 32,
-                height: 32,
-                pixels: pixels.clone().into(),
-                fields: Vec::new(),
-            }),
-            None => GpuResult::Cpu {
-                sample,
-                reason: "emulated hand-back".to_owned(),
-            },
-        }
-    });
-    let gpu = Arc::new(WorkerContext::with_gpu(config(2), fast).unwrap());
+    let reference = run(Arc::clone(&cpu), uri.clone(), 0, None).await;
+    let gpu = Arc::new(WorkerContext::with_gpu(config(2), handing_back(Duration::from_millis(3), false)).unwrap());
     let runs = (0..3).map(|_| tokio::spawn(run(Arc::clone(&gpu), uri.clone(), 0, None)));
     for got in futures::future::join_all(runs).await {
         let got = got.unwrap();
         assert_eq!(got.samples, reference.samples);
         assert_eq!(got.skipped, reference.skipped);
     }
+    let lanes = &gpu.gpu.as_ref().unwrap().counters;
     let stolen = gpu.counters.cpu_jpegs.load(Ordering::Relaxed);
+    assert_eq!(stolen, 0, "the pool took {stolen} jpegs the policy kept for the lanes");
     assert_eq!(
-        stolen, 0,
-        "the pool took {stolen} jpegs the lanes would have finished sooner"
+        lanes.images.load(Ordering::Relaxed) + lanes.to_cpu.load(Ordering::Relaxed),
+        3 * 61,
+        "the lanes answered every jpeg of the three items"
     );
 }
 
@@ -326,7 +306,7 @@ async fn a_panic_in_a_lanes_host_work_hands_the_sample_to_the_cpu_and_the_lane_g
         max_batch: 4,
         ..GpuRunnerConfig::default()
     };
-    let runner = GpuRunner::emulated(lanes, |sample: GpuSample, r: &Recipe| {
+    let runner = GpuRunner::emulated(lanes, false, |sample: GpuSample, r: &Recipe| {
         if sample.key == "a/003" {
             panic!("lane bug on {}", sample.key);
         }
@@ -397,7 +377,7 @@ async fn without_cpu_jpegs_only_what_the_gpu_hands_back_runs_on_the_cpu() {
     let uri = dataset(dir.path()).await;
     let mut gpu_only = config(2);
     gpu_only.cpu_jpegs = false;
-    let ctx = Arc::new(WorkerContext::with_gpu(gpu_only, handing_back(Duration::from_millis(3))).unwrap());
+    let ctx = Arc::new(WorkerContext::with_gpu(gpu_only, handing_back(Duration::from_millis(3), true)).unwrap());
     let got = run(Arc::clone(&ctx), uri, 0, None).await;
     assert_eq!(got.samples.len(), 62);
     assert_eq!(ctx.counters.cpu_jpegs.load(Ordering::Relaxed), 0);
@@ -428,7 +408,7 @@ async fn a_sample_with_a_cpu_step_never_reaches_the_lanes() {
         spec.clone(),
     )
     .await;
-    let ctx = Arc::new(WorkerContext::with_gpu(config(2), handing_back(Duration::from_millis(1))).unwrap());
+    let ctx = Arc::new(WorkerContext::with_gpu(config(2), handing_back(Duration::from_millis(1), true)).unwrap());
     let got = run_spec(Arc::clone(&ctx), uri, 0, None, spec).await;
     assert_eq!(got.samples, reference.samples);
     assert_eq!(got.samples.len(), 62);
@@ -541,7 +521,7 @@ async fn masks_and_views_reach_the_lanes_and_come_back_as_on_the_cpu() {
     // Masks ride the lanes on a `--gpu-only` worker.
     let mut gpu_only = config(2);
     gpu_only.cpu_jpegs = false;
-    let gpu = Arc::new(WorkerContext::with_gpu(gpu_only, handing_back(Duration::from_millis(1))).unwrap());
+    let gpu = Arc::new(WorkerContext::with_gpu(gpu_only, handing_back(Duration::from_millis(1), true)).unwrap());
     let got = run_to_end(Arc::clone(&gpu), masked_item(uri.clone())).await;
     assert_eq!(got.samples, want.samples);
     assert_eq!(got.fields, want.fields);
@@ -559,7 +539,7 @@ async fn masks_and_views_reach_the_lanes_and_come_back_as_on_the_cpu() {
     assert!(done > 0 && back > 0, "{done} done, {back} handed back");
     // On a whole-host GPU worker the CPU pool takes samples with masks;
     // the lanes never see them.
-    let host = Arc::new(WorkerContext::with_gpu(config(2), handing_back(Duration::from_millis(1))).unwrap());
+    let host = Arc::new(WorkerContext::with_gpu(config(2), handing_back(Duration::from_millis(1), true)).unwrap());
     let got = run_to_end(Arc::clone(&host), masked_item(uri)).await;
     assert_eq!((got.samples, got.fields), (want.samples, want.fields));
     let lanes = &host.gpu.as_ref().unwrap().counters;
