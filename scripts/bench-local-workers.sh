@@ -9,19 +9,23 @@
 #
 # Needs target/pyenv with the stoker package (scripts/test.sh makes it) and
 # a release build. Uses ../shared/photos as the source images when present
-# (procedural images otherwise).
+# (procedural images otherwise). Elsewhere (the GPU machine, with what
+# `scripts/gpu-check.sh --stage` carries) name them: BENCH_PY (a Python
+# that imports stoker), BENCH_STOKER (the binary), BENCH_WHEEL_STOKER (the
+# wheel's `stoker` command), BENCH_PHOTOS (a folder of photos).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=${1:-1}
 images=${2:-1024}
 rounds=${3:-3}
-py=target/pyenv/bin/python
-stoker=target/release/stoker
+py=${BENCH_PY:-target/pyenv/bin/python}
+stoker=${BENCH_STOKER:-target/release/stoker}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 photos=()
-[ -d ../shared/photos ] && photos=(--photos ../shared/photos)
+photo_dir=${BENCH_PHOTOS:-../shared/photos}
+[ -d "$photo_dir" ] && photos=(--photos "$photo_dir")
 "$stoker" synth --output "$work/images" --images "$images" --classes 8 --width 500 --height 375 "${photos[@]}" >/dev/null 2>&1
 "$stoker" pack --input "$work/images" --output "$work/shards" --shard-size 8M >/dev/null 2>&1
 
@@ -45,10 +49,9 @@ bench_rate() { # STOKER_BINARY
     "$py" -c 'import json, sys; print(round(json.load(sys.stdin)["images_per_sec"], 1))'
 }
 
-# The wheel's own `stoker` (the code its local workers run) and the release
-# binary, which also links libjpeg-turbo's region decode (the wheel does
-# not: Debian's static libjpeg is not position-independent).
-wheel_stoker=target/pyenv/bin/stoker
+# The wheel's own `stoker` (the code its local workers run: libjpeg-turbo
+# built from source) and the release binary (the system's static libjpeg).
+wheel_stoker=${BENCH_WHEEL_STOKER:-target/pyenv/bin/stoker}
 loader=() wbench=() bench=()
 for r in $(seq "$rounds"); do
   loader+=("$(loader_rate)")
@@ -64,7 +67,7 @@ echo "  stoker bench --device cpu --threads $threads, the wheel's: $mw img/s; ra
 echo "  stoker bench --device cpu --threads $threads, the release binary's: $mb img/s; ratio $(ratio "$ml" "$mb")"
 
 wheel=$(ls target/wheels/stoker-*-abi3-*.whl 2>/dev/null | head -1 || true)
-if [ -n "$wheel" ]; then
+if [ -n "$wheel" ] && [ -z "${BENCH_PY:-}" ]; then
   times=()
   for r in $(seq "$rounds"); do
     python3 -m venv "$work/venv$r"

@@ -33,6 +33,19 @@ if ! command -v cargo >/dev/null; then
     echo "wheel.sh: building the wheel compiles Rust: install a Rust toolchain (https://rustup.rs)" >&2
     exit 1
 fi
+# The worker inside decodes JPEG crops with libjpeg-turbo, built from
+# source with its SIMD: that needs nasm (cmake comes from PyPI as a build
+# requirement). Without nasm on the PATH, Debian's package is extracted
+# under target/tools/deb (scripts/deb-tool.sh, nothing system-wide).
+if ! command -v nasm >/dev/null; then
+    if command -v apt-get >/dev/null && deb=$(scripts/deb-tool.sh nasm 2>/dev/null); then
+        export PATH="$deb/usr/bin:$PATH"
+    else
+        echo "wheel.sh: building the wheel needs nasm (libjpeg-turbo's SIMD): install it" \
+            "(apt-get install nasm, dnf install nasm, brew install nasm)" >&2
+        exit 1
+    fi
+fi
 out=target/wheels
 rm -rf "$out"
 mkdir -p "$out"

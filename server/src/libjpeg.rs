@@ -19,6 +19,11 @@ pub fn enabled() -> bool {
     *ENABLED.get_or_init(|| AVAILABLE && std::env::var("STOKER_JPEG_DECODER").map_or(true, |v| v != "zune"))
 }
 
+// libjpeg-turbo built from source: its static library is linked only
+// when the crate is used.
+#[cfg(feature = "vendored-libjpeg")]
+use turbojpeg_sys as _;
+
 #[cfg(stoker_libjpeg)]
 mod sys {
     use std::ffi::c_char;
