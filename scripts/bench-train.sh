@@ -26,6 +26,10 @@
 #                 (stoker.InProcessWorker, --gpu-only), on GPU 0 in the
 #                 trainer's own CUDA context
 #   stoker-inproc-mix  that worker and the 2 CPU workers, through shared memory
+#   stoker-local  the README's line, Loader(workers="local"): the loader
+#                 runs a GPU worker in the training process (its lanes on
+#                 GPU 0, the trainer's context) and a CPU worker process
+#                 of $(nproc)-1 threads, through shared memory
 #   dali          NVIDIA DALI in the training process on GPU 0 (mixed
 #                 decoder with the crop window, resize, flip, normalise;
 #                 $(nproc)-4 threads) over the same ImageFolder; only when
@@ -49,7 +53,9 @@
 # at least), BENCH_TRAIN_WARMUP (30), BENCH_TRAIN_ARCH
 # (resnet18), BENCH_TRAIN_BATCH (256), BENCH_TRAIN_PREFETCH (8, Stoker's),
 # BENCH_TRAIN_IMAGES (4096 distinct JPEGs), BENCH_TRAIN_COPIES (4),
-# BENCH_TRAIN_TRAINER_CORES (2), BENCH_TRAIN_CASES (a space-separated
+# BENCH_TRAIN_TRAINER_CORES (2), BENCH_TRAIN_PROFILE (1: each case also
+# writes where its GPU time went, profile-CASE-ROUND.json, through
+# torch.profiler: scripts/profile-train.sh), BENCH_TRAIN_CASES (a space-separated
 # subset of the cases above; default: every case but the -net and mix
 # ones), BENCH_TRAIN_CASE_TIMEOUT (100 seconds per
 # training run), BENCH_TRAIN_BUDGET (450 seconds since the start: no round
@@ -210,8 +216,10 @@ run_case() {
     shift 2
     local log="$out/train-$case.log"
     echo "--- round $round: $case" >>"$log"
+    local profile=()
+    [[ ${BENCH_TRAIN_PROFILE:-0} == 1 ]] && profile=(--profile "$out/profile-$case-$round.json")
     timeout "$case_timeout" python3 "$train" --arch "$arch" --batch-size "$batch" --image-size 224 --steps "$steps" \
-        --seconds "$seconds" --warmup "$warmup" --dtype bfloat16 --json "$@" 2>>"$log" | tee -a "$log" | grep '^{' | tail -n 1 |
+        --seconds "$seconds" --warmup "$warmup" --dtype bfloat16 --json "${profile[@]}" "$@" 2>>"$log" | tee -a "$log" | grep '^{' | tail -n 1 |
         python3 -c "import json,sys
 for l in sys.stdin:
     r = json.loads(l); r['case'] = '$case'; r['round'] = $round; print(json.dumps(r))" >>"$results"
@@ -221,7 +229,7 @@ for l in sys.stdin:
 if [[ -n ${BENCH_TRAIN_CASES:-} ]]; then
     read -r -a cases <<<"$BENCH_TRAIN_CASES"
 else
-    cases=(synthetic dataloader stoker-cpu stoker-replay)
+    cases=(synthetic dataloader stoker-cpu stoker-replay stoker-local)
     [[ -n $gpu_worker ]] && cases+=(stoker-gpu)
     [[ -n $gpu0_worker ]] && cases+=(stoker-gpu0)
 fi
@@ -248,6 +256,7 @@ for r in $(seq "$rounds"); do
         dali) run_case "$c" "$r" --loader dali --image-folder "$work/imgs" --dali-threads $((cores > 5 ? cores - 4 : 1)) ;;
         stoker-inproc) run_case "$c" "$r" --loader stoker --in-process-worker "--device cuda --gpu-only" --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-inproc-mix) run_case "$c" "$r" --loader stoker --in-process-worker "--device cuda --gpu-only" --workers "$cpu_workers" --dataset "$work/shards" --prefetch "$prefetch" ;;
+        stoker-local) run_case "$c" "$r" --loader stoker --workers local --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-mix) run_case "$c" "$r" --loader stoker --workers "$gpu0_worker,$cpu_workers" --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-replay) run_case "$c" "$r" --loader stoker --workers "$replay_workers" --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-gpu) run_case "$c" "$r" --loader stoker --workers "$gpu_worker" --dataset "$work/shards" --prefetch "$prefetch" ;;
@@ -274,6 +283,7 @@ names = {
     "stoker-mix": "stoker, GPU worker on GPU 0 + 2 CPU workers, shm",
     "stoker-inproc": "stoker, in-process GPU worker on GPU 0",
     "stoker-inproc-mix": "stoker, in-process GPU worker + 2 CPU workers",
+    "stoker-local": 'stoker, workers="local" (in-process GPU + CPU)',
     "dali": f"DALI in-process on GPU 0, {max(cores - 4, 1)} threads",
     "stoker-replay": "stoker, 2 replay workers (no decode)",
     "stoker-gpu": "stoker, 1 GPU worker on GPU 1",

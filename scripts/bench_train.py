@@ -41,7 +41,11 @@ after --warmup steps:
   the DataLoader, busy only copying and normalising the input. Events are
   read once at the end; nothing synchronises during the measurement.
 
-With --json the last line of stdout is one JSON object with these figures.
+With --profile PATH the measured steps run under torch.profiler (every
+kernel in the process, nvJPEG's and Stoker's included) and PATH gets where
+the GPU time went (scripts/train_profile.py); the rates of such a run are
+not the benchmark's. With --json the last line of stdout is one JSON
+object with these figures.
 torch and torchvision are imported in main(), so ``--help`` works without
 them.
 """
@@ -49,6 +53,8 @@ them.
 import argparse
 import contextlib
 import json
+import os
+import tempfile
 import statistics
 import sys
 import time
@@ -106,6 +112,9 @@ def parse_args(argv=None):
     g.add_argument("--device", default="cuda:0", help="training device (default: cuda:0)")
     g.add_argument("--seed", type=int, default=0, help="augmentation / shuffling seed (default: 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line of stdout")
+    p.add_argument("--profile", metavar="PATH",
+                   help="record the measured steps with torch.profiler and write where the GPU time went to PATH "
+                        "(JSON, scripts/train_profile.py)")
     args = p.parse_args(argv)
 
     if args.loader == "stoker" and not ((args.workers or args.in_process_worker) and args.dataset):
@@ -187,6 +196,16 @@ class StokerSource:
         self.epochs = {"epochs": 0}
         self.it = endless(self.loader, self.epochs)
         self.checked = False
+
+    def profile(self):
+        """The last epoch's samples by worker role (local workers; else by
+        address)."""
+        roles = {w["address"]: w["role"] for w in self.loader.local_workers}
+        by_role = {}
+        for addr, n in ((self.loader.report() or {}).get("workers") or {}).items():
+            role = roles.get(addr, addr)
+            by_role[role] = by_role.get(role, 0) + n
+        return {"by_role": by_role}
 
     def next(self):
         batch = next(self.it)
@@ -336,6 +355,24 @@ class SyntheticSource:
 SOURCES = {"stoker": StokerSource, "dataloader": DataLoaderSource, "dali": DaliSource, "synthetic": SyntheticSource}
 
 
+def write_profile(args, profiler, steps, source_figures):
+    """Where the profiled steps' GPU time went, to --profile (JSON)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import train_profile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = os.path.join(tmp, "trace.json")
+        profiler.export_chrome_trace(trace)
+        figures = train_profile.summarize(trace, steps, steps * args.batch_size, **source_figures)
+    figures["loader"] = args.loader
+    with open(args.profile, "w") as f:
+        json.dump(figures, f, indent=1)
+    print(f"profile: {steps} steps; training kernels {figures.get('train_kernel_ms_per_step', 0):.2f} ms/step, "
+          f"GPU idle {100 * figures.get('gpu_idle_fraction', 0):.1f}%, Stoker's kernels "
+          f"{figures.get('stoker_kernel_us_per_image', 0):.1f} us/image, nvJPEG's "
+          f"{figures.get('nvjpeg_kernel_us_per_image', 0):.1f} us/image -> {args.profile}", flush=True)
+
+
 def main(argv=None):
     args = parse_args(argv)
 
@@ -384,7 +421,11 @@ def main(argv=None):
         Event = torch.cuda.Event
         start = Event(enable_timing=True)
         ready, done, fetch = [], [], []
+        profiler = contextlib.nullcontext()
+        if args.profile:
+            profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
         t0 = time.perf_counter()
+        profiler.__enter__()
         start.record()
         # --steps steps, and more until --seconds have passed; the host may
         # run a few steps ahead of the GPU, and the wall time below waits
@@ -400,7 +441,10 @@ def main(argv=None):
             done[-1].record()
         torch.cuda.synchronize()
         wall = time.perf_counter() - t0
+        profiler.__exit__(None, None, None)
         final_loss = loss.item()
+        if args.profile:
+            write_profile(args, profiler, len(done), getattr(source, "profile", dict)())
     finally:
         source.close()
 

@@ -12,10 +12,18 @@ dest=target/tools/deb/$pkg
 if [ ! -f "$dest/.extracted" ]; then
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
-    (cd "$tmp" && apt-get download -q "$pkg" >/dev/null 2>&1) || {
-        echo "deb-tool.sh: cannot download Debian's $pkg package (apt-get download)" >&2
-        exit 1
-    }
+    # A fresh machine may have no package lists yet: apt-get update once
+    # (as root), then again.
+    if ! (cd "$tmp" && apt-get download -q "$pkg" >/dev/null 2>&1); then
+        if [ "$(id -u)" = 0 ]; then
+            apt-get update -q >/dev/null 2>&1 || true
+        fi
+        (cd "$tmp" && apt-get download -q "$pkg" >/dev/null 2>&1) || {
+            echo "deb-tool.sh: cannot download Debian's $pkg package (apt-get download $pkg):" \
+                "run 'apt-get update' as root first, and check that $pkg is in your apt sources" >&2
+            exit 1
+        }
+    fi
     rm -rf "$dest"
     mkdir -p "$dest"
     dpkg-deb -x "$tmp/${pkg}"_*.deb "$dest"

@@ -54,11 +54,29 @@ wait_for() { # NAME
 venv() { # DIR "MODULES" PACKAGE...: a venv at DIR with PACKAGES, unless MODULES import there
   local dir=$1 modules=$2
   shift 2
+  local python=${VENV_PYTHON:-python3}
   if [ ! -x "$dir/bin/python" ] || ! "$dir/bin/python" -c "import $modules" 2>/dev/null; then
-    echo "==> creating $dir ($*)"
-    python3 -m venv "$dir"
+    echo "==> creating $dir with $python ($*)"
+    if ! "$python" -m venv "$dir"; then
+      echo "error: $python -m venv failed: install Python's venv module (Debian, Ubuntu: apt-get install python3-venv)" >&2
+      return 1
+    fi
     "$dir/bin/pip" install --quiet --disable-pip-version-check "$@"
   fi
+}
+
+# MXNet 1.9.1 needs numpy<1.24, which has no wheels past Python 3.11: its
+# venv takes python3.11, 3.10 or 3.9 where python3 is newer.
+mxnet_python() {
+  local p
+  for p in python3 python3.11 python3.10 python3.9; do
+    if command -v "$p" >/dev/null && "$p" -c 'import sys; sys.exit(not (3, 8) <= sys.version_info[:2] <= (3, 11))'; then
+      echo "$p"
+      return
+    fi
+  done
+  echo "error: MXNet's RecordIO writer (target/mxenv) needs Python 3.8 to 3.11 beside python3 $(python3 -V 2>&1 | cut -d' ' -f2); install one (e.g. apt-get install python3.11-venv, or uv python install 3.11)" >&2
+  return 1
 }
 
 PY_PACKAGES="pillow numpy webdataset prometheus_client dnslib kubernetes-validate tfrecord datasets pyarrow"
@@ -85,8 +103,9 @@ scripts/deb-tool.sh kubernetes-client >/dev/null
 echo "==> in the background: Python venvs (target/pyenv, target/mxenv, target/torchenv) and Docker images"
 # shellcheck disable=SC2086 # lists of package names
 background pyenv venv target/pyenv 'PIL, numpy, webdataset, prometheus_client, dnslib, kubernetes_validate, tfrecord, datasets, pyarrow' $PY_PACKAGES
-# MXNet 1.9.1 needs numpy<1.24.
-background mxenv venv target/mxenv mxnet 'mxnet==1.9.1' 'numpy<1.24'
+# MXNet 1.9.1 needs numpy<1.24 (and a Python it has wheels for).
+mxpython=$(mxnet_python)
+VENV_PYTHON=$mxpython background mxenv venv target/mxenv mxnet 'mxnet==1.9.1' 'numpy<1.24'
 # torch, torchvision and lightning in a venv of their own: the main one
 # stays without torch, for the package's numpy path.
 # shellcheck disable=SC2086

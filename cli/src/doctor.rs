@@ -78,6 +78,7 @@ struct DiagnosisJson {
     target_rate: f64,
     workers: usize,
     workers_for_target: u32,
+    pack_report: Vec<String>,
 }
 
 fn stage_json(s: &StageRate) -> StageJson {
@@ -100,6 +101,7 @@ fn to_json(d: &Diagnosis) -> DiagnosisJson {
         target_rate: d.target_rate,
         workers: d.workers,
         workers_for_target: d.workers_for_target,
+        pack_report: d.pack_report.clone(),
     }
 }
 
@@ -136,6 +138,9 @@ pub fn render(d: &Diagnosis) -> String {
             String::new()
         }
     );
+    for line in &d.pack_report {
+        out += &format!("Dataset: {line}.\n");
+    }
     out
 }
 

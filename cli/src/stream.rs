@@ -66,7 +66,7 @@ pub struct StreamArgs {
     #[arg(long, value_name = "N")]
     pub inflight: Option<usize>,
     /// An epoch's last, incomplete batch: drop it, keep it (partial), or
-    /// fill it up by repeating a sample (pad). With a dataset index every
+    /// fill it up with samples received before (pad). With a dataset index every
     /// rank yields the same number of batches.
     #[arg(long, default_value = "partial", value_name = "drop|partial|pad")]
     pub last_batch: stoker_client::LastBatch,

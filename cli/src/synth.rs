@@ -8,7 +8,9 @@ use stoker_core::{DatasetUri, FormatChoice, RecordFields, ShardFormat};
 
 use crate::progress::Progress;
 use crate::{human_bytes, parse_bytes};
-use stoker_server::pack::{ConvertFrom, PackError, PackSummary, convert, layout_error, pack, scan_image_folder};
+use stoker_server::pack::{
+    ConvertFrom, PackError, PackSummary, check_image_folder, convert, layout_error, pack, scan_image_folder,
+};
 use stoker_server::pool::CpuPool;
 use stoker_server::storage::Storage;
 use stoker_server::synth::{encode_jpeg, imagenet_like_from_photo, procedural};
@@ -45,6 +47,12 @@ pub struct PackArgs {
     /// (MXNet's .rec + .idx) or parquet (Hugging Face's layout).
     #[arg(long, default_value = "wds", value_parser = parse_pack_format, value_name = "wds|tfrecord|recordio|parquet")]
     pub format: ShardFormat,
+    /// ImageFolder input: refuse it if it has any file that is no image (by name,
+    /// contents, or empty) or an image workers would skip (truncated...),
+    /// naming them, and write nothing. Without it such files are left
+    /// out or packed, and reported (also in the dataset's index).
+    #[arg(long)]
+    pub strict: bool,
 }
 
 /// A `--format` for `pack`: a format, not `auto`.
@@ -64,7 +72,21 @@ pub async fn run_pack(args: PackArgs) -> anyhow::Result<()> {
     // anything else is a dataset to convert.
     let image_folder = match (&input, args.input_format) {
         (DatasetUri::Local(dir), None) => match scan_image_folder(dir) {
-            Ok(_) => Some(dir.clone()),
+            Ok(folder) => {
+                if args.strict {
+                    let report = tokio::task::spawn_blocking(move || check_image_folder(&folder))
+                        .await
+                        .context("checking the input's images")??;
+                    if !report.is_empty() {
+                        anyhow::bail!(
+                            "--strict: {} has files stoker pack would not pack as good images; nothing was written:\n  {}",
+                            dir.display(),
+                            report.lines().join("\n  ")
+                        );
+                    }
+                }
+                Some(dir.clone())
+            }
             Err(PackError::Empty(_)) => match layout_error(dir) {
                 Some(e) => return Err(e.into()),
                 None => None,
@@ -73,6 +95,12 @@ pub async fn run_pack(args: PackArgs) -> anyhow::Result<()> {
         },
         _ => None,
     };
+    if args.strict && image_folder.is_none() {
+        anyhow::bail!(
+            "--strict checks an ImageFolder before packing it; {input} is a dataset to convert, whose unreadable \
+             samples are left out and listed (drop --strict)"
+        );
+    }
     let summary = match image_folder {
         Some(dir) => pack_with_progress(&storage, &dir, &output, args.format, args.shard_size).await?,
         None => {
@@ -95,10 +123,16 @@ pub async fn run_pack(args: PackArgs) -> anyhow::Result<()> {
             summary
         }
     };
-    if !summary.skipped.is_empty() {
-        eprintln!("left out {} sample(s) of the input:", summary.skipped.len());
-        for reason in summary.skipped.iter().take(10) {
-            eprintln!("  {reason}");
+    for (problems, what) in [
+        (&summary.report.left_out, "left out"),
+        (&summary.report.flagged, "packed, but workers will skip"),
+    ] {
+        if problems.is_empty() {
+            continue;
+        }
+        eprintln!("{what} {} file(s) of the input: {}", problems.count, problems.reasons());
+        for first in &problems.first {
+            eprintln!("  {first}");
         }
     }
     eprintln!(
@@ -121,7 +155,7 @@ pub async fn pack_with_progress(
     format: ShardFormat,
     shard_size: u64,
 ) -> anyhow::Result<PackSummary> {
-    let total = scan_image_folder(input).ok().map(|(i, _)| i.len() as u64);
+    let total = scan_image_folder(input).ok().map(|f| f.images.len() as u64);
     let mut progress = Progress::new("pack", total);
     let summary = pack(storage, input, output, format, shard_size, |done, bytes| {
         progress.update(done, || format!("  {}", human_bytes(bytes as f64)));

@@ -91,6 +91,10 @@ pub struct WorkerArgs {
     /// used; `cpu` never looks.
     #[arg(long, value_enum, default_value = "auto")]
     pub device: Device,
+    /// GPU worker: the CUDA device to run on, numbered as this process sees
+    /// them (after CUDA_VISIBLE_DEVICES).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub gpu_ordinal: usize,
     /// GPU worker: threads driving the GPU, each with its own CUDA stream
     /// and nvJPEG decoder, so one batch's host work overlaps another's
     /// decode.
@@ -219,7 +223,7 @@ fn start_gpu(args: &WorkerArgs, config: &WorkerConfig) -> anyhow::Result<Option<
         "--gpu-batch-memory must be at least 16M, got {}",
         args.gpu_batch_memory
     );
-    let started = stoker_server::gpu::Gpu::open(0)
+    let started = stoker_server::gpu::Gpu::open(args.gpu_ordinal)
         .map_err(|e| e.to_string())
         .and_then(|gpu| {
             let runner_config = GpuRunnerConfig {

@@ -4,8 +4,10 @@
 //! When the number of batches of an epoch is known (the dataset has an
 //! index), the assembler yields exactly that many, whatever arrives: every
 //! rank of a data-parallel job then takes the same number of steps, even
-//! when samples were skipped as unreadable. Missing samples are made up by
-//! repeating the last one, and counted in [`Batch::padded`].
+//! when samples were skipped as unreadable. Missing samples are made up of
+//! real samples received before them, distinct within a batch as far as
+//! the rank has had them (the epoch wraps, as torch's `DistributedSampler`
+//! pads), and counted in [`Batch::padded`]: the last `padded` of a batch.
 //!
 //! This is the host side: it knows nothing of the GPU. A [`Batch`] is
 //! generic over its device part, which the assembler leaves empty; the
@@ -31,8 +33,8 @@ pub enum LastBatch {
     /// The last batch holds what is left.
     #[default]
     Partial,
-    /// The last batch is filled up by repeating its last sample; the
-    /// repeats are counted in [`Batch::padded`].
+    /// The last batch is filled up with samples received before (distinct
+    /// ones while there are enough); they are counted in [`Batch::padded`].
     Pad,
 }
 
@@ -150,6 +152,16 @@ impl<D> Batch<D> {
     }
 }
 
+/// A received sample kept for padding.
+#[derive(Debug)]
+struct PadSample {
+    pixels: Bytes,
+    label: i64,
+    key: String,
+    fields: Fields,
+    views: Vec<Bytes>,
+}
+
 /// Fills batches of `batch_size` samples (whose device part is a `D`).
 #[derive(Debug)]
 pub(crate) struct Assembler<D> {
@@ -161,8 +173,11 @@ pub(crate) struct Assembler<D> {
     target: Option<u64>,
     next_index: u64,
     current: Option<Batch<D>>,
-    /// The last sample added: what padding repeats.
-    last: Option<(Bytes, i64, String, Fields, Vec<Bytes>)>,
+    /// The samples padding takes, oldest first: the last one outside the
+    /// epoch's last three batches, the last `batch_size` within them (a
+    /// reference to the received bytes each, no copy; held only where
+    /// padding may come, so the shared-memory ring gets its slots back).
+    pool: std::collections::VecDeque<PadSample>,
     /// The views asked for: (name, size).
     views: Vec<(String, u32)>,
     /// Completions waiting for the next batch.
@@ -192,7 +207,7 @@ impl<D> Assembler<D> {
             target,
             next_index: first_index,
             current: None,
-            last: None,
+            pool: std::collections::VecDeque::new(),
             completes: Vec::new(),
             dropped: 0,
             buffers,
@@ -267,7 +282,17 @@ impl<D> Assembler<D> {
             view.pixels.extend_from_slice(pixels);
         }
         // Kept for padding: a reference to the received bytes, no copy.
-        self.last = Some((sample.pixels, sample.label, sample.key, sample.fields, sample.views));
+        let keep = if self.padding_may_come() { self.batch_size } else { 1 };
+        self.pool.push_back(PadSample {
+            pixels: sample.pixels,
+            label: sample.label,
+            key: sample.key,
+            fields: sample.fields,
+            views: sample.views,
+        });
+        while self.pool.len() > keep {
+            self.pool.pop_front();
+        }
         if batch.len() == self.batch_size {
             Ok(Some(self.emit(batch)))
         } else {
@@ -282,20 +307,33 @@ impl<D> Assembler<D> {
         batch
     }
 
-    /// Repeats the last sample until `batch` is full. With no sample to
-    /// repeat (a rank whose share was empty or all skipped, or an epoch
-    /// resumed where only padding was left), pads with black images,
-    /// label -1 and an empty key: padding is masked out either way.
+    /// Whether the pool must hold a batch: from the third batch before
+    /// the end of a known count (a rank short of samples pads its last
+    /// batch with the batch before it, and whole batches after it), or
+    /// always when the count is not known and the policy pads.
+    fn padding_may_come(&self) -> bool {
+        match self.target {
+            Some(target) => self.next_index + 3 >= target,
+            None => self.policy == LastBatch::Pad,
+        }
+    }
+
+    /// Fills `batch` with the pool's samples, oldest first (those received
+    /// before the batch's own) and round again when it holds fewer than
+    /// the batch lacks. With no sample at all (a
+    /// rank whose share was empty or all skipped, or an epoch resumed where
+    /// only padding was left), pads with black images, label -1 and an
+    /// empty key: padding is masked out either way.
     fn pad(&self, batch: &mut Batch<D>) -> Result<(), ClientError> {
-        let blank;
-        let (pixels, label, key, fields, views) = match &self.last {
-            Some((pixels, label, key, fields, views)) => (&pixels[..], *label, key.as_str(), Some(fields), Some(views)),
-            None => {
-                blank = vec![0u8; self.size as usize * self.size as usize * 3];
-                (blank.as_slice(), -1, "", None, None)
-            }
-        };
+        let blank = vec![0u8; self.size as usize * self.size as usize * 3];
+        let mut next = 0usize;
         while batch.len() < self.batch_size {
+            let from = self.pool.get(next % self.pool.len().max(1));
+            next += 1;
+            let (pixels, label, key, fields, views) = match from {
+                Some(p) => (&p.pixels[..], p.label, p.key.as_str(), Some(&p.fields), Some(&p.views)),
+                None => (blank.as_slice(), -1, "", None, None),
+            };
             if !batch.pixels.push(pixels) {
                 return Err(overflow(batch));
             }
@@ -423,7 +461,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn drop_discards_the_tail_and_pad_repeats_the_last_sample() {
+    async fn drop_discards_the_tail_and_pad_fills_it_with_samples_received_before() {
         let mut a = assembler(0, 4, LastBatch::Drop, None, 0);
         push_all(&mut a, 0..1).await;
         assert!(a.finish().await.unwrap().is_empty());
@@ -432,7 +470,7 @@ mod tests {
         push_all(&mut a, 0..2).await;
         let b = a.finish().await.unwrap().pop().unwrap();
         assert_eq!((b.len(), b.padded, b.real()), (4, 2, 2));
-        assert_eq!(b.keys, ["k0", "k1", "k1", "k1"]);
+        assert_eq!(b.keys, ["k0", "k1", "k0", "k1"]);
         assert_eq!(b.image(3), &[1u8; 12]);
         assert_eq!(b.items.len(), 2, "padding belongs to no item");
     }
@@ -468,6 +506,30 @@ mod tests {
         assert_eq!(lens(&out), [(2, 0)]);
         assert!(a.finish().await.unwrap().is_empty());
         assert_eq!(a.dropped, 3);
+    }
+
+    /// A rank short of samples (6 for 3 batches of 4) pads with real
+    /// samples, distinct within each batch: its last partial batch with the
+    /// batch before it, a whole padded batch with the last ones it had.
+    #[tokio::test]
+    async fn padding_is_distinct_real_samples_received_before() {
+        let mut a = assembler(0, 4, LastBatch::Pad, Some(3), 0);
+        let mut out = push_all(&mut a, 0..6).await;
+        out.extend(a.finish().await.unwrap());
+        assert_eq!(lens(&out), [(4, 0), (4, 2), (4, 4)]);
+        assert_eq!(out[1].keys, ["k4", "k5", "k2", "k3"]);
+        assert_eq!(out[1].labels, [4, 5, 2, 3]);
+        assert_eq!(out[1].image(2), &[2u8; 12]);
+        assert_eq!(out[2].keys, ["k2", "k3", "k4", "k5"]);
+        // Far from the end, only the last sample is held (the ring's
+        // slots go back); from the third batch before it, a batch's worth
+        // (10 planned batches of 2: the 15th sample is in the 8th).
+        let mut a = assembler(0, 2, LastBatch::Pad, Some(10), 0);
+        push_all(&mut a, 0..15).await;
+        assert_eq!(a.pool.len(), 2, "the last three batches keep a batch");
+        let mut a = assembler(0, 2, LastBatch::Pad, Some(10), 0);
+        push_all(&mut a, 0..5).await;
+        assert_eq!(a.pool.len(), 1);
     }
 
     #[tokio::test]

@@ -90,6 +90,8 @@ pub struct Diagnosis {
     /// Workers of the measured kind that reach `target_rate`, if the
     /// storage and the transport keep up (see `summary`).
     pub workers_for_target: u32,
+    /// What `stoker pack` left out or flagged in the dataset.
+    pub pack_report: Vec<String>,
 }
 
 /// Decoding this close to the read-only rate is waiting on storage.
@@ -279,6 +281,7 @@ impl Loader {
             target_rate: target,
             workers: n,
             workers_for_target,
+            pack_report: self.pack_report().to_vec(),
         })
     }
 

@@ -56,6 +56,9 @@ pub struct Loader {
     metrics_addr: Option<std::net::SocketAddr>,
     /// The local workers this loader started (`"local"`), stopped with it.
     local: Option<LocalFleet>,
+    /// What `stoker pack` reported of the dataset (its index), a line per
+    /// kind.
+    pack_report: Vec<String>,
 }
 
 impl std::fmt::Debug for Loader {
@@ -202,6 +205,11 @@ impl Loader {
             format = %format,
             "dataset described"
         );
+        // Said once, where the user looks: the dataset is missing files of
+        // its input, or holds images every worker will skip.
+        for line in &described.pack_report {
+            warn!(dataset = %config.dataset, "{line}");
+        }
         let batch_bytes = config.batch_size * (config.transform.size as usize).pow(2) * 3;
         let mut buffers = BatchBuffers::Host(HostPool::new(batch_bytes, config.prefetch + 2));
         let mut uploader = None;
@@ -260,7 +268,15 @@ impl Loader {
             _metrics_stop: metrics_stop,
             metrics_addr,
             local,
+            pack_report: described.pack_report,
         })
+    }
+
+    /// What `stoker pack` left out of the dataset's input or packed
+    /// knowing workers will skip it, a line per kind (from its index;
+    /// empty when there is nothing to say or no index).
+    pub fn pack_report(&self) -> &[String] {
+        &self.pack_report
     }
 
     /// The local workers this loader started and supervises (the

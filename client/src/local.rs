@@ -3,7 +3,11 @@
 //!
 //! - A CPU worker takes the cores the trainer does not use; with a
 //!   training GPU, a GPU worker runs on it too (`--gpu-only`, so it leaves
-//!   the cores to the CPU worker).
+//!   the cores to the CPU worker). Where the caller can start a worker in
+//!   this process ([`LocalWorkers::in_process`]: the Python package), the
+//!   GPU worker runs here, its lanes on the trainer's own (primary) CUDA
+//!   context: two processes on one GPU take turns on it, while work in the
+//!   trainer's process overlaps the training step's, as DALI's does.
 //! - Each listens on a Unix domain socket in a directory of its own that
 //!   only this user may enter (mode 0700; the socket 0600): another user's
 //!   process on a shared node cannot connect, so cannot make them read what
@@ -43,6 +47,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// first up to the last, and back to the first after a run this long.
 const RESTART_PAUSE: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(10));
 const STABLE_RUN: Duration = Duration::from_secs(30);
+/// How often the fleet looks whether its in-process worker still runs.
+const IN_PROCESS_WATCH: Duration = Duration::from_millis(500);
 /// Lines of a worker's standard error kept to explain a failed start.
 const STDERR_TAIL: usize = 20;
 /// What a worker prints once it listens (`stoker worker`).
@@ -63,6 +69,28 @@ pub struct LocalWorkers {
     pub gpu: Option<usize>,
     /// More `stoker worker` flags, for every local worker.
     pub args: Vec<String>,
+    /// Starts the GPU worker inside this process; `None`: as a process.
+    pub in_process: Option<InProcessStart>,
+}
+
+/// A worker running inside this process; dropping it stops it (at once:
+/// its only client is going away).
+pub trait InProcessWorker: Send + Sync {
+    /// Whether it has stopped by itself (its thread ended).
+    fn is_finished(&self) -> bool;
+}
+
+/// Starts a worker inside this process with `stoker worker`'s arguments
+/// and returns once it listens, or with its start-up error. The Python
+/// extension passes `stoker_cli`'s embedded worker: this crate does not
+/// link the worker.
+#[derive(Clone)]
+pub struct InProcessStart(pub Arc<dyn Fn(Vec<String>) -> Result<Box<dyn InProcessWorker>, String> + Send + Sync>);
+
+impl std::fmt::Debug for InProcessStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InProcessStart")
+    }
 }
 
 impl LocalWorkers {
@@ -95,8 +123,11 @@ pub struct LocalWorker {
     pub addr: String,
     /// `cpu` or `gpu`.
     pub role: &'static str,
-    /// Its process now; `None` while it is being started again.
+    /// Its process now (this process for one running in it); `None` while
+    /// it is being started again, or once one in this process stopped.
     pub pid: Option<u32>,
+    /// Whether it runs inside this process.
+    pub in_process: bool,
     /// Times it was started again after dying.
     pub restarts: u32,
 }
@@ -106,8 +137,16 @@ pub struct LocalWorker {
 pub(crate) struct LocalFleet {
     workers: Vec<Arc<Mutex<LocalWorker>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The worker running in this process, if any; stopped on drop.
+    _in_process: Option<Arc<dyn InProcessWorker>>,
     /// The private directory of the sockets; removed last.
     _dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for dyn InProcessWorker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InProcessWorker")
+    }
 }
 
 /// One worker's launch: its arguments and environment.
@@ -140,7 +179,18 @@ impl LocalFleet {
             socket: dir.path().join("cpu.sock"),
             role: "cpu",
         }];
-        if let Some(ordinal) = config.gpu {
+        let mut in_process = None;
+        let mut workers = Vec::new();
+        let mut tasks = Vec::new();
+        if let (Some(ordinal), Some(start)) = (config.gpu, &config.in_process) {
+            let (worker, state) = start_in_process(start, ordinal, &dir.path().join("gpu.sock"), &config.args).await?;
+            tasks.push(tokio::spawn(watch_in_process(
+                Arc::downgrade(&worker),
+                Arc::clone(&state),
+            )));
+            workers.push(state);
+            in_process = Some(worker);
+        } else if let Some(ordinal) = config.gpu {
             launches.push(Launch {
                 command: config.command.clone(),
                 args: worker_args(&["--device", "cuda", "--gpu-only"], &config.args),
@@ -149,8 +199,6 @@ impl LocalFleet {
                 role: "gpu",
             });
         }
-        let mut workers = Vec::new();
-        let mut tasks = Vec::new();
         for launch in launches {
             // Started one after the other: each start's error is its own.
             let running = spawn(&launch).await?;
@@ -159,6 +207,7 @@ impl LocalFleet {
                 role: launch.role,
                 pid: running.child.id(),
                 restarts: 0,
+                in_process: false,
             }));
             info!(worker = %launch.addr(), role = launch.role, pid = ?running.child.id(), "local worker started");
             tasks.push(tokio::spawn(supervise(launch, running, Arc::clone(&state))));
@@ -167,6 +216,7 @@ impl LocalFleet {
         Ok(Self {
             workers,
             tasks,
+            _in_process: in_process,
             _dir: dir,
         })
     }
@@ -198,6 +248,65 @@ impl Drop for LocalFleet {
 impl Launch {
     fn addr(&self) -> String {
         format!("{UNIX_SCHEME}{}", self.socket.display())
+    }
+}
+
+/// Starts the GPU worker in this process on the trainer's device
+/// `ordinal` (numbered as this process sees devices), listening on
+/// `socket`: `--gpu-only` (the CPU worker has the cores), and no grace
+/// period (when the fleet stops, its only client is gone).
+async fn start_in_process(
+    start: &InProcessStart,
+    ordinal: usize,
+    socket: &Path,
+    more: &[String],
+) -> Result<(Arc<dyn InProcessWorker>, Arc<Mutex<LocalWorker>>), ClientError> {
+    let addr = format!("{UNIX_SCHEME}{}", socket.display());
+    let ordinal_arg = ordinal.to_string();
+    let own = [
+        "--listen",
+        &addr,
+        "--device",
+        "cuda",
+        "--gpu-ordinal",
+        &ordinal_arg,
+        "--gpu-only",
+        "--grace-period",
+        "0",
+    ];
+    let args = worker_args(&own, more);
+    let start = start.clone();
+    let failed =
+        |why: String| ClientError::Config(format!("local gpu worker in this process on cuda:{ordinal}: {why}"));
+    // It opens CUDA and nvJPEG before it listens: off the runtime's threads.
+    let worker = tokio::task::spawn_blocking(move || (start.0)(args))
+        .await
+        .map_err(|e| failed(format!("its start panicked: {e}")))?
+        .map_err(failed)?;
+    info!(worker = %addr, ordinal, "local gpu worker started in this process");
+    let state = Arc::new(Mutex::new(LocalWorker {
+        addr,
+        role: "gpu",
+        pid: Some(std::process::id()),
+        restarts: 0,
+        in_process: true,
+    }));
+    Ok((Arc::from(worker), state))
+}
+
+/// Notices the in-process worker's end (an error it could not serve on),
+/// which is not restarted: what failed it would fail it again. Its items
+/// go to the other workers, as a lost worker's do.
+async fn watch_in_process(worker: std::sync::Weak<dyn InProcessWorker>, state: Arc<Mutex<LocalWorker>>) {
+    loop {
+        tokio::time::sleep(IN_PROCESS_WATCH).await;
+        let Some(w) = worker.upgrade() else { return };
+        if w.is_finished() {
+            let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+            s.pid = None;
+            warn!(worker = %s.addr, "the local gpu worker in this process stopped (its error is logged above); its items go to the other workers");
+            return;
+        }
     }
 }
 

@@ -110,6 +110,8 @@ pub(crate) struct Dataset {
     pub indexed: bool,
     /// The format the worker listed the shards as.
     pub format: ShardFormat,
+    /// What `stoker pack` left out or flagged, a line per kind.
+    pub pack_report: Vec<String>,
 }
 
 impl Client {
@@ -135,6 +137,7 @@ impl Client {
             shards: described.shards.into_iter().map(ShardRef::from).collect(),
             indexed: described.indexed,
             format,
+            pack_report: described.pack_report,
         })
     }
 

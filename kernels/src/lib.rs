@@ -24,9 +24,7 @@
 //! client's ([`CONVERT`]), so neither compiles what it does not run.
 //!
 //! [`runtime`] finds CUDA at run time (libcuda, the device, libnvrtc) for
-//! both; [`host`] is the conversion kernels' arithmetic on the host;
-//! [`ipc`] shares device buffers and events between a worker and a client
-//! on one GPU (CUDA IPC).
+//! both; [`host`] is the conversion kernels' arithmetic on the host.
 //!
 //! One job per module: `registry` holds the
 //! sources, kernel names, NVRTC compilation and the PTX cache; `worker`
@@ -44,7 +42,6 @@ mod color;
 mod convert;
 mod error;
 pub mod host;
-pub mod ipc;
 mod launch;
 mod links;
 mod registry;

@@ -15,7 +15,7 @@ use stoker_core::{DatasetUri, FormatChoice, ShardFormat, ShardRef};
 use stoker_formats::image::is_image_file_name;
 
 use crate::parquet::{self, ParquetShardError};
-use crate::storage::{Storage, StorageError};
+use crate::storage::{PackReport, Storage, StorageError};
 
 /// Record index files read at once while a listing counts samples.
 const INDEX_READS_AT_ONCE: usize = 16;
@@ -31,6 +31,8 @@ pub struct Listing {
     pub format: ShardFormat,
     /// Class names by label, from the dataset's index (none without one).
     pub classes: Vec<String>,
+    /// What `stoker pack` left out or flagged, from the dataset's index.
+    pub pack_report: PackReport,
 }
 
 /// Keeps the shards among a listing's `files`. With a format given, the
@@ -140,6 +142,7 @@ async fn images_in_subfolders(dir: &std::path::Path) -> usize {
 pub async fn list_shards(storage: &Storage, uri: &DatasetUri, choice: FormatChoice) -> Result<Listing, StorageError> {
     if let Some(mut index) = storage.read_index(uri).await? {
         let classes = std::mem::take(&mut index.classes);
+        let pack_report = std::mem::take(&mut index.pack_report);
         let (mut shards, format) = select_shards(index.into_shard_refs(), choice, &uri.to_string())?;
         shards.sort_by(|a, b| a.name.cmp(&b.name));
         return Ok(Listing {
@@ -147,6 +150,7 @@ pub async fn list_shards(storage: &Storage, uri: &DatasetUri, choice: FormatChoi
             indexed: true,
             format,
             classes,
+            pack_report,
         });
     }
     let files = storage.list_files(uri).await?;
@@ -199,6 +203,7 @@ pub async fn list_shards(storage: &Storage, uri: &DatasetUri, choice: FormatChoi
         indexed,
         format,
         classes: Vec::new(),
+        pack_report: PackReport::default(),
     })
 }
 

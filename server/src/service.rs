@@ -303,6 +303,7 @@ impl Worker for WorkerService {
             shards: listing.shards.iter().map(pb::ShardInfo::from).collect(),
             indexed: listing.indexed,
             format: pb::ShardFormat::from(listing.format) as i32,
+            pack_report: listing.pack_report.lines(),
         }))
     }
 

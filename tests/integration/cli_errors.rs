@@ -73,6 +73,41 @@ fn pack_names_the_layout_it_expects() {
     }
 }
 
+/// `stoker pack --strict` refuses a folder holding a file that is no image
+/// or an image workers would skip, naming each, and writes nothing.
+#[test]
+fn pack_strict_refuses_bad_files_and_writes_nothing() {
+    let images = tempfile::tempdir().unwrap();
+    crate::support::synth_images(images.path(), 4, 2, 64, 48);
+    std::fs::write(images.path().join("class_000/zz_empty.jpg"), b"").unwrap();
+    std::fs::write(images.path().join("class_001/notes.txt"), b"notes").unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let shards = out.path().join("shards");
+    let run = stoker()
+        .args([
+            "pack",
+            "--strict",
+            "--input",
+            images.path().to_str().unwrap(),
+            "--output",
+        ])
+        .arg(&shards)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "{stderr}");
+    for needle in [
+        "--strict",
+        "nothing was written",
+        "left out 2 file(s) of the input: 1 empty file, 1 not an image file name",
+        "zz_empty.jpg: empty file",
+        "notes.txt: not an image file name",
+    ] {
+        assert!(stderr.contains(needle), "{needle:?} not in:\n{stderr}");
+    }
+    assert!(!shards.join("stoker-index.json").exists());
+}
+
 #[test]
 fn missing_bucket_missing_prefix_and_bad_credentials() {
     let s3 = S3Server::start();

@@ -10,7 +10,11 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use stoker_client::{LOCAL, Loader, LoaderConfig, LocalWorkers, TransformSpec};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use stoker_cli::embedded::EmbeddedWorker;
+use stoker_client::{InProcessStart, InProcessWorker, LOCAL, Loader, LoaderConfig, LocalWorkers, TransformSpec};
 
 use crate::support::{StreamChild, Worker, image_folder_keys, pack, signal, stoker_bin, synth_images};
 
@@ -115,6 +119,111 @@ async fn local_workers_beside_a_remote_one_deliver_exactly_once_through_a_kill_a
     while dir.exists() {
         assert!(Instant::now() < deadline, "{} outlived its loader", dir.display());
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A worker started in this process, as the Python package starts the GPU
+/// worker of `"local"`; notes when the fleet has stopped and joined it.
+struct InProcess {
+    worker: Option<EmbeddedWorker>,
+    joined: Arc<AtomicBool>,
+}
+
+impl InProcessWorker for InProcess {
+    fn is_finished(&self) -> bool {
+        self.worker.as_ref().is_none_or(EmbeddedWorker::is_finished)
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        // EmbeddedWorker's drop stops it and waits for its thread.
+        drop(self.worker.take());
+        self.joined.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Starts the worker in this process with `stoker worker`'s arguments,
+/// `--device cuda` turned into `--device cpu` where `on_cpu` (no GPU here).
+fn in_process(on_cpu: bool, joined: Arc<AtomicBool>) -> InProcessStart {
+    InProcessStart(Arc::new(move |args: Vec<String>| {
+        let args = args
+            .into_iter()
+            .map(|a| if on_cpu && a == "cuda" { "cpu".to_owned() } else { a });
+        let worker = EmbeddedWorker::start(args).map_err(|e| format!("{e:#}"))?;
+        Ok(Box::new(InProcess {
+            worker: Some(worker),
+            joined: Arc::clone(&joined),
+        }) as Box<dyn InProcessWorker>)
+    }))
+}
+
+/// The GPU worker of `"local"` started inside this process (as the Python
+/// package does, its lanes then on the trainer's CUDA context), here on
+/// the CPU: it listens on its own socket in the private directory, writes
+/// into the loader's shared-memory ring, serves beside the CPU worker
+/// process, and is stopped and joined when the loader drops. Where no GPU
+/// can be used, asking for it fails the loader naming why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_worker_in_this_process_serves_through_the_ring_and_stops_with_the_loader() {
+    let (_dir, shards, keys) = dataset(60);
+    let joined = Arc::new(AtomicBool::new(false));
+    let mut config = local_config(vec![LOCAL.into()], &shards);
+    let local = config.local.as_mut().unwrap();
+    local.gpu = Some(0);
+    local.in_process = Some(in_process(true, Arc::clone(&joined)));
+    let loader = Loader::connect(config).await.unwrap();
+    let workers = loader.local_workers();
+    let inside = workers.iter().find(|w| w.in_process).expect("a worker in this process");
+    let outside = workers.iter().find(|w| !w.in_process).expect("a worker process");
+    assert_eq!(
+        (inside.role, inside.pid),
+        ("gpu", Some(std::process::id())),
+        "{workers:?}"
+    );
+    assert!(inside.addr.ends_with("/gpu.sock"), "{inside:?}");
+    assert_eq!(outside.role, "cpu");
+    assert_ne!(outside.pid, Some(std::process::id()));
+
+    let expected: BTreeMap<String, i64> = keys.into_iter().collect();
+    let mut stream = loader.epoch(0).unwrap();
+    let mut got = BTreeMap::new();
+    while let Some(batch) = stream.next_batch().await {
+        let batch = batch.unwrap();
+        for (key, label) in batch.keys.iter().zip(&batch.labels) {
+            assert!(got.insert(key.clone(), *label).is_none(), "{key} twice");
+        }
+    }
+    assert_eq!(got, expected, "every sample exactly once");
+    let report = stream.report();
+    let mine = report.workers.iter().find(|w| w.addr == inside.addr).unwrap();
+    assert!(mine.samples > 0 && mine.ring_samples > 0, "{:?}", report.workers);
+    drop(stream);
+
+    assert!(!joined.load(Ordering::SeqCst));
+    let dir = std::path::Path::new(inside.addr.strip_prefix("unix:").unwrap())
+        .parent()
+        .unwrap()
+        .to_owned();
+    drop(loader);
+    assert!(joined.load(Ordering::SeqCst), "the loader's drop stopped and joined it");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while dir.exists() {
+        assert!(Instant::now() < deadline, "{} outlived its loader", dir.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // Without a GPU the worker's own start error reaches the caller.
+    if stoker_client::device::probe(0).is_err() {
+        let mut config = local_config(vec![LOCAL.into()], &shards);
+        let local = config.local.as_mut().unwrap();
+        local.gpu = Some(0);
+        local.in_process = Some(in_process(false, Arc::new(AtomicBool::new(false))));
+        let err = Loader::connect(config).await.unwrap_err().to_string();
+        assert!(
+            err.contains("local gpu worker in this process on cuda:0") && err.contains("no usable gpu"),
+            "{err}"
+        );
     }
 }
 

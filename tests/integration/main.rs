@@ -26,7 +26,6 @@ mod gpu_chain;
 mod gpu_parity;
 mod gpu_parts;
 mod gpu_steps;
-mod ipc;
 mod lifecycle;
 mod local;
 mod memory;

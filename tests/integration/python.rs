@@ -169,8 +169,13 @@ fn the_python_package_raises_past_the_error_budget_and_pads_within_it() {
     let images = dir.path().join("images");
     let shards = dir.path().join("shards");
     synth_images(&images, 20, 2, 64, 48);
-    // One image that is not a JPEG at all, under a name that says it is.
-    std::fs::write(images.join("class_001/zz_broken.jpg"), b"this is not a jpeg").unwrap();
+    // One image that is no JPEG past its magic bytes, under a name that
+    // says it is one (pack flags it and packs it; workers skip it).
+    std::fs::write(
+        images.join("class_001/zz_broken.jpg"),
+        b"\xff\xd8\xff this is not a jpeg",
+    )
+    .unwrap();
     pack(&images, shards.to_str().unwrap(), "1M", &[]);
     let w = Worker::start(1);
     let script = r#"

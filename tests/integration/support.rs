@@ -340,7 +340,8 @@ pub fn synth_images(dir: &Path, images: usize, classes: usize, width: u32, heigh
 }
 
 /// `stoker pack` of an ImageFolder to `output`.
-pub fn pack(input: &Path, output: &str, shard_size: &str, env: &[(&'static str, String)]) {
+/// `stoker pack`, which must succeed; its output (the report on stderr).
+pub fn pack(input: &Path, output: &str, shard_size: &str, env: &[(&'static str, String)]) -> std::process::Output {
     let mut cmd = stoker();
     cmd.args([
         "pack",
@@ -354,7 +355,7 @@ pub fn pack(input: &Path, output: &str, shard_size: &str, env: &[(&'static str, 
     for (k, v) in env {
         cmd.env(k, v);
     }
-    run_ok(&mut cmd);
+    run_ok(&mut cmd)
 }
 
 /// The keys and labels an ImageFolder holds, as pack names them.

@@ -42,7 +42,9 @@ fn a_torch_dataloader_iterates_a_loader_over_local_workers_with_a_torchvision_co
 
 #[test]
 fn train_ddp_under_torchrun_trains_on_every_sample_once_across_two_ranks() {
-    let (dir, shards, keys) = dataset(64);
+    // 61 samples: the ranks' shares cannot both fill batches of 8, so at
+    // least one rank pads (the example's `last_batch="pad"`).
+    let (dir, shards, keys) = dataset(61);
     let out_dir = dir.path().join("keys");
     std::fs::create_dir(&out_dir).unwrap();
     let out = run_ok(
@@ -89,6 +91,28 @@ fn train_ddp_under_torchrun_trains_on_every_sample_once_across_two_ranks() {
         let got: std::collections::BTreeSet<&str> = seen.keys().map(String::as_str).collect();
         assert_eq!(got, expected, "epoch {epoch}: every sample once across the ranks");
     }
+    // Padding: real samples of the dataset, distinct within each batch,
+    // and left out of the keys trained on (above).
+    let mut padded = 0;
+    for r in &ranks {
+        for epoch in r["padding"].as_array().unwrap() {
+            for batch in epoch.as_array().unwrap() {
+                let pads: Vec<&str> = batch.as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect();
+                let distinct: std::collections::BTreeSet<&str> = pads.iter().copied().collect();
+                assert_eq!(
+                    distinct.len(),
+                    pads.len(),
+                    "a sample twice in one batch's padding: {pads:?}"
+                );
+                assert!(
+                    pads.iter().all(|k| expected.contains(k)),
+                    "padding that is no sample: {pads:?}"
+                );
+                padded += pads.len();
+            }
+        }
+    }
+    assert!(padded > 0, "61 samples in batches of 8 on 2 ranks: some rank pads");
 }
 
 /// Keys each rank trained on in epoch 0, from `train_lightning.py

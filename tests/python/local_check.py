@@ -6,7 +6,8 @@ never-silent contract with no worker started by hand:
 - an epoch whose every sample is skipped raises StokerError naming the
   reason, and the skips reach the `stoker` logger at WARNING;
 - settings that cannot work raise ConfigError (a StokerError and a
-  ValueError): an address without a port, an unknown last_batch;
+  ValueError): an address without a port, an unknown last_batch, a local
+  GPU worker on a machine without a GPU;
 - "txt?", "txt?:bytes" and Field("txt", optional=True) are one spelling;
 - a peer that is not a Stoker worker is named as such.
 
@@ -122,6 +123,15 @@ def main():
         stoker.ConfigError,
         "relative path",
     )
+    if not os.path.exists("/dev/nvidiactl"):
+        # No GPU here: a GPU worker asked for in this process says why it
+        # cannot start (CUDA is loaded at run time), never a panic.
+        raises(
+            lambda: stoker.Loader(workers="local", dataset=relative, batch_size=8, local_threads=1, local_gpu=0),
+            stoker.ConfigError,
+            "local gpu worker in this process on cuda:0",
+            "no usable gpu",
+        )
     print("config errors: ConfigError (StokerError, ValueError) naming the setting")
 
     # One spelling for an optional field, in Python as in the CLI.

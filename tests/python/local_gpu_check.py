@@ -1,25 +1,65 @@
-"""Checks `Loader(workers="local")` on a CUDA machine: the loader starts a
-GPU worker on the training device beside a CPU worker, an epoch arrives on
-the device exactly once, and both workers served. Run by
-scripts/gpu-check.sh.
+"""Checks `Loader(workers="local")` on a CUDA machine: the loader runs a GPU
+worker inside this process (its lanes on torch's own CUDA context) beside
+a CPU worker process; two epochs arrive on the device exactly once, both
+workers served, and every sample's pixels equal the host path's (a CPU
+worker's, same seed, deterministic) within the decoders' rounding. It
+prints the device memory used before the loader, with it, and after it
+was dropped. Run by scripts/gpu-check.sh.
 
 usage: local_gpu_check.py DATASET EXPECTED_COUNT
 """
 
+import gc
+import os
+import subprocess
 import sys
 import time
 
+import numpy as np
 import torch
 
 import stoker
 
+SEED = 5
+# Mean absolute difference of one sample's uint8 pixels, GPU lanes against
+# the CPU path: nvJPEG and the CPU decoders round differently (about 0.2
+# a pixel, 1.3 at worst); a wrong image is tens.
+WORST_MAD = 2.0
+
+
+def device_used_mib():
+    """This GPU's used memory as the driver counts it (every context)."""
+    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+                         capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[0])
+
+
+def epoch_pixels(loader):
+    """key -> uint8 HWC numpy pixels of one epoch, failing on a repeat."""
+    seen = {}
+    for b in loader:
+        images = b["image"]
+        if hasattr(images, "cpu"):
+            images = images.cpu()
+        images = np.asarray(images)
+        for k, img in zip(b["key"], images):
+            assert k not in seen, f"{k} twice"
+            seen[k] = img
+    return seen
+
 
 def main():
     dataset, expected = sys.argv[1], int(sys.argv[2])
+    # torch's context first: what the loader adds is then its own.
+    torch.zeros(1, device="cuda:0")
+    torch.cuda.synchronize()
+    before = device_used_mib()
     loader = stoker.Loader(workers="local", dataset=dataset, batch_size=256, image_size=224, device="cuda:0",
                            dtype=torch.bfloat16, mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
-    roles = sorted(w["role"] for w in loader.local_workers)
-    assert roles == ["cpu", "gpu"], loader.local_workers
+    workers = {w["role"]: w for w in loader.local_workers}
+    assert sorted(workers) == ["cpu", "gpu"], loader.local_workers
+    assert workers["gpu"]["in_process"] and workers["gpu"]["pid"] == os.getpid(), workers["gpu"]
+    assert not workers["cpu"]["in_process"] and workers["cpu"]["pid"] != os.getpid(), workers["cpu"]
     for epoch in range(2):
         seen = set()
         t0 = time.perf_counter()
@@ -35,7 +75,37 @@ def main():
         print(f"local-gpu epoch {epoch}: {len(seen)} samples exactly once on cuda, {rate:.0f} img/s; "
               f"per worker {report['workers']}", flush=True)
     assert all(n > 0 for n in report["workers"].values()), report["workers"]
-    print("local-gpu: ok (a GPU and a CPU local worker, both served)")
+    held = device_used_mib()
+    del loader, b
+    gc.collect()
+    torch.cuda.synchronize()
+    after = device_used_mib()
+    print(f"local-gpu: device memory used {before:.0f} MiB before, {held:.0f} with the loader, "
+          f"{after:.0f} after it was dropped", flush=True)
+
+    # Pixels: the in-process GPU worker alone (no CPU worker: local_threads
+    # cannot be 0, so a GPU worker beside a tiny CPU one is compared key by
+    # key only where the GPU lanes made the sample) against the host path.
+    on_gpu = stoker.Loader(workers="local", dataset=dataset, batch_size=64, image_size=224, device="cuda:0",
+                           seed=SEED, deterministic=True, local_threads=1)
+    gpu_pixels = epoch_pixels(on_gpu)
+    by_worker = on_gpu.report()["workers"]
+    del on_gpu
+    gc.collect()
+    on_cpu = stoker.Loader(workers="local", dataset=dataset, batch_size=64, image_size=224, device="cpu",
+                           seed=SEED, deterministic=True, local_gpu=False)
+    cpu_pixels = epoch_pixels(on_cpu)
+    del on_cpu
+    assert set(gpu_pixels) == set(cpu_pixels) and len(gpu_pixels) == expected, (len(gpu_pixels), len(cpu_pixels))
+    mads = sorted(((np.abs(gpu_pixels[k].astype(np.int16) - cpu_pixels[k].astype(np.int16)).mean(), k)
+                   for k in gpu_pixels), reverse=True)
+    worst, key = mads[0]
+    median = mads[len(mads) // 2][0]
+    print(f"local-gpu pixels: {len(mads)} samples (per worker {by_worker}) against the cpu path: "
+          f"median mad {median:.2f}, worst {worst:.2f} ({key})", flush=True)
+    assert worst <= WORST_MAD, [(round(m, 2), k) for m, k in mads[:5]]
+    print("local-gpu: ok (the GPU worker in this process and a CPU worker process, both served; "
+          "pixels as on the cpu path)")
 
 
 if __name__ == "__main__":

@@ -10,8 +10,14 @@ its own workers on this node: a GPU worker on its device, a CPU worker on
 its share of the cores. ``--workers HOST:PORT,...`` uses a remote fleet
 instead. On a machine without CUDA it trains on the CPU over gloo.
 
-With ``--keys-out DIR``, each rank writes the keys it trained on and its
-batch count to ``DIR/rank-N.json`` (the tests check the ranks' union).
+Every rank takes the same number of steps, so that DDP's all-reduce never
+waits on a rank that ran out: where a rank's share is short, its batches
+are padded with real samples it had before (``batch["padded"]``, the last
+ones of a batch), which this loop leaves out of the loss.
+
+With ``--keys-out DIR``, each rank writes the keys it trained on, the
+padding of each batch and its batch count to ``DIR/rank-N.json`` (the tests
+check the ranks' union).
 """
 
 import argparse
@@ -41,6 +47,8 @@ def parse(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--classes", type=int, default=1000)
     p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--last-batch", default="pad", choices=("pad", "partial", "drop"),
+                   help="an epoch's last batch: full with padding (default: constant shapes), partial, or dropped")
     p.add_argument("--keys-out", default=None, help="write DIR/rank-N.json with the keys trained on")
     return p.parse_args(argv)
 
@@ -73,30 +81,39 @@ def main(argv: Optional[List[str]] = None) -> None:
         device=str(device),
         local_threads=args.local_threads,
         seed=0,
+        last_batch=args.last_batch,
     )
     model = torchvision.models.resnet18(num_classes=args.classes).to(device)
     model = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    loss_fn = torch.nn.CrossEntropyLoss(reduction="none")
 
     keys: List[List[str]] = []
+    padding: List[List[List[str]]] = []
     batches = 0
     for epoch in range(args.epochs):
         loader.set_epoch(epoch)
         seen: List[str] = []
+        pads: List[List[str]] = []
         for batch in loader:
+            real = len(batch["key"]) - int(batch["padded"])
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(batch["image"]), batch["label"] % args.classes)
+            per_sample = loss_fn(model(batch["image"]), batch["label"] % args.classes)
+            # Padding out of the loss. A batch of padding alone still steps
+            # (its gradients are zeros), so every rank joins the all-reduce.
+            loss = per_sample[:real].sum() / max(real, 1)
             loss.backward()
             optimizer.step()
-            seen.extend(batch["key"])
+            seen.extend(batch["key"][:real])
+            pads.append(list(batch["key"][real:]))
             batches += 1
         keys.append(seen)
+        padding.append(pads)
         if rank == 0:
             print(f"epoch {epoch}: loss {loss.item():.3f}", flush=True)
     if args.keys_out:
         with open(os.path.join(args.keys_out, f"rank-{rank}.json"), "w") as f:
-            json.dump({"rank": rank, "batches": batches, "keys": keys}, f)
+            json.dump({"rank": rank, "batches": batches, "keys": keys, "padding": padding}, f)
     dist.destroy_process_group()
 
 

@@ -73,6 +73,8 @@ class StokerData(L.LightningDataModule):
             transform=transform,
             device=device,
             local_threads=self.local_threads,
+            # Full batches on every rank; the padding is left out of the loss.
+            last_batch="pad",
         )
         if self._restored is not None:
             self.loader.load_state_dict(self._restored)
@@ -114,7 +116,13 @@ class Classifier(L.LightningModule):
         self.classes, self.lr, self.keys_out = classes, lr, keys_out
 
     def training_step(self, batch: Dict[str, Any], batch_idx: int) -> torch.Tensor:
-        loss = torch.nn.functional.cross_entropy(self.model(batch["image"]), batch["label"] % self.classes)
+        # The last batch["padded"] samples are padding (a rank whose share is
+        # short repeats samples it had): out of the loss.
+        real = len(batch["key"]) - int(batch["padded"])
+        per_sample = torch.nn.functional.cross_entropy(
+            self.model(batch["image"]), batch["label"] % self.classes, reduction="none"
+        )
+        loss = per_sample[:real].sum() / max(real, 1)
         self.log("loss", loss, prog_bar=True)
         # Noted here, not in on_train_batch_end: checkpoint callbacks run
         # before the module's hook, and the checkpoint after this step must
@@ -123,7 +131,8 @@ class Classifier(L.LightningModule):
         if self.keys_out:
             path = os.path.join(self.keys_out, f"rank-{self.global_rank}.jsonl")
             with open(path, "a") as f:
-                f.write(json.dumps({"epoch": self.current_epoch, "keys": list(batch["key"])}) + "\n")
+                f.write(json.dumps({"epoch": self.current_epoch, "keys": list(batch["key"][:real]),
+                                    "padding": list(batch["key"][real:])}) + "\n")
         return loss
 
     def on_train_epoch_start(self) -> None:

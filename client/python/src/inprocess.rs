@@ -85,6 +85,28 @@ impl InProcessWorker {
     }
 }
 
+/// How the loader's `"local"` workers start their GPU worker in this
+/// process: `stoker_cli`'s embedded worker, whose start-up error or panic
+/// comes back as the loader's error.
+pub(crate) fn local_start() -> stoker_client::InProcessStart {
+    stoker_client::InProcessStart(std::sync::Arc::new(|args: Vec<String>| {
+        let started = std::panic::catch_unwind(|| stoker_cli::embedded::EmbeddedWorker::start(args))
+            .map_err(|_| "the worker panicked while starting".to_owned())?;
+        let worker = started.map_err(|e| format!("{e:#}"))?;
+        Ok(Box::new(Local(worker)) as Box<dyn stoker_client::InProcessWorker>)
+    }))
+}
+
+/// A local GPU worker in this process; dropped with its loader's fleet,
+/// which stops it and waits for it (it has no grace period).
+struct Local(stoker_cli::embedded::EmbeddedWorker);
+
+impl stoker_client::InProcessWorker for Local {
+    fn is_finished(&self) -> bool {
+        self.0.is_finished()
+    }
+}
+
 impl Drop for InProcessWorker {
     /// Collected without `stop()`: asked to stop, left to drain on its own
     /// thread, never waited for with the GIL held.

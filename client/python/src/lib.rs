@@ -218,6 +218,9 @@ impl Client {
             let mut how = stoker_client::LocalWorkers::new(command.into_iter().map(Into::into).collect());
             how.threads = threads;
             how.gpu = gpu;
+            // The GPU worker in this process: its lanes share the trainer's
+            // CUDA context instead of taking turns with it.
+            how.in_process = Some(inprocess::local_start());
             config.local = Some(how);
         }
         config.fields = RecordFields {
@@ -329,8 +332,9 @@ impl Client {
     }
 
     /// The local workers this client started (`"local"`): a dict each,
-    /// with `address`, `role` (`cpu` or `gpu`), `pid` (None while it is
-    /// started again) and `restarts`.
+    /// with `address`, `role` (`cpu` or `gpu`), `pid` (this process's for
+    /// the GPU worker, which runs in it; None while one is started again),
+    /// `in_process` and `restarts`.
     fn local_workers<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
         self.loader
             .local_workers()
@@ -340,6 +344,7 @@ impl Client {
                 d.set_item("address", w.addr)?;
                 d.set_item("role", w.role)?;
                 d.set_item("pid", w.pid)?;
+                d.set_item("in_process", w.in_process)?;
                 d.set_item("restarts", w.restarts)?;
                 Ok(d)
             })

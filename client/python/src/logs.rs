@@ -8,7 +8,8 @@
 //! bounded queue instead, and the Python thread that waits on the loader
 //! (for a batch, for the constructor) hands them to `logging` between its
 //! waits. `STOKER_LOG` filters them as it does the command line's log
-//! (WARNING and above by default).
+//! (WARNING and above by default, less an in-process worker's skip
+//! summaries).
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -35,7 +36,11 @@ static DROPPED: AtomicU64 = AtomicU64::new(0);
 pub fn install() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        let filter = EnvFilter::try_from_env("STOKER_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+        // Not a worker's skip summaries (`stoker_skips`) by default: a
+        // worker in this process serves this process's loader, which
+        // reports each skip it receives once, as local worker processes
+        // are told (`local.rs`).
+        let filter = EnvFilter::try_from_env("STOKER_LOG").unwrap_or_else(|_| EnvFilter::new("warn,stoker_skips=off"));
         let _ = tracing_subscriber::registry()
             .with(ToPython.with_filter(filter))
             .try_init();

@@ -39,6 +39,9 @@ pub enum PackError {
     /// A shard of the input that cannot be read to its end.
     #[error("cannot read {shard} to its end: {reason}")]
     Unreadable { shard: String, reason: String },
+    /// Every file of the input was left out.
+    #[error("nothing packed: {0}")]
+    NothingPacked(String),
     #[error("{dataset} holds no sample to convert ({skipped} skipped)")]
     NothingToConvert { dataset: String, skipped: usize },
 }

@@ -6,6 +6,14 @@
 //! Labels are the class folders' positions in sorted order, as torchvision's
 //! `ImageFolder` assigns them. Each image becomes a sample keyed
 //! `<class>/<stem>` with members `<key>.<ext>` and `<key>.cls`.
+//!
+//! Each image's bytes pass a header check as they are packed ([`inspect`]):
+//! a file that is no image (by name, by contents, or empty) is left out,
+//! an image every worker would skip (truncated, no readable header) is
+//! packed and flagged; both are counted by reason in the summary and in
+//! the dataset's index ([`PackReport`]), where workers and `stoker doctor`
+//! read them. [`check_image_folder`] finds the same before packing, for
+//! `stoker pack --strict`.
 
 use std::path::{Path, PathBuf};
 
@@ -14,7 +22,7 @@ use stoker_formats::image::{ImageKind, is_image_file_name};
 
 use crate::pipeline::{ItemSamples, ShardRead};
 
-use crate::storage::{INDEX_FILE, Index, IndexEntry, Storage};
+use crate::storage::{INDEX_FILE, Index, IndexEntry, PackReport, Storage};
 use error::io_err;
 use writer::{RecordIndex, Sample, ShardWriter};
 
@@ -40,12 +48,25 @@ pub struct PackSummary {
     pub samples: u64,
     pub bytes: u64,
     pub classes: Vec<String>,
-    /// Samples of the input left out (`convert`), each with its reason.
-    pub skipped: Vec<String>,
+    /// What was left out of the input or packed with a flag, by reason.
+    pub report: PackReport,
 }
 
+/// An ImageFolder tree as [`scan_image_folder`] lists it.
+#[derive(Debug, Clone)]
+pub struct ImageFolder {
+    /// Images by name (jpg, jpeg, png), class folders sorted, sorted within.
+    pub images: Vec<SourceImage>,
+    pub classes: Vec<String>,
+    /// Other files in the class folders (not hidden ones): left out.
+    pub not_images: Vec<PathBuf>,
+}
+
+/// Why a file name is no image for `pack`.
+const NOT_AN_IMAGE_NAME: &str = "not an image file name (jpg, jpeg, png)";
+
 /// Lists an ImageFolder tree: class folders sorted, images sorted within.
-pub fn scan_image_folder(input: &Path) -> Result<(Vec<SourceImage>, Vec<String>), PackError> {
+pub fn scan_image_folder(input: &Path) -> Result<ImageFolder, PackError> {
     if !input.is_dir() {
         return Err(PackError::NoInput(input.to_owned()));
     }
@@ -58,6 +79,7 @@ pub fn scan_image_folder(input: &Path) -> Result<(Vec<SourceImage>, Vec<String>)
         .collect();
     classes.sort();
     let mut images = Vec::new();
+    let mut not_images = Vec::new();
     for (label, class) in classes.iter().enumerate() {
         let dir = input.join(class);
         let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -65,10 +87,12 @@ pub fn scan_image_folder(input: &Path) -> Result<(Vec<SourceImage>, Vec<String>)
             .filter_map(Result::ok)
             .map(|e| e.path())
             .filter(|p| p.is_file())
+            .filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
             .collect();
         files.sort();
         for path in files {
             if !is_image_file_name(&path.to_string_lossy()) {
+                not_images.push(path);
                 continue;
             }
             let Some(ext) = path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()) else {
@@ -93,7 +117,67 @@ pub fn scan_image_folder(input: &Path) -> Result<(Vec<SourceImage>, Vec<String>)
     if images.is_empty() {
         return Err(PackError::Empty(input.to_owned()));
     }
-    Ok((images, classes))
+    Ok(ImageFolder {
+        images,
+        classes,
+        not_images,
+    })
+}
+
+/// What [`inspect`] makes of one file's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inspection {
+    Good,
+    /// No image: not packed.
+    LeftOut(&'static str),
+    /// An image every worker will skip: packed, and reported.
+    Flagged(&'static str),
+}
+
+/// The header check of one file's bytes (its end too, for truncation):
+/// what workers check before decoding, without the decode.
+pub fn inspect(data: &[u8]) -> Inspection {
+    use stoker_formats::image::{check_jpeg, header_dimensions, sniff};
+    if data.is_empty() {
+        return Inspection::LeftOut("empty file");
+    }
+    match sniff(data) {
+        None => Inspection::LeftOut("not a jpeg or png (by its contents)"),
+        Some(ImageKind::Jpeg) => match check_jpeg(data, u64::MAX) {
+            Ok(_) => Inspection::Good,
+            Err(e) if e.to_string().contains("truncated") => {
+                Inspection::Flagged("truncated jpeg (no end-of-image marker after its last scan)")
+            }
+            Err(_) => Inspection::Flagged("jpeg without a readable frame header"),
+        },
+        Some(ImageKind::Png) => {
+            if header_dimensions(ImageKind::Png, data).is_err() {
+                Inspection::Flagged("png without a readable header")
+            } else if data.len() < 12 || &data[data.len() - 8..data.len() - 4] != b"IEND" {
+                Inspection::Flagged("truncated png (no IEND chunk at its end)")
+            } else {
+                Inspection::Good
+            }
+        }
+    }
+}
+
+/// What `pack` would leave out of `folder` or flag, reading every image:
+/// `stoker pack --strict` refuses a folder with any, before writing.
+pub fn check_image_folder(folder: &ImageFolder) -> Result<PackReport, PackError> {
+    let mut report = PackReport::default();
+    for path in &folder.not_images {
+        report.left_out.add(&path.display().to_string(), NOT_AN_IMAGE_NAME);
+    }
+    for img in &folder.images {
+        let data = std::fs::read(&img.path).map_err(io_err(&img.path))?;
+        match inspect(&data) {
+            Inspection::Good => {}
+            Inspection::LeftOut(reason) => report.left_out.add(&img.path.display().to_string(), reason),
+            Inspection::Flagged(reason) => report.flagged.add(&img.path.display().to_string(), reason),
+        }
+    }
+    Ok(report)
 }
 
 /// Why a local folder that is no ImageFolder is no dataset to convert
@@ -131,8 +215,16 @@ pub async fn pack(
     shard_size: u64,
     progress: impl FnMut(u64, u64),
 ) -> Result<PackSummary, PackError> {
-    let (images, classes) = scan_image_folder(input)?;
-    pack_images(storage, &images, classes, output, format, shard_size, progress).await
+    let folder = scan_image_folder(input)?;
+    // Files not named as images are never read, only reported.
+    let mut report = PackReport::default();
+    for path in &folder.not_images {
+        report.left_out.add(&path.display().to_string(), NOT_AN_IMAGE_NAME);
+    }
+    let mut sink = ShardSink::new(storage, output, format, shard_size, folder.classes).await?;
+    sink.report = report;
+    put_images(&mut sink, &folder.images, shard_size, progress).await?;
+    sink.finish().await
 }
 
 /// Packs `images` (labels are positions in `classes`) into `format` shards
@@ -145,9 +237,21 @@ pub async fn pack_images(
     output: &DatasetUri,
     format: ShardFormat,
     shard_size: u64,
-    mut progress: impl FnMut(u64, u64),
+    progress: impl FnMut(u64, u64),
 ) -> Result<PackSummary, PackError> {
     let mut sink = ShardSink::new(storage, output, format, shard_size, classes).await?;
+    put_images(&mut sink, images, shard_size, progress).await?;
+    sink.finish().await
+}
+
+/// Writes `images` into `sink`'s shards of about `shard_size` bytes.
+async fn put_images(
+    sink: &mut ShardSink<'_>,
+    images: &[SourceImage],
+    shard_size: u64,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<(), PackError> {
+    let format = sink.format;
     let mut start = 0;
     while start < images.len() {
         // Greedy: fill this shard up to shard_size (at least one sample).
@@ -165,7 +269,7 @@ pub async fn pack_images(
         progress(sink.samples, sink.image_bytes);
         start = end;
     }
-    sink.finish().await
+    Ok(())
 }
 
 /// What a shard is written from: image files, or samples read from a
@@ -173,15 +277,6 @@ pub async fn pack_images(
 enum ShardInput {
     Files(Vec<SourceImage>),
     Samples(Vec<OwnedSample>),
-}
-
-impl ShardInput {
-    fn len(&self) -> usize {
-        match self {
-            Self::Files(f) => f.len(),
-            Self::Samples(s) => s.len(),
-        }
-    }
 }
 
 /// A sample read from a dataset, to write again.
@@ -203,6 +298,8 @@ struct ShardSink<'a> {
     entries: Vec<IndexEntry>,
     samples: u64,
     image_bytes: u64,
+    /// What was left out or flagged so far.
+    report: PackReport,
 }
 
 impl<'a> ShardSink<'a> {
@@ -226,6 +323,7 @@ impl<'a> ShardSink<'a> {
             entries: Vec::new(),
             samples: 0,
             image_bytes: 0,
+            report: PackReport::default(),
         })
     }
 
@@ -234,7 +332,6 @@ impl<'a> ShardSink<'a> {
     async fn put(&mut self, input: ShardInput) -> Result<(), PackError> {
         let name = writer::shard_name(self.format, self.entries.len());
         let local = self.staging.path().join(&name);
-        let count = input.len() as u64;
         let job = (
             self.format,
             local.clone(),
@@ -251,6 +348,11 @@ impl<'a> ShardSink<'a> {
             path: local.clone(),
             source: std::io::Error::other(e),
         })??;
+        self.report.merge(written.report);
+        // Every file of it left out: no shard (the next takes its name).
+        if written.samples == 0 {
+            return Ok(());
+        }
         self.storage.put_file(self.output, &name, &local).await?;
         if let Some(index) = written.index {
             let index_path = self.staging.path().join(&index.name);
@@ -259,11 +361,11 @@ impl<'a> ShardSink<'a> {
                 .map_err(io_err(&index_path))?;
             self.storage.put_file(self.output, &index.name, &index_path).await?;
         }
-        self.samples += count;
+        self.samples += written.samples;
         self.image_bytes += written.image_bytes;
         self.entries.push(IndexEntry {
             name,
-            samples: count,
+            samples: written.samples,
             size_bytes: written.size,
         });
         Ok(())
@@ -271,10 +373,14 @@ impl<'a> ShardSink<'a> {
 
     /// Writes the dataset's index.
     async fn finish(self) -> Result<PackSummary, PackError> {
+        if self.samples == 0 {
+            return Err(PackError::NothingPacked(self.report.lines().join("; ")));
+        }
         let index = Index {
             version: 1,
             shards: self.entries,
             classes: self.classes.clone(),
+            pack_report: self.report.clone(),
         };
         let index_path = self.staging.path().join(INDEX_FILE);
         let json = serde_json::to_vec_pretty(&index).map_err(|e| PackError::Io {
@@ -288,7 +394,7 @@ impl<'a> ShardSink<'a> {
             samples: self.samples,
             bytes: self.image_bytes,
             classes: self.classes,
-            skipped: Vec::new(),
+            report: self.report,
         })
     }
 }
@@ -305,26 +411,38 @@ fn write_shard(
 ) -> Result<WrittenShard, PackError> {
     let mut shard = ShardWriter::create(format, path, classes)?;
     let mut image_bytes = 0u64;
-    let mut add = |i: usize, key: &str, ext: &str, data: &[u8], label: i64| {
+    let mut samples = 0u64;
+    let mut add = |key: &str, ext: &str, data: &[u8], label: i64| {
         image_bytes += data.len() as u64;
+        samples += 1;
         shard.add(&Sample {
             key,
             ext,
             data,
             label,
-            id: first_id + i as u64,
+            id: first_id + samples - 1,
         })
     };
+    let mut report = PackReport::default();
     match input {
         ShardInput::Files(images) => {
-            for (i, img) in images.iter().enumerate() {
+            for img in &images {
                 let data = std::fs::read(&img.path).map_err(io_err(&img.path))?;
-                add(i, &img.key, &img.ext, &data, img.label)?;
+                let shown = || img.path.display().to_string();
+                match inspect(&data) {
+                    Inspection::LeftOut(reason) => {
+                        report.left_out.add(&shown(), reason);
+                        continue;
+                    }
+                    Inspection::Flagged(reason) => report.flagged.add(&shown(), reason),
+                    Inspection::Good => {}
+                }
+                add(&img.key, &img.ext, &data, img.label)?;
             }
         }
-        ShardInput::Samples(samples) => {
-            for (i, s) in samples.iter().enumerate() {
-                add(i, &s.key, s.ext, &s.data, s.label)?;
+        ShardInput::Samples(converted) => {
+            for s in &converted {
+                add(&s.key, s.ext, &s.data, s.label)?;
             }
         }
     }
@@ -333,6 +451,8 @@ fn write_shard(
         size,
         index,
         image_bytes,
+        samples,
+        report,
     })
 }
 
@@ -343,6 +463,10 @@ struct WrittenShard {
     index: Option<RecordIndex>,
     /// The images' bytes in it.
     image_bytes: u64,
+    /// The samples in it.
+    samples: u64,
+    /// Its input's files left out or flagged.
+    report: PackReport,
 }
 
 /// Where `convert` reads: a dataset in any format Stoker reads.
@@ -372,7 +496,7 @@ pub async fn convert(
     let mut sink = ShardSink::new(storage, output, format, shard_size, listing.classes.clone()).await?;
     let mut pending: Vec<OwnedSample> = Vec::new();
     let mut pending_bytes = 0u64;
-    let mut skipped = Vec::new();
+    let mut skipped = PackReport::default();
     for shard in &listing.shards {
         let read = ShardRead {
             dataset: &from.dataset,
@@ -400,11 +524,11 @@ pub async fn convert(
             let (kind, data, label) = match (raw.image, raw.label) {
                 (Ok((kind, data)), Ok(label)) => (kind, data, label),
                 (Err(problem), _) => {
-                    skipped.push(format!("{}: {problem}", raw.key));
+                    skipped.left_out.add(&raw.key, &problem.to_string());
                     continue;
                 }
                 (_, Err(reason)) => {
-                    skipped.push(format!("{}: {reason}", raw.key));
+                    skipped.left_out.add(&raw.key, &reason.to_string());
                     continue;
                 }
             };
@@ -433,12 +557,12 @@ pub async fn convert(
     if sink.samples == 0 {
         return Err(PackError::NothingToConvert {
             dataset: from.dataset.to_string(),
-            skipped: skipped.len(),
+            skipped: skipped.left_out.count as usize,
         });
     }
-    let mut summary = sink.finish().await?;
-    summary.skipped = skipped;
-    Ok(summary)
+    // In the new dataset's index too.
+    sink.report.merge(skipped);
+    sink.finish().await
 }
 
 fn tempfile_dir() -> Result<tempfile::TempDir, PackError> {
@@ -449,26 +573,40 @@ fn tempfile_dir() -> Result<tempfile::TempDir, PackError> {
 mod tests {
     use super::*;
 
+    /// A real JPEG of about 3 KB.
+    fn jpeg(seed: u64) -> Vec<u8> {
+        crate::synth::encode_jpeg(&crate::synth::procedural(64, 48, seed), 90).unwrap()
+    }
+
     #[tokio::test]
     async fn packs_an_image_folder_into_indexed_shards() {
         let input = tempfile::tempdir().unwrap();
+        let mut largest = 0;
         for (class, n) in [("cat", 3), ("dog", 4)] {
             std::fs::create_dir(input.path().join(class)).unwrap();
             for i in 0..n {
-                std::fs::write(
-                    input.path().join(class).join(format!("im.{i}.jpg")),
-                    vec![i as u8; 3000],
-                )
-                .unwrap();
+                let data = jpeg(i);
+                largest = largest.max(data.len() as u64);
+                std::fs::write(input.path().join(class).join(format!("im.{i}.jpg")), data).unwrap();
             }
         }
-        std::fs::write(input.path().join("cat/readme.txt"), b"ignored").unwrap();
+        std::fs::write(input.path().join("cat/.hidden.jpg"), b"a hidden file: not listed").unwrap();
         let out = tempfile::tempdir().unwrap();
         let uri = DatasetUri::Local(out.path().into());
         let storage = Storage::new();
-        let summary = pack(&storage, input.path(), &uri, ShardFormat::WebDataset, 10_000, |_, _| {})
-            .await
-            .unwrap();
+        // About two samples a shard.
+        let shard_size = 2 * largest + 2048;
+        let summary = pack(
+            &storage,
+            input.path(),
+            &uri,
+            ShardFormat::WebDataset,
+            shard_size,
+            |_, _| {},
+        )
+        .await
+        .unwrap();
+        assert!(summary.report.is_empty(), "{:?}", summary.report);
         assert_eq!(summary.samples, 7);
         assert_eq!(summary.classes, ["cat", "dog"]);
         assert!(summary.shards >= 3, "{} shards", summary.shards);
@@ -519,6 +657,107 @@ mod tests {
         .await
         .unwrap_err();
         assert!(matches!(err, PackError::Empty(_)), "{err}");
+    }
+
+    #[tokio::test]
+    async fn files_that_are_no_images_are_left_out_and_broken_images_flagged_in_the_report_and_index() {
+        let input = tempfile::tempdir().unwrap();
+        let class = input.path().join("cats");
+        std::fs::create_dir(&class).unwrap();
+        for i in 0..4 {
+            std::fs::write(class.join(format!("good{i}.jpg")), jpeg(i)).unwrap();
+        }
+        let good = jpeg(9);
+        std::fs::write(class.join("cut.jpg"), &good[..good.len() / 2]).unwrap();
+        std::fs::write(class.join("empty.jpg"), b"").unwrap();
+        std::fs::write(class.join("z.jpg"), b"this is text, not a jpeg").unwrap();
+        std::fs::write(class.join("notes.txt"), b"notes").unwrap();
+        std::fs::write(class.join(".DS_Store"), b"\0\0\0\x01Bud1").unwrap();
+        let folder = scan_image_folder(input.path()).unwrap();
+        assert_eq!(folder.images.len(), 7);
+        assert_eq!(
+            folder.not_images,
+            [class.join("notes.txt")],
+            "hidden files are not listed"
+        );
+
+        // --strict's check finds every problem before anything is written.
+        let checked = check_image_folder(&folder).unwrap();
+        assert_eq!((checked.left_out.count, checked.flagged.count), (3, 1), "{checked:?}");
+
+        let out = tempfile::tempdir().unwrap();
+        let uri = DatasetUri::Local(out.path().into());
+        let storage = Storage::new();
+        let summary = pack(
+            &storage,
+            input.path(),
+            &uri,
+            ShardFormat::WebDataset,
+            1 << 20,
+            |_, _| {},
+        )
+        .await
+        .unwrap();
+        assert_eq!(summary.samples, 5, "4 good images and the truncated one");
+        let report = &summary.report;
+        assert_eq!(report, &checked);
+        let reasons: Vec<(&str, u64)> = report
+            .left_out
+            .by_reason
+            .iter()
+            .map(|(r, n)| (r.as_str(), *n))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                ("empty file", 1),
+                ("not a jpeg or png (by its contents)", 1),
+                (NOT_AN_IMAGE_NAME, 1)
+            ]
+        );
+        assert_eq!(
+            report.flagged.first,
+            [format!(
+                "{}: truncated jpeg (no end-of-image marker after its last scan)",
+                class.join("cut.jpg").display()
+            )]
+        );
+        let lines = report.lines();
+        assert!(
+            lines[0].starts_with("stoker pack left out 3 file(s) of the input: 1 empty file"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].starts_with("stoker pack packed 1 image(s) that workers will skip"),
+            "{lines:?}"
+        );
+        // The index says the same, for workers and `stoker doctor`.
+        let listing = crate::catalog::list_shards(&storage, &uri, FormatChoice::Auto)
+            .await
+            .unwrap();
+        assert_eq!(&listing.pack_report, report);
+
+        // Nothing but bad files: nothing packed, and why.
+        let bad = tempfile::tempdir().unwrap();
+        std::fs::create_dir(bad.path().join("a")).unwrap();
+        std::fs::write(bad.path().join("a/x.jpg"), b"").unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let err = pack(
+            &storage,
+            bad.path(),
+            &DatasetUri::Local(out.path().into()),
+            ShardFormat::WebDataset,
+            1 << 20,
+            |_, _| {},
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("nothing packed: stoker pack left out 1 file(s)"),
+            "{err}"
+        );
+        assert!(!out.path().join(INDEX_FILE).exists());
     }
 
     #[test]

@@ -44,7 +44,7 @@ use tokio::io::AsyncRead;
 
 pub use ca::{AWS_CA_BUNDLE, CaError, S3Trust, SSL_CERT_FILE};
 pub use gzip::gunzip;
-pub use index::{INDEX_FILE, Index, IndexEntry};
+pub use index::{INDEX_FILE, Index, IndexEntry, PackReport, Problems};
 pub use object::Object;
 use s3::S3Store;
 pub use types::{ShardReader, StorageConfig, StorageError, StorageStats};

@@ -130,8 +130,9 @@ class Loader(_Base):
     ``last_batch``: ``"partial"`` (default, as ``stoker stream`` and
     torch's ``DataLoader``) yields an incomplete last batch as it is,
     ``"drop"`` drops it, ``"pad"`` fills it up to
-    ``batch_size`` by repeating its last sample. ``batch["padded"]`` counts
-    the repeats at the end of a batch (mask them out of the loss). When the
+    ``batch_size`` with real samples received before (distinct within a
+    batch as far as the rank has them). ``batch["padded"]`` counts the
+    padding at the end of a batch (mask it out of the loss). When the
     dataset has an index, every rank yields ``len(loader)`` batches, the
     same number on every rank, so data-parallel training never waits on a
     rank with an extra step; samples skipped as unreadable are made up the
