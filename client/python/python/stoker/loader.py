@@ -80,14 +80,19 @@ class Loader(_Base):
 
     ``workers``: addresses (``"HOST:PORT"``, ``"unix:PATH"``,
     ``"dns://NAME:PORT"``), a list or comma-separated, or ``"local"``:
-    worker processes this loader starts on this host and supervises (one
-    that dies is started again, its items going to the others meanwhile),
+    workers this loader starts on this host and supervises (a worker
+    process that dies is started again, its items going to the others
+    meanwhile),
     stopped with the loader or this process. They are a CPU worker with
     ``local_threads`` threads (by default the cores this process may use,
     shared among ``LOCAL_WORLD_SIZE`` ranks, less one for the training
     loop), and a GPU worker on the training device when there is one
     (``device``, else torch's current CUDA device; ``local_gpu=False``
-    starts none, an int picks one). They listen on Unix sockets in a
+    starts none, an int picks one), which runs inside this process, its
+    lanes on the device's primary CUDA context as torch's work is (a
+    separate process would take turns with training on the GPU); it is
+    not restarted, and its failure to start raises ``ConfigError`` naming
+    why. They listen on Unix sockets in a
     directory only this user may enter, and write samples into the
     shared-memory ring. ``"local"`` mixes with addresses:
     ``workers=["local", "dns://pool:50051"]``.
@@ -370,8 +375,10 @@ class Loader(_Base):
     def local_workers(self) -> List[Dict[str, Any]]:
         """The local workers this loader started and supervises (the
         ``"local"`` entry of ``workers``): a dict each, with ``address``
-        (``unix:PATH``), ``role`` (``"cpu"`` or ``"gpu"``), ``pid`` (None
-        while it is started again) and ``restarts``."""
+        (``unix:PATH``), ``role`` (``"cpu"`` or ``"gpu"``), ``in_process``
+        (the GPU worker runs in this process, its lanes on the training
+        device's CUDA context), ``pid`` (this process's for that one; None
+        while one is started again) and ``restarts``."""
         return self._client.local_workers()
 
     def _upload_target(self):
