@@ -101,6 +101,8 @@ pub async fn run_pack(args: PackArgs) -> anyhow::Result<()> {
              samples are left out and listed (drop --strict)"
         );
     }
+    // An ImageFolder's problems are files; a converted dataset's, samples.
+    let unit = if image_folder.is_some() { "file(s)" } else { "sample(s)" };
     let summary = match image_folder {
         Some(dir) => pack_with_progress(&storage, &dir, &output, args.format, args.shard_size).await?,
         None => {
@@ -130,7 +132,7 @@ pub async fn run_pack(args: PackArgs) -> anyhow::Result<()> {
         if problems.is_empty() {
             continue;
         }
-        eprintln!("{what} {} file(s) of the input: {}", problems.count, problems.reasons());
+        eprintln!("{what} {} {unit} of the input: {}", problems.count, problems.reasons());
         for first in &problems.first {
             eprintln!("  {first}");
         }
