@@ -85,7 +85,11 @@ pub trait InProcessWorker: Send + Sync {
 /// extension passes `stoker_cli`'s embedded worker: this crate does not
 /// link the worker.
 #[derive(Clone)]
-pub struct InProcessStart(pub Arc<dyn Fn(Vec<String>) -> Result<Box<dyn InProcessWorker>, String> + Send + Sync>);
+pub struct InProcessStart(pub Arc<StartInProcess>);
+
+/// What [`InProcessStart`] calls: `stoker worker`'s arguments in, the
+/// running worker or why it did not start out.
+pub type StartInProcess = dyn Fn(Vec<String>) -> Result<Box<dyn InProcessWorker>, String> + Send + Sync;
 
 impl std::fmt::Debug for InProcessStart {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
