@@ -15,7 +15,7 @@
 //! read them. [`check_image_folder`] finds the same before packing, for
 //! `stoker pack --strict`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use stoker_core::{DatasetUri, FormatChoice, RecordFields, ShardFormat};
 use stoker_formats::image::ImageKind;
@@ -32,17 +32,7 @@ pub mod writer;
 
 pub use error::PackError;
 use scan::NOT_AN_IMAGE_NAME;
-pub use scan::{ImageFolder, Inspection, check_image_folder, inspect, layout_error, scan_image_folder};
-
-/// One image to pack.
-#[derive(Debug, Clone)]
-pub struct SourceImage {
-    pub path: PathBuf,
-    pub key: String,
-    pub ext: String,
-    pub label: i64,
-    pub size: u64,
-}
+pub use scan::{ImageFolder, Inspection, SourceImage, check_image_folder, inspect, layout_error, scan_image_folder};
 
 /// What `pack` produced.
 #[derive(Debug)]

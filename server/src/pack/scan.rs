@@ -8,9 +8,18 @@ use std::path::{Path, PathBuf};
 
 use stoker_formats::image::{ImageKind, is_image_file_name};
 
-use super::SourceImage;
 use super::error::{PackError, io_err};
 use crate::storage::PackReport;
+
+/// One image to pack.
+#[derive(Debug, Clone)]
+pub struct SourceImage {
+    pub path: PathBuf,
+    pub key: String,
+    pub ext: String,
+    pub label: i64,
+    pub size: u64,
+}
 
 /// An ImageFolder tree as [`scan_image_folder`] lists it.
 #[derive(Debug, Clone)]
