@@ -282,9 +282,13 @@ async fn start_in_process(
     let start = start.clone();
     let failed =
         |why: String| ClientError::Config(format!("local gpu worker in this process on cuda:{ordinal}: {why}"));
-    // It opens CUDA and nvJPEG before it listens: off the runtime's threads.
-    let worker = tokio::task::spawn_blocking(move || (start.0)(args))
+    // It opens CUDA and nvJPEG before it listens: off the runtime's
+    // threads, and bounded as a worker process's start is (one that comes
+    // up later is dropped with its task's result, which stops it).
+    let started = tokio::time::timeout(START_TIMEOUT, tokio::task::spawn_blocking(move || (start.0)(args)))
         .await
+        .map_err(|_| failed(format!("did not listen within {}s", START_TIMEOUT.as_secs())))?;
+    let worker = started
         .map_err(|e| failed(format!("its start panicked: {e}")))?
         .map_err(failed)?;
     info!(worker = %addr, ordinal, "local gpu worker started in this process");

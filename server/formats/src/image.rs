@@ -125,7 +125,7 @@ fn jpeg_dimensions(data: &[u8]) -> Option<(u32, u32)> {
 /// is stuffed there), so a file cut anywhere in its scans fails this check,
 /// also when an embedded EXIF thumbnail carries an end-of-image marker of
 /// its own. Scans from the end: a whole file only when truncated.
-fn jpeg_is_complete(data: &[u8]) -> bool {
+pub fn jpeg_is_complete(data: &[u8]) -> bool {
     let Some(eoi) = data.windows(2).rposition(|w| w == [0xff, 0xd9]) else {
         return false;
     };

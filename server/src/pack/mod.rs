@@ -32,7 +32,8 @@ pub mod writer;
 
 pub use error::PackError;
 use scan::NOT_AN_IMAGE_NAME;
-pub use scan::{ImageFolder, Inspection, SourceImage, check_image_folder, inspect, layout_error, scan_image_folder};
+pub use scan::{ImageFolder, SourceImage, check_image_folder, layout_error, scan_image_folder};
+use scan::{Inspection, inspect};
 
 /// What `pack` produced.
 #[derive(Debug)]

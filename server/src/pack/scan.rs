@@ -95,7 +95,7 @@ pub fn scan_image_folder(input: &Path) -> Result<ImageFolder, PackError> {
 
 /// What [`inspect`] makes of one file's bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Inspection {
+pub(super) enum Inspection {
     Good,
     /// No image: not packed.
     LeftOut(&'static str),
@@ -103,31 +103,25 @@ pub enum Inspection {
     Flagged(&'static str),
 }
 
-/// The header check of one file's bytes (its end too, for truncation):
-/// what workers check before decoding, without the decode.
-pub fn inspect(data: &[u8]) -> Inspection {
-    use stoker_formats::image::{check_jpeg, header_dimensions, sniff};
+/// The checks a worker makes of one file's bytes before decoding it
+/// (`stoker_formats::image`: its kind, a readable header, and for a JPEG
+/// an end-of-image marker after its last scan), without the decode; the
+/// pixel limit is the worker's own.
+pub(super) fn inspect(data: &[u8]) -> Inspection {
+    use stoker_formats::image::{header_dimensions, jpeg_is_complete, sniff};
     if data.is_empty() {
         return Inspection::LeftOut("empty file");
     }
-    match sniff(data) {
-        None => Inspection::LeftOut("not a jpeg or png (by its contents)"),
-        Some(ImageKind::Jpeg) => match check_jpeg(data, u64::MAX) {
-            Ok(_) => Inspection::Good,
-            Err(e) if e.to_string().contains("truncated") => {
-                Inspection::Flagged("truncated jpeg (no end-of-image marker after its last scan)")
-            }
-            Err(_) => Inspection::Flagged("jpeg without a readable frame header"),
-        },
-        Some(ImageKind::Png) => {
-            if header_dimensions(ImageKind::Png, data).is_err() {
-                Inspection::Flagged("png without a readable header")
-            } else if data.len() < 12 || &data[data.len() - 8..data.len() - 4] != b"IEND" {
-                Inspection::Flagged("truncated png (no IEND chunk at its end)")
-            } else {
-                Inspection::Good
-            }
+    let Some(kind) = sniff(data) else {
+        return Inspection::LeftOut("not a jpeg or png (by its contents)");
+    };
+    match (kind, header_dimensions(kind, data).is_ok()) {
+        (ImageKind::Jpeg, false) => Inspection::Flagged("jpeg without a readable frame header"),
+        (ImageKind::Png, false) => Inspection::Flagged("png without a readable header"),
+        (ImageKind::Jpeg, true) if !jpeg_is_complete(data) => {
+            Inspection::Flagged("truncated jpeg (no end-of-image marker after its last scan)")
         }
+        _ => Inspection::Good,
     }
 }
 

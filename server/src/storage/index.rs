@@ -105,24 +105,21 @@ impl PackReport {
     /// One line per kind of problem, for a log or a terminal; none when
     /// there is none.
     pub fn lines(&self) -> Vec<String> {
-        let mut lines = Vec::new();
-        if !self.left_out.is_empty() {
-            lines.push(format!(
-                "stoker pack left out {} file(s) of the input: {} (first: {})",
-                self.left_out.count,
-                self.left_out.reasons(),
-                self.left_out.first.join("; ")
-            ));
-        }
-        if !self.flagged.is_empty() {
-            lines.push(format!(
-                "stoker pack packed {} image(s) that workers will skip: {} (first: {})",
-                self.flagged.count,
-                self.flagged.reasons(),
-                self.flagged.first.join("; ")
-            ));
-        }
-        lines
+        [
+            (&self.left_out, "left out", "file(s) of the input"),
+            (&self.flagged, "packed", "image(s) that workers will skip"),
+        ]
+        .into_iter()
+        .filter(|(problems, ..)| !problems.is_empty())
+        .map(|(problems, did, what)| {
+            format!(
+                "stoker pack {did} {} {what}: {} (first: {})",
+                problems.count,
+                problems.reasons(),
+                problems.first.join("; ")
+            )
+        })
+        .collect()
     }
 }
 
