@@ -156,6 +156,13 @@ PY
 "$stoker" pack --input "$work/imgs" --output "$work/shards" --shard-size 32M >"$out/pack.log" 2>&1 ||
     { echo "bench-train: stoker pack failed (see $out/pack.log)" >&2; exit 1; }
 samples=$(find "$work/imgs" -name '*.jpg' | wc -l)
+if [[ ${BENCH_TRAIN_PROFILE:-0} == 1 ]]; then
+    # How the GPU lanes decode these JPEGs (hardware engine, CUDA backend,
+    # handed to the CPU): a JPEG's path depends on the JPEG alone.
+    CUDA_VISIBLE_DEVICES=0 timeout 120 "$stoker" bench --device cuda --gpu-only --input "$work/imgs" --passes 1 \
+        >/dev/null 2>"$out/decode-paths.log"
+    grep -h "^gpu decodes" "$out/decode-paths.log" | sed 's/ (all passes)//' >"$out/decode-paths.txt"
+fi
 echo "bench-train: $samples samples ($images distinct JPEGs x $copies), $(du -sh "$work/shards" | cut -f1) of shards; $(grep -m1 packed "$out/pack.log")" |
     tee "$out/setup.log"
 

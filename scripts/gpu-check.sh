@@ -71,8 +71,11 @@ export STOKER_BIN=$PWD/.carry/stoker STOKER_PHOTOS=$PWD/.carry/photos STOKER_GPU
 export STOKER_TEST_PYTHON=${STOKER_TEST_PYTHON:-$(command -v python3)}
 chmod +x .carry/stoker .carry/integration 2>/dev/null
 
-# The lanes (two, every transform of the core set) and the decoder's
-# single-image path on busy lanes, under each of compute-sanitizer's tools;
+# The lanes (two, every transform of the core set), the decoder's
+# single-image path on busy lanes, and the hand-over of the lanes' images
+# on the device to a loader in the same process (the uploader's copies
+# alone, then an in-process worker end to end), under each of
+# compute-sanitizer's tools;
 # memcheck also tracks stream-ordered allocations (a write from a stream
 # not ordered after the allocation). About 4 minutes: the whole check runs
 # it (GPU_CHECK_SANITIZE_LANES=0 leaves it out), and
@@ -80,12 +83,15 @@ chmod +x .carry/stoker .carry/integration 2>/dev/null
 sanitize_lanes() {
     for tool in memcheck racecheck synccheck; do
         extra=()
-        tests=(gpu_runner_matches_the_cpu_on_every_transform gpu_single_decodes_on_busy_lanes)
+        tests=(gpu_runner_matches_the_cpu_on_every_transform gpu_single_decodes_on_busy_lanes
+            client_device_takes_images_left_on_the_device gpu_handoff_leaves_the_lanes_images_on_the_loaders_device)
         [[ $tool == memcheck ]] && extra=(--track-stream-ordered-races all)
         # racecheck loses track of nvJPEG's kernel launches from four
         # threads at once ("Internal Sanitizer Error: ... failure to track
-        # a kernel launch", then no end): the lanes' kernels only.
-        [[ $tool == racecheck ]] && tests=(gpu_runner_matches_the_cpu_on_every_transform)
+        # a kernel launch", then no end): the lanes' kernels and the
+        # uploader's copies only.
+        [[ $tool == racecheck ]] && tests=(gpu_runner_matches_the_cpu_on_every_transform
+            client_device_takes_images_left_on_the_device)
         STOKER_GPU_PARITY_ROUNDS=1 STOKER_GPU_PARITY_IMAGES=24 timeout 240 compute-sanitizer --tool "$tool" "${extra[@]}" \
             .carry/integration "${tests[@]}" --test-threads 1 >"$out/sanitizer-lanes-$tool.log" 2>&1
         echo "$tool lanes: $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-lanes-$tool.log" || tail -n 2 "$out/sanitizer-lanes-$tool.log") ($(grep -m1 '^test result' "$out/sanitizer-lanes-$tool.log"))"

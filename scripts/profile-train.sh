@@ -7,7 +7,9 @@
 # Stoker's included), then a table of the two side by side
 # (scripts/train_profile.py): the training step's kernel time with and
 # without Stoker, the GPU's idle time, each Stoker and nvJPEG kernel's
-# launches and GPU time per image, and the samples each worker made.
+# launches and GPU time per image, and the samples each worker made; and
+# how the lanes decode the dataset's JPEGs (hardware engine, CUDA backend,
+# CPU), from `stoker bench --gpu-only` over the same files.
 #
 # Run it on the GPU machine from the repository root, with what
 # scripts/bench-train.sh needs (`scripts/gpu-check.sh --stage`):
@@ -30,5 +32,6 @@ for f in "$out/profile-synthetic-1.json" "$out/profile-$case-1.json"; do
     [[ -s $f ]] || { tail -n 20 "$out/bench-train.log"; echo "profile-train: $f was not written (rc $rc)" >&2; exit 1; }
 done
 grep '^train ' "$out/bench-train.log"
+sed "s/^/the dataset's JPEGs on the lanes (stoker bench --gpu-only): /" "$out/decode-paths.txt" 2>/dev/null
 echo
 python3 scripts/train_profile.py "$out/profile-synthetic-1.json" "$out/profile-$case-1.json" "$case" | tee "$out/profile.md"

@@ -240,6 +240,13 @@ fn run_gpu(args: &BenchArgs, spec: TransformSpec, images: &[(String, ImageKind, 
             per_image(&gc.unpack_ns),
             gc.batches.load(Ordering::Relaxed)
         );
+        eprintln!(
+            "gpu decodes (all passes): {} in batches ({} jpeg decoder), {} alone on the cuda backend; {} handed to the cpu path",
+            gc.decoded_batched.load(Ordering::Relaxed),
+            g.info().jpeg_backend.name(),
+            gc.decoded_single.load(Ordering::Relaxed),
+            gc.to_cpu.load(Ordering::Relaxed)
+        );
         let memory = g.memory()?;
         eprintln!(
             "gpu memory pool: {:.0} MiB held, peak {:.0} MiB",
@@ -311,6 +318,7 @@ async fn run_items(
                     fields: stoker_core::RecordFields::default(),
                     extra: Arc::new([]),
                     views: Arc::new([]),
+                    on_device: false,
                 };
                 let (tx, mut rx) = tokio::sync::mpsc::channel(2);
                 let running = tokio::spawn(run_item(Arc::clone(&ctx), item, tx));

@@ -19,6 +19,7 @@ use std::str::FromStr;
 
 use bytes::Bytes;
 use stoker_core::Fields;
+use stoker_kernels::handoff::DevicePixels;
 
 use crate::buffers::{BatchBuffers, Pixels};
 use crate::error::ClientError;
@@ -111,6 +112,10 @@ pub struct Batch<D> {
     pub(crate) positions: Vec<u64>,
     /// Plan items whose samples are all in this batch or before it.
     pub(crate) completes: Vec<u32>,
+    /// The images a GPU worker in this process left on the device, by
+    /// row: their rows of `pixels` hold nothing, and the upload copies
+    /// them in on the device (`Uploader::upload`).
+    pub(crate) on_device: Vec<(usize, DevicePixels)>,
 }
 
 /// One view of every sample of a batch.
@@ -156,6 +161,8 @@ impl<D> Batch<D> {
 #[derive(Debug)]
 struct PadSample {
     pixels: Bytes,
+    /// Its image when it was left on the device (`pixels` empty).
+    device: Option<DevicePixels>,
     label: i64,
     key: String,
     fields: Fields,
@@ -244,6 +251,7 @@ impl<D> Assembler<D> {
             items: Vec::with_capacity(self.batch_size),
             positions: Vec::with_capacity(self.batch_size),
             completes: Vec::new(),
+            on_device: Vec::new(),
         })
     }
 
@@ -270,9 +278,7 @@ impl<D> Assembler<D> {
             return Ok(None);
         }
         let mut batch = self.current().await?;
-        if !batch.pixels.push(&sample.pixels) {
-            return Err(overflow(&batch));
-        }
+        push_image(&mut batch, &sample.pixels, sample.device.as_ref())?;
         batch.labels.push(sample.label);
         batch.items.push(sample.item);
         batch.positions.push(sample.position);
@@ -285,6 +291,7 @@ impl<D> Assembler<D> {
         let keep = if self.padding_may_come() { self.batch_size } else { 1 };
         self.pool.push_back(PadSample {
             pixels: sample.pixels,
+            device: sample.device,
             label: sample.label,
             key: sample.key,
             fields: sample.fields,
@@ -330,13 +337,18 @@ impl<D> Assembler<D> {
         while batch.len() < self.batch_size {
             let from = self.pool.get(next % self.pool.len().max(1));
             next += 1;
-            let (pixels, label, key, fields, views) = match from {
-                Some(p) => (&p.pixels[..], p.label, p.key.as_str(), Some(&p.fields), Some(&p.views)),
-                None => (blank.as_slice(), -1, "", None, None),
+            let (pixels, device, label, key, fields, views) = match from {
+                Some(p) => (
+                    &p.pixels[..],
+                    p.device.as_ref(),
+                    p.label,
+                    p.key.as_str(),
+                    Some(&p.fields),
+                    Some(&p.views),
+                ),
+                None => (blank.as_slice(), None, -1, "", None, None),
             };
-            if !batch.pixels.push(pixels) {
-                return Err(overflow(batch));
-            }
+            push_image(batch, pixels, device)?;
             batch.labels.push(label);
             batch.keys.push(key.to_owned());
             // With nothing to repeat, a pad has no field values at all.
@@ -397,6 +409,26 @@ impl<D> Assembler<D> {
 
 /// A sample that does not fit its batch's buffer: the wire check of each
 /// sample's size makes this a bug, reported rather than a panic.
+/// Appends a sample's image to `batch`: its bytes, or, for an image left
+/// on the device, an empty row that the upload fills on the device.
+fn push_image<D>(batch: &mut Batch<D>, pixels: &[u8], device: Option<&DevicePixels>) -> Result<(), ClientError> {
+    let row = batch.len();
+    let fits = match device {
+        None => batch.pixels.push(pixels),
+        Some(on_device) => {
+            if !batch.pixels.is_pinned() {
+                return Err(ClientError::Batches(format!(
+                    "batch {} of epoch {}: an image left on the device reached a batch in host memory",
+                    batch.index, batch.epoch
+                )));
+            }
+            batch.on_device.push((row, on_device.clone()));
+            batch.pixels.reserve(on_device.len())
+        }
+    };
+    if fits { Ok(()) } else { Err(overflow(batch)) }
+}
+
 fn overflow<D>(batch: &Batch<D>) -> ClientError {
     ClientError::Batches(format!(
         "batch {} of epoch {}: a sample does not fit the batch buffer after {} samples",
@@ -438,6 +470,7 @@ mod tests {
             item: 0,
             fields: Vec::new(),
             views: Vec::new(),
+            device: None,
         }
     }
 

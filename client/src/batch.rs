@@ -36,8 +36,9 @@ pub(crate) fn upload(uploader: Option<&Uploader>, mut batch: Batch) -> Result<Ba
     let Some(buf) = batch.pixels.take_pinned() else {
         return Ok(batch);
     };
+    let on_device = std::mem::take(&mut batch.on_device);
     let device = up
-        .upload(buf, batch.len(), batch.size, batch.size)
+        .upload(buf, batch.len(), batch.size, batch.size, &on_device)
         .map_err(|e| ClientError::Device(format!("batch {} of epoch {}: {e}", batch.index, batch.epoch)))?;
     batch.device = Some(device);
     Ok(batch)

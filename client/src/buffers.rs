@@ -54,6 +54,23 @@ impl Pixels {
         true
     }
 
+    /// Appends `len` bytes left as they are (a row the device fills);
+    /// false when they do not fit.
+    pub(crate) fn reserve(&mut self, len: usize) -> bool {
+        let end = self.len + len;
+        if end > self.capacity() || matches!(self.storage, Storage::Uploaded) {
+            return false;
+        }
+        self.len = end;
+        true
+    }
+
+    /// Whether the bytes are in a page-locked buffer (on their way to a
+    /// device).
+    pub(crate) fn is_pinned(&self) -> bool {
+        matches!(self.storage, Storage::Pinned(_))
+    }
+
     /// The pinned buffer, for an upload; the pixels are then empty.
     pub(crate) fn take_pinned(&mut self) -> Option<PinnedBuf> {
         match std::mem::replace(&mut self.storage, Storage::Uploaded) {

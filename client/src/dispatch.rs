@@ -330,11 +330,13 @@ impl WorkerLane {
                 self.ring.refused(&chunk.ring_refused);
             }
             let ring_samples = chunk.ring_samples();
+            let device_samples = chunk.device_samples();
             let received = chunk.take_samples(
                 self.config.transform.size,
                 &self.config.extra_fields,
                 &self.config.views,
                 ring.as_ref(),
+                self.template.sink(),
             );
             let mut samples = Vec::with_capacity(received.len());
             for s in received {
@@ -371,6 +373,7 @@ impl WorkerLane {
                 return Outcome::Done;
             };
             self.counters.add_ring_samples(self.worker, ring_samples);
+            self.counters.add_device_samples(self.worker, device_samples);
             for s in &chunk.skipped {
                 debug!(worker = %self.addr, shard = %lease.shard, key = %s.key, position = s.position, reason = %s.reason, "sample skipped");
                 skips.count += 1;

@@ -343,6 +343,7 @@ impl Loader {
                 item: 0,
                 fields: Vec::new(),
                 views: Vec::new(),
+                device: None,
             };
             if let Some(batch) = assembler.push(sample).await? {
                 land(batch)?;
@@ -426,7 +427,7 @@ async fn run_stage(
                             let Some(mut chunk) = chunk else { break };
                             n += chunk.read_samples;
                             bytes += chunk.read_bytes;
-                            for sample in chunk.take_samples(size, &[], &[], None) {
+                            for sample in chunk.take_samples(size, &[], &[], None, None) {
                                 let sample = sample.map_err(&fail)?;
                                 n += 1;
                                 bytes += sample.pixels.len() as u64;

@@ -32,6 +32,7 @@ use crate::state::{EpochState, Fingerprint, Progress};
 use crate::supervisor::Supervisor;
 use crate::wire;
 use crate::workers::{WorkerSet, rediscover, resolve_at_start};
+use stoker_kernels::handoff::Sink;
 
 /// A connection to a set of workers for one dataset.
 pub struct Loader {
@@ -46,6 +47,9 @@ pub struct Loader {
     /// Batch buffers, shared by the epochs: heap, or the pinned ring.
     pub(crate) buffers: BatchBuffers,
     pub(crate) uploader: Option<Arc<Uploader>>,
+    /// Where a GPU worker in this process, on the upload's device, leaves
+    /// its images (`stoker_kernels::handoff`): offered with every item.
+    sink: Option<Arc<Sink>>,
     /// Why an upload that was asked for is not used.
     upload_error: Option<String>,
     /// Lifetime counters, served at `/metrics` when configured.
@@ -213,6 +217,7 @@ impl Loader {
         let batch_bytes = config.batch_size * (config.transform.size as usize).pow(2) * 3;
         let mut buffers = BatchBuffers::Host(HostPool::new(batch_bytes, config.prefetch + 2));
         let mut uploader = None;
+        let mut sink = None;
         let mut upload_error = None;
         if let Some(target) = config.device {
             match open_upload(target, batch_bytes) {
@@ -220,6 +225,7 @@ impl Loader {
                     info!(device = target.ordinal, spec = ?target.spec, "batches are uploaded to the gpu through a pinned ring");
                     buffers = BatchBuffers::Pinned(Arc::new(pool));
                     uploader = Some(Arc::new(up));
+                    sink = Some(Sink::open(target.ordinal));
                 }
                 Err(reason) => {
                     warn!(device = target.ordinal, %reason, "no usable gpu: batches stay in host memory");
@@ -263,6 +269,7 @@ impl Loader {
             format,
             buffers,
             uploader,
+            sink,
             upload_error,
             metrics,
             _metrics_stop: metrics_stop,
@@ -401,7 +408,8 @@ impl Loader {
             )
             .with_format(self.format, &self.config.fields)
             .with_fields(&self.config.extra_fields)
-            .with_views(&self.config.views),
+            .with_views(&self.config.views)
+            .with_device_sink(self.sink.clone()),
         );
         let lanes = self.workers.start_epoch(|workers| {
             let limits: Vec<(String, CreditLimit)> = workers.iter().map(|w| (w.addr.clone(), w.limit)).collect();

@@ -21,7 +21,9 @@
 //!   terminal's Ctrl-C reaches the trainer alone.
 //!
 //! Being on this host, they write samples into the loader's shared-memory
-//! ring rather than sending them.
+//! ring rather than sending them; the in-process GPU worker, on the
+//! loader's device, leaves the images its lanes finish on the device
+//! (`stoker_kernels::handoff`).
 
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;

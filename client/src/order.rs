@@ -137,6 +137,7 @@ mod tests {
             item,
             fields: Vec::new(),
             views: Vec::new(),
+            device: None,
         })
     }
 

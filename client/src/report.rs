@@ -45,6 +45,7 @@ struct WorkerTally {
     addr: String,
     samples: AtomicU64,
     ring_samples: AtomicU64,
+    device_samples: AtomicU64,
     metric: Counter,
     /// Why the worker was set aside for the rest of the epoch, if it was.
     set_aside: OnceLock<String>,
@@ -77,6 +78,7 @@ impl EpochCounters {
                         addr: addr.clone(),
                         samples: AtomicU64::new(0),
                         ring_samples: AtomicU64::new(0),
+                        device_samples: AtomicU64::new(0),
                         metric: metrics.worker(addr),
                         set_aside: OnceLock::new(),
                     })
@@ -110,6 +112,18 @@ impl EpochCounters {
         }
     }
 
+    /// `n` samples of worker `worker` were left on the device by a GPU
+    /// worker in this process.
+    pub fn add_device_samples(&self, worker: usize, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let workers = self.workers.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(w) = workers.get(worker) {
+            w.device_samples.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+
     /// A worker found during the epoch, numbered next (as in the ledger).
     pub fn add_worker(&self, addr: &str) -> usize {
         let mut workers = self.workers.write().unwrap_or_else(|p| p.into_inner());
@@ -117,6 +131,7 @@ impl EpochCounters {
             addr: addr.to_owned(),
             samples: AtomicU64::new(0),
             ring_samples: AtomicU64::new(0),
+            device_samples: AtomicU64::new(0),
             metric: self.metrics.worker(addr),
             set_aside: OnceLock::new(),
         });
@@ -223,6 +238,7 @@ impl EpochCounters {
                 addr: w.addr.clone(),
                 samples: w.samples.load(Ordering::Relaxed),
                 ring_samples: w.ring_samples.load(Ordering::Relaxed),
+                device_samples: w.device_samples.load(Ordering::Relaxed),
                 set_aside: w.set_aside.get().cloned(),
             })
             .collect();
@@ -259,6 +275,9 @@ pub struct WorkerReport {
     /// Of the samples it sent, those whose pixels came through the
     /// shared-memory ring (a worker on this host), not the network.
     pub ring_samples: u64,
+    /// Of the samples it sent, those whose pixels it left on the loader's
+    /// device (a GPU worker in this process: no copy to the host).
+    pub device_samples: u64,
     /// Why the worker was set aside for the rest of the epoch (it broke
     /// the protocol: a sample outside its item's range...); its items went
     /// to other workers.

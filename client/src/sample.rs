@@ -19,6 +19,9 @@ pub(crate) struct Sample {
     /// The request's views' pixels (HWC RGB, each its view's size), in
     /// its order.
     pub views: Vec<Bytes>,
+    /// Set instead of `pixels`: the image a GPU lane of this process left
+    /// on the loader's device (`stoker_kernels::handoff`).
+    pub device: Option<stoker_kernels::handoff::DevicePixels>,
 }
 
 /// A sample the worker could not produce, and why.

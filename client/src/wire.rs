@@ -10,6 +10,7 @@
 mod auth;
 mod chunks;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use stoker_core::{
@@ -21,6 +22,7 @@ use tonic_health::pb::HealthCheckRequest;
 use crate::ring::RingOffer;
 use crate::tls::TlsOptions;
 use auth::{Auth, Authed, auth};
+use stoker_kernels::handoff::Sink;
 use stoker_proto::pb;
 use stoker_proto::pb::worker_client::WorkerClient;
 use stoker_proto::transport;
@@ -175,6 +177,9 @@ impl HealthClient {
 #[derive(Debug)]
 pub(crate) struct ItemTemplate {
     base: pb::WorkItem,
+    /// The loader's device sink, offered to every worker: only one in this
+    /// process, whose lanes run on the sink's device, fills it.
+    sink: Option<Arc<Sink>>,
 }
 
 impl ItemTemplate {
@@ -188,7 +193,21 @@ impl ItemTemplate {
                 chunk_bytes,
                 ..pb::WorkItem::default()
             },
+            sink: None,
         }
+    }
+
+    /// The same requests, offering `sink` (the loader's, when it uploads
+    /// to a device).
+    pub fn with_device_sink(mut self, sink: Option<Arc<Sink>>) -> Self {
+        self.base.device_sink = sink.as_ref().map_or(0, |s| s.id());
+        self.sink = sink;
+        self
+    }
+
+    /// Where samples left on the device are taken from.
+    pub fn sink(&self) -> Option<&Sink> {
+        self.sink.as_deref()
     }
 
     /// The same requests for shards in `format`, read with `fields`.

@@ -34,13 +34,16 @@
 //! resampling passes' ([`ResampleParams`], [`ResampleCoeffs`]); `color` the
 //! colour kernels' wrappers ([`ColorParams`], [`EraseParams`]); `convert`
 //! the client's conversion ([`ConvertKernels`] and its types); `launch`
-//! what the wrappers share; `error` [`KernelError`]. Everything public is
-//! re-exported here.
+//! what the wrappers share; `error` [`KernelError`]; `handoff` the samples
+//! a worker's lanes leave on the device for a loader in the same process
+//! ([`handoff::Sink`], [`handoff::DevicePixels`]). Everything else public
+//! is re-exported here.
 
 mod chain;
 mod color;
 mod convert;
 mod error;
+pub mod handoff;
 pub mod host;
 mod launch;
 mod links;

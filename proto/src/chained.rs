@@ -330,6 +330,7 @@ mod tests {
                 value: Some(pb::field_value::Value::Text(format!("caption {i}"))),
             }],
             ring_slot: None,
+            device_ticket: None,
         }
     }
 

@@ -29,9 +29,16 @@ pub(crate) fn panic_if_chosen(point: &str, key: &str) {
 /// Sets the points `FAILPOINTS` names, if any, and returns them as
 /// `NAME=ACTIONS` for the log.
 pub fn configure_from_env() -> Result<Vec<String>, String> {
-    let Ok(spec) = std::env::var("FAILPOINTS") else {
-        return Ok(Vec::new());
-    };
+    match std::env::var("FAILPOINTS") {
+        Ok(spec) => configure(&spec),
+        Err(_) => Ok(Vec::new()),
+    }
+}
+
+/// Sets the points of `spec` (`FAILPOINTS`' syntax) in this process, for
+/// a worker started in it (`stoker_cli::embedded`); returns them as
+/// `NAME=ACTIONS`. [`clear`] removes one.
+pub fn configure(spec: &str) -> Result<Vec<String>, String> {
     let mut set = Vec::new();
     for entry in spec.split(';').map(str::trim).filter(|e| !e.is_empty()) {
         let (name, actions) = entry
@@ -42,4 +49,9 @@ pub fn configure_from_env() -> Result<Vec<String>, String> {
         set.push(entry.to_owned());
     }
     Ok(set)
+}
+
+/// Removes the point `name` from this process.
+pub fn clear(name: &str) {
+    fail::remove(name);
 }

@@ -20,6 +20,9 @@ pub struct Processed {
     /// The request's other fields, in its order (empty when it asked for
     /// none). The item attaches them; the lanes never see them.
     pub fields: Fields,
+    /// Set instead of `pixels` when a GPU lane left the image on the
+    /// device for a loader in this process (`Item::on_device`).
+    pub device: Option<stoker_kernels::handoff::DevicePixels>,
 }
 
 /// A sample the worker could not use, and why.

@@ -155,6 +155,17 @@ impl Collector for Snapshot {
                 "Samples the GPU lanes handed to the CPU path (PNG, grey or CMYK JPEG, or a failed decode)",
                 load(&gpu.counters.to_cpu),
             )?;
+            labelled(
+                &mut encoder,
+                "gpu_decodes",
+                "Images the GPU lanes decoded, by how: in a batch (the hardware JPEG engine, when the GPU has one) or alone on nvJPEG's CUDA backend (progressive JPEGs)",
+                MetricType::Counter,
+                "path",
+                [
+                    ("batched", ConstCounter::new(load(&gpu.counters.decoded_batched))),
+                    ("single", ConstCounter::new(load(&gpu.counters.decoded_single))),
+                ],
+            )?;
             counter(
                 &mut encoder,
                 "gpu_batches",

@@ -31,6 +31,7 @@ use crate::pipeline::{Chunk, Item, ItemError, WorkerContext, run_item};
 use crate::rings::{RingWriter, Rings};
 use crate::storage::StorageError;
 use crate::tls::ServerTls;
+use stoker_kernels::handoff::Sink;
 use stoker_proto::transport::{self, MAX_CHUNK_BYTES, MAX_REQUEST_BYTES};
 
 /// The `stoker.v1.Worker` service.
@@ -74,6 +75,29 @@ impl WorkerService {
             warn!(dataset = %e.dataset, peer = ?peer, "dataset refused: outside --allow-dataset");
             Status::permission_denied(e.to_string())
         })
+    }
+
+    /// The device sink a work item offers (`id`, 0: none), when this
+    /// worker can fill it: the sink is open in this process, on the device
+    /// the GPU lanes run on, and the item processes its samples (not a
+    /// doctor's measuring mode, nor a `--replay` worker, which keeps
+    /// results for later). Otherwise pixels go as usual.
+    fn device_sink(&self, id: u64, mode: ItemMode, shard: &str) -> Option<Arc<Sink>> {
+        if id == 0 || mode != ItemMode::Process || self.ctx.config.replay {
+            return None;
+        }
+        let sink = Sink::find(id)?;
+        let lanes = self.ctx.gpu.as_ref()?.info().device.ordinal;
+        if sink.ordinal() != lanes {
+            debug!(
+                shard,
+                sink = sink.ordinal(),
+                lanes,
+                "device sink on another device: pixels to the host"
+            );
+            return None;
+        }
+        Some(sink)
     }
 }
 
@@ -198,7 +222,7 @@ impl ItemRing {
     }
 }
 
-fn chunk_to_pb(mut chunk: Chunk, mode: ItemMode, ring: &mut ItemRing) -> pb::SampleChunk {
+fn chunk_to_pb(mut chunk: Chunk, mode: ItemMode, ring: &mut ItemRing, sink: Option<&Sink>) -> pb::SampleChunk {
     if mode == ItemMode::Decode {
         // Processed, then counted instead of sent: the doctor's decode
         // stage, without the transport.
@@ -211,10 +235,21 @@ fn chunk_to_pb(mut chunk: Chunk, mode: ItemMode, ring: &mut ItemRing) -> pb::Sam
             .samples
             .into_iter()
             .map(|s| {
+                // Left on the device for a client in this process: only
+                // the ticket goes (`on_device` is set only with a sink,
+                // which the stream holds).
+                let device_ticket = match (s.device, sink) {
+                    (Some(pixels), Some(sink)) => Some(sink.put(pixels)),
+                    (Some(_), None) => {
+                        warn!(key = %s.key, "a sample left on the device has no sink: sent without pixels");
+                        None
+                    }
+                    (None, _) => None,
+                };
                 // Into the client's ring when it has a free slot: the copy
                 // replaces the encode and both socket copies.
                 let ring_slot = match ring {
-                    ItemRing::Writer(writer) => writer.write(&s.pixels),
+                    ItemRing::Writer(writer) if device_ticket.is_none() => writer.write(&s.pixels),
                     _ => None,
                 };
                 pb::Sample {
@@ -227,6 +262,7 @@ fn chunk_to_pb(mut chunk: Chunk, mode: ItemMode, ring: &mut ItemRing) -> pb::Sam
                     position: s.position,
                     fields: s.fields.into_iter().map(stoker_proto::value_to_pb).collect(),
                     ring_slot,
+                    device_ticket,
                 }
             })
             .collect(),
@@ -360,6 +396,7 @@ impl Worker for WorkerService {
             }
         };
         let mut ring = ItemRing::offered(&self.rings, req.ring, mode, &req.shard);
+        let sink = self.device_sink(req.device_sink, mode, &req.shard);
         let extra = item_fields(req.extra, format)?;
         let views = req
             .views
@@ -383,6 +420,7 @@ impl Worker for WorkerService {
             fields: stoker_proto::fields_from_pb(req.fields),
             extra: extra.into(),
             views: views.into(),
+            on_device: sink.is_some(),
         };
         info!(
             shard = %item.dataset.join(&item.shard),
@@ -412,8 +450,10 @@ impl Worker for WorkerService {
                 }
             }
         });
-        let stream = ReceiverStream::new(rx)
-            .map(move |r| r.map(|c| chunk_to_pb(c, mode, &mut ring)).map_err(|e| item_status(&e)));
+        let stream = ReceiverStream::new(rx).map(move |r| {
+            r.map(|c| chunk_to_pb(c, mode, &mut ring, sink.as_deref()))
+                .map_err(|e| item_status(&e))
+        });
         Ok(Response::new(Box::pin(stream)))
     }
 

@@ -47,7 +47,7 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
 fn upload(up: &Uploader, pool: &PinnedPool, content: &[u8], images: usize, h: u32, w: u32) -> DeviceBatch {
     let mut buf = pool.get_blocking().unwrap();
     buf[..content.len()].copy_from_slice(content);
-    up.upload(buf, images, h, w).unwrap()
+    up.upload(buf, images, h, w, &[]).unwrap()
 }
 
 /// The spec's normalisation, as the kernels take it.
@@ -182,6 +182,81 @@ fn client_device_converts_every_dtype_and_layout() {
     }
 }
 
+/// Images a GPU lane left on the device (`stoker_kernels::handoff`), here
+/// written on a stream of another context object as a lane's are, land in
+/// their rows of a batch whose other rows come from the pinned buffer: the
+/// batch is bit for bit the host path's, in every dtype and layout; a
+/// batch all on the device needs no host bytes at all. The lane outputs
+/// are dropped right after the upload is queued: their memory is freed
+/// only after the batch's copies (compute-sanitizer's memcheck, which
+/// gpu-check runs on this test, tracks stream-ordered frees).
+#[test]
+fn client_device_takes_images_left_on_the_device() {
+    use stoker_kernels::handoff::{DeviceOutput, DevicePixels};
+    let test = "client_device_takes_images_left_on_the_device";
+    if !device_or_skip(test) {
+        return;
+    }
+    let (images, h, w) = (6usize, 24u32, 40u32);
+    let image_bytes = h as usize * w as usize * 3;
+    let content = pattern(99, images * image_bytes);
+    // A "lane": its own context object and stream, event tracking off.
+    let lane_ctx = CudaContext::new(0).unwrap();
+    // SAFETY: the slices below are used on their own stream only, and
+    // handed over through the output's events, as the worker's lanes do.
+    unsafe { lane_ctx.disable_event_tracking() };
+    let lane = lane_ctx.new_stream().unwrap();
+    for spec in [
+        UploadSpec::new(Layout::Nhwc, DType::U8),
+        UploadSpec::new(Layout::Nchw, DType::Bf16).with_mean_std(IMAGENET_MEAN, IMAGENET_STD),
+        UploadSpec::new(Layout::Nhwc, DType::F32),
+    ] {
+        let up = Uploader::new(0, spec).unwrap();
+        let pool = up.pinned_pool(2, content.len()).unwrap();
+        for rows in [vec![1usize, 4, 5], (0..images).collect::<Vec<_>>()] {
+            // The rows on the device, in two outputs (two lane batches),
+            // each output holding them in reverse order at an offset.
+            let mut on_device = Vec::new();
+            for part in rows.chunks(2) {
+                let mut bytes = vec![0xa5u8; 7];
+                for &r in part.iter().rev() {
+                    bytes.extend_from_slice(&content[r * image_bytes..(r + 1) * image_bytes]);
+                }
+                let output = DeviceOutput::new(lane.clone_htod(&bytes).unwrap(), &lane).unwrap();
+                for (j, &r) in part.iter().rev().enumerate() {
+                    let pixels = DevicePixels::new(&output, 7 + j * image_bytes, image_bytes).unwrap();
+                    on_device.push((r, pixels));
+                }
+            }
+            let mut buf = pool.get_blocking().unwrap();
+            buf[..content.len()].fill(0);
+            for r in (0..images).filter(|r| !rows.contains(r)) {
+                buf[r * image_bytes..(r + 1) * image_bytes]
+                    .copy_from_slice(&content[r * image_bytes..(r + 1) * image_bytes]);
+            }
+            let batch = up.upload(buf, images, h, w, &on_device).unwrap();
+            drop(on_device);
+            let got = batch.to_host().unwrap();
+            let want = reference(&spec, &content, images, h, w);
+            let differ = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+            assert_eq!(
+                differ, 0,
+                "{spec:?}, rows {rows:?} on the device: {differ} bytes differ"
+            );
+        }
+        // A row past the batch, or of the wrong size, is refused.
+        let output = DeviceOutput::new(lane.clone_htod(&content).unwrap(), &lane).unwrap();
+        for (row, len) in [(images, image_bytes), (0, image_bytes - 1)] {
+            let pixels = DevicePixels::new(&output, 0, len).unwrap();
+            let err = up
+                .upload(pool.get_blocking().unwrap(), images, h, w, &[(row, pixels)])
+                .expect_err("refused");
+            assert!(err.to_string().contains("left on cuda device"), "{err}");
+        }
+    }
+    println!("{test}: every dtype and layout bit for bit with rows on the device");
+}
+
 #[test]
 fn client_device_refuses_uploads_that_do_not_fit() {
     let test = "client_device_refuses_uploads_that_do_not_fit";
@@ -197,7 +272,7 @@ fn client_device_refuses_uploads_that_do_not_fit() {
         (usize::MAX / 4, 8, 8, "overflow"),
     ] {
         let e = up
-            .upload(pool.get_blocking().unwrap(), images, h, w)
+            .upload(pool.get_blocking().unwrap(), images, h, w, &[])
             .expect_err("refused");
         assert!(e.to_string().contains(what), "{images} x {h}x{w}: {e}");
     }
@@ -207,7 +282,7 @@ fn client_device_refuses_uploads_that_do_not_fit() {
     let foreign = PinnedPool::new(0, 1, 64).unwrap();
     // Another pool of the same device's primary context is accepted.
     other
-        .upload(foreign.get_blocking().unwrap(), 1, 2, 2)
+        .upload(foreign.get_blocking().unwrap(), 1, 2, 2, &[])
         .unwrap()
         .synchronize()
         .unwrap();
@@ -292,7 +367,7 @@ async fn client_device_ring_reuses_a_buffer_only_after_its_copy() {
                 let content = pattern(100 + i, len);
                 let mut buf = pool.get().await.unwrap();
                 buf[..len].copy_from_slice(&content);
-                sent.push((content, up.upload(buf, images, h, w).unwrap()));
+                sent.push((content, up.upload(buf, images, h, w, &[]).unwrap()));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
             assert!(
@@ -325,7 +400,7 @@ async fn client_device_ring_reuses_a_buffer_only_after_its_copy() {
         let content = pattern(200 + sent.len() as u64, len);
         let mut buf = pool.get().await.unwrap();
         buf[..len].copy_from_slice(&content);
-        sent.push((content, up.upload(buf, images, h, w).unwrap()));
+        sent.push((content, up.upload(buf, images, h, w, &[]).unwrap()));
     }
     for (i, (content, batch)) in sent.iter().enumerate() {
         let got = batch.to_host().unwrap();
@@ -443,7 +518,7 @@ fn timed_uploads(up: &Uploader, pool: &PinnedPool, n: usize, images: usize) -> f
     let mut in_flight = VecDeque::new();
     for _ in 0..n {
         let buf = pool.get_blocking().unwrap();
-        in_flight.push_back(up.upload(buf, images, 224, 224).unwrap());
+        in_flight.push_back(up.upload(buf, images, 224, 224, &[]).unwrap());
         if in_flight.len() > pool.count() {
             in_flight.pop_front();
         }

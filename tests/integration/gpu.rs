@@ -567,7 +567,7 @@ fn worker_device_cuda_fails_without_a_gpu() {
 /// the GPU cannot take (progressive goes to nvJPEG's CUDA backend; grey,
 /// CMYK and a PNG named .jpg go back to the CPU path; a truncated JPEG is
 /// skipped by both). Returns the key of the truncated one.
-fn gpu_dataset(dir: &Path, per_class: usize) -> String {
+pub(crate) fn gpu_dataset(dir: &Path, per_class: usize) -> String {
     let photos = photos();
     for (i, (_, data)) in photos.iter().enumerate() {
         let class = dir.join(format!("class{}", i % 2));

@@ -23,6 +23,7 @@ mod fidelity;
 mod formats;
 mod gpu;
 mod gpu_chain;
+mod gpu_handoff;
 mod gpu_parity;
 mod gpu_parts;
 mod gpu_steps;

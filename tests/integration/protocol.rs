@@ -83,6 +83,7 @@ impl WorkerApi for Breaker {
                 position: if forged { item.start } else { item.end },
                 fields: Vec::new(),
                 ring_slot: forged.then_some(3),
+                device_ticket: None,
             }],
             done: true,
             ..pb::SampleChunk::default()

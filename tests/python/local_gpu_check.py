@@ -1,10 +1,14 @@
 """Checks `Loader(workers="local")` on a CUDA machine: the loader runs a GPU
 worker inside this process (its lanes on torch's own CUDA context) beside
-a CPU worker process; two epochs arrive on the device exactly once, both
-workers served, and every sample's pixels equal the host path's (a CPU
-worker's, same seed, deterministic) within the decoders' rounding. It
-prints the device memory used before the loader, with it, and after it
-was dropped. Run by scripts/gpu-check.sh.
+a CPU worker process; eight epochs arrive on the device exactly once
+with the device memory flat after the first, both
+workers served, the GPU worker's images left on the device (no copy
+through the host), and every sample's pixels equal the host path's (a CPU
+worker's, same seed, deterministic) within the decoders' rounding. The
+GPU lanes' images handed over on the device are byte for byte those the
+same lanes send through the host. It prints the device memory used
+before the loader, with it, and after it was dropped. Run by
+scripts/gpu-check.sh.
 
 usage: local_gpu_check.py DATASET EXPECTED_COUNT
 """
@@ -21,6 +25,10 @@ import torch
 import stoker
 
 SEED = 5
+# Epochs of the README's line; the device memory used must be flat after
+# the first (within FLAT_MIB: the driver counts whole pool chunks).
+EPOCHS = 8
+FLAT_MIB = 256
 # Mean absolute difference of one sample's uint8 pixels, GPU lanes against
 # the CPU path: nvJPEG and the CPU decoders round differently (about 0.2
 # a pixel, 1.3 at worst); a wrong image is tens.
@@ -60,7 +68,8 @@ def main():
     assert sorted(workers) == ["cpu", "gpu"], loader.local_workers
     assert workers["gpu"]["in_process"] and workers["gpu"]["pid"] == os.getpid(), workers["gpu"]
     assert not workers["cpu"]["in_process"] and workers["cpu"]["pid"] != os.getpid(), workers["cpu"]
-    for epoch in range(2):
+    used = []
+    for epoch in range(EPOCHS):
         seen = set()
         t0 = time.perf_counter()
         for b in loader:
@@ -72,9 +81,15 @@ def main():
         rate = len(seen) / (time.perf_counter() - t0)
         assert len(seen) == expected, (len(seen), expected)
         report = loader.report()
+        used.append(device_used_mib())
         print(f"local-gpu epoch {epoch}: {len(seen)} samples exactly once on cuda, {rate:.0f} img/s; "
-              f"per worker {report['workers']}", flush=True)
+              f"per worker {report['workers']}, left on the device {report['device_samples']}; "
+              f"device memory used {used[-1]:.0f} MiB", flush=True)
+    assert max(used[1:]) <= used[0] + FLAT_MIB, f"device memory grew over {EPOCHS} epochs: {used}"
     assert all(n > 0 for n in report["workers"].values()), report["workers"]
+    gpu_addr, cpu_addr = workers["gpu"]["address"], workers["cpu"]["address"]
+    assert report["device_samples"][gpu_addr] > 0, report
+    assert report["device_samples"][cpu_addr] == 0, report
     held = device_used_mib()
     del loader, b
     gc.collect()
@@ -104,8 +119,30 @@ def main():
     print(f"local-gpu pixels: {len(mads)} samples (per worker {by_worker}) against the cpu path: "
           f"median mad {median:.2f}, worst {worst:.2f} ({key})", flush=True)
     assert worst <= WORST_MAD, [(round(m, 2), k) for m, k in mads[:5]]
+
+    # The hand-over on the device against the host path of the same lanes:
+    # an in-process GPU worker alone (--gpu-only: no CPU thread takes a
+    # JPEG), uint8 batches on the device (its images left there), then
+    # host batches (the same images copied back through the host).
+    worker = stoker.InProcessWorker(["--device", "cuda", "--gpu-only", "--listen", "127.0.0.1:0"])
+    kept = stoker.Loader(workers=[worker.address], dataset=dataset, batch_size=64, image_size=224, device="cuda:0",
+                         dtype=torch.uint8, seed=SEED, deterministic=True)
+    kept_pixels = epoch_pixels(kept)
+    left = kept.report()["device_samples"][worker.address]
+    del kept
+    gc.collect()
+    sent = stoker.Loader(workers=[worker.address], dataset=dataset, batch_size=64, image_size=224, device="cpu",
+                         seed=SEED, deterministic=True)
+    sent_pixels = epoch_pixels(sent)
+    assert sent.report()["device_samples"][worker.address] == 0, sent.report()
+    del sent, worker
+    assert set(kept_pixels) == set(sent_pixels) and len(kept_pixels) == expected, (len(kept_pixels), len(sent_pixels))
+    differ = [k for k in kept_pixels if not np.array_equal(kept_pixels[k], sent_pixels[k])]
+    print(f"local-gpu hand-over: {left} of {len(kept_pixels)} images left on the device; "
+          f"{len(differ)} differ from the same lanes' host path", flush=True)
+    assert left > 0 and not differ, (left, differ[:5])
     print("local-gpu: ok (the GPU worker in this process and a CPU worker process, both served; "
-          "pixels as on the cpu path)")
+          "images handed over on the device; pixels as on the cpu path)")
 
 
 if __name__ == "__main__":

@@ -107,7 +107,7 @@ type PyBatch = (
 
 /// An epoch's report: samples, skipped, reassigned items, (key, reason) of
 /// the first skips, batches, seconds waited, seconds elapsed, recommended
-/// workers and (address, samples) per worker.
+/// workers and (address, samples, samples left on the device) per worker.
 type PyReport = (
     u64,
     u64,
@@ -117,7 +117,7 @@ type PyReport = (
     f64,
     f64,
     Option<u32>,
-    Vec<(String, u64)>,
+    Vec<(String, u64, u64)>,
 );
 
 /// A connected client: `start_epoch`, then `next_batch` until `None`.
@@ -511,7 +511,10 @@ impl Client {
                 r.wait.as_secs_f64(),
                 r.elapsed.as_secs_f64(),
                 r.recommended_workers,
-                r.workers.into_iter().map(|w| (w.addr, w.samples)).collect(),
+                r.workers
+                    .into_iter()
+                    .map(|w| (w.addr, w.samples, w.device_samples))
+                    .collect(),
             )
         })
     }

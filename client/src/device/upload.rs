@@ -11,6 +11,7 @@ use stoker_kernels::{
 };
 
 use super::{DeviceError, DeviceUnavailable, PinnedBuf, PinnedPool, driver};
+use stoker_kernels::handoff::DevicePixels;
 
 /// What a batch becomes on the device: layout, element type and
 /// normalisation `(x / 255 - mean[c]) / std[c]` (mean 0, std 1: plain
@@ -150,9 +151,24 @@ impl Uploader {
     /// says when it is done ([`DeviceBatch::wait_on`],
     /// [`DeviceBatch::synchronize`]).
     ///
+    /// The images `on_device` (row, pixels) were left on this device by a
+    /// GPU worker in this process: their rows of `buf` are not copied, and
+    /// each is copied in on the device instead, after the side stream has
+    /// waited on the event that says it was written; the event recorded
+    /// after those copies orders the free of their memory
+    /// ([`DevicePixels::used_until`]). Pixels equal the host path's: the
+    /// same bytes go through the same conversion.
+    ///
     /// Sizes are checked against the buffer; an error leaves the buffer
     /// back in its pool.
-    pub fn upload(&self, buf: PinnedBuf, images: usize, height: u32, width: u32) -> Result<DeviceBatch, DeviceError> {
+    pub fn upload(
+        &self,
+        buf: PinnedBuf,
+        images: usize,
+        height: u32,
+        width: u32,
+        on_device: &[(usize, DevicePixels)],
+    ) -> Result<DeviceBatch, DeviceError> {
         let ordinal = self.ordinal;
         let invalid = |reason: String| DeviceError::Invalid { ordinal, reason };
         if buf.context() != &self.ctx {
@@ -190,9 +206,19 @@ impl Uploader {
         // event that every reader waits for.
         let mut out = unsafe { self.stream.alloc::<u8>(out_bytes) }
             .map_err(driver("cuMemAllocAsync of a batch's output", ordinal))?;
+        let image_bytes = in_bytes / images;
+        for (row, pixels) in on_device {
+            if *row >= images || pixels.len() != image_bytes || pixels.ordinal() != ordinal {
+                return Err(invalid(format!(
+                    "image {row} left on cuda device {} has {} bytes; the batch holds {images} images of {image_bytes} bytes on device {ordinal}",
+                    pixels.ordinal(),
+                    pixels.len()
+                )));
+            }
+        }
         if self.conversion.kernel().is_none() {
             // uint8 NHWC: the bytes as they came are the batch.
-            buf.copy_to_device(&self.stream, &mut out, in_bytes)?;
+            self.land(buf, &mut out, in_bytes, image_bytes, on_device)?;
         } else {
             let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
             let staging = match &mut *staging {
@@ -208,7 +234,7 @@ impl Uploader {
                     slot.insert(grown)
                 }
             };
-            buf.copy_to_device(&self.stream, staging, in_bytes)?;
+            self.land(buf, staging, in_bytes, image_bytes, on_device)?;
             self.kernels
                 .convert(
                     &self.stream,
@@ -241,6 +267,81 @@ impl Uploader {
             consumers: Mutex::new(Vec::new()),
             data: Some(out),
         })
+    }
+}
+
+impl Uploader {
+    /// Lands a batch's `in_bytes` uint8 HWC bytes at the front of `dst`:
+    /// the host rows from `buf` (one copy, or none when every row is on
+    /// the device), then each row of `on_device` copied on the device.
+    fn land(
+        &self,
+        buf: PinnedBuf,
+        dst: &mut CudaSlice<u8>,
+        in_bytes: usize,
+        image_bytes: usize,
+        on_device: &[(usize, DevicePixels)],
+    ) -> Result<(), DeviceError> {
+        let ordinal = self.ordinal;
+        if in_bytes > dst.len() {
+            return Err(DeviceError::Invalid {
+                ordinal,
+                reason: format!(
+                    "a batch of {in_bytes} bytes landing in a device buffer of {}",
+                    dst.len()
+                ),
+            });
+        }
+        if on_device.len() * image_bytes < in_bytes {
+            buf.copy_to_device(&self.stream, dst, in_bytes)?;
+        }
+        if on_device.is_empty() {
+            return Ok(());
+        }
+        // The lane outputs the rows lie in: a batch's images come from a
+        // few (a lane batch holds up to a hundred).
+        let mut outputs: Vec<&DevicePixels> = Vec::new();
+        for (_, pixels) in on_device {
+            if !outputs.iter().any(|o| o.same_output(pixels)) {
+                outputs.push(pixels);
+            }
+        }
+        for output in &outputs {
+            self.stream
+                .wait(output.ready())
+                .map_err(driver("cuStreamWaitEvent on an image left on the device", ordinal))?;
+        }
+        let base = {
+            let (ptr, _record) = dst.device_ptr(&self.stream);
+            ptr
+        };
+        for (row, pixels) in on_device {
+            // SAFETY: both ranges are live device memory of this context:
+            // the destination row lies within `dst`'s first `in_bytes` (the
+            // caller checked each row against the batch's images and
+            // allocated `dst` with at least `in_bytes`), the source is the
+            // `image_bytes` the lane wrote (checked: `pixels.len()`), and
+            // its memory is freed only after the events recorded below.
+            unsafe {
+                cudarc::driver::result::memcpy_dtod_async(
+                    base + (row * image_bytes) as u64,
+                    pixels.device_ptr(),
+                    image_bytes,
+                    self.stream.cu_stream(),
+                )
+            }
+            .map_err(driver("cuMemcpyDtoDAsync of an image left on the device", ordinal))?;
+        }
+        // Each output's memory waits for this batch's copies before it is
+        // freed (on the lane's stream, stream-ordered: no host wait).
+        for output in outputs {
+            let copied = self.stream.record_event(None).map_err(driver(
+                "cuEventRecord after the copies of images left on the device",
+                ordinal,
+            ))?;
+            output.used_until(copied);
+        }
+        Ok(())
     }
 }
 

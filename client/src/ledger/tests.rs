@@ -129,6 +129,7 @@ fn samples(list: &[(&str, u64)]) -> Vec<Sample> {
             item: 0,
             fields: Vec::new(),
             views: Vec::new(),
+            device: None,
         })
         .collect()
 }

@@ -19,6 +19,7 @@ use super::auth::Authed;
 use crate::ring::RingOffer;
 use crate::sample::{Sample, Skipped};
 use stoker_core::{FieldSpec, ViewSpec};
+use stoker_kernels::handoff::Sink;
 
 const PROCESS_SHARD: &str = "/stoker.v1.Worker/ProcessShard";
 
@@ -185,24 +186,30 @@ impl Chunk {
     /// Takes the chunk's samples, each checked against the transform's
     /// output `size`, the `fields` and the `views` asked for, in the order
     /// they came; pixels a worker wrote into the item's `ring` are taken
-    /// from it.
+    /// from it, those it left on the device from the loader's `sink`.
     pub fn take_samples<'a>(
         &mut self,
         size: u32,
         fields: &[FieldSpec],
         views: &[ViewSpec],
         ring: Option<&'a RingOffer>,
+        sink: Option<&'a Sink>,
     ) -> impl ExactSizeIterator<Item = Result<Sample, String>> + use<'a> {
         let fields = fields.len();
         let view_sizes: Vec<u32> = views.iter().map(|v| v.transform.size).collect();
         std::mem::take(&mut self.samples)
             .into_iter()
-            .map(move |s| sample_from_pb(s, size, fields, &view_sizes, ring))
+            .map(move |s| sample_from_pb(s, size, fields, &view_sizes, ring, sink))
     }
 
     /// Samples of the chunk whose pixels lie in the ring.
     pub fn ring_samples(&self) -> usize {
         self.samples.iter().filter(|s| s.ring_slot.is_some()).count()
+    }
+
+    /// Samples of the chunk whose pixels were left on the device.
+    pub fn device_samples(&self) -> usize {
+        self.samples.iter().filter(|s| s.device_ticket.is_some()).count()
     }
 }
 
@@ -213,6 +220,7 @@ fn sample_from_pb(
     fields: usize,
     views: &[u32],
     ring: Option<&RingOffer>,
+    sink: Option<&Sink>,
 ) -> Result<Sample, String> {
     if s.fields.len() != fields + views.len() {
         return Err(format!(
@@ -245,6 +253,32 @@ fn sample_from_pb(
         ));
     }
     let expected = size as usize * size as usize * 3;
+    let mut device = None;
+    if let Some(ticket) = s.device_ticket {
+        let sink = sink.ok_or_else(|| {
+            format!(
+                "sample {} names device ticket {ticket}, but no device sink was offered",
+                s.key
+            )
+        })?;
+        if !s.pixels.is_empty() || s.ring_slot.is_some() {
+            return Err(format!(
+                "sample {} names device ticket {ticket} and carries pixels or a ring slot too",
+                s.key
+            ));
+        }
+        let pixels = sink
+            .take(ticket)
+            .ok_or_else(|| format!("sample {} names device ticket {ticket}, which holds nothing", s.key))?;
+        if pixels.len() != expected {
+            return Err(format!(
+                "sample {} left {} pixel bytes on the device, expected {expected}",
+                s.key,
+                pixels.len()
+            ));
+        }
+        device = Some(pixels);
+    }
     if let Some(slot) = s.ring_slot {
         let ring = ring.ok_or_else(|| format!("sample {} names ring slot {slot}, but no ring was offered", s.key))?;
         if !s.pixels.is_empty() {
@@ -257,7 +291,7 @@ fn sample_from_pb(
             .take(slot, expected)
             .map_err(|e| format!("sample {}: {e}", s.key))?;
     }
-    if s.pixels.len() != expected {
+    if device.is_none() && s.pixels.len() != expected {
         return Err(format!(
             "sample {} has {} pixel bytes, expected {expected}",
             s.key,
@@ -272,5 +306,6 @@ fn sample_from_pb(
         item: 0,
         fields: values,
         views: view_pixels,
+        device,
     })
 }

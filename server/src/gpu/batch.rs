@@ -7,6 +7,7 @@
 use bytes::Bytes;
 use stoker_core::{FieldValue, NpyArray, Step};
 use stoker_image::augment::Chain;
+use stoker_kernels::handoff::DevicePixels;
 
 use super::decode::DeviceImage;
 use super::device::Gpu;
@@ -42,11 +43,30 @@ pub(super) enum Render {
 /// A part of a sample: its index in the batch and in the sample's parts.
 pub(super) type At = (usize, usize);
 
-/// What a part made: its size and its bytes.
-pub(super) type Output = ((u32, u32), Bytes);
+/// A part's pixels: copied to the host, or left on the device for a
+/// loader in this process (`Recipe::on_device`; images alone).
+#[derive(Clone, Debug)]
+pub(super) enum PartPixels {
+    Host(Bytes),
+    Device(DevicePixels),
+}
+
+impl PartPixels {
+    /// The host bytes; a part left on the device is an error here (views
+    /// and masks always come to the host).
+    fn host(self, what: &str) -> Result<Bytes, String> {
+        match self {
+            PartPixels::Host(bytes) => Ok(bytes),
+            PartPixels::Device(_) => Err(format!("the gpu batch left a {what} on the device")),
+        }
+    }
+}
+
+/// What a part made: its size and its pixels.
+pub(super) type Output = ((u32, u32), PartPixels);
 
 /// A part's output, with the part.
-pub(super) type Made = (At, (u32, u32), Bytes);
+pub(super) type Made = (At, (u32, u32), PartPixels);
 
 /// A part whose steps run: the part, its steps, its output size.
 type Stepped = (At, Vec<Step>, u32);
@@ -245,14 +265,18 @@ fn processed(s: &Awaiting, parts: Vec<Option<Output>>) -> Result<Processed, Stri
         };
         match *role {
             Role::Image => image = Some((w, h, pixels)),
-            Role::View(_) => fields.push(Some(FieldValue::Image(pixels))),
+            Role::View(_) => fields.push(Some(FieldValue::Image(pixels.host("view")?))),
             Role::Mask(index) if index < s.fields => {
-                fields[index] = Some(FieldValue::Mask(NpyArray::mask(w, h, pixels)));
+                fields[index] = Some(FieldValue::Mask(NpyArray::mask(w, h, pixels.host("mask")?)));
             }
             Role::Mask(index) => return Err(format!("mask index {index} is past the {} fields", s.fields)),
         }
     }
     let (width, height, pixels) = image.ok_or("the gpu batch made no image")?;
+    let (pixels, device) = match pixels {
+        PartPixels::Host(bytes) => (bytes, None),
+        PartPixels::Device(on_device) => (Bytes::new(), Some(on_device)),
+    };
     Ok(Processed {
         key: s.sample.key.clone(),
         position: s.sample.position,
@@ -261,6 +285,7 @@ fn processed(s: &Awaiting, parts: Vec<Option<Output>>) -> Result<Processed, Stri
         height,
         pixels,
         fields,
+        device,
     })
 }
 
@@ -293,16 +318,20 @@ mod tests {
         Bytes::from(vec![v; n])
     }
 
+    fn host(n: usize, v: u8) -> PartPixels {
+        PartPixels::Host(bytes(n, v))
+    }
+
     /// The CPU path's layout (`process_sample_with`): masks at their
     /// indices of the request's fields, views after them, in order.
     #[test]
     fn a_samples_parts_land_where_the_cpu_path_puts_them() {
         let roles = vec![Role::Image, Role::View(0), Role::View(1), Role::Mask(1)];
         let made = vec![
-            ((0, 3), (4, 4), bytes(16, 9)),
-            ((0, 0), (4, 4), bytes(48, 1)),
-            ((0, 2), (3, 3), bytes(27, 3)),
-            ((0, 1), (2, 2), bytes(12, 2)),
+            ((0, 3), (4, 4), host(16, 9)),
+            ((0, 0), (4, 4), host(48, 1)),
+            ((0, 2), (3, 3), host(27, 3)),
+            ((0, 1), (2, 2), host(12, 2)),
         ];
         let out = results(vec![awaiting("k", roles, 3)], vec![None], made);
         let [(0, GpuResult::Done(p))] = &out[..] else {
@@ -324,7 +353,7 @@ mod tests {
         let out = results(
             vec![awaiting("alone", vec![Role::Image], 2)],
             vec![None],
-            vec![((0, 0), (2, 2), bytes(12, 5))],
+            vec![((0, 0), (2, 2), host(12, 5))],
         );
         assert!(matches!(&out[..], [(0, GpuResult::Done(p))] if p.fields.is_empty()));
     }
@@ -339,11 +368,11 @@ mod tests {
         ];
         let failed = vec![Some("gpu steps failed: no memory".to_owned()), None, None, None];
         let made = vec![
-            ((0, 0), (2, 2), bytes(12, 0)),
-            ((1, 0), (2, 2), bytes(12, 0)),
-            ((2, 0), (2, 2), bytes(12, 0)),
-            ((2, 1), (2, 2), bytes(4, 0)),
-            ((3, 0), (2, 2), bytes(12, 0)),
+            ((0, 0), (2, 2), host(12, 0)),
+            ((1, 0), (2, 2), host(12, 0)),
+            ((2, 0), (2, 2), host(12, 0)),
+            ((2, 1), (2, 2), host(4, 0)),
+            ((3, 0), (2, 2), host(12, 0)),
         ];
         let mut out = results(samples, failed, made);
         out.sort_by_key(|(i, _)| *i);

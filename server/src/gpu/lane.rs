@@ -14,11 +14,12 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use cudarc::driver::{CudaSlice, PinnedHostSlice};
+use stoker_kernels::handoff::{DeviceOutput, DevicePixels};
 use tracing::{debug, trace, warn};
 
-use super::batch::{At, Awaiting, BatchWork, Made, Render, results};
+use super::batch::{At, Awaiting, BatchWork, Made, PartPixels, Render, results};
 use super::chain::MaskRender;
-use super::decode::GpuDecoder;
+use super::decode::{DecodePath, GpuDecoder};
 use super::device::{Gpu, GpuError, driver};
 use super::lend::Shelf;
 use super::plan::{Limits, PlannedSample, plan};
@@ -65,6 +66,11 @@ pub struct GpuCounters {
     pub images: AtomicU64,
     /// Samples handed back to the CPU path.
     pub to_cpu: AtomicU64,
+    /// Images decoded in a batch (by the hardware JPEG engine, when the
+    /// GPU has one) and alone on nvJPEG's CUDA backend (progressive JPEGs,
+    /// a failed batch's retries).
+    pub decoded_batched: AtomicU64,
+    pub decoded_single: AtomicU64,
     /// Reading headers and resolving crops.
     pub plan_ns: AtomicU64,
     /// Queueing the nvJPEG batch (its host-side parsing included).
@@ -186,7 +192,12 @@ impl Lane {
             for sample in job.samples {
                 let copy = sample.clone();
                 match catch_panic(|| plan(sample, &job.recipe, limits)) {
-                    Ok(Ok(p)) => planned.push((p, j, job.recipe.extra.len())),
+                    Ok(Ok(p)) => {
+                        // An image alone stays on the device when asked;
+                        // masks and views come to the host.
+                        let on_device = job.recipe.on_device && p.parts.len() == 1;
+                        planned.push((p, j, job.recipe.extra.len(), on_device));
+                    }
                     Ok(Err(back)) => results[j].push(back),
                     Err(message) => results[j].push(hand_back_after_panic(copy, "gpu host work", &message)),
                 }
@@ -199,19 +210,23 @@ impl Lane {
         let mut planned = planned.into_iter().peekable();
         while planned.peek().is_some() {
             let (mut batch, mut owners, mut bytes) = (Vec::new(), Vec::new(), 0u64);
+            // A batch's output is one allocation: on the device only when
+            // every sample of it stays there.
+            let mut all_on_device = true;
             while batch.len() < self.config.max_batch
                 && planned
                     .peek()
                     .is_some_and(|(p, ..)| batch.is_empty() || bytes + p.bytes <= self.config.batch_memory)
-                && let Some((p, j, fields)) = planned.next()
+                && let Some((p, j, fields, on_device)) = planned.next()
             {
                 bytes += p.bytes;
                 batch.push((p, fields));
                 owners.push(j);
+                all_on_device &= on_device;
             }
             let copies: Vec<GpuSample> = batch.iter().map(|(p, _)| p.sample.clone()).collect();
             let counters = Arc::clone(&self.counters);
-            let done = run_caught(copies, &counters.to_cpu, || self.run_batch(batch));
+            let done = run_caught(copies, &counters.to_cpu, || self.run_batch(batch, all_on_device));
             // By index: `run_batch` answers in its own order, and a batch
             // may hold samples of several jobs (items).
             for (i, r) in done {
@@ -226,8 +241,9 @@ impl Lane {
     /// Decodes `batch` (each sample with the number of its request's
     /// fields) and makes every part of every sample: the step rounds, then
     /// one output for the batch ([`Lane::finish`]). Each result comes with
-    /// its sample's index in `batch`.
-    fn run_batch(&mut self, batch: Vec<(PlannedSample, usize)>) -> Vec<(usize, GpuResult)> {
+    /// its sample's index in `batch`. With `on_device`, the output stays on
+    /// the device ([`Lane::finish`]).
+    fn run_batch(&mut self, batch: Vec<(PlannedSample, usize)>, on_device: bool) -> Vec<(usize, GpuResult)> {
         let n = batch.len();
         self.counters.batches.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
@@ -241,6 +257,11 @@ impl Lane {
         for (i, ((p, fields), (d, path))) in batch.into_iter().zip(decoded).enumerate() {
             let roles = p.parts.iter().map(|part| part.role).collect();
             trace!(key = %p.sample.key, path = path.name(), "gpu decode");
+            match path {
+                DecodePath::Batched => self.counters.decoded_batched.fetch_add(1, Ordering::Relaxed),
+                DecodePath::Single => self.counters.decoded_single.fetch_add(1, Ordering::Relaxed),
+                DecodePath::Refused => 0,
+            };
             match d {
                 Ok(img) if (img.width, img.height) != p.dims => work.fail(
                     i,
@@ -260,7 +281,7 @@ impl Lane {
         }
         work.run_steps(&self.gpu);
         add_elapsed(&self.counters.steps_ns, started);
-        let made = match self.finish(&work) {
+        let made = match self.finish(&work, on_device) {
             Ok(made) => made,
             Err(e) => {
                 let images = work.failed.iter().filter(|f| f.is_none()).count();
@@ -284,8 +305,11 @@ impl Lane {
     /// Writes every part of `work` whose sample has not failed into one
     /// device output (the crop-resizes a launch per output size, the
     /// images the step rounds finished a copy each, the masks one launch),
-    /// copies it to the page-locked buffer and splits it per part.
-    fn finish(&mut self, work: &BatchWork) -> Result<Vec<Made>, GpuError> {
+    /// copies it to the page-locked buffer and splits it per part; or, with
+    /// `on_device`, leaves it on the device, each part a view of it that
+    /// keeps it alive, with the event recorded after its kernels for a
+    /// consumer's stream to wait on.
+    fn finish(&mut self, work: &BatchWork, on_device: bool) -> Result<Vec<Made>, GpuError> {
         let started = Instant::now();
         let live: Vec<&(At, Render)> = work
             .renders
@@ -372,12 +396,39 @@ impl Lane {
             self.gpu.render_masks_at(&masks, &mut dev)?;
             dev
         };
+        if on_device {
+            let output =
+                DeviceOutput::new(dev, &self.gpu.stream).map_err(driver("recording a batch output's event"))?;
+            // Every batch ends with the lane waiting for its stream, as
+            // the copy back does: the decoder's jpeg states and the
+            // batch's host-side buffers are reused on that rule
+            // (ARCHITECTURE.md, Invariants). The consumer's wait on the
+            // output's event then costs nothing.
+            self.gpu
+                .stream
+                .synchronize()
+                .map_err(driver("waiting for a batch output left on the device"))?;
+            add_elapsed(&self.counters.finish_ns, started);
+            return live
+                .iter()
+                .zip(places)
+                .map(|((at, _), (offset, dims, len))| {
+                    let pixels = DevicePixels::new(&output, offset, len).ok_or_else(|| {
+                        GpuError::Invalid(format!(
+                            "part {at:?} lies past the batch output of {} bytes",
+                            output.len()
+                        ))
+                    })?;
+                    Ok((*at, dims, PartPixels::Device(pixels)))
+                })
+                .collect();
+        }
         let all = self.copy_back(&dev, started)?;
         let started = Instant::now();
         let out = live
             .iter()
             .zip(places)
-            .map(|((at, _), (offset, dims, len))| (*at, dims, all.slice(offset..offset + len)))
+            .map(|((at, _), (offset, dims, len))| (*at, dims, PartPixels::Host(all.slice(offset..offset + len))))
             .collect();
         add_elapsed(&self.counters.unpack_ns, started);
         Ok(out)

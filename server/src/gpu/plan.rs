@@ -245,6 +245,7 @@ mod tests {
                     transform: spec(json),
                 })
                 .collect(),
+            on_device: false,
         }
     }
 

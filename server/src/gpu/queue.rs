@@ -97,6 +97,9 @@ pub struct Recipe {
     pub seed: ItemSeed,
     pub extra: Arc<[FieldSpec]>,
     pub views: Arc<[ViewSpec]>,
+    /// Leave finished images on the device (`Processed::device`) where the
+    /// sample is an image alone (no masks, no views); see `Item::on_device`.
+    pub on_device: bool,
 }
 
 impl Recipe {
@@ -107,6 +110,7 @@ impl Recipe {
             seed,
             extra: Arc::new([]),
             views: Arc::new([]),
+            on_device: false,
         }
     }
 }

@@ -151,6 +151,7 @@ pub(crate) fn process_sample_with(
         height: out.height,
         pixels: Bytes::from(out.pixels),
         fields,
+        device: None,
     })
 }
 

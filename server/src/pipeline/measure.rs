@@ -73,6 +73,7 @@ pub(super) async fn synthetic_item(
             height: size,
             pixels: pixels.clone(),
             fields: Vec::new(),
+            device: None,
         };
         chunk.push(sample, Reservation::default());
         if chunk.pixel_bytes >= item.chunk_bytes && !send(ctx, tx, std::mem::take(&mut chunk)).await {

@@ -213,6 +213,7 @@ pub(super) fn on_gpu(ctx: &Arc<WorkerContext>, item: &Item, samples: Vec<GpuSamp
         seed: item.item_seed(),
         extra: Arc::clone(&item.extra),
         views: Arc::clone(&item.views),
+        on_device: item.on_device,
     };
     let task = tokio::spawn(async move {
         let gpu = ctx.gpu.as_ref().ok_or(RunnerGone)?;

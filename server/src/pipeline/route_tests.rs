@@ -491,6 +491,7 @@ fn item(uri: DatasetUri, spec: TransformSpec) -> Item {
         fields: stoker_core::RecordFields::default(),
         extra: Arc::new([]),
         views: Arc::new([]),
+        on_device: false,
     }
 }
 

@@ -45,6 +45,10 @@ pub struct Item {
     /// More views of each sample's image, each with its own pipeline,
     /// delivered after `extra` as image fields.
     pub views: Arc<[ViewSpec]>,
+    /// Whether the GPU lanes leave the item's finished images on the
+    /// device (`Processed::device`): a loader in this process, uploading
+    /// to the lanes' device, offered its sink (`stoker_kernels::handoff`).
+    pub on_device: bool,
 }
 
 impl Item {
@@ -117,7 +121,8 @@ impl Drop for SkipTally {
 #[derive(Debug, Default)]
 pub struct Chunk {
     pub samples: Vec<Processed>,
-    /// Pixel bytes in `samples`, kept as they are pushed.
+    /// Pixel bytes in `samples` (in host memory or left on the device),
+    /// kept as they are pushed: what a chunk's size is measured in.
     pub pixel_bytes: usize,
     pub skipped: Vec<Skipped>,
     pub done: bool,
@@ -135,7 +140,7 @@ pub struct Chunk {
 
 impl Chunk {
     pub(super) fn push(&mut self, p: Processed, held: Reservation) {
-        self.pixel_bytes += p.pixels.len();
+        self.pixel_bytes += p.pixels.len() + p.device.as_ref().map_or(0, |d| d.len());
         self.samples.push(p);
         self.reservation.absorb(held);
     }

@@ -464,7 +464,10 @@ class Loader(_Base):
             "wait_seconds": wait,
             "seconds": elapsed,
             "recommended_workers": recommended,
-            "workers": dict(workers),
+            "workers": {addr: n for addr, n, _ in workers},
+            # Of each worker's samples, those a GPU worker in this process
+            # left on the loader's device (no copy through the host).
+            "device_samples": {addr: n for addr, _, n in workers},
         }
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
