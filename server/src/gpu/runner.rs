@@ -122,7 +122,9 @@ impl GpuRunner {
         // SAFETY: cudarc's events order a buffer's uses across streams;
         // the lanes need none. A lane allocates, uses and frees each buffer
         // on its own stream (a batch never leaves its lane, and its output
-        // reaches the host through a copy the lane waits for), and the
+        // reaches the host through a copy the lane waits for, or a loader
+        // in this process on the device, ordered by the events
+        // `stoker_kernels::handoff::DeviceOutput` records and waits on), and the
         // stream-ordered pool orders a free on one stream before another
         // stream reuses the memory. With them each buffer cost two event
         // creations and each use an event record and a wait, on the lanes'
