@@ -12,13 +12,17 @@ run stopped mid-epoch resumes with the batches it had not trained on.
 rank's workers on its node; on a machine without CUDA it trains on the CPU
 with gloo.
 
-Each rank streams its own share of the epoch, so the data module gathers
-every rank's position into the checkpoint and each rank restores its own.
+The loader goes to Lightning inside ``StokerBatches``, a
+``DataLoader(loader, batch_size=None)`` with ``state_dict`` and
+``load_state_dict``: the protocol Lightning checks to call a dataloader
+resumable (it warns on a mid-epoch resume otherwise) and through which it
+saves and restores the position with the loops' state. Each rank streams
+its own share of the epoch, so the state it saves gathers every rank's
+position (Lightning writes rank 0's) and each rank restores its own.
 Lightning fetches one batch ahead of the one it trains on, so the module
-notes the index of each batch it trained, and the data module saves the
-loader's position after that batch (``state_dict(through_index=...)``),
-not after the one fetched ahead. The loader goes to Lightning inside a
-``DataLoader(loader, batch_size=None)``, which keeps no state of its own.
+notes the index of each batch it trained, and the position saved is the
+loader's after that batch (``state_dict(through_index=...)``), not after
+the one fetched ahead.
 
 With ``--keys-out DIR``, each rank appends the keys it trained on to
 ``DIR/rank-N.jsonl`` (the tests check a stopped and resumed run with it).
@@ -79,14 +83,14 @@ class StokerData(L.LightningDataModule):
         if self._restored is not None:
             self.loader.load_state_dict(self._restored)
 
-    def train_dataloader(self) -> "DataLoader[Dict[str, Any]]":
+    def train_dataloader(self) -> "StokerBatches":
         assert self.loader is not None
-        return DataLoader(self.loader, batch_size=None)
+        return StokerBatches(self)
 
-    def state_dict(self) -> Dict[str, Any]:
+    def positions(self) -> Dict[str, Any]:
         # Every rank has its own share, hence its own position; the
         # checkpoint is written by rank 0, so it gathers them all
-        # (Lightning calls this on every rank).
+        # (Lightning saves the loops' state on every rank).
         assert self.loader is not None
         if self.trained is None:
             mine = self.loader.state_dict()
@@ -98,7 +102,7 @@ class StokerData(L.LightningDataModule):
             torch.distributed.all_gather_object(positions, mine)
         return {"loaders": positions}
 
-    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+    def restore(self, state_dict: Dict[str, Any]) -> None:
         positions = state_dict["loaders"]
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
         if len(positions) <= rank:
@@ -106,6 +110,23 @@ class StokerData(L.LightningDataModule):
         self._restored = positions[rank]
         if self.loader is not None:
             self.loader.load_state_dict(self._restored)
+
+
+class StokerBatches(DataLoader[Dict[str, Any]]):
+    """The loader's batches as Lightning takes them, resumable: Lightning
+    saves ``state_dict()`` with its loops and hands it back to
+    ``load_state_dict`` on resume, before iterating."""
+
+    def __init__(self, data: StokerData):
+        assert data.loader is not None
+        super().__init__(data.loader, batch_size=None)
+        self.data = data
+
+    def state_dict(self) -> Dict[str, Any]:
+        return self.data.positions()
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        self.data.restore(state_dict)
 
 
 class Classifier(L.LightningModule):
