@@ -294,10 +294,14 @@ impl WorkerLane {
         // The item's slots in the shared ring, if the worker takes it: any
         // it wrote but never named are freed when this returns.
         let ring = self.ring.offer();
+        // Likewise the images left on the device: what this attempt left
+        // and did not deliver is freed when it returns.
+        let sink = self.template.sink_offer();
         let request = self
             .template
             .request(&lease.shard, &lease.skip, lease.start, lease.end)
-            .with_ring(ring.as_ref());
+            .with_ring(ring.as_ref())
+            .with_device_sink(sink.as_ref());
         debug!(worker = %self.addr, shard = %lease.shard, skip = lease.skip.len(), "item sent");
         let timeout = self.config.progress_timeout;
         let started = tokio::time::timeout(timeout, self.client.process_shard(request)).await;
@@ -336,7 +340,7 @@ impl WorkerLane {
                 &self.config.extra_fields,
                 &self.config.views,
                 ring.as_ref(),
-                self.template.sink(),
+                sink.as_ref(),
             );
             let mut samples = Vec::with_capacity(received.len());
             for s in received {
@@ -385,7 +389,8 @@ impl WorkerLane {
                 self.counters.record_shard_error(&chunk.shard_error);
             }
             for s in fresh {
-                self.counters.add_sample(self.worker, s.pixels.len());
+                let bytes = s.pixels.len() + s.device.as_ref().map_or(0, |d| d.len());
+                self.counters.add_sample(self.worker, bytes);
                 if self.events.send(Event::Sample(s)).await.is_err() {
                     return Outcome::Closed;
                 }

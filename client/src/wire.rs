@@ -22,7 +22,7 @@ use tonic_health::pb::HealthCheckRequest;
 use crate::ring::RingOffer;
 use crate::tls::TlsOptions;
 use auth::{Auth, Authed, auth};
-use stoker_kernels::handoff::Sink;
+use stoker_kernels::handoff::{Sink, SinkOffer};
 use stoker_proto::pb;
 use stoker_proto::pb::worker_client::WorkerClient;
 use stoker_proto::transport;
@@ -198,16 +198,17 @@ impl ItemTemplate {
     }
 
     /// The same requests, offering `sink` (the loader's, when it uploads
-    /// to a device).
+    /// to a device), a tag of its own for each attempt.
     pub fn with_device_sink(mut self, sink: Option<Arc<Sink>>) -> Self {
-        self.base.device_sink = sink.as_ref().map_or(0, |s| s.id());
         self.sink = sink;
         self
     }
 
-    /// Where samples left on the device are taken from.
-    pub fn sink(&self) -> Option<&Sink> {
-        self.sink.as_deref()
+    /// A new attempt's offer of the loader's device sink, if it has one:
+    /// what the attempt leaves there and nobody takes is freed when the
+    /// offer is dropped.
+    pub fn sink_offer(&self) -> Option<SinkOffer> {
+        self.sink.as_ref().map(Sink::offer)
     }
 
     /// The same requests for shards in `format`, read with `fields`.
@@ -260,6 +261,16 @@ impl ItemTemplate {
 pub(crate) struct WorkRequest(pb::WorkItem);
 
 impl WorkRequest {
+    /// The same request, offering the worker this client's device sink
+    /// under the attempt's tag.
+    pub fn with_device_sink(mut self, offer: Option<&SinkOffer>) -> Self {
+        self.0.device_sink = offer.map(|o| pb::DeviceSink {
+            id: o.sink_id(),
+            tag: o.tag(),
+        });
+        self
+    }
+
     /// The same request, offering the worker this client's ring.
     pub fn with_ring(mut self, offer: Option<&RingOffer>) -> Self {
         self.0.ring = offer.map(|o| pb::SharedRing {

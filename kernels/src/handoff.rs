@@ -5,21 +5,22 @@
 //!
 //! ```text
 //! loader (device batches on GPU n) ── Sink::open(n) ──► registry: id -> Weak<Sink>
-//!      │ work item names the sink's id
+//!      │ each work item attempt: Sink::offer ─► (id, tag) in the request
 //!      ▼
 //! worker in this process: Sink::find(id) on GPU n
 //!      lane: kernels ─► DeviceOutput (ready event) ─► DevicePixels per sample
-//!      service: Sink::put(pixels) ─► ticket, sent instead of the pixels
+//!      service: Sink::put(tag, pixels) ─► ticket, sent instead of the pixels
 //!      ▼
-//! client: Sink::take(ticket) ─► its batch's row, copied on the device
+//! client: SinkOffer::take(ticket) ─► its batch's row, copied on the device
 //!         after waiting on `ready`; the copy's event added to the output's
 //!         uses, which its free (on the lane's stream) waits for
 //! ```
 //!
 //! A worker in another process finds no sink of that id and sends pixels
-//! as before; so does one whose lanes run on another device. Entries not
-//! taken (a stream that broke with samples in flight) are freed with the
-//! sink, when the loader is dropped.
+//! as before; so does one whose lanes run on another device. What an
+//! attempt left and the client did not take (a stream that broke or was
+//! abandoned with samples in flight) is freed when the attempt's offer is
+//! dropped, and a ticket takes only what its own attempt left.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -148,12 +149,107 @@ impl DevicePixels {
 }
 
 /// Where one loader takes the samples left on its device, by ticket.
+///
+/// Each work item attempt gets a tag ([`Sink::offer`]); the worker leaves
+/// the attempt's samples under it ([`Sink::put`]) and the client takes
+/// them by ticket, from that attempt only ([`Sink::take`]). When the
+/// attempt ends, however it ends (done, failed, abandoned, the epoch
+/// dropped), its offer is dropped: the samples it left and the client did
+/// not take are freed, and the worker's later puts under it are refused.
 #[derive(Debug)]
 pub struct Sink {
     id: u64,
     ordinal: usize,
-    next: AtomicU64,
-    waiting: Mutex<HashMap<u64, DevicePixels>>,
+    tickets: Tickets<DevicePixels>,
+}
+
+/// The samples of a sink's open attempts, by ticket: what [`Sink`] keeps,
+/// apart from the device (so that it is tested without one).
+#[derive(Debug)]
+struct Tickets<T> {
+    state: Mutex<TicketState<T>>,
+}
+
+#[derive(Debug)]
+struct TicketState<T> {
+    next_ticket: u64,
+    next_tag: u32,
+    /// The attempts offered and not yet ended.
+    open: std::collections::HashSet<u32>,
+    /// Ticket -> (its attempt's tag, the sample).
+    waiting: HashMap<u64, (u32, T)>,
+}
+
+impl<T> Tickets<T> {
+    fn new() -> Self {
+        Self {
+            state: Mutex::new(TicketState {
+                next_ticket: 1,
+                next_tag: 1,
+                open: Default::default(),
+                waiting: HashMap::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, TicketState<T>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A fresh, nonzero tag, open until [`Tickets::close`].
+    fn open(&self) -> u32 {
+        let mut st = self.lock();
+        loop {
+            let tag = st.next_tag;
+            st.next_tag = st.next_tag.wrapping_add(1).max(1);
+            if st.open.insert(tag) {
+                return tag;
+            }
+        }
+    }
+
+    /// Leaves `value` under `tag`: its ticket, or `None` (and `value`
+    /// dropped) when the attempt has ended or was never offered.
+    fn put(&self, tag: u32, value: T) -> Option<u64> {
+        let mut st = self.lock();
+        if !st.open.contains(&tag) {
+            return None;
+        }
+        let ticket = st.next_ticket;
+        st.next_ticket += 1;
+        st.waiting.insert(ticket, (tag, value));
+        Some(ticket)
+    }
+
+    /// The value under `ticket`, once, if `tag`'s attempt left it.
+    fn take(&self, tag: u32, ticket: u64) -> Option<T> {
+        let mut st = self.lock();
+        match st.waiting.get(&ticket) {
+            Some((left_by, _)) if *left_by == tag => st.waiting.remove(&ticket).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    /// Ends `tag`'s attempt: what it left and nobody took is returned (to
+    /// be dropped outside the lock), and later puts under it are refused.
+    fn close(&self, tag: u32) -> Vec<T> {
+        let mut st = self.lock();
+        st.open.remove(&tag);
+        let left: Vec<u64> = st
+            .waiting
+            .iter()
+            .filter(|(_, (t, _))| *t == tag)
+            .map(|(ticket, _)| *ticket)
+            .collect();
+        left.into_iter()
+            .filter_map(|t| st.waiting.remove(&t))
+            .map(|(_, v)| v)
+            .collect()
+    }
+
+    fn waiting(&self) -> usize {
+        self.lock().waiting.len()
+    }
 }
 
 /// The open sinks of this process, by id.
@@ -177,8 +273,7 @@ impl Sink {
         let sink = Arc::new(Self {
             id,
             ordinal,
-            next: AtomicU64::new(1),
-            waiting: Mutex::new(HashMap::new()),
+            tickets: Tickets::new(),
         });
         sinks.insert(id, Arc::downgrade(&sink));
         sink
@@ -199,24 +294,56 @@ impl Sink {
         self.ordinal
     }
 
-    /// Leaves `pixels` for the client; the ticket that takes them.
-    pub fn put(&self, pixels: DevicePixels) -> u64 {
-        let ticket = self.next.fetch_add(1, Ordering::Relaxed);
-        self.waiting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(ticket, pixels);
-        ticket
+    /// A new attempt's use of the sink, under a tag of its own, until the
+    /// offer is dropped.
+    pub fn offer(self: &Arc<Self>) -> SinkOffer {
+        SinkOffer {
+            tag: self.tickets.open(),
+            sink: Arc::clone(self),
+        }
     }
 
-    /// The pixels left under `ticket`, once.
-    pub fn take(&self, ticket: u64) -> Option<DevicePixels> {
-        self.waiting.lock().unwrap_or_else(|p| p.into_inner()).remove(&ticket)
+    /// Leaves `pixels` for the client under the attempt `tag`: the ticket
+    /// that takes them, or `None` once that attempt has ended (nobody
+    /// would take them; they are freed).
+    pub fn put(&self, tag: u32, pixels: DevicePixels) -> Option<u64> {
+        self.tickets.put(tag, pixels)
     }
 
-    /// Samples left and not yet taken.
+    /// Samples left and not yet taken, by every open attempt.
     pub fn waiting(&self) -> usize {
-        self.waiting.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.tickets.waiting()
+    }
+}
+
+/// One work item attempt's use of a [`Sink`]: its tag goes in the request;
+/// dropping it frees what the attempt left and the client did not take.
+#[derive(Debug)]
+pub struct SinkOffer {
+    sink: Arc<Sink>,
+    tag: u32,
+}
+
+impl SinkOffer {
+    pub fn sink_id(&self) -> u64 {
+        self.sink.id
+    }
+
+    pub fn tag(&self) -> u32 {
+        self.tag
+    }
+
+    /// The pixels this attempt left under `ticket`, once; `None` for a
+    /// ticket another attempt (or nobody) left.
+    pub fn take(&self, ticket: u64) -> Option<DevicePixels> {
+        self.sink.tickets.take(self.tag, ticket)
+    }
+}
+
+impl Drop for SinkOffer {
+    fn drop(&mut self) {
+        // Dropped here, outside the sink's lock.
+        drop(self.sink.tickets.close(self.tag));
     }
 }
 
@@ -260,9 +387,44 @@ mod tests {
     }
 
     #[test]
-    fn tickets_are_distinct_and_a_missing_ticket_takes_nothing() {
+    fn an_attempt_takes_only_what_it_left_once_and_its_end_frees_the_rest() {
+        let t: Tickets<String> = Tickets::new();
+        let (a, b) = (t.open(), t.open());
+        assert_ne!(a, b);
+        assert!(a != 0 && b != 0);
+        let ta = t.put(a, "a1".into()).unwrap();
+        let ta2 = t.put(a, "a2".into()).unwrap();
+        let tb = t.put(b, "b1".into()).unwrap();
+        assert_eq!(t.waiting(), 3);
+        // Another attempt's ticket takes nothing, and leaves it there.
+        assert_eq!(t.take(b, ta), None);
+        assert_eq!(t.take(a, ta).as_deref(), Some("a1"));
+        assert_eq!(t.take(a, ta), None, "a ticket takes once");
+        assert_eq!(t.take(a, 999), None);
+        // The end of an attempt frees what it left untaken, and only that.
+        assert_eq!(t.close(a), vec!["a2".to_owned()]);
+        assert_eq!(t.take(a, ta2), None);
+        assert_eq!(t.waiting(), 1);
+        // A put after the end (the worker still sending) is refused.
+        assert_eq!(t.put(a, "late".into()), None);
+        assert_eq!(t.waiting(), 1);
+        assert_eq!(t.take(b, tb).as_deref(), Some("b1"));
+        assert!(t.close(b).is_empty());
+        // Never offered: refused.
+        assert_eq!(t.put(12345, "x".into()), None);
+    }
+
+    #[test]
+    fn offers_of_a_sink_have_distinct_tags_and_close_when_dropped() {
         let s = Sink::open(0);
-        assert!(s.take(1).is_none());
+        let (a, b) = (s.offer(), s.offer());
+        assert_ne!(a.tag(), b.tag());
+        assert_eq!(a.sink_id(), s.id());
+        assert!(a.take(1).is_none());
+        let tag = a.tag();
+        drop(a);
+        assert!(!s.tickets.lock().open.contains(&tag));
+        assert!(s.tickets.lock().open.contains(&b.tag()));
         assert_eq!(s.waiting(), 0);
     }
 }

@@ -77,16 +77,17 @@ impl WorkerService {
         })
     }
 
-    /// The device sink a work item offers (`id`, 0: none), when this
-    /// worker can fill it: the sink is open in this process, on the device
-    /// the GPU lanes run on, and the item processes its samples (not a
-    /// doctor's measuring mode, nor a `--replay` worker, which keeps
+    /// The device sink a work item offers, and the attempt's tag, when
+    /// this worker can fill it: the sink is open in this process, on the
+    /// device the GPU lanes run on, and the item processes its samples
+    /// (not a doctor's measuring mode, nor a `--replay` worker, which keeps
     /// results for later). Otherwise pixels go as usual.
-    fn device_sink(&self, id: u64, mode: ItemMode, shard: &str) -> Option<Arc<Sink>> {
-        if id == 0 || mode != ItemMode::Process || self.ctx.config.replay {
+    fn device_sink(&self, offered: Option<pb::DeviceSink>, mode: ItemMode, shard: &str) -> Option<(Arc<Sink>, u32)> {
+        let offered = offered.filter(|o| o.id != 0 && o.tag != 0)?;
+        if mode != ItemMode::Process || self.ctx.config.replay {
             return None;
         }
-        let sink = Sink::find(id)?;
+        let sink = Sink::find(offered.id)?;
         let lanes = self.ctx.gpu.as_ref()?.info().device.ordinal;
         if sink.ordinal() != lanes {
             debug!(
@@ -97,7 +98,7 @@ impl WorkerService {
             );
             return None;
         }
-        Some(sink)
+        Some((sink, offered.tag))
     }
 }
 
@@ -222,7 +223,12 @@ impl ItemRing {
     }
 }
 
-fn chunk_to_pb(mut chunk: Chunk, mode: ItemMode, ring: &mut ItemRing, sink: Option<&Sink>) -> pb::SampleChunk {
+fn chunk_to_pb(
+    mut chunk: Chunk,
+    mode: ItemMode,
+    ring: &mut ItemRing,
+    sink: Option<&(Arc<Sink>, u32)>,
+) -> pb::SampleChunk {
     if mode == ItemMode::Decode {
         // Processed, then counted instead of sent: the doctor's decode
         // stage, without the transport.
@@ -238,8 +244,10 @@ fn chunk_to_pb(mut chunk: Chunk, mode: ItemMode, ring: &mut ItemRing, sink: Opti
                 // Left on the device for a client in this process: only
                 // the ticket goes (`on_device` is set only with a sink,
                 // which the stream holds).
+                // A put after the client ended the attempt is refused (and
+                // the pixels freed): nobody reads this stream any more.
                 let device_ticket = match (s.device, sink) {
-                    (Some(pixels), Some(sink)) => Some(sink.put(pixels)),
+                    (Some(pixels), Some((sink, tag))) => sink.put(*tag, pixels),
                     (Some(_), None) => {
                         warn!(key = %s.key, "a sample left on the device has no sink: sent without pixels");
                         None
@@ -451,7 +459,7 @@ impl Worker for WorkerService {
             }
         });
         let stream = ReceiverStream::new(rx).map(move |r| {
-            r.map(|c| chunk_to_pb(c, mode, &mut ring, sink.as_deref()))
+            r.map(|c| chunk_to_pb(c, mode, &mut ring, sink.as_ref()))
                 .map_err(|e| item_status(&e))
         });
         Ok(Response::new(Box::pin(stream)))

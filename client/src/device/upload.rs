@@ -315,13 +315,37 @@ impl Uploader {
             let (ptr, _record) = dst.device_ptr(&self.stream);
             ptr
         };
+        let queued = self.copy_rows(base, image_bytes, on_device, &outputs);
+        if queued.is_err() {
+            // Some copies may be queued with no use recorded: their
+            // sources must not be freed (when the caller drops them) before
+            // they have run.
+            if let Err(e) = self.stream.synchronize() {
+                tracing::warn!(device = ordinal, error = %e, "waiting for the side stream after a failed copy failed");
+            }
+        }
+        queued
+    }
+
+    /// Queues the copy of each row of `on_device` to `base` + its offset,
+    /// then records, for each of `outputs`, the event its free waits for.
+    fn copy_rows(
+        &self,
+        base: u64,
+        image_bytes: usize,
+        on_device: &[(usize, DevicePixels)],
+        outputs: &[&DevicePixels],
+    ) -> Result<(), DeviceError> {
+        let ordinal = self.ordinal;
         for (row, pixels) in on_device {
             // SAFETY: both ranges are live device memory of this context:
-            // the destination row lies within `dst`'s first `in_bytes` (the
-            // caller checked each row against the batch's images and
-            // allocated `dst` with at least `in_bytes`), the source is the
-            // `image_bytes` the lane wrote (checked: `pixels.len()`), and
-            // its memory is freed only after the events recorded below.
+            // the destination row lies within the landing buffer's first
+            // `in_bytes` (the caller checked each row against the batch's
+            // images, and the buffer's length against `in_bytes`), the
+            // source is the `image_bytes` the lane wrote (checked:
+            // `pixels.len()`), and its memory is freed only after the
+            // events recorded below (or, when this fails, after the caller
+            // waited for the stream).
             unsafe {
                 cudarc::driver::result::memcpy_dtod_async(
                     base + (row * image_bytes) as u64,

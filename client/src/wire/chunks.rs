@@ -19,7 +19,7 @@ use super::auth::Authed;
 use crate::ring::RingOffer;
 use crate::sample::{Sample, Skipped};
 use stoker_core::{FieldSpec, ViewSpec};
-use stoker_kernels::handoff::Sink;
+use stoker_kernels::handoff::SinkOffer;
 
 const PROCESS_SHARD: &str = "/stoker.v1.Worker/ProcessShard";
 
@@ -193,7 +193,7 @@ impl Chunk {
         fields: &[FieldSpec],
         views: &[ViewSpec],
         ring: Option<&'a RingOffer>,
-        sink: Option<&'a Sink>,
+        sink: Option<&'a SinkOffer>,
     ) -> impl ExactSizeIterator<Item = Result<Sample, String>> + use<'a> {
         let fields = fields.len();
         let view_sizes: Vec<u32> = views.iter().map(|v| v.transform.size).collect();
@@ -220,7 +220,7 @@ fn sample_from_pb(
     fields: usize,
     views: &[u32],
     ring: Option<&RingOffer>,
-    sink: Option<&Sink>,
+    sink: Option<&SinkOffer>,
 ) -> Result<Sample, String> {
     if s.fields.len() != fields + views.len() {
         return Err(format!(
@@ -267,9 +267,12 @@ fn sample_from_pb(
                 s.key
             ));
         }
-        let pixels = sink
-            .take(ticket)
-            .ok_or_else(|| format!("sample {} names device ticket {ticket}, which holds nothing", s.key))?;
+        let pixels = sink.take(ticket).ok_or_else(|| {
+            format!(
+                "sample {} names device ticket {ticket}, which holds nothing this item left",
+                s.key
+            )
+        })?;
         if pixels.len() != expected {
             return Err(format!(
                 "sample {} left {} pixel bytes on the device, expected {expected}",
