@@ -376,8 +376,8 @@ impl WorkerLane {
                 debug!(worker = %self.addr, shard = %lease.shard, "late chunk discarded");
                 return Outcome::Done;
             };
-            self.counters.add_ring_samples(self.worker, ring_samples);
-            self.counters.add_device_samples(self.worker, device_samples);
+            self.counters
+                .add_routed_samples(self.worker, ring_samples, device_samples);
             for s in &chunk.skipped {
                 debug!(worker = %self.addr, shard = %lease.shard, key = %s.key, position = s.position, reason = %s.reason, "sample skipped");
                 skips.count += 1;

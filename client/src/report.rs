@@ -51,6 +51,19 @@ struct WorkerTally {
     set_aside: OnceLock<String>,
 }
 
+impl WorkerTally {
+    fn new(addr: &str, metrics: &ClientMetrics) -> Self {
+        Self {
+            addr: addr.to_owned(),
+            samples: AtomicU64::new(0),
+            ring_samples: AtomicU64::new(0),
+            device_samples: AtomicU64::new(0),
+            metric: metrics.worker(addr),
+            set_aside: OnceLock::new(),
+        }
+    }
+}
+
 /// Skip reasons kept for the report (the log has all of them).
 const KEPT_REASONS: usize = 100;
 
@@ -71,19 +84,7 @@ impl EpochCounters {
             bytes: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
             retries: AtomicU64::new(0),
-            workers: RwLock::new(
-                workers
-                    .iter()
-                    .map(|addr| WorkerTally {
-                        addr: addr.clone(),
-                        samples: AtomicU64::new(0),
-                        ring_samples: AtomicU64::new(0),
-                        device_samples: AtomicU64::new(0),
-                        metric: metrics.worker(addr),
-                        set_aside: OnceLock::new(),
-                    })
-                    .collect(),
-            ),
+            workers: RwLock::new(workers.iter().map(|addr| WorkerTally::new(addr, metrics)).collect()),
             skip_reasons: Mutex::new(Vec::new()),
             shard_errors: Mutex::new(Vec::new()),
         }
@@ -101,40 +102,24 @@ impl EpochCounters {
         }
     }
 
-    /// `n` samples of worker `worker` came through the shared ring.
-    pub fn add_ring_samples(&self, worker: usize, n: usize) {
-        if n == 0 {
-            return;
-        }
-        let workers = self.workers.read().unwrap_or_else(|p| p.into_inner());
-        if let Some(w) = workers.get(worker) {
-            w.ring_samples.fetch_add(n as u64, Ordering::Relaxed);
-        }
-    }
-
-    /// `n` samples of worker `worker` were left on the device by a GPU
+    /// Of worker `worker`'s samples in a chunk, `ring` came through the
+    /// shared ring and `device` were left on the loader's device by a GPU
     /// worker in this process.
-    pub fn add_device_samples(&self, worker: usize, n: usize) {
-        if n == 0 {
+    pub fn add_routed_samples(&self, worker: usize, ring: usize, device: usize) {
+        if ring == 0 && device == 0 {
             return;
         }
         let workers = self.workers.read().unwrap_or_else(|p| p.into_inner());
         if let Some(w) = workers.get(worker) {
-            w.device_samples.fetch_add(n as u64, Ordering::Relaxed);
+            w.ring_samples.fetch_add(ring as u64, Ordering::Relaxed);
+            w.device_samples.fetch_add(device as u64, Ordering::Relaxed);
         }
     }
 
     /// A worker found during the epoch, numbered next (as in the ledger).
     pub fn add_worker(&self, addr: &str) -> usize {
         let mut workers = self.workers.write().unwrap_or_else(|p| p.into_inner());
-        workers.push(WorkerTally {
-            addr: addr.to_owned(),
-            samples: AtomicU64::new(0),
-            ring_samples: AtomicU64::new(0),
-            device_samples: AtomicU64::new(0),
-            metric: self.metrics.worker(addr),
-            set_aside: OnceLock::new(),
-        });
+        workers.push(WorkerTally::new(addr, &self.metrics));
         workers.len() - 1
     }
 

@@ -247,6 +247,7 @@ impl<T> Tickets<T> {
             .collect()
     }
 
+    #[cfg(test)]
     fn waiting(&self) -> usize {
         self.lock().waiting.len()
     }
@@ -308,11 +309,6 @@ impl Sink {
     /// would take them; they are freed).
     pub fn put(&self, tag: u32, pixels: DevicePixels) -> Option<u64> {
         self.tickets.put(tag, pixels)
-    }
-
-    /// Samples left and not yet taken, by every open attempt.
-    pub fn waiting(&self) -> usize {
-        self.tickets.waiting()
     }
 }
 
@@ -425,6 +421,6 @@ mod tests {
         drop(a);
         assert!(!s.tickets.lock().open.contains(&tag));
         assert!(s.tickets.lock().open.contains(&b.tag()));
-        assert_eq!(s.waiting(), 0);
+        assert_eq!(s.tickets.waiting(), 0);
     }
 }

@@ -70,23 +70,23 @@ async fn epoch_images(addr: &str, dataset: &str, device: bool, epoch: u64) -> (H
     (out, left)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn gpu_handoff_leaves_the_lanes_images_on_the_loaders_device() {
-    if gpu_or_skip("gpu_handoff_leaves_the_lanes_images_on_the_loaders_device").is_none() {
-        return;
-    }
+/// `gpu_dataset` with `per_class` images a class, packed: the folder, the
+/// shards' path and the image keys.
+fn packed(per_class: usize) -> (tempfile::TempDir, String, Vec<(String, i64)>) {
     let dir = tempfile::tempdir().unwrap();
     let images = dir.path().join("images");
     let shards = dir.path().join("shards");
-    gpu_dataset(&images, 60);
+    gpu_dataset(&images, per_class);
     pack(&images, shards.to_str().unwrap(), "2M", &[]);
-    // Less the truncated JPEG, which both paths skip.
-    let expected = image_folder_keys(&images).len() - 1;
-    let shards = shards.to_str().unwrap();
-    // In this process, as `workers="local"` runs it; --gpu-only: no CPU
-    // thread takes a JPEG from the lanes, so which path makes a sample
-    // does not depend on timing.
-    let worker = EmbeddedWorker::start([
+    let keys = image_folder_keys(&images);
+    (dir, shards.to_str().unwrap().to_owned(), keys)
+}
+
+/// A GPU worker in this process, as `workers="local"` runs it;
+/// --gpu-only: no CPU thread takes a JPEG from the lanes, so which path
+/// makes a sample does not depend on timing.
+fn in_process_worker() -> EmbeddedWorker {
+    EmbeddedWorker::start([
         "--listen",
         "127.0.0.1:0",
         "--device",
@@ -95,7 +95,19 @@ async fn gpu_handoff_leaves_the_lanes_images_on_the_loaders_device() {
         "--grace-period",
         "0",
     ])
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gpu_handoff_leaves_the_lanes_images_on_the_loaders_device() {
+    if gpu_or_skip("gpu_handoff_leaves_the_lanes_images_on_the_loaders_device").is_none() {
+        return;
+    }
+    let (_dir, shards, keys) = packed(60);
+    let shards = shards.as_str();
+    // Less the truncated JPEG, which both paths skip.
+    let expected = keys.len() - 1;
+    let worker = in_process_worker();
     let addr = worker.addr().to_owned();
     for epoch in 0..2 {
         let (kept, left) = epoch_images(&addr, shards, true, epoch).await;
@@ -138,12 +150,7 @@ async fn gpu_handoff_a_panic_in_the_lanes_host_work_costs_no_sample() {
     if gpu_or_skip("gpu_handoff_a_panic_in_the_lanes_host_work_costs_no_sample").is_none() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let images = dir.path().join("images");
-    let shards = dir.path().join("shards");
-    gpu_dataset(&images, 30);
-    pack(&images, shards.to_str().unwrap(), "2M", &[]);
-    let keys = image_folder_keys(&images);
+    let (_dir, shards, keys) = packed(30);
     let expected = keys.len() - 1;
     let chosen = keys
         .iter()
@@ -160,9 +167,9 @@ async fn gpu_handoff_a_panic_in_the_lanes_host_work_costs_no_sample() {
         }
     }
     let _clear = Clear;
-    let worker = EmbeddedWorker::start(["--listen", "127.0.0.1:0", "--device", "cuda", "--gpu-only"]).unwrap();
+    let worker = in_process_worker();
     for epoch in 0..2 {
-        let (got, left) = epoch_images(worker.addr(), shards.to_str().unwrap(), true, epoch).await;
+        let (got, left) = epoch_images(worker.addr(), &shards, true, epoch).await;
         assert_eq!(got.len(), expected, "epoch {epoch}: every sample once");
         assert!(
             got.contains_key(&chosen),
