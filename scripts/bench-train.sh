@@ -30,6 +30,9 @@
 #                 runs a GPU worker in the training process (its lanes on
 #                 GPU 0, the trainer's context) and a CPU worker process
 #                 of $(nproc)-1 threads, through shared memory
+#   stoker-local-tN  the same with a CPU worker of N threads
+#                 (local_threads=N), for the split between the lanes, the
+#                 CPU worker and the trainer's own thread
 #   dali          NVIDIA DALI in the training process on GPU 0 (mixed
 #                 decoder with the crop window, resize, flip, normalise;
 #                 $(nproc)-4 threads) over the same ImageFolder; only when
@@ -264,6 +267,8 @@ for r in $(seq "$rounds"); do
         stoker-inproc) run_case "$c" "$r" --loader stoker --in-process-worker "--device cuda --gpu-only" --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-inproc-mix) run_case "$c" "$r" --loader stoker --in-process-worker "--device cuda --gpu-only" --workers "$cpu_workers" --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-local) run_case "$c" "$r" --loader stoker --workers local --dataset "$work/shards" --prefetch "$prefetch" ;;
+        stoker-local-t*) run_case "$c" "$r" --loader stoker --workers local --dataset "$work/shards" --prefetch "$prefetch" \
+            --local-threads "${c#stoker-local-t}" ;;
         stoker-mix) run_case "$c" "$r" --loader stoker --workers "$gpu0_worker,$cpu_workers" --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-replay) run_case "$c" "$r" --loader stoker --workers "$replay_workers" --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-gpu) run_case "$c" "$r" --loader stoker --workers "$gpu_worker" --dataset "$work/shards" --prefetch "$prefetch" ;;
@@ -296,6 +301,9 @@ names = {
     "stoker-gpu": "stoker, 1 GPU worker on GPU 1",
     "stoker-gpu0": "stoker, GPU worker on GPU 0 (the trainer's), shm",
 }
+for case in cases:
+    if case.startswith("stoker-local-t"):
+        names[case] = f'stoker, workers="local", CPU worker {case[len("stoker-local-t"):]} threads'
 by = {}
 for r in rows:
     by.setdefault(r["case"], []).append(r)

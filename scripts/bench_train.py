@@ -86,6 +86,8 @@ def parse_args(argv=None):
     g.add_argument("--in-process-worker", metavar="ARGS",
                    help="also start a worker inside this process with these `stoker worker` arguments "
                         "(e.g. \"--device cuda --gpu-only\"): on the training GPU it shares the trainer's CUDA context")
+    g.add_argument("--local-threads", type=int, metavar="N",
+                   help="threads of the CPU worker that --workers local starts (default: the Loader's, its cores less one)")
     g.add_argument("--shared-memory", type=int, default=256, metavar="MIB",
                    help="MiB of the ring workers on this host write into; 0: all over the network (default: 256)")
     g = p.add_argument_group("dataloader")
@@ -184,6 +186,7 @@ class StokerSource:
                 prefetch=args.prefetch,
                 token=args.token,
                 shared_memory=args.shared_memory << 20,
+                **({} if args.local_threads is None else {"local_threads": args.local_threads}),
             )
         # stoker.Loader warns when it cannot upload through its own pinned
         # ring (no usable GPU for the client); batches then arrive through

@@ -5,7 +5,10 @@
 # installs it with no Rust toolchain. Building it needs Rust (cargo) and
 # compiles the worker and client from source, the first time for many
 # minutes; cargo's progress goes to standard error. The cargo build inside
-# reuses client/python/target, so a rebuild after a change is quick.
+# goes to the repository's target/ (client/python/.cargo/config.toml): it
+# reuses the crates a release build of the workspace compiled alike
+# (`cargo build --release`, scripts/test.sh), and a rebuild after a change
+# is quick.
 #
 # Its Python: $PYTHON, else the tests' venv (target/pyenv, which
 # scripts/test.sh makes), else python3 on the PATH; it needs pip.

@@ -61,6 +61,6 @@ pub use registry::{COLOR, CONVERT, MODULES, ModuleSpec, RESIZE, STEPS, WORKER_MO
 pub use resample::{ResampleCoeffs, ResampleParams};
 pub use runtime::{
     CudaUnavailable, DeviceInfo, POOL_KEEP_BYTES, catch_cuda_panic, check_nvrtc, open_context, pool_release_threshold,
-    set_pool_release_threshold,
+    set_pool_release_threshold, trim_pool,
 };
 pub use worker::{Kernels, RrcParams, WarpParams};

@@ -184,6 +184,17 @@ pub fn set_pool_release_threshold(ctx: &CudaContext, bytes: u64) -> Result<(), D
     .result()
 }
 
+/// Hands the device's default memory pool's unused memory back to the
+/// driver: what [`POOL_KEEP_BYTES`] kept for reuse, once its user (a
+/// worker's lanes, a loader's uploader) is gone. Memory still allocated,
+/// and frees not yet reached on their streams, stay.
+pub fn trim_pool(ctx: &CudaContext) -> Result<(), DriverError> {
+    let pool = default_pool(ctx)?;
+    // SAFETY: the pool was just returned for a live context; trimming
+    // releases only memory no allocation holds.
+    unsafe { sys::cuMemPoolTrimTo(pool, 0) }.result()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -369,3 +369,73 @@ fn protobuf_types_stay_at_the_grpc_edges() {
         "an edge file no longer names pb types: update the list"
     );
 }
+
+/// `name version` of every package a Cargo.lock pins.
+fn locked_versions(lock: &str) -> BTreeSet<(String, String)> {
+    let mut out = BTreeSet::new();
+    let mut name = None;
+    for line in lock.lines() {
+        if let Some(n) = line.strip_prefix("name = ") {
+            name = Some(n.trim_matches('"').to_owned());
+        } else if let (Some(v), Some(n)) = (line.strip_prefix("version = "), name.take()) {
+            out.insert((n, v.trim_matches('"').to_owned()));
+        }
+    }
+    out
+}
+
+/// The `key = value` lines of a manifest's `[profile.release]`, comments
+/// left out.
+fn release_profile(manifest: &str) -> Vec<String> {
+    manifest
+        .lines()
+        .skip_while(|l| l.trim() != "[profile.release]")
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .map(|l| l.split('#').next().unwrap_or_default().trim().to_owned())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// The Python package is a workspace of its own (client/python), built by
+/// maturin into the repository's target directory: its crates are the
+/// main workspace's, compiled once for both, only while both pin the same
+/// versions with the same release profile.
+#[test]
+fn the_python_package_shares_the_workspace_s_versions_profile_and_target() {
+    let root = crate::support::repo_root();
+    let read = |path: &str| std::fs::read_to_string(root.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let (main, python) = (
+        locked_versions(&read("Cargo.lock")),
+        locked_versions(&read("client/python/Cargo.lock")),
+    );
+    assert!(main.len() > 100 && python.len() > 100, "lock files not parsed");
+    let main_names: BTreeMap<&str, Vec<&str>> = main.iter().fold(BTreeMap::new(), |mut m, (n, v)| {
+        m.entry(n.as_str()).or_default().push(v.as_str());
+        m
+    });
+    let differ: Vec<String> = python
+        .iter()
+        .filter(|(n, v)| main_names.get(n.as_str()).is_some_and(|vs| !vs.contains(&v.as_str())))
+        .map(|(n, v)| format!("{n} {v} (workspace: {})", main_names[n.as_str()].join(", ")))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "client/python/Cargo.lock pins other versions than Cargo.lock (copy Cargo.lock over it and run \
+         `cargo tree --manifest-path client/python/Cargo.toml`, which adds the package's own): {differ:?}"
+    );
+    let main_profile = release_profile(&read("Cargo.toml"));
+    assert!(!main_profile.is_empty(), "no [profile.release] in Cargo.toml");
+    assert_eq!(
+        release_profile(&read("client/python/Cargo.toml")),
+        main_profile,
+        "client/python's [profile.release] differs from the workspace's"
+    );
+    let config = read("client/python/.cargo/config.toml");
+    assert!(
+        config
+            .lines()
+            .any(|l| l.replace(' ', "") == "target-dir=\"../../target\""),
+        "client/python/.cargo/config.toml does not build into the repository's target/: {config}"
+    );
+}

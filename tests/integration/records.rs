@@ -529,13 +529,21 @@ async fn views_have_their_sizes_independent_draws_and_repeat_exactly() {
 /// A worker killed mid-epoch: every sample once, with the views a clean
 /// run gives it (identity by position: the retried item's views are drawn
 /// from the same (seed, epoch, sample, view)).
+///
+/// The first worker decodes a sample every 50 ms (the decode failpoint's
+/// `sleep`), so its items take seconds: the kill, once 8 samples have
+/// arrived, always finds it mid-item. Without the delay it could finish
+/// its shards into the shared ring before the kill and nothing would be
+/// retried (CI saw that once).
+#[cfg(feature = "failpoints")]
 #[test]
 fn views_survive_a_worker_kill_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
     let images = dir.path().join("images");
     synth_images(&images, 160, 4, 200, 150);
     let shards = dir.path().join("shards");
-    crate::support::pack(&images, shards.to_str().unwrap(), "1M", &[]);
+    // Several shards, so that each worker has items of its own.
+    crate::support::pack(&images, shards.to_str().unwrap(), "256K", &[]);
     let expected = crate::support::image_folder_keys(&images);
     let out = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
     let (clean, killed) = (out("clean.jsonl"), out("killed.jsonl"));
@@ -560,8 +568,9 @@ fn views_survive_a_worker_kill_exactly_once() {
         .to_vec()
     };
     let small_chunks = ["--chunk-bytes", "16K"];
+    let slow_decodes = [("FAILPOINTS", "stoker-decode-panic=sleep(50)")];
     let (w1, w2) = (
-        Worker::start_with(1, &small_chunks, &[]),
+        Worker::start_with(1, &small_chunks, &slow_decodes),
         Worker::start_with(1, &small_chunks, &[]),
     );
     let clean_args = args(&clean);

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, sys};
 use stoker_kernels::{
     Conversion, ConvertKernels, DType, Layout, Normalize, POOL_KEEP_BYTES, catch_cuda_panic, check_nvrtc, open_context,
-    pool_release_threshold, set_pool_release_threshold,
+    pool_release_threshold, set_pool_release_threshold, trim_pool,
 };
 
 use super::{DeviceError, DeviceUnavailable, PinnedBuf, PinnedPool, driver};
@@ -377,6 +377,13 @@ impl Drop for Uploader {
     fn drop(&mut self) {
         if let Err(e) = self.stream.synchronize() {
             tracing::warn!(device = self.ordinal, error = %e, "waiting for the side stream before dropping an uploader failed");
+        }
+        // The pool's memory kept for the next batches goes back to the
+        // driver (batches still held keep theirs).
+        if self.ctx.has_async_alloc()
+            && let Err(e) = trim_pool(&self.ctx)
+        {
+            tracing::warn!(device = self.ordinal, error = %e, "handing the uploader's unused pool memory back to the driver failed");
         }
     }
 }

@@ -106,6 +106,15 @@ impl Drop for GpuRunner {
                 tracing::error!("a gpu lane panicked");
             }
         }
+        // What the pool kept for the lanes' next batches goes back to the
+        // driver: in a trainer's process (an in-process worker) that
+        // memory is the trainer's again once the worker stops.
+        if let Some(ctx) = &self.ctx
+            && ctx.has_async_alloc()
+            && let Err(e) = stoker_kernels::trim_pool(ctx)
+        {
+            tracing::warn!(error = %e, "handing the lanes' unused pool memory back to the driver failed");
+        }
     }
 }
 
