@@ -65,6 +65,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm 
 # The tests find their helper files (tests/python/...) in this checkout,
 # not under the build machine's path compiled into the binary.
 export STOKER_REPO_ROOT=$PWD
+# Here a GPU test that finds no usable GPU fails instead of skipping.
+export STOKER_REQUIRE=gpu
 export STOKER_BIN=$PWD/.carry/stoker STOKER_PHOTOS=$PWD/.carry/photos STOKER_GPU_BENCH_DIR=$work/bench
 # The integration tests' Python: the machine's own (pillow, numpy; tests that need
 # webdataset's writer fall back to the standard library's tarfile there).

@@ -34,6 +34,14 @@ cd "$(dirname "$0")/.."
 # waited for, and a failure stops the script with its log.
 logs=target/install-logs
 mkdir -p "$logs"
+# Each step's wall time, in target/test-phases.txt ("SECONDS STEP" lines;
+# .ci/run prints them).
+: >target/test-phases.txt
+step_start=$SECONDS
+step_done() { # STEP: the time since the last step ended
+  echo "$((SECONDS - step_start)) $1" >>target/test-phases.txt
+  step_start=$SECONDS
+}
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 declare -A started
 background() { # NAME COMMAND...
@@ -120,9 +128,12 @@ fi
 
 # The Python package, built once from this checkout as an abi3 wheel
 # (maturin; scripts/wheel.sh), then installed into both venvs without Rust.
+step_done "tools: promtool, kubectl, s3s-fs"
 wait_for pyenv
+step_done "waiting for the Python venv"
 echo "==> building the stoker wheel (scripts/wheel.sh) and installing it"
 wheel=$(scripts/wheel.sh)
+step_done "the stoker wheel"
 wait_for torchenv
 for venv in target/pyenv target/torchenv; do
   # Its dependencies, then the wheel itself even when the version is the same.
@@ -131,6 +142,7 @@ for venv in target/pyenv target/torchenv; do
 done
 wait_for mxenv
 wait_for docker
+step_done "installing the wheel, the other venvs, Docker images"
 
 export STOKER_TEST_S3S_FS="$PWD/target/tools/bin/s3s-fs"
 export STOKER_TEST_PYTHON="$PWD/target/pyenv/bin/python"
@@ -141,6 +153,12 @@ export STOKER_TEST_TORCH_PYTHON="$PWD/target/torchenv/bin/python"
 # `stoker` binary the integration tests run, and only there: a release
 # build (`cargo build --release`) carries none of them.
 FEATURES=(--features stoker/failpoints)
+# Built first, as the runner would build them, so that the build's time
+# and the tests' are told apart.
+echo "==> building the tests"
+cargo test --release --workspace "${FEATURES[@]}" --no-run
+step_done "building the tests"
+trap 'step_done "running the tests"; kill $(jobs -p) 2>/dev/null || true' EXIT
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --release --workspace "${FEATURES[@]}" --no-fail-fast "$@"
 else

@@ -181,7 +181,10 @@ fn workspace_dependencies_point_one_way() {
     let out = match Command::new(&cargo).args(args).output() {
         Ok(out) => out,
         Err(e) => {
-            println!("skipped: cannot run {cargo} metadata ({e}); the dependency check needs cargo");
+            crate::support::Need::Cargo.skip(
+                "workspace_dependencies_point_one_way",
+                format!("cannot run {cargo} metadata ({e})"),
+            );
             return;
         }
     };
@@ -264,6 +267,68 @@ fn modules_depend_on_each_other_one_way() {
         }
     }
     assert!(wrong.is_empty(), "modules that reach themselves:\n{}", wrong.join("\n"));
+}
+
+/// The Python package (client/python/python/stoker) as well: no module
+/// reaches itself through its imports, function-local ones included.
+#[test]
+fn python_modules_import_each_other_one_way() {
+    let dir = crate::support::repo_root().join("client/python/python/stoker");
+    let mut sources = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let twin = path.with_extension("py");
+        let keep = name.ends_with(".py") || (name.ends_with(".pyi") && !twin.exists());
+        if keep {
+            sources.push((format!("stoker/{name}"), std::fs::read_to_string(&path).unwrap()));
+        }
+    }
+    let graph = module_graph::python_graph("stoker", &sources);
+    assert!(graph.len() > 5, "no Python modules found in {}", dir.display());
+    assert!(
+        graph["stoker/transforms.py"].contains_key("stoker/_batch.py"),
+        "{graph:?}"
+    );
+    let circles: Vec<String> = module_graph::circles(&graph)
+        .into_iter()
+        .map(|(_, text)| text)
+        .collect();
+    assert!(
+        circles.is_empty(),
+        "Python modules that reach themselves:\n{}",
+        circles.join("\n")
+    );
+}
+
+/// The Python check finds a circle closed by a function-local import and
+/// a parenthesised one, and not one in a docstring or comment.
+#[test]
+fn python_modules_import_each_other_one_way_finds_an_injected_circle() {
+    let sources = |back: &str| {
+        vec![
+            (
+                "p/__init__.py".to_owned(),
+                "from .a import A\nfrom . import _ext\n".to_owned(),
+            ),
+            ("p/_ext.pyi".to_owned(), "def f() -> int: ...\n".to_owned()),
+            (
+                "p/a.py".to_owned(),
+                "from ._b import (\n    B,\n)\nfrom . import _ext\nclass A: ...\n".to_owned(),
+            ),
+            (
+                "p/_b.py".to_owned(),
+                format!("\"\"\"\nfrom .a import A\n\"\"\"\n# from .a import A\nclass B: ...\n{back}"),
+            ),
+        ]
+    };
+    let one_way = module_graph::python_graph("p", &sources(""));
+    assert!(module_graph::circles(&one_way).is_empty(), "{one_way:?}");
+    assert!(one_way["p/a.py"].contains_key("p/_b.py") && one_way["p/a.py"].contains_key("p/_ext.pyi"));
+    let back = module_graph::python_graph("p", &sources("def f():\n    from .a import A\n    return A\n"));
+    let found = module_graph::circles(&back);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, ["p/_b.py", "p/a.py"], "{}", found[0].1);
 }
 
 /// The check above finds a circle between files, however the paths are

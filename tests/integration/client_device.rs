@@ -23,8 +23,7 @@ fn device_or_skip(test: &str) -> bool {
             true
         }
         Err(reason) => {
-            println!("skipped: {test}: {reason}");
-            eprintln!("skipped: {test}: {reason}");
+            crate::support::Need::Gpu.skip(test, reason);
             false
         }
     }

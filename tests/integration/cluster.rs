@@ -333,7 +333,7 @@ fn query(prometheus: &str, promql: &str) -> Vec<serde_json::Value> {
 fn skip(test: &str) -> bool {
     match unavailable() {
         Some(reason) => {
-            println!("skipped: cluster::{test}: {reason}");
+            crate::support::Need::Docker.skip(&format!("cluster::{test}"), reason);
             true
         }
         None => false,

@@ -85,8 +85,9 @@ fn skip(test: &str) -> bool {
     match docker(&["image", "inspect", DOCKER_BASE]) {
         Ok(_) => false,
         Err(reason) => {
-            println!(
-                "skipped: containers::{test}: no base image {DOCKER_BASE} ({reason}); scripts/test.sh makes it where Docker runs as root"
+            crate::support::Need::Docker.skip(
+                &format!("containers::{test}"),
+                format!("no base image {DOCKER_BASE} ({reason}); scripts/test.sh makes it where Docker runs as root"),
             );
             true
         }

@@ -60,6 +60,25 @@ impl Dns {
         std::fs::write(&tmp, json.to_string()).unwrap();
         std::fs::rename(&tmp, &self.records).unwrap();
     }
+
+    /// How many A queries for NAME it has answered with exactly `ips`.
+    fn answered(&self, ips: &[&str]) -> usize {
+        std::fs::read_to_string(self.records.with_extension("queries"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|q| q["name"] == NAME && q["ips"] == serde_json::json!(ips))
+            .count()
+    }
+}
+
+/// Polls `ready` until it holds; fails naming `what` after `limit`.
+fn wait_until(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !ready() {
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// A port free on 127.0.0.2, .3 and .4 alike.
@@ -87,11 +106,20 @@ fn worker_on(ip: &str, port: u16) -> Worker {
 
 /// Items a worker has finished, from its metrics.
 fn items_done(worker: &Worker) -> u64 {
+    metric(worker, "stoker_worker_items_total")
+}
+
+/// Items a worker holds now, from its metrics.
+fn items_in_flight(worker: &Worker) -> u64 {
+    metric(worker, "stoker_worker_items_in_flight")
+}
+
+fn metric(worker: &Worker, name: &str) -> u64 {
     let text = http_get(worker.metrics_url.as_ref().unwrap());
     let line = text
         .lines()
-        .find(|l| l.starts_with("stoker_worker_items_total "))
-        .unwrap_or_else(|| panic!("no items_total in {text}"));
+        .find(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(' ')))
+        .unwrap_or_else(|| panic!("no {name} in {text}"));
     line.rsplit(' ').next().unwrap().parse::<f64>().unwrap() as u64
 }
 
@@ -137,17 +165,26 @@ fn workers_that_appear_get_work_and_those_that_disappear_are_drained_mid_epoch()
     dns.answer(&["127.0.0.2", "127.0.0.3", "127.0.0.4"]);
     // They get work within about one interval (0.2 s), with room for a
     // loaded machine.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while items_done(&w3) == 0 || items_done(&w4) == 0 {
-        assert!(Instant::now() < deadline, "workers found by dns got no work");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("workers found by dns got work", Duration::from_secs(5), || {
+        items_done(&w3) > 0 && items_done(&w4) > 0
+    });
 
     // Mid-epoch 1: 127.0.0.2 leaves the name. It finishes what it holds
-    // and gets nothing more.
+    // and gets nothing more. Counted from when the client has resolved the
+    // new answer twice (an item sent before the first has reached the
+    // worker by the second, an interval later) and the worker holds no
+    // item.
     stream.wait_for_samples(n + n / 3, Duration::from_secs(120));
-    dns.answer(&["127.0.0.3", "127.0.0.4"]);
-    std::thread::sleep(Duration::from_secs(2));
+    let left = ["127.0.0.3", "127.0.0.4"];
+    dns.answer(&left);
+    wait_until(
+        "the client resolved the name without 127.0.0.2",
+        Duration::from_secs(10),
+        || dns.answered(&left) >= 2,
+    );
+    wait_until("127.0.0.2 finished what it held", Duration::from_secs(30), || {
+        items_in_flight(&w2) == 0
+    });
     let drained_at = items_done(&w2);
     let run = stream.finish();
     assert!(run.success(), "{}", run.stderr());

@@ -31,8 +31,7 @@ pub(crate) fn gpu_or_skip(test: &str) -> Option<Gpu> {
             Some(gpu)
         }
         Err(reason) => {
-            println!("skipped: {test}: {reason}");
-            eprintln!("skipped: {test}: {reason}");
+            crate::support::Need::Gpu.skip(test, reason);
             None
         }
     }

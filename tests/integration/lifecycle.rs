@@ -207,7 +207,12 @@ async fn when_every_worker_is_gone_the_client_waits_then_fails_naming_them() {
     let mut got: Vec<(String, i64)> = keys_of(&stream.next_batch().await.unwrap().unwrap()).collect();
     signal(w.child.0.id(), "-KILL");
     drop(w);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Back only once the client has come back for it: its reconnect lands
+    // on a stand-in listener of the test's on that address first.
+    let stand_in = bind_again(&addr).await;
+    let came = tokio::time::timeout(Duration::from_secs(20), stand_in.accept()).await;
+    assert!(came.is_ok_and(|c| c.is_ok()), "the client never came back for {addr}");
+    drop(stand_in);
     let _back = Worker::start_with(1, &["--listen", &addr], &[]);
     let err = drain(&mut stream, &mut got, Duration::ZERO).await;
     assert!(err.is_none(), "{err:?}");
@@ -254,4 +259,17 @@ fn stoker_health_says_whether_a_worker_serves() {
     assert!(started.elapsed() < Duration::from_secs(5));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(&gone), "{stderr}");
+}
+
+/// A listener on `addr`, which a process just killed listened on (the
+/// address can take a moment to be free again).
+async fn bind_again(addr: &str) -> tokio::net::TcpListener {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => return l,
+            Err(e) => assert!(Instant::now() < deadline, "cannot listen on {addr} again: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

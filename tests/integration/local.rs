@@ -260,7 +260,10 @@ async fn another_user_cannot_reach_the_local_workers() {
 
     let euid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
     if euid != 0 {
-        eprintln!("skipped the other-user check: it needs root to run a process as another user (euid {euid})");
+        crate::support::Need::Root.skip(
+            "another_user_cannot_reach_the_local_workers (the other-user check)",
+            format!("running a process as another user needs root (euid {euid})"),
+        );
         return;
     }
     // The owner connects: the check below can tell a refusal apart.

@@ -611,3 +611,92 @@ pub fn circles(graph: &Graph) -> Vec<(Vec<String>, String)> {
     }
     out
 }
+
+/// The module graph of a Python package from its sources ((file name,
+/// text) pairs under the package's folder, `PACKAGE/a.py`,
+/// `PACKAGE/__init__.py`, and `PACKAGE/b.pyi` for an extension module
+/// `b` that has no `.py`): an edge runs
+/// from a file to every module of the package it imports, at any
+/// indentation (a function-local import is an edge too): `from .a import
+/// x`, `from . import a`, `import PACKAGE.a`, `from PACKAGE import a`.
+/// Docstrings and comments are left out; a name that is no file of the
+/// package (an extension module, an item of `__init__`) is the package's
+/// `__init__.py`.
+pub fn python_graph(package: &str, sources: &[(String, String)]) -> Graph {
+    let module_of = |name: &str| {
+        let stem = name
+            .strip_suffix(".pyi")
+            .or_else(|| name.strip_suffix(".py"))
+            .unwrap_or(name);
+        stem.trim_end_matches("/__init__").replace('/', ".")
+    };
+    let files: BTreeMap<String, String> = sources.iter().map(|(n, _)| (module_of(n), n.clone())).collect();
+    let init = format!("{package}/__init__.py");
+    let mut graph = Graph::new();
+    for (name, text) in sources {
+        let edges = graph.entry(name.clone()).or_default();
+        let (mut in_doc, mut pending): (bool, Option<String>) = (false, None);
+        for raw in text.lines() {
+            let line = raw.split('#').next().unwrap_or_default().trim();
+            if line.matches("\"\"\"").count() % 2 == 1 {
+                in_doc = !in_doc;
+                continue;
+            }
+            if in_doc {
+                continue;
+            }
+            // The rest of a parenthesised `from X import (...)`.
+            let statement = match pending.take() {
+                Some(head) => format!("{head} {line}"),
+                None if line.starts_with("from ") || line.starts_with("import ") => line.to_owned(),
+                None => continue,
+            };
+            if statement.contains('(') && !statement.contains(')') {
+                pending = Some(statement);
+                continue;
+            }
+            let statement = statement.replace(['(', ')'], " ");
+            let mut targets = Vec::new();
+            if let Some(rest) = statement.strip_prefix("from ") {
+                let (module, names) = rest.split_once(" import ").unwrap_or((rest, ""));
+                let module = module.trim();
+                let base = match module.strip_prefix('.') {
+                    Some(sub) => (!sub.starts_with('.')).then(|| sub.to_owned()),
+                    None => module
+                        .strip_prefix(package)
+                        .map(|s| s.trim_start_matches('.').to_owned()),
+                };
+                let Some(base) = base else { continue };
+                if base.is_empty() {
+                    targets.extend(
+                        names
+                            .split(',')
+                            .filter_map(|n| n.split_whitespace().next())
+                            .map(str::to_owned),
+                    );
+                } else {
+                    targets.push(base);
+                }
+            } else if let Some(rest) = statement.strip_prefix("import ") {
+                let prefix = format!("{package}.");
+                targets.extend(
+                    rest.split(',')
+                        .filter_map(|n| n.split_whitespace().next()?.strip_prefix(&prefix).map(str::to_owned)),
+                );
+            }
+            for target in targets {
+                let file = files.get(&format!("{package}.{target}")).unwrap_or(&init);
+                if file != name {
+                    edges
+                        .entry(file.clone())
+                        .or_default()
+                        .insert(statement.trim().to_owned());
+                }
+            }
+        }
+    }
+    for file in files.values() {
+        graph.entry(file.clone()).or_default();
+    }
+    graph
+}

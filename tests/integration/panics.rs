@@ -78,7 +78,7 @@ fn a_decode_panic_skips_its_sample_as_internal_and_the_worker_serves_on() {
 #[test]
 fn a_panic_in_a_gpu_lanes_host_work_hands_the_sample_to_the_cpu() {
     if let Err(reason) = stoker_server::gpu::probe() {
-        println!("skipped: a_panic_in_a_gpu_lanes_host_work_hands_the_sample_to_the_cpu: {reason}");
+        crate::support::Need::Gpu.skip("a_panic_in_a_gpu_lanes_host_work_hands_the_sample_to_the_cpu", reason);
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -255,8 +255,11 @@ fn ctrl_c_interrupts_a_python_loader_waiting_for_a_stalled_worker() {
     let w = Worker::start(1);
     // Connected, the script stops the worker (SIGSTOP) before asking for
     // work: the loader then waits for a first batch that never comes.
+    // The loader says, at debug level, when the thread is in its wait
+    // (stoker::wait): the signal goes in then, not at a guess.
     let script = r#"
-import os, signal, sys, time, stoker
+import logging, os, signal, sys, time, stoker
+logging.basicConfig(stream=sys.stdout, level=logging.DEBUG, format="log %(message)s")
 loader = stoker.Loader(workers=sys.argv[1], dataset=sys.argv[2], batch_size=4, image_size=32,
                        progress_timeout=600)
 os.kill(int(sys.argv[3]), signal.SIGSTOP)
@@ -275,14 +278,12 @@ except KeyboardInterrupt:
         .arg(&w.addr)
         .arg(&shards)
         .arg(w.child.0.id().to_string())
+        .env("STOKER_LOG", "warn,stoker::wait=debug")
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
-    assert_eq!(line.trim(), "waiting");
-    std::thread::sleep(std::time::Duration::from_millis(800));
+    wait_for_line(&mut stdout, "log waiting for the next batch");
     let sent = std::time::Instant::now();
     crate::support::signal(child.id(), "-INT");
     let status = child.wait().unwrap();
@@ -359,7 +360,8 @@ fn ctrl_c_interrupts_the_python_constructor_within_its_signal_check() {
     // The worker accepts (the kernel does) and never answers: the
     // constructor would wait its whole connect_timeout.
     let script = r#"
-import sys, time, stoker
+import logging, sys, time, stoker
+logging.basicConfig(stream=sys.stdout, level=logging.DEBUG, format="log %(message)s")
 print("constructing", flush=True)
 t0 = time.monotonic()
 try:
@@ -372,14 +374,12 @@ except KeyboardInterrupt:
         .arg(script)
         .arg(&w.addr)
         .arg(&shards)
+        .env("STOKER_LOG", "warn,stoker::wait=debug")
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "constructing");
-    std::thread::sleep(Duration::from_millis(700));
+    wait_for_line(&mut stdout, "log waiting for the workers to answer");
     let sent = Instant::now();
     signal(child.id(), "-INT");
     let status = child.wait().unwrap();
@@ -419,4 +419,19 @@ fn wheel_sh_finds_its_python_on_a_fresh_clone() {
         .output()
         .unwrap();
     assert!(pip.status.success(), "{found} has no pip");
+}
+
+/// Reads `out` up to a line that starts with `prefix`; fails on its end
+/// first, with what came.
+fn wait_for_line(out: &mut impl BufRead, prefix: &str) {
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        let n = out.read_line(&mut line).unwrap();
+        assert!(n > 0, "the script ended before printing {prefix:?}: {seen}");
+        if line.starts_with(prefix) {
+            return;
+        }
+        seen.push_str(&line);
+    }
 }

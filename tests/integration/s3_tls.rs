@@ -278,8 +278,9 @@ fn skip(test: &str) -> bool {
     match docker(&["image", "inspect", DOCKER_BASE]) {
         Ok(_) => false,
         Err(reason) => {
-            println!(
-                "skipped: s3_tls::{test}: no base image {DOCKER_BASE} ({reason}); scripts/test.sh makes it where Docker runs as root"
+            crate::support::Need::Docker.skip(
+                &format!("s3_tls::{test}"),
+                format!("no base image {DOCKER_BASE} ({reason}); scripts/test.sh makes it where Docker runs as root"),
             );
             true
         }

@@ -51,11 +51,19 @@ struct Faults {
     terms: AtomicU64,
 }
 
-/// Kills or stops one worker at a time, at random, and restarts it on the
-/// same address, until `stop`.
-fn chaos(addrs: Vec<String>, seed: u64, stop: Arc<AtomicBool>, faults: Arc<Faults>) {
+/// Starts a worker on each address and says so on `started`, then kills
+/// or stops one worker at a time, at random, and restarts it on the same
+/// address, until `stop`.
+fn chaos(
+    addrs: Vec<String>,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+    faults: Arc<Faults>,
+    started: std::sync::mpsc::Sender<()>,
+) {
     let mut rng = Rng(seed);
     let mut workers: Vec<Worker> = addrs.iter().map(|a| start(a)).collect();
+    let _ = started.send(());
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(rng.millis(300, 1500));
         let i = (rng.next() % WORKERS as u64) as usize;
@@ -105,12 +113,16 @@ fn soak_random_worker_kills_and_restarts_lose_and_duplicate_nothing() {
     let addrs: Vec<String> = (0..WORKERS).map(|_| format!("127.0.0.1:{}", free_port())).collect();
     let stop = Arc::new(AtomicBool::new(false));
     let faults = Arc::new(Faults::default());
+    let (started, workers_up) = std::sync::mpsc::channel();
     let chaos = {
         let (addrs, stop, faults) = (addrs.clone(), Arc::clone(&stop), Arc::clone(&faults));
-        std::thread::spawn(move || chaos(addrs, seed, stop, faults))
+        std::thread::spawn(move || chaos(addrs, seed, stop, faults, started))
     };
-    // Let the workers come up (the client would wait for them anyway).
-    std::thread::sleep(Duration::from_millis(500));
+    // Every worker listens before the first epoch (each start waits for
+    // its "listening" line).
+    workers_up
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the soak's workers did not all start");
     let deadline = Instant::now() + Duration::from_secs(secs);
     let started = Instant::now();
     let (mut epochs, mut delivered, mut duplicates, mut lost, mut retries) = (0u64, 0u64, 0u64, 0u64, 0u64);

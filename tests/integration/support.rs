@@ -18,6 +18,62 @@ pub fn stoker_bin() -> &'static str {
     BIN.get_or_init(|| std::env::var("STOKER_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_stoker").to_owned()))
 }
 
+/// What a test needs of the machine beyond this build. Without it the test
+/// says why (`skipped: TEST: REASON`) and passes, unless `STOKER_REQUIRE`
+/// (names, comma-separated) requires it: then its absence fails the test.
+/// `scripts/gpu-check.sh` requires `gpu`; `.ci/run` requires `cargo`, and
+/// `docker` and `root` where it runs as root with Docker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// A CUDA GPU with nvJPEG (the GPU tests).
+    Gpu,
+    /// Docker, as root, with the local base images scripts/test.sh makes.
+    Docker,
+    /// cargo, for `cargo metadata` (absent where a staged test binary runs).
+    Cargo,
+    /// Running as root (a process started as another user).
+    Root,
+}
+
+impl Need {
+    const ALL: [Need; 4] = [Need::Gpu, Need::Docker, Need::Cargo, Need::Root];
+
+    fn name(self) -> &'static str {
+        match self {
+            Need::Gpu => "gpu",
+            Need::Docker => "docker",
+            Need::Cargo => "cargo",
+            Need::Root => "root",
+        }
+    }
+
+    /// The needs `STOKER_REQUIRE` names; a name no test knows panics.
+    fn required() -> Vec<Need> {
+        let list = std::env::var("STOKER_REQUIRE").unwrap_or_default();
+        list.split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(|n| {
+                *Need::ALL.iter().find(|k| k.name() == n).unwrap_or_else(|| {
+                    panic!("STOKER_REQUIRE={list:?}: {n:?} is not a need; the needs are gpu, docker, cargo, root")
+                })
+            })
+            .collect()
+    }
+
+    /// Says that `test` is skipped for want of this need, because of
+    /// `reason`; fails it instead when `STOKER_REQUIRE` requires the need.
+    pub fn skip(self, test: &str, reason: impl std::fmt::Display) {
+        assert!(
+            !Self::required().contains(&self),
+            "{test}: STOKER_REQUIRE requires {} and this machine has none: {reason}",
+            self.name()
+        );
+        println!("skipped: {test}: {reason}");
+        eprintln!("skipped: {test}: {reason}");
+    }
+}
+
 /// The checkout the tests run from: `STOKER_REPO_ROOT` when set (a test
 /// binary carried to another machine runs against a copy of the repository
 /// at another path, as scripts/gpu-check.sh does), else the checkout this

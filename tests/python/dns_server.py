@@ -5,8 +5,10 @@ RECORDS_JSON maps names to lists of IPv4 addresses, e.g.
 {"workers.stoker.test": ["127.0.0.2", "127.0.0.3"]}; it is read again for
 every query, so the test changes the answer by rewriting it (atomically).
 A name not in the file is NXDOMAIN; a known name has no AAAA records.
-Prints "dns server on 127.0.0.1:PORT" once listening (UDP), then serves
-until killed.
+Each A query answered appends a JSON line {"name": ..., "ips": [...]} to
+RECORDS_JSON with the suffix ".queries", so that the test knows when a
+client has seen a new answer. Prints "dns server on 127.0.0.1:PORT" once
+listening (UDP), then serves until killed.
 """
 
 import json
@@ -20,6 +22,7 @@ from dnslib.server import BaseResolver, DNSLogger, DNSServer
 class FileResolver(BaseResolver):
     def __init__(self, path):
         self.path = path
+        self.queries = path.rsplit(".", 1)[0] + ".queries"
 
     def resolve(self, request, handler):
         reply = request.reply()
@@ -32,6 +35,8 @@ class FileResolver(BaseResolver):
         if QTYPE[request.q.qtype] in ("A", "ANY"):
             for ip in records[name]:
                 reply.add_answer(RR(request.q.qname, QTYPE.A, rdata=A(ip), ttl=0))
+            with open(self.queries, "a") as f:
+                f.write(json.dumps({"name": name, "ips": records[name]}) + "\n")
         return reply
 
 

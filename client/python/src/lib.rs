@@ -87,6 +87,18 @@ fn no_panic<T>(what: &str, f: impl FnOnce() -> T) -> PyResult<T> {
 /// (Ctrl-C) and hands the client's log to `logging`.
 const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 
+/// Says, once per wait, at debug level, that the calling thread is now
+/// waiting inside the client (where Ctrl-C is checked every
+/// [`SIGNAL_CHECK`]), and hands it to `logging` at once: a wait that
+/// looks like a hang can be told apart from one, and a test can tell when
+/// its Ctrl-C will land in the wait.
+fn say_waiting(py: Python<'_>, said: &mut bool, what: &str) {
+    if !std::mem::replace(said, true) {
+        tracing::debug!(target: "stoker::wait", "waiting for {what}; Ctrl-C interrupts the wait");
+        logs::flush(py);
+    }
+}
+
 /// One batch as Python receives it: uint8 NHWC pixels (bytes) or, when the
 /// client uploads, a `DeviceTensor` for `torch.from_dlpack`; the side
 /// length, labels, keys, the batch's index in its epoch, and how many of
@@ -306,6 +318,7 @@ impl Client {
         // reaches Python while it waits.
         let uploading = config.device.is_some();
         let mut connecting = Box::pin(Loader::connect(config));
+        let mut said = false;
         let loader = loop {
             let mut slice = || runtime.block_on(async { tokio::time::timeout(SIGNAL_CHECK, &mut connecting).await });
             let waited = py.detach(|| {
@@ -321,7 +334,10 @@ impl Client {
             let waited = waited?;
             match waited {
                 Ok(connected) => break connected.map_err(client_err)?,
-                Err(_) => py.check_signals()?,
+                Err(_) => {
+                    say_waiting(py, &mut said, "the workers to answer");
+                    py.check_signals()?
+                }
             }
         };
         Ok(Self {
@@ -440,6 +456,7 @@ impl Client {
             (stream, slot.generation)
         };
         let runtime = &self.runtime;
+        let mut said = false;
         let next = loop {
             let waited = py.detach(|| {
                 no_panic("waiting for a batch", || {
@@ -452,6 +469,7 @@ impl Client {
                 Ok(Ok(next)) => break Ok(next),
                 // Lets Ctrl-C raise KeyboardInterrupt while waiting.
                 Ok(Err(_)) => {
+                    say_waiting(py, &mut said, "the next batch");
                     if let Err(e) = py.check_signals() {
                         break Err(e);
                     }

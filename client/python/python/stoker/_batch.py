@@ -10,6 +10,7 @@ import numbers
 import numpy as np
 
 from ._kinds import _is_number, _plain
+from ._torchvision import _tv_version, _where
 
 
 def batch_rng(seed, epoch, index):
@@ -201,7 +202,7 @@ class BatchRandomChoice(BatchTransform):
         transforms = list(transforms)
         converted = []
         for i, t in enumerate(transforms):
-            c = t if isinstance(t, BatchTransform) else _convert(t, f"transforms[{i}]")
+            c = t if isinstance(t, BatchTransform) else _from_torchvision(t, f"transforms[{i}]")
             if not isinstance(c, BatchTransform):
                 raise ValueError(f"RandomChoice: transforms[{i}] ({type(t).__name__}) is not a batch transform")
             converted.append(c)
@@ -237,12 +238,45 @@ class BatchRandomChoice(BatchTransform):
     __hash__ = None
 
 
-def _convert(obj, path):
-    # A torchvision MixUp / CutMix inside a RandomChoice: converted by
-    # stoker.transforms, which imports this module first.
-    from .transforms import _convert as convert
+def _is_batch(obj):
+    """Whether `obj` is a batch transform: stoker's, or torchvision v2's
+    MixUp, CutMix or a RandomChoice of them."""
+    if isinstance(obj, BatchTransform):
+        return True
+    name = type(obj).__name__
+    if _tv_version(obj) == "v2":
+        if name in ("MixUp", "CutMix"):
+            return True
+        if name == "RandomChoice":
+            children = list(getattr(obj, "transforms", []))
+            return bool(children) and all(_is_batch(c) for c in children)
+    return False
 
-    return convert(obj, path)
+
+def _from_torchvision(obj, path):
+    """Stoker's batch transform for torchvision v2's MixUp, CutMix or a
+    RandomChoice of them (a stoker one passes through); ValueError naming
+    `path` for anything else."""
+    if isinstance(obj, BatchTransform):
+        return obj
+    name = type(obj).__name__
+    if not _is_batch(obj):
+        raise ValueError(f"{_where(path, name)}: not a batch transform (MixUp, CutMix or a RandomChoice of them)")
+    if name == "RandomChoice":
+        prefix = f"{path}.transforms" if path else "transforms"
+        children = [_from_torchvision(c, f"{prefix}[{i}]") for i, c in enumerate(obj.transforms)]
+        return BatchRandomChoice(children, p=_plain(obj.p))
+    getter = getattr(obj, "_labels_getter", None)
+    if getattr(getter, "__name__", None) != "_find_labels_default_heuristic":
+        raise ValueError(
+            f"{_where(path, name)}: labels_getter other than 'default' is not supported "
+            f"(stoker batches carry labels in 'label')"
+        )
+    cls = MixUp if name == "MixUp" else CutMix
+    try:
+        return cls(alpha=obj.alpha, num_classes=obj.num_classes)
+    except ValueError as e:
+        raise ValueError(f"{_where(path, name)}: {e}") from None
 
 
 for _public in (batch_rng, BatchTransform, MixUp, CutMix, BatchRandomChoice):

@@ -50,7 +50,9 @@ import json
 import math
 import numbers
 
-from ._batch import BatchRandomChoice, BatchTransform, CutMix, MixUp, batch_rng
+from ._batch import BatchRandomChoice, BatchTransform, CutMix, MixUp, _is_batch, batch_rng
+from ._batch import _from_torchvision as _batch_from_torchvision
+from ._torchvision import _tv_module, _tv_version, _where
 from ._kinds import (  # DTYPES, INTERPOLATIONS, PADDING_MODES: public, re-exported
     _KINDS,
     _PIL_CODES,
@@ -106,10 +108,6 @@ _OPS = _op_table(_load_schema())
 OP_NAMES = tuple(_OPS)
 _CONTAINERS = tuple(name for name, (_, _, entry) in _OPS.items() if entry["role"] == "container")
 _SUPPORTED = ", ".join(OP_NAMES + ("MixUp", "CutMix"))
-
-
-def _where(path, name):
-    return f"{path} ({name})" if path else name
 
 
 class Transform:
@@ -224,6 +222,7 @@ class _RandomChoice(Transform):
             transforms = list(transforms)
             batch = [_is_batch(t) for t in transforms]
             if transforms and all(batch):
+                kwargs = {k: v for k, v in kwargs.items() if k != "transforms"}
                 return BatchRandomChoice(transforms, *args[1:], **kwargs)
             if any(batch):
                 raise ValueError(
@@ -335,35 +334,6 @@ def from_json(text):
 # torchvision (and timm) objects
 
 
-def _tv_module(module):
-    """Which torchvision API a module is part of: "v1", "v2" or None."""
-    module = module or ""
-    if module.startswith("torchvision.transforms.v2."):
-        return "v2"
-    if module in ("torchvision.transforms.transforms", "torchvision.transforms.autoaugment"):
-        return "v1"
-    return None
-
-
-def _tv_version(obj):
-    """Which torchvision API made `obj` ("v1", "v2" or None), by its class's
-    module: torchvision is never imported."""
-    return _tv_module(type(obj).__module__)
-
-
-def _is_batch(obj):
-    if isinstance(obj, BatchTransform):
-        return True
-    name = type(obj).__name__
-    if _tv_version(obj) == "v2":
-        if name in ("MixUp", "CutMix"):
-            return True
-        if name == "RandomChoice":
-            children = list(getattr(obj, "transforms", []))
-            return bool(children) and all(_is_batch(c) for c in children)
-    return False
-
-
 def from_torchvision(obj):
     """The Stoker pipeline of a torchvision transform.
 
@@ -411,11 +381,8 @@ def _convert(obj, path):
         else:
             why = f"a class of {module!r}, not torchvision's: its code would not run on the workers"
         raise _unsupported(obj, path, why)
-    if name in ("MixUp", "CutMix") and version == "v2":
-        return _from_tv_mix(obj, path)
-    if name == "RandomChoice" and version == "v2" and _is_batch(obj):
-        children = [_convert(c, _child(path, i)) for i, c in enumerate(obj.transforms)]
-        return BatchRandomChoice(children, p=_plain(obj.p))
+    if _is_batch(obj):
+        return _batch_from_torchvision(obj, path)
     if name not in _OPS:
         raise _unsupported(obj, path)
     values = {}
@@ -457,17 +424,6 @@ def _tv_value(name, arg, value, version):
             if value is None:
                 return "random"
     return value
-
-
-def _from_tv_mix(obj, path):
-    getter = getattr(obj, "_labels_getter", None)
-    if getattr(getter, "__name__", None) != "_find_labels_default_heuristic":
-        raise _unsupported(obj, path, "labels_getter other than 'default' (stoker batches carry labels in 'label')")
-    cls = MixUp if type(obj).__name__ == "MixUp" else CutMix
-    try:
-        return cls(alpha=obj.alpha, num_classes=obj.num_classes)
-    except ValueError as e:
-        raise ValueError(f"{_where(path, type(obj).__name__)}: {e}") from None
 
 
 # timm's transform lists (timm.data.auto_augment._RAND_TRANSFORMS and the
