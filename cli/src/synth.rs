@@ -12,8 +12,8 @@ use stoker_server::pack::{
     ConvertFrom, PackError, PackSummary, check_image_folder, convert, layout_error, pack, scan_image_folder,
 };
 use stoker_server::pool::CpuPool;
-use stoker_server::storage::Storage;
 use stoker_server::synth::{encode_jpeg, imagenet_like_from_photo, procedural};
+use stoker_storage::Storage;
 
 #[derive(Debug, Args)]
 pub struct PackArgs {

@@ -306,7 +306,7 @@ pub async fn run_until(
     let token = args.token.secret()?;
     // So is a bad CA file for S3 (AWS_CA_BUNDLE, SSL_CERT_FILE), though
     // the S3 client is made at first use.
-    let s3_trust = stoker_server::storage::S3Trust::from_env()?;
+    let s3_trust = stoker_storage::S3Trust::from_env()?;
     if s3_trust.is_custom() {
         info!(trusted = %s3_trust.describe(), "s3 tls: ca files from the environment");
     }

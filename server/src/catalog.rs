@@ -1,7 +1,7 @@
 //! A dataset's catalogue: which of its files are shards, in which format,
 //! and how many samples each holds.
 //!
-//! Counting samples takes both [`storage`](crate::storage) (list the
+//! Counting samples takes both [`storage`](stoker_storage) (list the
 //! files, read the indexes) and [`parquet`](crate::parquet) (read a
 //! footer's row count), so it lives here, above both: `catalog` →
 //! `parquet` → `storage`, and storage depends on neither. Counts come from
@@ -15,7 +15,7 @@ use stoker_core::{DatasetUri, FormatChoice, ShardFormat, ShardRef};
 use stoker_formats::image::is_image_file_name;
 
 use crate::parquet::{self, ParquetShardError};
-use crate::storage::{PackReport, Storage, StorageError};
+use stoker_storage::{PackReport, Storage, StorageError};
 
 /// Record index files read at once while a listing counts samples.
 const INDEX_READS_AT_ONCE: usize = 16;
@@ -25,7 +25,7 @@ const INDEX_READS_AT_ONCE: usize = 16;
 pub struct Listing {
     pub shards: Vec<ShardRef>,
     /// Every shard's sample count is known: from the dataset's index
-    /// ([`INDEX_FILE`](crate::storage::INDEX_FILE)) or from the shards'
+    /// ([`INDEX_FILE`](stoker_storage::INDEX_FILE)) or from the shards'
     /// record indexes and Parquet footers.
     pub indexed: bool,
     pub format: ShardFormat,

@@ -1,8 +1,8 @@
 //! The Stoker worker: a library. The `stoker` binary (crate `cli/`) runs it.
 //!
-//! - [`storage`]: S3 and local folders.
+//! - Storage (S3 and local folders) is a crate of its own, `stoker-storage`.
 //! - [`catalog`]: a dataset's shards, their format and sample counts (the
-//!   listing), above [`storage`] and [`parquet`].
+//!   listing), above storage and [`parquet`].
 //! - [`wds`]: WebDataset tar shards, read as a stream and grouped into samples
 //!   (re-exported from `stoker-formats`, the fuzzed parsers).
 //! - [`decode`], [`augment`]: CPU decode and transform execution
@@ -49,7 +49,6 @@ pub mod pool;
 mod rings;
 pub mod scrape;
 pub mod service;
-pub mod storage;
 pub mod synth;
 pub mod tls;
 

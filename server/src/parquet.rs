@@ -52,7 +52,7 @@ use stoker_formats::image::sniff;
 use stoker_formats::sample::{MemberProblem, RawField, RawSample, RawValue, Step};
 
 use crate::memory::Reservation;
-use crate::storage::{Object, StorageError};
+use stoker_storage::{Object, StorageError};
 
 /// Bytes read from a file's end in the first request for its footer: most
 /// footers fit, so one request does.

@@ -29,10 +29,10 @@ use crate::chained::Chained;
 use crate::listen::Listener;
 use crate::pipeline::{Chunk, Item, ItemError, WorkerContext, run_item};
 use crate::rings::{RingWriter, Rings};
-use crate::storage::StorageError;
 use crate::tls::ServerTls;
 use stoker_kernels::handoff::Sink;
 use stoker_proto::transport::{self, MAX_CHUNK_BYTES, MAX_REQUEST_BYTES};
+use stoker_storage::StorageError;
 
 /// The `stoker.v1.Worker` service.
 #[derive(Debug, Clone)]

@@ -24,6 +24,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
         "stoker-client",
         &[
             "stoker-server",
+            "stoker-storage",
             "stoker-formats",
             "stoker-image",
             "parquet",
@@ -70,6 +71,24 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
             "aws-sdk-s3",
             "parquet",
             "tonic",
+            "rayon",
+        ],
+    ),
+    // Storage reads bytes: no decoding, no gRPC, no GPU, nothing of the
+    // worker above it (the catalog, Parquet, the pipeline).
+    (
+        "stoker-storage",
+        &[
+            "stoker-proto",
+            "stoker-server",
+            "stoker-client",
+            "stoker-kernels",
+            "stoker-image",
+            "stoker-metrics",
+            "stoker",
+            "tonic",
+            "parquet",
+            "cudarc",
             "rayon",
         ],
     ),
@@ -246,6 +265,7 @@ const CRATE_SOURCES: &[&str] = &[
     "shm/src",
     "server/formats/src",
     "server/image/src",
+    "server/storage/src",
     "server/src",
     "client/src",
     "cli/src",

@@ -131,6 +131,10 @@ fn dataset(dir: &Path, images: usize) -> (PathBuf, Vec<(String, i64)>) {
     (shards, image_folder_keys(&images_dir))
 }
 
+/// The stream stands in for a trainer taking 20 ms a batch
+/// (`--step-seconds`): the epochs last seconds, so the client re-resolves
+/// the name many times while they run, and the drain is seen with work
+/// left.
 #[test]
 fn workers_that_appear_get_work_and_those_that_disappear_are_drained_mid_epoch() {
     let dir = tempfile::tempdir().unwrap();
@@ -156,6 +160,8 @@ fn workers_that_appear_get_work_and_those_that_disappear_are_drained_mid_epoch()
         &dns.addr,
         "--resolve-interval",
         "0.2",
+        "--step-seconds",
+        "0.02",
     ];
     let mut stream = StreamChild::spawn_addrs(&[&entry], shards.to_str().unwrap(), &args);
     let n = expected.len();
@@ -186,6 +192,7 @@ fn workers_that_appear_get_work_and_those_that_disappear_are_drained_mid_epoch()
         items_in_flight(&w2) == 0
     });
     let drained_at = items_done(&w2);
+    let others_at = items_done(&w3) + items_done(&w4);
     let run = stream.finish();
     assert!(run.success(), "{}", run.stderr());
     assert_exactly_once(&run, &expected, 0..3);
@@ -193,6 +200,11 @@ fn workers_that_appear_get_work_and_those_that_disappear_are_drained_mid_epoch()
         items_done(&w2),
         drained_at,
         "a worker gone from the name was given new items"
+    );
+    // The epoch went on without it: the check above saw work left.
+    assert!(
+        items_done(&w3) + items_done(&w4) > others_at,
+        "the stream ended before the drain could be seen"
     );
     let workers = run.json.as_ref().unwrap()["workers"].as_array().unwrap().clone();
     let by_addr: BTreeMap<String, u64> = workers

@@ -213,7 +213,7 @@ async fn when_every_worker_is_gone_the_client_waits_then_fails_naming_them() {
     let came = tokio::time::timeout(Duration::from_secs(20), stand_in.accept()).await;
     assert!(came.is_ok_and(|c| c.is_ok()), "the client never came back for {addr}");
     drop(stand_in);
-    let _back = Worker::start_with(1, &["--listen", &addr], &[]);
+    let _back = restart_on(&addr).await;
     let err = drain(&mut stream, &mut got, Duration::ZERO).await;
     assert!(err.is_none(), "{err:?}");
     assert_once(got, &data.expected);
@@ -269,6 +269,19 @@ async fn bind_again(addr: &str) -> tokio::net::TcpListener {
         match tokio::net::TcpListener::bind(addr).await {
             Ok(l) => return l,
             Err(e) => assert!(Instant::now() < deadline, "cannot listen on {addr} again: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A worker listening on `addr` again (the address can take a moment to be
+/// free once the stand-in has let it go).
+async fn restart_on(addr: &str) -> Worker {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match Worker::try_start_with(1, &["--listen", addr], &[]) {
+            Ok(w) => return w,
+            Err(e) => assert!(Instant::now() < deadline, "no worker on {addr} again: {e}"),
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

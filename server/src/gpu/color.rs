@@ -316,7 +316,7 @@ impl Gpu {
                     }
                 }
             }
-            // SAFETY (all five launches): each `img` is the live, packed
+            // SAFETY: (all five launches) each `img` is the live, packed
             // buffer of a `DeviceImage` of at least w x h x 3 bytes (checked
             // by `plan`), borrowed mutably here, so no other image of the
             // batch shares it (each image is in a wave at most once); each

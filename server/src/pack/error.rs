@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::storage::StorageError;
+use stoker_storage::StorageError;
 
 /// Why packing failed.
 #[derive(Debug, thiserror::Error)]

@@ -22,8 +22,8 @@ use stoker_formats::image::ImageKind;
 
 use crate::pipeline::{ItemSamples, ShardRead};
 
-use crate::storage::{INDEX_FILE, Index, IndexEntry, PackReport, Storage};
 use error::io_err;
+use stoker_storage::{INDEX_FILE, Index, IndexEntry, PackReport, Storage};
 use writer::{RecordIndex, Sample, ShardWriter};
 
 mod error;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use stoker_formats::image::{ImageKind, is_image_file_name};
 
 use super::error::{PackError, io_err};
-use crate::storage::PackReport;
+use stoker_storage::PackReport;
 
 /// One image to pack.
 #[derive(Debug, Clone)]

@@ -10,7 +10,7 @@ use crate::gpu::GpuRunner;
 use crate::memory::MemoryBudget;
 use crate::metrics::{Clients, WorkerMetrics};
 use crate::pool::CpuPool;
-use crate::storage::{Storage, StorageConfig};
+use stoker_storage::{Storage, StorageConfig};
 
 /// Default target size of a streamed chunk (`--chunk-bytes`).
 pub const DEFAULT_CHUNK_BYTES: u64 = 2 << 20;

@@ -14,8 +14,8 @@ use tokio::sync::mpsc;
 
 use super::super::{Item, SkipKind, WorkerConfig, WorkerContext, process_sample, run_item};
 use crate::gpu::{GpuResult, GpuRunner, GpuRunnerConfig, GpuSample, Recipe};
-use crate::storage::Storage;
 use crate::synth;
+use stoker_storage::Storage;
 
 /// An ImageFolder of 60 JPEGs plus a PNG named .jpg, a grey JPEG and a
 /// truncated JPEG, packed into one shard.

@@ -17,8 +17,8 @@ use stoker_formats::tfrecord::ExampleFields;
 use super::types::{Item, ItemError, SampleError};
 use crate::memory::{MemoryBudget, Reservation};
 use crate::parquet::{ParquetSamples, ParquetShardError, RowGroupLimit};
-use crate::storage::{ShardReader, Storage, StorageError};
 use stoker_core::{DatasetUri, FieldSpec, RecordFields, ShardFormat};
+use stoker_storage::{ShardReader, Storage, StorageError};
 
 /// An item's samples, in shard order, with the budget they hold.
 pub(crate) struct ItemSamples {
@@ -156,7 +156,7 @@ impl ItemSamples {
             None => (storage.open(read.dataset, read.shard).await?, SampleStart::default()),
         };
         let reader = if gzipped {
-            crate::storage::gunzip(reader)
+            stoker_storage::gunzip(reader)
         } else {
             reader
         };

@@ -16,7 +16,7 @@ use crate::memory::Reservation;
 use crate::outcome::{Processed, Skipped};
 use crate::parquet::ParquetShardError;
 use crate::pool::PoolError;
-use crate::storage::StorageError;
+use stoker_storage::StorageError;
 
 /// A work item in domain terms.
 #[derive(Debug)]

@@ -68,7 +68,7 @@ impl Storage {
 
     /// The shard `name` under `uri` for ranged reads, its `size` known
     /// (from a listing): no request.
-    pub(crate) async fn object_of_size(&self, uri: &DatasetUri, name: &str, size: u64) -> Result<Object, StorageError> {
+    pub async fn object_of_size(&self, uri: &DatasetUri, name: &str, size: u64) -> Result<Object, StorageError> {
         let object = uri.join(name);
         let location = self.location(uri, name, &object).await?;
         Ok(self.object_at(location, object, size))

@@ -132,7 +132,7 @@ pub struct IndexEntry {
 
 impl Index {
     /// The indexed shards as the plan takes them, in the index's order.
-    pub(crate) fn into_shard_refs(self) -> Vec<ShardRef> {
+    pub fn into_shard_refs(self) -> Vec<ShardRef> {
         self.shards
             .into_iter()
             .map(|e| ShardRef {
@@ -146,7 +146,7 @@ impl Index {
 
 impl Storage {
     /// The dataset's index, or `None` when it has none.
-    pub(crate) async fn read_index(&self, uri: &DatasetUri) -> Result<Option<Index>, StorageError> {
+    pub async fn read_index(&self, uri: &DatasetUri) -> Result<Option<Index>, StorageError> {
         let object = uri.join(INDEX_FILE);
         let Some(bytes) = self.read_if_exists(uri, INDEX_FILE).await? else {
             return Ok(None);

@@ -134,7 +134,7 @@ mod tests {
     use stoker_core::DatasetUri;
 
     use super::*;
-    use crate::storage::Storage;
+    use crate::Storage;
 
     #[test]
     fn refuses_names_that_climb_out() {

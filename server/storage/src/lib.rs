@@ -1,4 +1,7 @@
-//! Where shards come from: S3 (through aws-sdk-s3) or a local folder.
+//! Where the worker's shards come from: S3 (through aws-sdk-s3) or a local
+//! folder. A crate of its own: it imports no other Stoker crate but
+//! `stoker-core` (dataset URIs, shard references) and `stoker-formats`
+//! (record indexes), and the worker (`stoker-server`) builds on it.
 //!
 //! Shards are read as streams, never whole: an S3 object body is consumed as
 //! it arrives, a file through a buffered reader.
@@ -11,7 +14,7 @@
 //! delivered, pinned to the first response's ETag, so no byte is repeated or
 //! skipped and a replaced object is noticed.
 //!
-//! This module is the [`Storage`] facade; each job has a file of its own:
+//! This crate's root is the [`Storage`] facade; each job has a file of its own:
 //! `types` (its configuration, counters and errors, and the shard body
 //! type, which every backend shares), `s3` (the S3 backend, [`Storage`]'s
 //! lazily made client with its own copy of the configuration), `ca` (the CAs
@@ -21,9 +24,9 @@
 //! Parquet) and `gzip` (gzipped shard bodies, decompressed as they
 //! stream).
 //!
-//! Storage lists files and reads bytes; it imports no other worker module.
-//! Which files are shards and how many samples each holds (record indexes,
-//! Parquet footers) is the [`catalog`](crate::catalog)'s work.
+//! Storage lists files and reads bytes. Which files are shards and how many
+//! samples each holds (record indexes, Parquet footers) is the worker's
+//! catalog's work (`stoker_server::catalog`).
 
 mod ca;
 mod gzip;
@@ -106,8 +109,8 @@ impl Storage {
     }
 
     /// The files under `uri`, in no order, whatever they are: the
-    /// [`catalog`](crate::catalog) keeps the shards among them.
-    pub(crate) async fn list_files(&self, uri: &DatasetUri) -> Result<Vec<ShardRef>, StorageError> {
+    /// catalog (`stoker_server::catalog`) keeps the shards among them.
+    pub async fn list_files(&self, uri: &DatasetUri) -> Result<Vec<ShardRef>, StorageError> {
         match uri {
             DatasetUri::S3 { bucket, prefix } => self.s3.list_s3(bucket, prefix).await,
             DatasetUri::Local(dir) => local::list(dir).await,
@@ -141,7 +144,7 @@ impl Storage {
 
     /// The file `name` under `uri`, whole, or `None` when it does not exist
     /// (for small files: indexes).
-    pub(super) async fn read_if_exists(&self, uri: &DatasetUri, name: &str) -> Result<Option<Vec<u8>>, StorageError> {
+    pub(crate) async fn read_if_exists(&self, uri: &DatasetUri, name: &str) -> Result<Option<Vec<u8>>, StorageError> {
         let object = uri.join(name);
         let bytes = match uri {
             DatasetUri::S3 { bucket, prefix } => {
