@@ -42,7 +42,7 @@ pub use field::{
 pub use format::{FormatChoice, RecordFields, ShardFormat};
 pub use mode::ItemMode;
 pub use params::{
-    Enhance, EraseFill, Interpolation, PaddingMode, Rect, ResolveError, Stage, Step, TooLarge, Warp, erase_noise,
+    Enhance, EraseFill, Interpolation, PaddingMode, PixelScale, Rect, ResolveError, Step, TooLarge, Warp, erase_noise,
 };
 pub use plan::{EpochPlan, PlanItem, ShardRef, indexed_samples};
 pub use positions::PositionSet;

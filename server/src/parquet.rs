@@ -49,7 +49,7 @@ use parquet::errors::ParquetError;
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 use stoker_core::{RecordFields, ShardFormat};
 use stoker_formats::image::sniff;
-use stoker_formats::sample::{MemberProblem, RawField, RawSample, RawValue, Step};
+use stoker_formats::sample::{MemberProblem, RawField, RawSample, RawValue, ReadStep};
 
 use crate::memory::Reservation;
 use stoker_storage::{Object, StorageError};
@@ -406,7 +406,7 @@ impl ParquetSamples {
     /// outside any budget.
     pub async fn next_sample(&mut self) -> Result<Option<RawSample>, ParquetShardError> {
         loop {
-            if let Step::Sample(s) = self.next_sample_within(&mut |_| Some(Reservation::default())).await? {
+            if let ReadStep::Sample(s) = self.next_sample_within(&mut |_| Some(Reservation::default())).await? {
                 return Ok(s);
             }
         }
@@ -415,12 +415,12 @@ impl ParquetSamples {
     /// The next sample, or `None` after the last selected row group. The
     /// next row group is fetched only once `admit` gives a reservation for
     /// what it needs; without one nothing is read and the answer is
-    /// [`Step::Blocked`]. The row group's reservation is released when its
+    /// [`ReadStep::Blocked`]. The row group's reservation is released when its
     /// last row has been read.
     pub async fn next_sample_within(
         &mut self,
         admit: &mut impl FnMut(u64) -> Option<Reservation>,
-    ) -> Result<Step, ParquetShardError> {
+    ) -> Result<ReadStep, ParquetShardError> {
         loop {
             // A batch read to its end is dropped here.
             if let Some(batch) = self.batch.take()
@@ -430,7 +430,7 @@ impl ParquetSamples {
                 let sample = self.sample(&batch, self.row, position);
                 self.row += 1;
                 self.batch = Some(batch);
-                return Ok(Step::Sample(Some(sample)));
+                return Ok(ReadStep::Sample(Some(sample)));
             }
             if let Some(batch) = self.decoded.pop_front() {
                 self.batch = Some(batch);
@@ -440,10 +440,10 @@ impl ParquetSamples {
             // The row group's batches are all read and dropped.
             self.held = Reservation::default();
             let Some(&need) = self.needs.front() else {
-                return Ok(Step::Sample(None));
+                return Ok(ReadStep::Sample(None));
             };
             let Some(mut held) = admit(need) else {
-                return Ok(Step::Blocked { bytes: need });
+                return Ok(ReadStep::Blocked { bytes: need });
             };
             self.needs.pop_front();
             // The next row group: fetched here, decoded on a blocking
@@ -451,7 +451,7 @@ impl ParquetSamples {
             // must not hold up the runtime; a panic in the decoder comes
             // back as an error there).
             let Some(reader) = self.stream.next_row_group().await.map_err(from_parquet)? else {
-                return Ok(Step::Sample(None));
+                return Ok(ReadStep::Sample(None));
             };
             let decoded = tokio::task::spawn_blocking(move || reader.collect::<Result<Vec<RecordBatch>, _>>())
                 .await

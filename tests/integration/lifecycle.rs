@@ -210,8 +210,11 @@ async fn when_every_worker_is_gone_the_client_waits_then_fails_naming_them() {
     // Back only once the client has come back for it: its reconnect lands
     // on a stand-in listener of the test's on that address first.
     let stand_in = bind_again(&addr).await;
-    let came = tokio::time::timeout(Duration::from_secs(20), stand_in.accept()).await;
-    assert!(came.is_ok_and(|c| c.is_ok()), "the client never came back for {addr}");
+    match tokio::time::timeout(Duration::from_secs(20), stand_in.accept()).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => panic!("the stand-in listener on {addr} failed to accept: {e}"),
+        Err(_) => panic!("the client did not come back for {addr} within 20 s"),
+    }
     drop(stand_in);
     let _back = restart_on(&addr).await;
     let err = drain(&mut stream, &mut got, Duration::ZERO).await;

@@ -282,8 +282,7 @@ except KeyboardInterrupt:
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-    wait_for_line(&mut stdout, "log waiting for the next batch");
+    let mut stdout = wait_for_line(&mut child, "log waiting for the next batch");
     let sent = std::time::Instant::now();
     crate::support::signal(child.id(), "-INT");
     let status = child.wait().unwrap();
@@ -378,8 +377,7 @@ except KeyboardInterrupt:
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    wait_for_line(&mut stdout, "log waiting for the workers to answer");
+    let mut stdout = wait_for_line(&mut child, "log waiting for the workers to answer");
     let sent = Instant::now();
     signal(child.id(), "-INT");
     let status = child.wait().unwrap();
@@ -421,17 +419,36 @@ fn wheel_sh_finds_its_python_on_a_fresh_clone() {
     assert!(pip.status.success(), "{found} has no pip");
 }
 
-/// Reads `out` up to a line that starts with `prefix`; fails on its end
-/// first, with what came.
-fn wait_for_line(out: &mut impl BufRead, prefix: &str) {
-    let mut seen = String::new();
-    loop {
-        let mut line = String::new();
-        let n = out.read_line(&mut line).unwrap();
-        assert!(n > 0, "the script ended before printing {prefix:?}: {seen}");
-        if line.starts_with(prefix) {
-            return;
+/// Reads `child`'s stdout on a thread up to a line that starts with
+/// `prefix`, for at most 30 s, and returns the rest of it; on its end or
+/// the deadline first, kills `child` and fails with what came.
+fn wait_for_line(child: &mut std::process::Child, prefix: &str) -> BufReader<std::process::ChildStdout> {
+    let out = BufReader::new(child.stdout.take().expect("the child's stdout is piped"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let wanted = prefix.to_owned();
+    std::thread::spawn(move || {
+        let mut out = out;
+        let mut seen = String::new();
+        loop {
+            let mut line = String::new();
+            match out.read_line(&mut line) {
+                Ok(n) if n > 0 && line.starts_with(&wanted) => {
+                    let _ = tx.send(Ok(out));
+                    return;
+                }
+                Ok(n) if n > 0 => seen.push_str(&line),
+                _ => {
+                    let _ = tx.send(Err(seen));
+                    return;
+                }
+            }
         }
-        seen.push_str(&line);
-    }
+    });
+    let failed = match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(Ok(out)) => return out,
+        Ok(Err(seen)) => format!("the script ended before printing {prefix:?}: {seen}"),
+        Err(_) => format!("no line {prefix:?} from the script within 30 s"),
+    };
+    let _ = child.kill();
+    panic!("{failed}");
 }

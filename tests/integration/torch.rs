@@ -238,3 +238,23 @@ fn every_op_schema_matches_its_torchvision_class() {
         "{stdout}"
     );
 }
+
+/// `from_torchvision` and the op classes against torchvision itself
+/// (tests/python/transforms_check.py's torchvision part, which the main
+/// test venv, without torch, cannot run): every op converted from v1 and
+/// v2 objects, the recipes and policies, the refusals, MixUp and CutMix
+/// against torchvision's with the same draws.
+#[test]
+fn transforms_convert_torchvision_objects_as_torchvision_defines_them() {
+    let out = run_ok(
+        torch_python()
+            .arg(python_script("transforms_check.py"))
+            .arg("--torchvision"),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("op conversions (v1 and v2), refusals and MixUp/CutMix against torchvision ok")
+            && stdout.contains("transforms check: all passed"),
+        "{stdout}"
+    );
+}

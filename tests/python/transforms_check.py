@@ -373,6 +373,12 @@ def check_mix_numpy(T):
     # A choice between them: both picked, weights respected.
     choice = T.RandomChoice([T.MixUp(num_classes=k), T.CutMix(num_classes=k)], p=[3, 1])
     assert isinstance(choice, T.BatchRandomChoice) and choice.p == [0.75, 0.25]
+    # The transforms by keyword too; an image transform among batch ones
+    # is refused naming the container and the position.
+    keyword = T.RandomChoice(transforms=[T.MixUp(num_classes=k), T.CutMix(num_classes=k)], p=[3, 1])
+    assert isinstance(keyword, T.BatchRandomChoice) and keyword == choice
+    raises(lambda: T.BatchRandomChoice([T.MixUp(num_classes=k), T.RandomInvert(1.0)]),
+           "RandomChoice", "transforms[1]", "RandomInvert", "not a batch transform")
     picks = [type(choice._draw(np.random.default_rng(s), h, w)["by"]).__name__ for s in range(400)]
     assert 0.65 < picks.count("MixUp") / 400 < 0.85, picks.count("MixUp")
     # Deterministic per (seed, epoch, index).
@@ -853,6 +859,9 @@ def check_torchvision(stoker, T, required_):
     choice = conv(v2.RandomChoice([v2.MixUp(num_classes=10), v2.CutMix(num_classes=10)], p=[0.3, 0.7]))
     assert isinstance(choice, T.BatchRandomChoice) and np.allclose(choice.p, [0.3, 0.7])
     raises(lambda: conv(v2.MixUp(num_classes=10, labels_getter=lambda x: x[1])), "labels_getter")
+    # Inside a choice, the error names where the bad one sits.
+    raises(lambda: conv(v2.RandomChoice([v2.MixUp(num_classes=10), v2.CutMix(num_classes=10, labels_getter=lambda x: x[1])])),
+           "transforms[1] (CutMix)", "labels_getter")
     torch.manual_seed(0)
     images = torch.rand(6, 3, 12, 10)
     labels = torch.randint(0, 10, (6,))

@@ -375,6 +375,9 @@ impl Drop for Uploader {
     /// module). Blocks briefly: drop an uploader off the async runtime, or
     /// after its last batch is ready.
     fn drop(&mut self) {
+        // The staging buffer is freed on the side stream first (fields drop
+        // only after this), so that the wait below covers its free too.
+        drop(self.staging.get_mut().unwrap_or_else(|p| p.into_inner()).take());
         if let Err(e) = self.stream.synchronize() {
             tracing::warn!(device = self.ordinal, error = %e, "waiting for the side stream before dropping an uploader failed");
         }

@@ -12,7 +12,7 @@
 //!   [`erase_noise`]);
 //! - `bounds`: the size bounds ([`Bounds`], [`Walk`], [`TooLarge`],
 //!   [`RESIZE_BYTES_PER_LINE`]);
-//! - `resolve`: the context of resolving one sample ([`Cx`], [`Stage`],
+//! - `resolve`: the context of resolving one sample ([`Cx`], [`PixelScale`],
 //!   [`ResolveError`]).
 //!
 //! Every item is re-exported here, so `params::X` names it wherever it
@@ -23,7 +23,7 @@ mod resolve;
 mod step;
 
 pub use bounds::{Bounds, RESIZE_BYTES_PER_LINE, TooLarge, Walk};
-pub use resolve::{Cx, ResolveError, Stage};
+pub use resolve::{Cx, PixelScale, ResolveError};
 pub(crate) use step::round_half_even;
 pub use step::{Enhance, EraseFill, Interpolation, PaddingMode, Rect, Step, Warp, erase_noise};
 

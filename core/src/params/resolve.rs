@@ -1,16 +1,17 @@
 //! The context of resolving one sample's ops into steps: [`Cx`] (the
 //! op's generator, the size so far, the steps so far), the value
-//! [`Stage`] the pixels are at, and [`ResolveError`], a sample whose
+//! [`PixelScale`] the pixels are at, and [`ResolveError`], a sample whose
 //! draws cannot be carried out.
 
 use super::step::Step;
 use crate::rng::SampleRng;
 
-/// Where the pixel values are, for ops that write values (RandomErasing):
+/// What the pixel values mean at this point of a pipeline, for ops that
+/// write values (RandomErasing):
 /// torchvision's erasing value means a different colour before and after
 /// `ToDtype` and `Normalize`.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Stage {
+pub enum PixelScale {
     /// uint8, 0..=255 (PIL images, `ToImage`).
     Uint8,
     /// Floats scaled to [0, 1] (`ToDtype(float, scale=True)`).
@@ -19,8 +20,8 @@ pub enum Stage {
     Normalized { mean: [f64; 3], std: [f64; 3] },
 }
 
-impl Stage {
-    /// The uint8 pixel of channel `c` whose value at this stage is `v`.
+impl PixelScale {
+    /// The uint8 pixel of channel `c` whose value at this scale is `v`.
     pub fn to_pixel(self, v: f64, c: usize) -> u8 {
         let p = match self {
             Self::Uint8 => v,
@@ -50,14 +51,14 @@ pub struct ResolveError {
 }
 
 /// The state of resolving one sample: its generator (this op's), the size
-/// so far, the steps so far and the value stage.
+/// so far, the steps so far and the pixels' scale.
 #[derive(Debug)]
 pub struct Cx<'a> {
     pub rng: SampleRng,
     pub w: u32,
     pub h: u32,
     pub steps: &'a mut Vec<Step>,
-    pub stage: Stage,
+    pub scale: PixelScale,
     /// The op being resolved, for errors.
     pub op: &'static str,
 }

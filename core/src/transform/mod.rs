@@ -22,7 +22,7 @@ pub use args::MAX_OUTPUT_SIZE;
 pub use examples::{EXAMPLES, example_spec};
 pub use ops::*;
 
-use crate::params::{Bounds, Cx, ResolveError, Stage, Step, TooLarge, Walk};
+use crate::params::{Bounds, Cx, PixelScale, ResolveError, Step, TooLarge, Walk};
 use crate::rng::SampleRng;
 
 /// The spec version this build writes and reads. A version changes when
@@ -246,7 +246,7 @@ fn check(ops: &[Op]) -> Result<u32, SpecError> {
     ops::validate_all(ops).map_err(|(index, op, reason)| SpecError::Op { index, op, reason })?;
     // Output ops come last (RandomErasing may follow them), in an order
     // torchvision accepts: Normalize needs floats.
-    let mut stage = Stage::Uint8;
+    let mut stage = PixelScale::Uint8;
     let mut output_seen = false;
     let mut steps = Vec::new();
     let mut cx = Cx {
@@ -254,7 +254,7 @@ fn check(ops: &[Op]) -> Result<u32, SpecError> {
         w: 1,
         h: 1,
         steps: &mut steps,
-        stage,
+        scale: stage,
         op: "",
     };
     for (i, op) in ops.iter().enumerate() {
@@ -267,7 +267,7 @@ fn check(ops: &[Op]) -> Result<u32, SpecError> {
             ));
         }
         if let Op::Normalize(_) = op
-            && stage == Stage::Uint8
+            && stage == PixelScale::Uint8
         {
             return Err(err(
                 i,
@@ -277,9 +277,9 @@ fn check(ops: &[Op]) -> Result<u32, SpecError> {
         }
         if is_output {
             output_seen = true;
-            cx.stage = stage;
+            cx.scale = stage;
             op.resolve(&mut cx).map_err(|e| err(i, op, e.reason))?;
-            stage = cx.stage;
+            stage = cx.scale;
         }
     }
     let mut b = Bounds::unknown();
@@ -344,7 +344,7 @@ pub fn resolve_steps(
         w: width,
         h: height,
         steps: &mut steps,
-        stage: Stage::Uint8,
+        scale: PixelScale::Uint8,
         op: "",
     };
     for (i, op) in spec.ops.iter().enumerate() {

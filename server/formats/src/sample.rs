@@ -66,7 +66,7 @@ pub enum MemberProblem {
 /// How far a reader that asks before it reads got
 /// (`SampleReader::next_sample_within`).
 #[derive(Debug)]
-pub enum Step {
+pub enum ReadStep {
     /// The next sample, or `None` at the end of the shard.
     Sample(Option<RawSample>),
     /// The next thing to read into memory has `bytes` bytes, and the

@@ -5,7 +5,7 @@ use tokio::io::AsyncRead;
 
 use crate::error::RecordError;
 use crate::recordio::RecordIoReader;
-use crate::sample::{RawSample, Step};
+use crate::sample::{RawSample, ReadStep};
 use crate::start::SampleStart;
 use crate::tfrecord::{ExampleFields, ExampleReader};
 use crate::wds::SampleReader;
@@ -76,11 +76,11 @@ impl<R: AsyncRead + Unpin> ShardSamples<R> {
     /// ([`SampleReader::next_sample_within`]). TFRecord and RecordIO
     /// records are read whole, each under the record size limit, without
     /// asking.
-    pub async fn next_sample_within(&mut self, admit: &mut impl FnMut(u64) -> bool) -> Result<Step, RecordError> {
+    pub async fn next_sample_within(&mut self, admit: &mut impl FnMut(u64) -> bool) -> Result<ReadStep, RecordError> {
         match self {
             Self::WebDataset(r) => Ok(r.next_sample_within(admit).await?),
-            Self::TfRecord(r) => Ok(Step::Sample(r.next_sample().await?)),
-            Self::RecordIo(r) => Ok(Step::Sample(r.next_sample().await?)),
+            Self::TfRecord(r) => Ok(ReadStep::Sample(r.next_sample().await?)),
+            Self::RecordIo(r) => Ok(ReadStep::Sample(r.next_sample().await?)),
         }
     }
 }

@@ -22,7 +22,7 @@ use tokio::io::AsyncRead;
 
 use crate::error::{RecordError, RecordFormat};
 use crate::image::ImageKind;
-use crate::sample::{MemberProblem, RawField, RawSample, RawValue, Step};
+use crate::sample::{MemberProblem, RawField, RawSample, RawValue, ReadStep};
 use crate::start::SampleStart;
 use crate::tar::{Member, TarReader};
 
@@ -151,9 +151,9 @@ impl<R: AsyncRead + Unpin> SampleReader<R> {
     /// shard; the error says where.
     pub async fn next_sample(&mut self) -> Result<Option<RawSample>, RecordError> {
         match self.next_sample_within(&mut |_| true).await? {
-            Step::Sample(sample) => Ok(sample),
+            ReadStep::Sample(sample) => Ok(sample),
             // Never: every member is admitted.
-            Step::Blocked { bytes } => Err(RecordError::Corrupt {
+            ReadStep::Blocked { bytes } => Err(RecordError::Corrupt {
                 format: RecordFormat::Tar,
                 offset: self.offset(),
                 reason: format!("a member of {bytes} bytes was refused"),
@@ -164,17 +164,17 @@ impl<R: AsyncRead + Unpin> SampleReader<R> {
     /// As [`SampleReader::next_sample`], but before it reads an image
     /// member into memory it calls `admit` with the member's size. If
     /// `admit` says no, nothing is read: the call returns
-    /// [`Step::Blocked`], and the next call asks again for the same member.
+    /// [`ReadStep::Blocked`], and the next call asks again for the same member.
     /// A sample is returned before any byte of the next sample is read, so
     /// what was admitted since the previous sample belongs to this one.
-    pub async fn next_sample_within(&mut self, admit: &mut impl FnMut(u64) -> bool) -> Result<Step, RecordError> {
+    pub async fn next_sample_within(&mut self, admit: &mut impl FnMut(u64) -> bool) -> Result<ReadStep, RecordError> {
         if let Some(err) = self.deferred.take() {
             return Err(err);
         }
         loop {
             let file = match self.tar.peek_file().await {
                 Ok(Some(file)) => file.clone(),
-                Ok(None) => return Ok(Step::Sample(self.current.take().map(|g| self.finish(g)))),
+                Ok(None) => return Ok(ReadStep::Sample(self.current.take().map(|g| self.finish(g)))),
                 Err(err) => return self.fail(err),
             };
             let Some((key, ext)) = split_key(&file.name) else {
@@ -184,7 +184,7 @@ impl<R: AsyncRead + Unpin> SampleReader<R> {
             if let Some(g) = self.current.take_if(|g| g.key != key) {
                 // The next member starts another sample: this one is
                 // complete, and the next member stays unread.
-                return Ok(Step::Sample(Some(self.finish(g))));
+                return Ok(ReadStep::Sample(Some(self.finish(g))));
             }
             let ext = ext.to_ascii_lowercase();
             let wanted = self.wanted.len();
@@ -214,7 +214,7 @@ impl<R: AsyncRead + Unpin> SampleReader<R> {
                     }
                     self.skip_file().await?;
                 } else if !admit(file.size) {
-                    return Ok(Step::Blocked { bytes: file.size });
+                    return Ok(ReadStep::Blocked { bytes: file.size });
                 } else {
                     let data = self.read_file().await?.data;
                     if let (Some(data), Some(group)) = (data, self.current.as_mut()) {
@@ -237,7 +237,7 @@ impl<R: AsyncRead + Unpin> SampleReader<R> {
                         group.problem = Some(MemberProblem::Empty { ext });
                         self.skip_file().await?;
                     } else if !admit(file.size) {
-                        return Ok(Step::Blocked { bytes: file.size });
+                        return Ok(ReadStep::Blocked { bytes: file.size });
                     } else {
                         let data = self.read_file().await?.data;
                         if let (Some(data), Some(group)) = (data, self.current.as_mut()) {
@@ -281,12 +281,12 @@ impl<R: AsyncRead + Unpin> SampleReader<R> {
     /// A header failed to read with `err`: the sample being read is lost
     /// with it, unless the last member read belongs to another sample,
     /// which is then returned first (the error comes with the next call).
-    fn fail(&mut self, err: RecordError) -> Result<Step, RecordError> {
+    fn fail(&mut self, err: RecordError) -> Result<ReadStep, RecordError> {
         let failing_key = self.tar.last_name.as_deref().and_then(split_key).map(|(k, _)| k);
         match self.current.take() {
             Some(g) if failing_key.is_some_and(|k| k != g.key) => {
                 self.deferred = Some(err);
-                Ok(Step::Sample(Some(self.finish(g))))
+                Ok(ReadStep::Sample(Some(self.finish(g))))
             }
             _ => Err(err),
         }
@@ -493,7 +493,7 @@ mod tests {
             asked.borrow_mut().push(bytes);
             true
         };
-        let Step::Sample(Some(a)) = r.next_sample_within(&mut yes).await.unwrap() else {
+        let ReadStep::Sample(Some(a)) = r.next_sample_within(&mut yes).await.unwrap() else {
             panic!("no first sample");
         };
         // Its image was asked for; the text and the second image were
@@ -506,18 +506,18 @@ mod tests {
         for _ in 0..2 {
             assert!(matches!(
                 r.next_sample_within(&mut no).await.unwrap(),
-                Step::Blocked { bytes: 2000 }
+                ReadStep::Blocked { bytes: 2000 }
             ));
             assert_eq!(r.offset(), before_b, "nothing read while blocked");
         }
-        let Step::Sample(Some(b)) = r.next_sample_within(&mut yes).await.unwrap() else {
+        let ReadStep::Sample(Some(b)) = r.next_sample_within(&mut yes).await.unwrap() else {
             panic!("no second sample");
         };
         assert_eq!((b.key.as_str(), b.label.clone(), b.position), ("b", Ok(4), 1));
         assert_eq!(b.image.as_ref().unwrap().1[..], [3u8; 2000]);
         assert!(matches!(
             r.next_sample_within(&mut no).await.unwrap(),
-            Step::Sample(None)
+            ReadStep::Sample(None)
         ));
     }
 
@@ -542,9 +542,9 @@ mod tests {
                 .await
                 .unwrap()
             {
-                Step::Sample(Some(s)) => samples.push(s),
-                Step::Sample(None) => break,
-                Step::Blocked { .. } => unreachable!("everything asked for is admitted"),
+                ReadStep::Sample(Some(s)) => samples.push(s),
+                ReadStep::Sample(None) => break,
+                ReadStep::Blocked { .. } => unreachable!("everything asked for is admitted"),
             }
         }
         assert_eq!(asked, vec![2], "only c's image, of 2 bytes");

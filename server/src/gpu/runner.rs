@@ -108,12 +108,17 @@ impl Drop for GpuRunner {
         }
         // What the pool kept for the lanes' next batches goes back to the
         // driver: in a trainer's process (an in-process worker) that
-        // memory is the trainer's again once the worker stops.
+        // memory is the trainer's again once the worker stops. The lanes'
+        // last frees are stream-ordered on streams now gone: the context's
+        // wait (a trainer's queued step included) lets them complete
+        // first, or the trim would keep what they free.
         if let Some(ctx) = &self.ctx
             && ctx.has_async_alloc()
-            && let Err(e) = stoker_kernels::trim_pool(ctx)
         {
-            tracing::warn!(error = %e, "handing the lanes' unused pool memory back to the driver failed");
+            let trimmed = ctx.synchronize().and_then(|()| stoker_kernels::trim_pool(ctx));
+            if let Err(e) = trimmed {
+                tracing::warn!(error = %e, "handing the lanes' unused pool memory back to the driver failed");
+            }
         }
     }
 }

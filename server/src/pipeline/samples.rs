@@ -9,7 +9,7 @@
 
 use std::mem::take;
 
-use stoker_formats::sample::{RawSample, Step};
+use stoker_formats::sample::{RawSample, ReadStep};
 use stoker_formats::shard::{ShardKind, ShardSamples};
 use stoker_formats::start::SampleStart;
 use stoker_formats::tfrecord::ExampleFields;
@@ -247,13 +247,13 @@ async fn read(
         Source::Parquet(p) => p.next_sample_within(admit).await?,
         Source::Unreadable(e) => match e.take() {
             Some(e) => return Err(e),
-            None => Step::Sample(None),
+            None => ReadStep::Sample(None),
         },
     };
     Ok(match step {
-        Step::Sample(Some(raw)) => Read::Sample(raw, take(held)),
-        Step::Sample(None) => Read::End,
-        Step::Blocked { bytes } => Read::Blocked(bytes),
+        ReadStep::Sample(Some(raw)) => Read::Sample(raw, take(held)),
+        ReadStep::Sample(None) => Read::End,
+        ReadStep::Blocked { bytes } => Read::Blocked(bytes),
     })
 }
 

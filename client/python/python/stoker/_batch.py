@@ -202,10 +202,9 @@ class BatchRandomChoice(BatchTransform):
         transforms = list(transforms)
         converted = []
         for i, t in enumerate(transforms):
-            c = t if isinstance(t, BatchTransform) else _from_torchvision(t, f"transforms[{i}]")
-            if not isinstance(c, BatchTransform):
+            if not _is_batch(t):
                 raise ValueError(f"RandomChoice: transforms[{i}] ({type(t).__name__}) is not a batch transform")
-            converted.append(c)
+            converted.append(_from_torchvision(t, f"RandomChoice.transforms[{i}]"))
         if not converted:
             raise ValueError("RandomChoice: pass at least one transform")
         if p is None:

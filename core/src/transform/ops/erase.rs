@@ -112,7 +112,7 @@ impl OpImpl for RandomErasing {
             if h <= 0 || w <= 0 {
                 return Ok(());
             }
-            let stage = cx.stage;
+            let stage = cx.scale;
             let fill = match &self.value {
                 EraseValue::Random(_) => {
                     let (s, o): (Vec<f32>, Vec<f32>) = (0..3).map(|c| stage.affine(c)).unzip();

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::op_impl::OpImpl;
-use crate::params::{Bounds, Cx, ResolveError, Stage};
+use crate::params::{Bounds, Cx, PixelScale, ResolveError};
 use crate::transform::schema::{ArgKind, Described, OpSchema, Origin, Role, optional, required};
 
 /// The dtypes the client converts to.
@@ -37,7 +37,7 @@ macro_rules! marker {
             }
 
             fn resolve(&self, $cx: &mut Cx<'_>) -> Result<(), ResolveError> {
-                $cx.stage = $stage;
+                $cx.scale = $stage;
                 Ok(())
             }
 
@@ -51,7 +51,7 @@ macro_rules! marker {
 marker!(
     /// A tensor of the uint8 image (no change to pixels).
     ToImage,
-    |cx| cx.stage
+    |cx| cx.scale
 );
 
 impl Described for ToImage {
@@ -65,7 +65,7 @@ impl Described for ToImage {
 marker!(
     /// A uint8 tensor of the image (no change to pixels).
     PILToTensor,
-    |cx| cx.stage
+    |cx| cx.scale
 );
 
 impl Described for PILToTensor {
@@ -79,7 +79,7 @@ impl Described for PILToTensor {
 marker!(
     /// torchvision v1's `ToTensor`: float32 scaled to [0, 1].
     ToTensor,
-    |cx| Stage::Float
+    |cx| PixelScale::Float
 );
 
 impl Described for ToTensor {
@@ -130,7 +130,7 @@ impl OpImpl for ToDtype {
 
     fn resolve(&self, cx: &mut Cx<'_>) -> Result<(), ResolveError> {
         if self.dtype != "uint8" {
-            cx.stage = Stage::Float;
+            cx.scale = PixelScale::Float;
         }
         Ok(())
     }
@@ -172,7 +172,7 @@ impl OpImpl for ConvertImageDtype {
 
     fn resolve(&self, cx: &mut Cx<'_>) -> Result<(), ResolveError> {
         if self.dtype != "uint8" {
-            cx.stage = Stage::Float;
+            cx.scale = PixelScale::Float;
         }
         Ok(())
     }
@@ -243,7 +243,7 @@ impl OpImpl for Normalize {
 
     fn resolve(&self, cx: &mut Cx<'_>) -> Result<(), ResolveError> {
         let (mean, std) = self.channels();
-        cx.stage = Stage::Normalized { mean, std };
+        cx.scale = PixelScale::Normalized { mean, std };
         Ok(())
     }
 

@@ -14,7 +14,7 @@ mod common;
 
 use common::{Dribble, limits, now};
 use libfuzzer_sys::fuzz_target;
-use stoker_formats::sample::Step;
+use stoker_formats::sample::ReadStep;
 use stoker_formats::wds::SampleReader;
 
 fuzz_target!(|input: &[u8]| {
@@ -42,7 +42,7 @@ fuzz_target!(|input: &[u8]| {
             yes
         }));
         match next {
-            Ok(Step::Blocked { bytes }) => {
+            Ok(ReadStep::Blocked { bytes }) => {
                 assert!(bytes > 0 && bytes <= max_member_bytes);
                 if let Some((_, offset)) = blocked {
                     assert_eq!(reader.offset(), offset, "a refused member was read");
@@ -50,7 +50,7 @@ fuzz_target!(|input: &[u8]| {
                 blocked = Some((bytes, reader.offset()));
                 continue;
             }
-            Ok(Step::Sample(Some(sample))) => {
+            Ok(ReadStep::Sample(Some(sample))) => {
                 samples += 1;
                 // Every sample needs at least one header block of its own.
                 assert!(
@@ -64,7 +64,7 @@ fuzz_target!(|input: &[u8]| {
                     assert_eq!(Some(bytes.len() as u64), admitted, "an image read without being admitted");
                 }
             }
-            Ok(Step::Sample(None)) => {
+            Ok(ReadStep::Sample(None)) => {
                 assert_eq!(reader.offset() % 512, 0, "archive ended off a block boundary");
                 // The end is sticky.
                 assert!(matches!(now(reader.next_sample()), Ok(None)));
