@@ -216,7 +216,7 @@ async fn when_every_worker_is_gone_the_client_waits_then_fails_naming_them() {
         Err(_) => panic!("the client did not come back for {addr} within 20 s"),
     }
     drop(stand_in);
-    let _back = restart_on(&addr).await;
+    let _back = Worker::start_again(1, &["--listen", &addr]);
     let err = drain(&mut stream, &mut got, Duration::ZERO).await;
     assert!(err.is_none(), "{err:?}");
     assert_once(got, &data.expected);
@@ -272,19 +272,6 @@ async fn bind_again(addr: &str) -> tokio::net::TcpListener {
         match tokio::net::TcpListener::bind(addr).await {
             Ok(l) => return l,
             Err(e) => assert!(Instant::now() < deadline, "cannot listen on {addr} again: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// A worker listening on `addr` again (the address can take a moment to be
-/// free once the stand-in has let it go).
-async fn restart_on(addr: &str) -> Worker {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match Worker::try_start_with(1, &["--listen", addr], &[]) {
-            Ok(w) => return w,
-            Err(e) => assert!(Instant::now() < deadline, "no worker on {addr} again: {e}"),
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -33,16 +33,7 @@ impl Rng {
 const WORKERS: usize = 3;
 
 fn start(addr: &str) -> Worker {
-    // A port just released can take a moment to be free again.
-    let mut last = String::new();
-    for _ in 0..50 {
-        match Worker::try_start_with(1, &["--listen", addr, "--grace-period", "1"], &[]) {
-            Ok(w) => return w,
-            Err(e) => last = e,
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("worker on {addr} would not restart: {last}");
+    Worker::start_again(1, &["--listen", addr, "--grace-period", "1"])
 }
 
 #[derive(Default)]

@@ -140,6 +140,21 @@ impl Worker {
         Self::spawn(threads, args, env, Stdio::inherit())
     }
 
+    /// Like [`Worker::start_with`] on an address (`--listen` in `args`) a
+    /// process has just let go, which can take a moment to be free again:
+    /// tried every 100 ms for 5 s.
+    pub fn start_again(threads: usize, args: &[&str]) -> Self {
+        let mut last = String::new();
+        for _ in 0..50 {
+            match Self::try_start_with(threads, args, &[]) {
+                Ok(w) => return w,
+                Err(e) => last = e,
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("a worker with {args:?} would not start again: {last}");
+    }
+
     /// A worker whose log (stderr) goes to the file `log`.
     pub fn start_logging_to(threads: usize, args: &[&str], env: &[(&str, &str)], log: &Path) -> Self {
         let file = std::fs::File::create(log).expect("create worker log");

@@ -199,12 +199,7 @@ class BatchRandomChoice(BatchTransform):
     transforms makes one."""
 
     def __init__(self, transforms, p=None):
-        transforms = list(transforms)
-        converted = []
-        for i, t in enumerate(transforms):
-            if not _is_batch(t):
-                raise ValueError(f"RandomChoice: transforms[{i}] ({type(t).__name__}) is not a batch transform")
-            converted.append(_from_torchvision(t, f"RandomChoice.transforms[{i}]"))
+        converted = [_from_torchvision(t, f"RandomChoice.transforms[{i}]") for i, t in enumerate(transforms)]
         if not converted:
             raise ValueError("RandomChoice: pass at least one transform")
         if p is None:
