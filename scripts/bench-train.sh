@@ -33,6 +33,16 @@
 #   stoker-local-tN  the same with a CPU worker of N threads
 #                 (local_threads=N), for the split between the lanes, the
 #                 CPU worker and the trainer's own thread
+#   stoker-local-smsS  the same with the lanes on S SMs (STOKER_LOCAL_GPU_SMS=S:
+#                 a count, `all` or `auto`; `stoker-local` takes the default,
+#                 auto), for the share a green context leaves the trainer
+#   stoker-local-pinN  stoker-local with the training loop's threads pinned
+#                 to N cores of their own after the warm-up, every Stoker
+#                 thread (the lanes, the client's, the CPU worker's) to the
+#                 others (bench_train.py --trainer-cores N)
+#   stoker-local-freeN  stoker-local with every Stoker thread kept off N cores,
+#                 the training loop's threads left to the scheduler
+#                 (bench_train.py --free-cores N)
 #   dali          NVIDIA DALI in the training process on GPU 0 (mixed
 #                 decoder with the crop window, resize, flip, normalise;
 #                 $(nproc)-4 threads) over the same ImageFolder; only when
@@ -269,6 +279,12 @@ for r in $(seq "$rounds"); do
         stoker-local) run_case "$c" "$r" --loader stoker --workers local --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-local-t*) run_case "$c" "$r" --loader stoker --workers local --dataset "$work/shards" --prefetch "$prefetch" \
             --local-threads "${c#stoker-local-t}" ;;
+        stoker-local-sms*) STOKER_LOCAL_GPU_SMS=${c#stoker-local-sms} run_case "$c" "$r" --loader stoker --workers local \
+            --dataset "$work/shards" --prefetch "$prefetch" ;;
+        stoker-local-pin*) run_case "$c" "$r" --loader stoker --workers local --dataset "$work/shards" --prefetch "$prefetch" \
+            --trainer-cores "${c#stoker-local-pin}" ;;
+        stoker-local-free*) run_case "$c" "$r" --loader stoker --workers local --dataset "$work/shards" --prefetch "$prefetch" \
+            --free-cores "${c#stoker-local-free}" ;;
         stoker-mix) run_case "$c" "$r" --loader stoker --workers "$gpu0_worker,$cpu_workers" --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-replay) run_case "$c" "$r" --loader stoker --workers "$replay_workers" --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-gpu) run_case "$c" "$r" --loader stoker --workers "$gpu_worker" --dataset "$work/shards" --prefetch "$prefetch" ;;
@@ -304,6 +320,12 @@ names = {
 for case in cases:
     if case.startswith("stoker-local-t"):
         names[case] = f'stoker, workers="local", CPU worker {case[len("stoker-local-t"):]} threads'
+    if case.startswith("stoker-local-pin"):
+        names[case] = f'stoker, workers="local", trainer on {case[len("stoker-local-pin"):]} core(s) of its own'
+    if case.startswith("stoker-local-free"):
+        names[case] = f'stoker, workers="local", Stoker off {case[len("stoker-local-free"):]} core(s)'
+    if case.startswith("stoker-local-sms"):
+        names[case] = f'stoker, workers="local", lanes on {case[len("stoker-local-sms"):]} SMs'
 by = {}
 for r in rows:
     by.setdefault(r["case"], []).append(r)

@@ -88,6 +88,12 @@ def parse_args(argv=None):
                         "(e.g. \"--device cuda --gpu-only\"): on the training GPU it shares the trainer's CUDA context")
     g.add_argument("--local-threads", type=int, metavar="N",
                    help="threads of the CPU worker that --workers local starts (default: the Loader's, its cores less one)")
+    g.add_argument("--trainer-cores", type=int, default=0, metavar="N",
+                   help="after the warm-up, pin this process's threads but Stoker's to N cores of its set and "
+                        "every Stoker thread (this process's and the local workers') to the others; 0: no pinning")
+    g.add_argument("--free-cores", type=int, default=0, metavar="N",
+                   help="after the warm-up, keep every Stoker thread off N cores of this process's set, "
+                        "leaving the training loop's threads where the scheduler puts them; 0: no pinning")
     g.add_argument("--shared-memory", type=int, default=256, metavar="MIB",
                    help="MiB of the ring workers on this host write into; 0: all over the network (default: 256)")
     g = p.add_argument_group("dataloader")
@@ -376,6 +382,32 @@ def write_profile(args, profiler, steps, source_figures):
           f"{figures.get('nvjpeg_kernel_us_per_image', 0):.1f} us/image -> {args.profile}", flush=True)
 
 
+def pin_trainer(n, source, trainer=True):
+    """Gives the training loop n cores of its own: every Stoker thread,
+    this process's (named stoker-*) and each local worker process's, on
+    all but the first n cores of this process's set, and, with `trainer`,
+    this process's other threads on those n. Run after the warm-up, so
+    that torch's threads exist."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if not 0 < n < len(cpus):
+        sys.exit(f"error: --trainer-cores {n}: this process may use {len(cpus)} cores")
+    mine, theirs = set(cpus[:n]), set(cpus[n:])
+    loader = getattr(source, "loader", None)
+    others = [w["pid"] for w in getattr(loader, "local_workers", []) if w.get("pid") not in (None, os.getpid())]
+    counts = {"trainer": 0, "stoker": 0}
+    for pid in [os.getpid()] + others:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    ours = pid != os.getpid() or f.read().startswith("stoker")
+                if ours or trainer:
+                    os.sched_setaffinity(int(tid), theirs if ours else mine)
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # a thread that ended meanwhile
+            counts["stoker" if ours else "trainer"] += 1
+    return {"trainer_cores": sorted(mine), "stoker_cores": len(theirs), "threads": counts}
+
+
 def main(argv=None):
     args = parse_args(argv)
 
@@ -416,6 +448,9 @@ def main(argv=None):
         for _ in range(args.warmup):
             train_step(*source.next())
         torch.cuda.synchronize()
+        pinned = None
+        if args.trainer_cores or args.free_cores:
+            pinned = pin_trainer(args.trainer_cores or args.free_cores, source, trainer=bool(args.trainer_cores))
 
         # One event before the first fetch, then per step: `ready` once the
         # batch is usable on the training stream, `done` after the optimizer
@@ -463,6 +498,7 @@ def main(argv=None):
         "image_size": args.image_size,
         "steps": steps,
         "warmup": args.warmup,
+        "pinned": pinned,
         "seconds": wall,
         "images_per_sec": steps * args.batch_size / wall,
         "wait_fraction": sum(fetch) / wall,

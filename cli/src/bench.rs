@@ -52,6 +52,9 @@ pub struct BenchArgs {
     /// cuda: threads driving the GPU (the worker's --gpu-lanes).
     #[arg(long, default_value_t = stoker_server::gpu::DEFAULT_LANES)]
     pub gpu_lanes: usize,
+    /// cuda: the SMs the lanes run on (the worker's --gpu-sms).
+    #[arg(long, default_value = "all", value_name = "all|auto|N")]
+    pub gpu_sms: stoker_server::gpu::SmShare,
 }
 
 #[derive(Debug, Serialize)]
@@ -153,7 +156,11 @@ fn run_gpu(args: &BenchArgs, spec: TransformSpec, images: &[(String, ImageKind, 
     use stoker_server::gpu::{Gpu, GpuRunner, GpuRunnerConfig};
     use stoker_server::pipeline::{WorkerConfig, WorkerContext};
     anyhow::ensure!(args.gpu_batch > 0, "--gpu-batch must be at least 1");
-    let gpu = Gpu::open(0).map_err(|e| anyhow::anyhow!("--device cuda: no usable gpu: {e}"))?;
+    let mut gpu = Gpu::open(0).map_err(|e| anyhow::anyhow!("--device cuda: no usable gpu: {e}"))?;
+    let confined = gpu
+        .confine(args.gpu_sms)
+        .with_context(|| format!("--gpu-sms {}", args.gpu_sms))?;
+    eprintln!("lanes on {confined}");
     let runner = GpuRunner::start(
         &gpu,
         GpuRunnerConfig {

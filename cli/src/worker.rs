@@ -11,7 +11,7 @@ use tracing::{info, warn};
 use crate::ByteSize;
 use stoker_proto::transport::MAX_CHUNK_BYTES;
 use stoker_server::allow::AllowList;
-use stoker_server::gpu::{self, GpuRunner, GpuRunnerConfig};
+use stoker_server::gpu::{self, GpuRunner, GpuRunnerConfig, SmShare};
 use stoker_server::listen::{ListenAddr, Listener};
 use stoker_server::tls::ServerTls;
 use stoker_server::{ServeOptions, WorkerConfig, WorkerContext, serve};
@@ -113,6 +113,14 @@ pub struct WorkerArgs {
     /// the host's cores for other work (a trainer on the same host).
     #[arg(long)]
     pub gpu_only: bool,
+    /// GPU worker: the SMs the lanes' kernels (nvJPEG's included) may run
+    /// on: `all`, a count (rounded up to what the device can split; 8 SMs
+    /// on Hopper), or `auto`, the share chosen for lanes beside a training
+    /// step (docs/gpu.md). A count needs green contexts (CUDA 12.4+);
+    /// `auto` runs on every SM without them. A worker started by
+    /// `workers="local"` in the training process takes `auto`.
+    #[arg(long, default_value = "all", value_name = "all|auto|N")]
+    pub gpu_sms: SmShare,
     /// Benchmarks only: process each shard once, then send the same
     /// results again for every later request of it (any seed or epoch),
     /// from memory. Measures the client's transport and upload alone.
@@ -225,7 +233,11 @@ fn start_gpu(args: &WorkerArgs, config: &WorkerConfig) -> anyhow::Result<Option<
     );
     let started = stoker_server::gpu::Gpu::open(args.gpu_ordinal)
         .map_err(|e| e.to_string())
-        .and_then(|gpu| {
+        .and_then(|mut gpu| {
+            let confined = gpu
+                .confine(args.gpu_sms)
+                .map_err(|e| format!("--gpu-sms {}: {e}", args.gpu_sms))?;
+            info!(gpu_sms = %args.gpu_sms, lanes_run_on = %confined, "gpu lanes' share of the device");
             let runner_config = GpuRunnerConfig {
                 lanes: args.gpu_lanes,
                 max_batch: args.gpu_batch,

@@ -50,7 +50,7 @@ pub use config::{
 pub use error::ClientError;
 pub use health::worker_health;
 pub use loader::{EpochStream, EpochWatch, Loader};
-pub use local::{InProcessStart, InProcessWorker, LOCAL, LocalWorker, LocalWorkers};
+pub use local::{InProcessStart, InProcessWorker, LOCAL, LOCAL_GPU_SMS_ENV, LocalWorker, LocalWorkers, local_gpu_sms};
 pub use report::{EpochReport, WorkerReport};
 pub use state::{EpochState, Fingerprint};
 pub use stoker_core::{

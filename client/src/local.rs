@@ -259,8 +259,9 @@ impl Launch {
 
 /// Starts the GPU worker in this process on the trainer's device
 /// `ordinal` (numbered as this process sees devices), listening on
-/// `socket`: `--gpu-only` (the CPU worker has the cores), and no grace
-/// period (when the fleet stops, its only client is gone).
+/// `socket`: `--gpu-only` (the CPU worker has the cores), its lanes on the
+/// share of the SMs [`local_gpu_sms`] gives, and no grace period (when the
+/// fleet stops, its only client is gone).
 async fn start_in_process(
     start: &InProcessStart,
     ordinal: usize,
@@ -269,6 +270,7 @@ async fn start_in_process(
 ) -> Result<(Arc<dyn InProcessWorker>, Arc<Mutex<LocalWorker>>), ClientError> {
     let addr = format!("{UNIX_SCHEME}{}", socket.display());
     let ordinal_arg = ordinal.to_string();
+    let sms = local_gpu_sms();
     let own = [
         "--listen",
         &addr,
@@ -277,6 +279,8 @@ async fn start_in_process(
         "--gpu-ordinal",
         &ordinal_arg,
         "--gpu-only",
+        "--gpu-sms",
+        &sms,
         "--grace-period",
         "0",
     ];
@@ -319,6 +323,20 @@ async fn watch_in_process(worker: std::sync::Weak<dyn InProcessWorker>, state: A
         }
     }
 }
+
+/// The `--gpu-sms` of a GPU worker in the training process:
+/// `STOKER_LOCAL_GPU_SMS` when set (`all`, `auto` or a count), else `auto`,
+/// which confines the lanes to a share of the SMs so that the training
+/// step keeps the rest (docs/gpu.md).
+pub fn local_gpu_sms() -> String {
+    std::env::var(LOCAL_GPU_SMS_ENV)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| "auto".to_owned())
+}
+
+/// The variable [`local_gpu_sms`] reads.
+pub const LOCAL_GPU_SMS_ENV: &str = "STOKER_LOCAL_GPU_SMS";
 
 fn worker_args(own: &[&str], more: &[String]) -> Vec<String> {
     own.iter()

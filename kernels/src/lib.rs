@@ -24,7 +24,8 @@
 //! client's ([`CONVERT`]), so neither compiles what it does not run.
 //!
 //! [`runtime`] finds CUDA at run time (libcuda, the device, libnvrtc) for
-//! both; [`host`] is the conversion kernels' arithmetic on the host.
+//! both; [`green`] confines a worker's lanes to part of the SMs (a green
+//! context), so that a training step on the same GPU keeps the rest; [`host`] is the conversion kernels' arithmetic on the host.
 //!
 //! One job per module: `registry` holds the
 //! sources, kernel names, NVRTC compilation and the PTX cache; `worker`
@@ -43,6 +44,7 @@ mod chain;
 mod color;
 mod convert;
 mod error;
+pub mod green;
 pub mod handoff;
 pub mod host;
 mod launch;
@@ -56,11 +58,12 @@ pub use chain::ChainParams;
 pub use color::{ColorOp, ColorParams, EraseParams, TABLE_BYTES};
 pub use convert::{Conversion, ConvertKernels, DType, Layout, Normalize};
 pub use error::KernelError;
+pub use green::{Confinement, GreenUnavailable, SmPartition, SmResource, SmShare};
 pub use links::{ChainLink, ChainSpan, Chains, pack_rgb};
 pub use registry::{COLOR, CONVERT, MODULES, ModuleSpec, RESIZE, STEPS, WORKER_MODULES, kernel, load_modules, ptx_for};
 pub use resample::{ResampleCoeffs, ResampleParams};
 pub use runtime::{
     CudaUnavailable, DeviceInfo, POOL_KEEP_BYTES, catch_cuda_panic, check_nvrtc, open_context, pool_release_threshold,
-    set_pool_release_threshold, trim_pool,
+    set_pool_release_threshold, stream_priorities, trim_pool,
 };
 pub use worker::{Kernels, RrcParams, WarpParams};

@@ -195,6 +195,17 @@ pub fn trim_pool(ctx: &CudaContext) -> Result<(), DriverError> {
     unsafe { sys::cuMemPoolTrimTo(pool, 0) }.result()
 }
 
+/// The device's stream priorities, (least, greatest): the least is the
+/// largest number (0 on the GPUs we run on, which is also a new stream's
+/// default). Binds `ctx` to the calling thread.
+pub fn stream_priorities(ctx: &CudaContext) -> Result<(i32, i32), DriverError> {
+    ctx.bind_to_thread()?;
+    let (mut least, mut greatest) = (0i32, 0i32);
+    // SAFETY: two valid out-pointers; `ctx` is current on this thread.
+    unsafe { sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) }.result()?;
+    Ok((least, greatest))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,7 @@ use std::time::Instant;
 use stoker_core::{ItemSeed, SampleRng, TransformSpec, resolve_steps};
 use stoker_image::augment::Augmenter;
 use stoker_image::decode::{ImageKind, RgbImage, decode};
-use stoker_server::gpu::{self, Backend, Gpu, GpuCrop};
+use stoker_server::gpu::{self, Backend, Gpu, GpuCrop, SmShare};
 use stoker_server::synth;
 
 use stoker_client::{Loader, LoaderConfig};
@@ -411,7 +411,16 @@ async fn gpu_runner_matches_the_cpu_on_every_transform() {
         max_batch: 8,
         ..Default::default()
     };
-    let runner = gpu::GpuRunner::start(&gpu, config).unwrap();
+    // Epoch 0 on every SM, epoch 1 on lanes confined to 8 of them (a green
+    // context, as `--gpu-sms 8` makes): the same pixels either way.
+    let mut confined = gpu.with_new_stream().unwrap();
+    let share = confined.confine(SmShare::Count(8)).unwrap();
+    assert!(matches!(share, gpu::Confined::Sms { sms: 8, .. }), "{share}");
+    println!("gpu-steps   epoch 0 on every sm, epoch 1 on {share}");
+    let runners = [
+        gpu::GpuRunner::start(&gpu, config).unwrap(),
+        gpu::GpuRunner::start(&confined, config).unwrap(),
+    ];
     let photos = photos();
     // The CPU's reference runs on nvJPEG's pixels, as the lanes do: the
     // two decoders differ by a grey level here and there
@@ -486,7 +495,7 @@ async fn gpu_runner_matches_the_cpu_on_every_transform() {
                     mask_pixels: Vec::new(),
                 })
                 .collect();
-            let results = runner
+            let results = runners[epoch as usize]
                 .run(
                     samples,
                     gpu::Recipe::new(Arc::clone(&spec), ItemSeed::new(SEED, epoch, "photos")),
@@ -691,7 +700,8 @@ async fn the_gpu_test_dataset_is_served_once_by_a_cpu_worker() {
     assert_eq!(skipped, [truncated.as_str()]);
 }
 
-/// A `--device cuda` worker serves what a `--device cpu` worker serves:
+/// A `--device cuda` worker, its lanes on 16 SMs, serves what a
+/// `--device cpu` worker serves:
 /// the same samples, the same skips, pixels within a mean absolute
 /// difference of 2; every sample once per epoch over `stoker stream`; and
 /// its device memory does not grow from epoch to epoch.
@@ -713,9 +723,13 @@ async fn a_gpu_worker_serves_what_a_cpu_worker_serves() {
         .collect();
 
     let cpu = Worker::start_with(4, &["--device", "cpu"], &[]);
+    // Its lanes confined to 16 SMs (a green context): the same samples
+    // and pixels as on every SM.
     let gpu_args = [
         "--device",
         "cuda",
+        "--gpu-sms",
+        "16",
         "--gpu-lanes",
         "2",
         "--gpu-batch",

@@ -147,6 +147,9 @@ impl Drop for InProcess {
 /// `--device cuda` turned into `--device cpu` where `on_cpu` (no GPU here).
 fn in_process(on_cpu: bool, joined: Arc<AtomicBool>) -> InProcessStart {
     InProcessStart(Arc::new(move |args: Vec<String>| {
+        // Its lanes take the share of the SMs chosen for a training GPU.
+        let sms = ["--gpu-sms".to_owned(), stoker_client::local_gpu_sms()];
+        assert!(args.windows(2).any(|w| w == sms), "{args:?}");
         let args = args
             .into_iter()
             .map(|a| if on_cpu && a == "cuda" { "cpu".to_owned() } else { a });

@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, PinnedHostSlice};
-use stoker_kernels::{CudaUnavailable, DeviceInfo, Kernels};
+use stoker_kernels::{Confinement, CudaUnavailable, DeviceInfo, Kernels, SmPartition, SmShare};
 
 use super::nvjpeg::{self, Backend};
 
@@ -78,6 +78,24 @@ pub(super) fn driver(what: &'static str) -> impl Fn(cudarc::driver::DriverError)
 
 pub use stoker_kernels::POOL_KEEP_BYTES;
 
+/// What [`Gpu::confine`] decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Confined {
+    /// The lanes run on `sms` of the device's `of`.
+    Sms { sms: u32, of: u32 },
+    /// They run on every SM, for this reason.
+    Whole { why: String },
+}
+
+impl fmt::Display for Confined {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Sms { sms, of } => write!(f, "{sms} of {of} sms"),
+            Self::Whole { why } => write!(f, "every sm ({why})"),
+        }
+    }
+}
+
 pub(super) fn keep_pool_memory(ctx: &CudaContext, bytes: u64) -> Result<(), cudarc::driver::DriverError> {
     stoker_kernels::set_pool_release_threshold(ctx, bytes)
 }
@@ -90,13 +108,15 @@ pub fn probe() -> Result<GpuInfo, GpuUnavailable> {
 }
 
 /// One device, ready to decode and transform: its context, a stream, the
-/// compiled kernels and what [`probe`] reports.
+/// compiled kernels and what [`probe`] reports; after [`Gpu::confine`],
+/// the share of the SMs new streams run on.
 #[derive(Debug)]
 pub struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     pub kernels: Kernels,
     pub info: GpuInfo,
+    partition: Option<Arc<SmPartition>>,
 }
 
 impl Gpu {
@@ -147,17 +167,59 @@ impl Gpu {
             stream,
             kernels,
             info,
+            partition: None,
+        })
+    }
+
+    /// Runs the streams made from now on ([`Gpu::with_new_stream`], so the
+    /// lanes') on the share of the SMs `share` asks for
+    /// ([`stoker_kernels::green`]), and says what was decided: the
+    /// partition's SMs, or the whole device and why. An explicit count the
+    /// device cannot honour is an error; `auto` falls back to the whole
+    /// device.
+    pub fn confine(&mut self, share: SmShare) -> Result<Confined, GpuError> {
+        let decided = stoker_kernels::green::confinement(&self.ctx, share).map_err(|e| GpuError::Driver {
+            what: "confining the lanes to part of the sms",
+            reason: e.to_string(),
+        })?;
+        Ok(match decided {
+            Confinement::Whole { why } => {
+                self.partition = None;
+                Confined::Whole { why }
+            }
+            Confinement::Partition(p) => {
+                let c = Confined::Sms {
+                    sms: p.sms,
+                    of: p.total,
+                };
+                self.partition = Some(p);
+                c
+            }
         })
     }
 
     /// The same device and kernels with a stream of its own, for work that
-    /// should overlap with this one's.
+    /// should overlap with this one's: the lowest priority, on the SMs
+    /// [`Gpu::confine`] gave.
     pub fn with_new_stream(&self) -> Result<Self, GpuError> {
+        let stream = match &self.partition {
+            Some(p) => p.stream().map_err(|e| GpuError::Driver {
+                what: "creating a stream on the lanes' sms",
+                reason: e.to_string(),
+            })?,
+            None => {
+                let (least, _) = stoker_kernels::stream_priorities(&self.ctx).map_err(driver("reading the stream priorities"))?;
+                self.ctx
+                    .new_stream_with_priority(least)
+                    .map_err(driver("creating a stream"))?
+            }
+        };
         Ok(Self {
             ctx: Arc::clone(&self.ctx),
-            stream: self.ctx.new_stream().map_err(driver("creating a stream"))?,
+            stream,
             kernels: self.kernels.clone(),
             info: self.info.clone(),
+            partition: self.partition.clone(),
         })
     }
 

@@ -32,7 +32,8 @@ mod steal;
 mod steps;
 
 pub use decode::{DecodePath, DeviceImage, GpuDecodeError, GpuDecoder};
-pub use device::{Gpu, GpuError, GpuInfo, GpuUnavailable, POOL_KEEP_BYTES, probe};
+pub use device::{Confined, Gpu, GpuError, GpuInfo, GpuUnavailable, POOL_KEEP_BYTES, probe};
+pub use stoker_kernels::SmShare;
 pub use lane::{DEFAULT_BATCH_MEMORY, DEFAULT_LANES, DEFAULT_MAX_BATCH, GpuRunnerConfig};
 pub use nvjpeg::Backend;
 pub use queue::{GpuResult, GpuSample, MaskPixels, Recipe, RunnerGone};

@@ -90,7 +90,9 @@ class Loader(_Base):
     (``device``, else torch's current CUDA device; ``local_gpu=False``
     starts none, an int picks one), which runs inside this process, its
     lanes on the device's primary CUDA context as torch's work is (a
-    separate process would take turns with training on the GPU); it is
+    separate process would take turns with training on the GPU), confined
+    to a share of the SMs (``STOKER_LOCAL_GPU_SMS``: ``auto``, the
+    default, ``all`` or a count; docs/gpu.md); it is
     not restarted, and its failure to start raises ``ConfigError`` naming
     why. They listen on Unix sockets in a
     directory only this user may enter, and write samples into the
