@@ -40,6 +40,8 @@
 #                 to N cores of their own after the warm-up, every Stoker
 #                 thread (the lanes, the client's, the CPU worker's) to the
 #                 others (bench_train.py --trainer-cores N)
+#   CASE-high     any case with the lanes' and the uploader's streams at the
+#                 device's highest priority (STOKER_GPU_PRIORITY=high)
 #   stoker-local-freeN  stoker-local with every Stoker thread kept off N cores,
 #                 the training loop's threads left to the scheduler
 #                 (bench_train.py --free-cores N)
@@ -68,7 +70,9 @@
 # BENCH_TRAIN_IMAGES (4096 distinct JPEGs), BENCH_TRAIN_COPIES (4),
 # BENCH_TRAIN_TRAINER_CORES (2), BENCH_TRAIN_PROFILE (1: each case also
 # writes where its GPU time went, profile-CASE-ROUND.json, through
-# torch.profiler: scripts/profile-train.sh), BENCH_TRAIN_CASES (a space-separated
+# torch.profiler: scripts/profile-train.sh), BENCH_TRAIN_TRACE (1: each case
+# also writes its steps' waits, gaps, compute and epochs, trace-CASE-ROUND.json),
+# BENCH_TRAIN_CASES (a space-separated
 # subset of the cases above; default: every case but the -net and mix
 # ones), BENCH_TRAIN_CASE_TIMEOUT (100 seconds per
 # training run), BENCH_TRAIN_BUDGET (450 seconds since the start: no round
@@ -238,6 +242,7 @@ run_case() {
     echo "--- round $round: $case" >>"$log"
     local profile=()
     [[ ${BENCH_TRAIN_PROFILE:-0} == 1 ]] && profile=(--profile "$out/profile-$case-$round.json")
+    [[ ${BENCH_TRAIN_TRACE:-0} == 1 ]] && profile+=(--trace "$out/trace-$case-$round.json")
     timeout "$case_timeout" python3 "$train" --arch "$arch" --batch-size "$batch" --image-size 224 --steps "$steps" \
         --seconds "$seconds" --warmup "$warmup" --dtype bfloat16 --json "${profile[@]}" "$@" 2>>"$log" | tee -a "$log" | grep '^{' | tail -n 1 |
         python3 -c "import json,sys
@@ -267,7 +272,11 @@ for r in $(seq "$rounds"); do
     fi
     t_round=$SECONDS
     for c in "${cases[@]}"; do
-        case $c in
+        # A case ending in -high: the same with the lanes' and the
+        # uploader's streams at the device's highest priority.
+        base=${c%-high}
+        if [[ $base != "$c" ]]; then export STOKER_GPU_PRIORITY=high; else unset STOKER_GPU_PRIORITY; fi
+        case $base in
         synthetic) run_case "$c" "$r" --loader synthetic ;;
         dataloader) run_case "$c" "$r" --loader dataloader --image-folder "$work/imgs" --dataloader-workers $((cores - 1)) ;;
         stoker-cpu) run_case "$c" "$r" --loader stoker --workers "$cpu_workers" --dataset "$work/shards" --prefetch "$prefetch" ;;
@@ -278,13 +287,13 @@ for r in $(seq "$rounds"); do
         stoker-inproc-mix) run_case "$c" "$r" --loader stoker --in-process-worker "--device cuda --gpu-only" --workers "$cpu_workers" --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-local) run_case "$c" "$r" --loader stoker --workers local --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-local-t*) run_case "$c" "$r" --loader stoker --workers local --dataset "$work/shards" --prefetch "$prefetch" \
-            --local-threads "${c#stoker-local-t}" ;;
-        stoker-local-sms*) STOKER_LOCAL_GPU_SMS=${c#stoker-local-sms} run_case "$c" "$r" --loader stoker --workers local \
+            --local-threads "${base#stoker-local-t}" ;;
+        stoker-local-sms*) STOKER_LOCAL_GPU_SMS=${base#stoker-local-sms} run_case "$c" "$r" --loader stoker --workers local \
             --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-local-pin*) run_case "$c" "$r" --loader stoker --workers local --dataset "$work/shards" --prefetch "$prefetch" \
-            --trainer-cores "${c#stoker-local-pin}" ;;
+            --trainer-cores "${base#stoker-local-pin}" ;;
         stoker-local-free*) run_case "$c" "$r" --loader stoker --workers local --dataset "$work/shards" --prefetch "$prefetch" \
-            --free-cores "${c#stoker-local-free}" ;;
+            --free-cores "${base#stoker-local-free}" ;;
         stoker-mix) run_case "$c" "$r" --loader stoker --workers "$gpu0_worker,$cpu_workers" --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-replay) run_case "$c" "$r" --loader stoker --workers "$replay_workers" --dataset "$work/shards" --prefetch "$prefetch" ;;
         stoker-gpu) run_case "$c" "$r" --loader stoker --workers "$gpu_worker" --dataset "$work/shards" --prefetch "$prefetch" ;;
@@ -317,15 +326,15 @@ names = {
     "stoker-gpu": "stoker, 1 GPU worker on GPU 1",
     "stoker-gpu0": "stoker, GPU worker on GPU 0 (the trainer's), shm",
 }
+def derived(case):
+    for prefix, what in (("stoker-local-t", 'CPU worker {} threads'), ("stoker-local-pin", "trainer on {} core(s) of its own"),
+                         ("stoker-local-free", "Stoker off {} core(s)"), ("stoker-local-sms", "lanes on {} SMs")):
+        if case.startswith(prefix):
+            return 'stoker, workers="local", ' + what.format(case[len(prefix):])
+    return names.get(case, case)
 for case in cases:
-    if case.startswith("stoker-local-t"):
-        names[case] = f'stoker, workers="local", CPU worker {case[len("stoker-local-t"):]} threads'
-    if case.startswith("stoker-local-pin"):
-        names[case] = f'stoker, workers="local", trainer on {case[len("stoker-local-pin"):]} core(s) of its own'
-    if case.startswith("stoker-local-free"):
-        names[case] = f'stoker, workers="local", Stoker off {case[len("stoker-local-free"):]} core(s)'
-    if case.startswith("stoker-local-sms"):
-        names[case] = f'stoker, workers="local", lanes on {case[len("stoker-local-sms"):]} SMs'
+    base = case[:-len("-high")] if case.endswith("-high") else case
+    names[case] = derived(base) + (", high prio" if base != case else "")
 by = {}
 for r in rows:
     by.setdefault(r["case"], []).append(r)

@@ -119,6 +119,8 @@ def parse_args(argv=None):
     g.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default: 0.1)")
     g.add_argument("--device", default="cuda:0", help="training device (default: cuda:0)")
     g.add_argument("--seed", type=int, default=0, help="augmentation / shuffling seed (default: 0)")
+    p.add_argument("--trace", metavar="PATH",
+                   help="write each measured step's fetch wait, GPU gap and compute (ms) and epoch to PATH (JSON)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line of stdout")
     p.add_argument("--profile", metavar="PATH",
                    help="record the measured steps with torch.profiler and write where the GPU time went to PATH "
@@ -458,7 +460,8 @@ def main(argv=None):
         # ready[0] for the first).
         Event = torch.cuda.Event
         start = Event(enable_timing=True)
-        ready, done, fetch = [], [], []
+        ready, done, fetch, epochs = [], [], [], []
+        counter = getattr(source, "epochs", None)
         profiler = contextlib.nullcontext()
         if args.profile:
             profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
@@ -474,6 +477,7 @@ def main(argv=None):
             ready.append(Event(enable_timing=True))
             ready[-1].record()
             fetch.append(time.perf_counter() - f0)
+            epochs.append(counter["epochs"] if counter else 0)
             loss = train_step(images, labels)
             done.append(Event(enable_timing=True))
             done[-1].record()
@@ -490,6 +494,10 @@ def main(argv=None):
     gpu_total = start.elapsed_time(done[-1])  # milliseconds
     gaps = [start.elapsed_time(ready[0])] + [done[k - 1].elapsed_time(ready[k]) for k in range(1, steps)]
     compute = [ready[k].elapsed_time(done[k]) for k in range(steps)]
+    if args.trace:
+        with open(args.trace, "w") as f:
+            json.dump({"fetch_ms": [1e3 * x for x in fetch], "gap_ms": gaps, "compute_ms": compute,
+                       "epoch": epochs}, f)
     result = {
         "loader": args.loader,
         "arch": args.arch,
@@ -508,6 +516,7 @@ def main(argv=None):
         "gpu_gap_ms_median": statistics.median(gaps),
         "gpu_gap_ms_max": max(gaps),
         "step_compute_ms_median": statistics.median(compute),
+        "step_compute_ms_mean": statistics.fmean(compute),
         "loss": final_loss,
         "gpu": torch.cuda.get_device_name(device),
         "config": source.config(args),

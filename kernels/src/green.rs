@@ -51,7 +51,9 @@ impl FromStr for SmShare {
             "all" => Ok(Self::All),
             "auto" => Ok(Self::Auto),
             n => match n.parse::<u32>() {
-                Ok(0) | Err(_) => Err(format!("expected `all`, `auto` or a count of SMs of at least 1, got {s:?}")),
+                Ok(0) | Err(_) => Err(format!(
+                    "expected `all`, `auto` or a count of SMs of at least 1, got {s:?}"
+                )),
                 Ok(n) => Ok(Self::Count(n)),
             },
         }
@@ -196,9 +198,9 @@ pub struct SmPartition {
     /// SMs it runs on, of `total`.
     pub sms: u32,
     pub total: u32,
-    /// Streams made in it, each with the wrapper last lent out: one whose
-    /// wrapper is gone is lent again.
-    streams: Mutex<Vec<(sys::CUstream, Weak<CudaStream>)>>,
+    /// Streams made in it, each with its priority and the wrapper last
+    /// lent out: one whose wrapper is gone is lent again.
+    streams: Mutex<Vec<(sys::CUstream, i32, Weak<CudaStream>)>>,
 }
 
 // SAFETY: the green context and stream handles are process-wide driver
@@ -257,9 +259,10 @@ impl SmPartition {
         }
         let mut desc: sys::CUdevResourceDesc = std::ptr::null_mut();
         // SAFETY: one resource, the partition just made.
-        check(unsafe { sys::cuDevResourceGenerateDesc(&mut desc, &mut part, 1) }, |r| {
-            fail("cuDevResourceGenerateDesc", r)
-        })?;
+        check(
+            unsafe { sys::cuDevResourceGenerateDesc(&mut desc, &mut part, 1) },
+            |r| fail("cuDevResourceGenerateDesc", r),
+        )?;
         let mut green: sys::CUgreenCtx = std::ptr::null_mut();
         // SAFETY: a descriptor of this device's resources; the primary
         // context, which the green one retains, is alive in `ctx`.
@@ -283,36 +286,34 @@ impl SmPartition {
         })
     }
 
-    /// A non-blocking stream of the lowest priority whose work runs on this
+    /// A non-blocking stream of `priority` whose work runs on this
     /// partition's SMs, for use with its primary context (`ctx`, current on
-    /// the calling thread's launches). A stream no wrapper holds any more
-    /// is lent again; the streams live as long as the partition.
-    pub fn stream(&self) -> Result<Arc<CudaStream>, GreenUnavailable> {
+    /// the calling thread's launches). A stream of that priority no wrapper
+    /// holds any more is lent again; the streams live as long as the
+    /// partition.
+    pub fn stream(&self, priority: i32) -> Result<Arc<CudaStream>, GreenUnavailable> {
         let ordinal = self.ctx.ordinal();
         let mut streams = self.streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(slot) = streams.iter_mut().find(|(_, lent)| lent.strong_count() == 0) {
+        if let Some(slot) = streams
+            .iter_mut()
+            .find(|(_, p, lent)| *p == priority && lent.strong_count() == 0)
+        {
             // SAFETY: a stream of this partition, which lives as long as
             // the process; no other wrapper of it is alive.
             let s = unsafe { self.ctx.wrap_borrowed_stream(slot.0) };
-            slot.1 = Arc::downgrade(&s);
+            slot.2 = Arc::downgrade(&s);
             return Ok(s);
         }
-        let (least, _) = crate::runtime::stream_priorities(&self.ctx).map_err(|e| {
-            GreenUnavailable::Cuda(CudaUnavailable::Driver {
-                ordinal,
-                reason: e.to_string(),
-            })
-        })?;
         let mut raw: sys::CUstream = std::ptr::null_mut();
-        // SAFETY: a live green context, a valid out-pointer and a
-        // priority in the range the driver gave.
+        // SAFETY: a live green context and a valid out-pointer; the driver
+        // clamps a priority outside its range.
         check(
             unsafe {
                 sys::cuGreenCtxStreamCreate(
                     &mut raw,
                     self.green,
                     sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
-                    least,
+                    priority,
                 )
             },
             |r| unsupported(ordinal, "cuGreenCtxStreamCreate", r),
@@ -320,7 +321,7 @@ impl SmPartition {
         // SAFETY: just created in the green context of this device, kept
         // (in `streams`) as long as the process.
         let s = unsafe { self.ctx.wrap_borrowed_stream(raw) };
-        streams.push((raw, Arc::downgrade(&s)));
+        streams.push((raw, priority, Arc::downgrade(&s)));
         Ok(s)
     }
 }
@@ -331,7 +332,11 @@ fn all_sms(res: &sys::CUdevResource) -> u32 {
 }
 
 fn check(r: sys::CUresult, err: impl FnOnce(sys::CUresult) -> GreenUnavailable) -> Result<(), GreenUnavailable> {
-    if r == sys::CUresult::CUDA_SUCCESS { Ok(()) } else { Err(err(r)) }
+    if r == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(err(r))
+    }
 }
 
 #[cfg(test)]
@@ -424,18 +429,21 @@ mod tests {
         match crate::open_context(0) {
             // No device here (CI): nothing to partition, and the reason says
             // what is missing.
-            Err(e) => assert!(e.to_string().starts_with("no ") || e.to_string().contains("fail"), "{e}"),
+            Err(e) => assert!(
+                e.to_string().starts_with("no ") || e.to_string().contains("fail"),
+                "{e}"
+            ),
             Ok(ctx) => {
                 let res = SmResource::of(&ctx).unwrap_or_else(|e| panic!("{e}"));
                 let sms = SmShare::Count(res.min_partition).resolve(&res).expect("a partition");
                 let a = SmPartition::open(&ctx, sms).unwrap_or_else(|e| panic!("{e}"));
                 let b = SmPartition::open(&ctx, sms).unwrap_or_else(|e| panic!("{e}"));
                 assert!(Arc::ptr_eq(&a, &b));
-                let s1 = a.stream().unwrap_or_else(|e| panic!("{e}"));
+                let s1 = a.stream(0).unwrap_or_else(|e| panic!("{e}"));
                 let raw = s1.cu_stream();
                 drop(s1);
                 // A stream nobody holds is lent again.
-                assert_eq!(a.stream().unwrap_or_else(|e| panic!("{e}")).cu_stream(), raw);
+                assert_eq!(a.stream(0).unwrap_or_else(|e| panic!("{e}")).cu_stream(), raw);
             }
         }
     }

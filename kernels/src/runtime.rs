@@ -206,6 +206,27 @@ pub fn stream_priorities(ctx: &CudaContext) -> Result<(i32, i32), DriverError> {
     Ok((least, greatest))
 }
 
+/// The variable [`feed_priority`] reads.
+pub const GPU_PRIORITY_ENV: &str = "STOKER_GPU_PRIORITY";
+
+/// Which end of the device's stream priorities the streams that feed
+/// training take (a worker's lanes, a loader's uploader): `low` (the
+/// default; the least, which is also a new stream's) or `high` (the
+/// greatest: their kernels and copies are scheduled before the training
+/// step's waiting blocks), from `STOKER_GPU_PRIORITY`. Anything else is
+/// `low`, with a warning.
+pub fn feed_priority(ctx: &CudaContext) -> Result<i32, DriverError> {
+    let (least, greatest) = stream_priorities(ctx)?;
+    Ok(match std::env::var(GPU_PRIORITY_ENV).as_deref() {
+        Ok("high") => greatest,
+        Ok("low") | Err(_) => least,
+        Ok(other) => {
+            tracing::warn!(value = other, "{GPU_PRIORITY_ENV} is `low` or `high`: taking low");
+            least
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

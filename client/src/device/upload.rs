@@ -99,8 +99,11 @@ impl Uploader {
                 ordinal,
                 reason: e.to_string(),
             })?;
+            // The priority of the lanes' streams (`STOKER_GPU_PRIORITY`).
+            let priority =
+                stoker_kernels::feed_priority(&ctx).map_err(driver("cuCtxGetStreamPriorityRange", ordinal))?;
             let stream = ctx
-                .new_stream()
+                .new_stream_with_priority(priority)
                 .map_err(driver("cuStreamCreate of the side stream", ordinal))?;
             if ctx.has_async_alloc() {
                 let kept = pool_release_threshold(&ctx)

@@ -199,20 +199,20 @@ impl Gpu {
     }
 
     /// The same device and kernels with a stream of its own, for work that
-    /// should overlap with this one's: the lowest priority, on the SMs
-    /// [`Gpu::confine`] gave.
+    /// should overlap with this one's: of the priority
+    /// [`stoker_kernels::feed_priority`] gives (the lowest by default), on
+    /// the SMs [`Gpu::confine`] gave.
     pub fn with_new_stream(&self) -> Result<Self, GpuError> {
+        let priority = stoker_kernels::feed_priority(&self.ctx).map_err(driver("reading the stream priorities"))?;
         let stream = match &self.partition {
-            Some(p) => p.stream().map_err(|e| GpuError::Driver {
+            Some(p) => p.stream(priority).map_err(|e| GpuError::Driver {
                 what: "creating a stream on the lanes' sms",
                 reason: e.to_string(),
             })?,
-            None => {
-                let (least, _) = stoker_kernels::stream_priorities(&self.ctx).map_err(driver("reading the stream priorities"))?;
-                self.ctx
-                    .new_stream_with_priority(least)
-                    .map_err(driver("creating a stream"))?
-            }
+            None => self
+                .ctx
+                .new_stream_with_priority(priority)
+                .map_err(driver("creating a stream"))?,
         };
         Ok(Self {
             ctx: Arc::clone(&self.ctx),
