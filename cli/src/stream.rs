@@ -398,6 +398,9 @@ pub async fn stream_epochs(
         let mut done = 0u64;
         while let Some(batch) = stream.next_batch().await {
             let batch = batch.with_context(|| format!("epoch {epoch} failed"))?;
+            if epoch + 1 < start_epoch + epochs {
+                loader.start_ahead(&stream);
+            }
             done += batch.real() as u64;
             batches += 1;
             if let Some(device) = &batch.device {

@@ -10,6 +10,7 @@
 //! stream fails or stalls the item goes to another worker with those samples
 //! to skip. Samples from an attempt that was given up on are discarded.
 
+mod ahead;
 mod assemble;
 mod batch;
 mod budget;
@@ -39,6 +40,7 @@ mod tls;
 mod wire;
 mod workers;
 
+pub use ahead::EPOCH_AHEAD_ENV;
 pub use assemble::{LastBatch, ViewPixels, batches_per_rank};
 pub use batch::Batch;
 pub use budget::ErrorBudget;

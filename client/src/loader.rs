@@ -11,8 +11,9 @@ use std::time::Instant;
 use stoker_core::plan::EpochPlan;
 use stoker_core::{PositionSet, ShardFormat, ShardRef};
 use tokio::sync::{mpsc, oneshot};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
+use crate::ahead::Ahead;
 use crate::assemble::{Assembler, batches_per_rank};
 use crate::batch::{Batch, open_upload};
 use crate::buffers::{BatchBuffers, HostPool};
@@ -36,6 +37,9 @@ use stoker_kernels::handoff::Sink;
 
 /// A connection to a set of workers for one dataset.
 pub struct Loader {
+    /// The next epoch, started ahead ([`Loader::start_ahead`]); dropped
+    /// (stopped) first.
+    ahead: Ahead,
     config: Arc<LoaderConfig>,
     /// The workers, shared with the discovery task.
     pub(crate) workers: Arc<WorkerSet>,
@@ -262,6 +266,7 @@ impl Loader {
             ))
         });
         Ok(Self {
+            ahead: Ahead::from_env(),
             config,
             workers,
             discovery,
@@ -365,13 +370,43 @@ impl Loader {
     /// Starts streaming `epoch`. Batches arrive through the returned stream;
     /// dropping it stops the epoch.
     pub fn epoch(&self, epoch: u64) -> Result<EpochStream, ClientError> {
-        self.start(epoch, None)
+        let stream = match self.ahead.take(Some(epoch)) {
+            Some(started) => started,
+            None => self.start(epoch, None)?,
+        };
+        self.metrics.set_current(&stream.watch.counters);
+        Ok(stream)
+    }
+
+    /// Starts the epoch after `current` now, when all of `current`'s items
+    /// are in, so that its first batches are ready when the loop asks for
+    /// it ([`crate::ahead`]); call it after each batch. [`Loader::epoch`]
+    /// takes the stream. A start that fails is left to that call to report.
+    pub fn start_ahead(&self, current: &EpochStream) {
+        if let Some(next) = self.ahead.wanted(current) {
+            match self.start(next, None) {
+                Ok(stream) => {
+                    debug!(epoch = next, "next epoch started ahead");
+                    self.ahead.hold(stream);
+                }
+                Err(e) => debug!(epoch = next, error = %e, "next epoch not started ahead"),
+            }
+        }
+    }
+
+    /// The epoch [`Loader::start_ahead`] started, until it is taken.
+    pub fn epoch_ahead(&self) -> Option<u64> {
+        self.ahead.held()
     }
 
     /// Resumes an epoch from a state saved with [`EpochStream::state`]: the
     /// batches not yet delivered then, numbered from where it stopped.
     pub fn resume(&self, state: &EpochState) -> Result<EpochStream, ClientError> {
-        self.start(state.epoch, Some(state))
+        // An epoch started ahead would deliver what the state says is done.
+        drop(self.ahead.take(None));
+        let stream = self.start(state.epoch, Some(state))?;
+        self.metrics.set_current(&stream.watch.counters);
+        Ok(stream)
     }
 
     fn start(&self, epoch: u64, resumed: Option<&EpochState>) -> Result<EpochStream, ClientError> {
@@ -448,6 +483,7 @@ impl Loader {
         drop(event_tx);
         let counters = Arc::clone(&lanes.counters);
         let ledger = Arc::clone(&lanes.ledger);
+        let ledger_view = Arc::clone(&ledger);
         let (batch_tx, batch_rx) = mpsc::channel(self.config.prefetch.max(1));
         let assembler = Assembler::new(
             epoch,
@@ -480,9 +516,10 @@ impl Loader {
             }
             .run(),
         );
-        self.metrics.set_current(&counters);
         Ok(EpochStream {
             rx: batch_rx,
+            epoch,
+            items: ledger_view,
             watch: EpochWatch {
                 counters,
                 progress: Arc::new(Mutex::new(Progress::new(epoch, fingerprint, resumed))),
@@ -496,6 +533,9 @@ impl Loader {
 #[derive(Debug)]
 pub struct EpochStream {
     rx: mpsc::Receiver<Result<Batch, ClientError>>,
+    epoch: u64,
+    /// The epoch's items: whether all are in.
+    items: Arc<Ledger>,
     watch: EpochWatch,
 }
 
@@ -563,6 +603,17 @@ impl EpochStream {
     /// is busy.
     pub fn watch(&self) -> EpochWatch {
         self.watch.clone()
+    }
+
+    /// The epoch this stream delivers.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Whether every item of the epoch is in (or the epoch failed): what
+    /// remains is delivering batches already made.
+    pub fn items_finished(&self) -> bool {
+        self.items.is_finished()
     }
 }
 

@@ -119,6 +119,54 @@ async fn a_sample_gets_the_same_pixels_on_any_worker() {
     assert!(changed > 30, "only {changed} of 40 samples changed between epochs");
 }
 
+/// The next epoch starts ahead, once the current one's items are all in
+/// (`Loader::start_ahead` after each batch), and `Loader::epoch` takes it:
+/// every sample once, with the pixels a loader that starts the epoch when
+/// asked delivers. Asking for another epoch stops the one started ahead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_epoch_starts_ahead_and_delivers_what_it_would_have() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&images, 40, 2, 120, 90);
+    pack(&images, shards.to_str().unwrap(), "60K", &[]);
+    let dataset = shards.to_str().unwrap();
+    let w = Worker::start(2);
+    let mut config = LoaderConfig::new(vec![w.addr.clone()], dataset, 8, TransformSpec::train(48));
+    config.seed = 11;
+    let loader = Loader::connect(config).await.unwrap();
+    async fn drain(loader: &Loader, epoch: u64) -> HashMap<String, Vec<u8>> {
+        let mut stream = loader.epoch(epoch).unwrap();
+        assert_eq!(loader.epoch_ahead(), None, "epoch {epoch} taken");
+        let mut out = HashMap::new();
+        while let Some(batch) = stream.next_batch().await {
+            let batch = batch.unwrap();
+            loader.start_ahead(&stream);
+            for (i, key) in batch.keys.iter().enumerate() {
+                assert!(
+                    out.insert(key.clone(), batch.image(i).to_vec()).is_none(),
+                    "{key} twice in epoch {epoch}"
+                );
+            }
+        }
+        out
+    }
+    let first = drain(&loader, 3).await;
+    assert_eq!(first.len(), 40);
+    // Every item of epoch 3 was in by its last batch: epoch 4 is under way.
+    assert_eq!(loader.epoch_ahead(), Some(4));
+    let ahead = drain(&loader, 4).await;
+    let asked = pixels_by_key(&w.addr, dataset, 4).await;
+    assert_eq!(ahead.len(), 40);
+    for (key, pixels) in &asked {
+        assert!(ahead.get(key) == Some(pixels), "{key}: the epoch started ahead differs");
+    }
+    // Epoch 5 was started ahead in turn; asking for 9 stops it.
+    assert_eq!(loader.epoch_ahead(), Some(5));
+    assert_eq!(drain(&loader, 9).await.len(), 40);
+    assert_eq!(loader.epoch_ahead(), Some(10));
+}
+
 /// Streams an epoch through two worker processes with `stoker stream
 /// --keys-out`, calling `disrupt` on the first worker once the training
 /// side has received its first batch, and checks that every sample arrived

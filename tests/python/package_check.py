@@ -51,7 +51,11 @@ def main():
             batches += 1
         assert batches == len(partial), (batches, len(partial))
         assert len(seen) == len(set(seen)) == n and set(seen) == set(expected), f"epoch {epoch}: {len(seen)} keys"
-    # Same (seed, epoch, key), same pixels; another epoch, other crops.
+        # The next epoch was started once this one's items were all in; the
+        # loop's next iteration takes it (epoch 1 above, delivered once).
+        assert partial._client.epoch_ahead() == epoch + 1, partial._client.epoch_ahead()
+    # Same (seed, epoch, key), same pixels; another epoch, other crops:
+    # going back to epoch 0 stops epoch 2, started ahead, and starts 0.
     partial.set_epoch(0)
     changed = 0
     again = {}

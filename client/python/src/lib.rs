@@ -476,6 +476,10 @@ impl Client {
                 }
             }
         };
+        if matches!(next, Ok(Some(Ok(_)))) {
+            let _guard = runtime.enter();
+            self.loader.start_ahead(&stream);
+        }
         {
             // The stream goes back unless the epoch was stopped or replaced
             // meanwhile. The finished stream stays too, yielding nothing.
@@ -513,6 +517,11 @@ impl Client {
                 )))
             }
         }
+    }
+
+    /// The epoch started ahead of the loop's next iteration, if any.
+    fn epoch_ahead(&self) -> Option<u64> {
+        self.loader.epoch_ahead()
     }
 
     /// The current (or last) epoch so far: (samples, skipped, reassigned
