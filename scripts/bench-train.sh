@@ -42,6 +42,8 @@
 #                 others (bench_train.py --trainer-cores N)
 #   CASE-high     any case with the lanes' and the uploader's streams at the
 #                 device's highest priority (STOKER_GPU_PRIORITY=high)
+#   CASE-noahead  any Stoker case with each epoch started only when the loop
+#                 asks for it (STOKER_EPOCH_AHEAD=0), as before 2026-11-28
 #   stoker-local-freeN  stoker-local with every Stoker thread kept off N cores,
 #                 the training loop's threads left to the scheduler
 #                 (bench_train.py --free-cores N)
@@ -273,9 +275,13 @@ for r in $(seq "$rounds"); do
     t_round=$SECONDS
     for c in "${cases[@]}"; do
         # A case ending in -high: the same with the lanes' and the
-        # uploader's streams at the device's highest priority.
-        base=${c%-high}
-        if [[ $base != "$c" ]]; then export STOKER_GPU_PRIORITY=high; else unset STOKER_GPU_PRIORITY; fi
+        # uploader's streams at the device's highest priority; in -noahead,
+        # with each epoch started only when the loop asks for it.
+        base=${c%-noahead}
+        if [[ $base != "$c" ]]; then export STOKER_EPOCH_AHEAD=0; else unset STOKER_EPOCH_AHEAD; fi
+        stem=$base
+        base=${stem%-high}
+        if [[ $base != "$stem" ]]; then export STOKER_GPU_PRIORITY=high; else unset STOKER_GPU_PRIORITY; fi
         case $base in
         synthetic) run_case "$c" "$r" --loader synthetic ;;
         dataloader) run_case "$c" "$r" --loader dataloader --image-folder "$work/imgs" --dataloader-workers $((cores - 1)) ;;
@@ -333,8 +339,12 @@ def derived(case):
             return 'stoker, workers="local", ' + what.format(case[len(prefix):])
     return names.get(case, case)
 for case in cases:
-    base = case[:-len("-high")] if case.endswith("-high") else case
-    names[case] = derived(base) + (", high prio" if base != case else "")
+    base, extra = case, ""
+    if base.endswith("-noahead"):
+        base, extra = base[:-len("-noahead")], ", epochs not started ahead" + extra
+    if base.endswith("-high"):
+        base, extra = base[:-len("-high")], ", high prio" + extra
+    names[case] = derived(base) + extra
 by = {}
 for r in rows:
     by.setdefault(r["case"], []).append(r)

@@ -245,10 +245,8 @@ impl SmPartition {
         let mut groups = 1u32;
         // SAFETY: one group asked for, one result slot given; `all` is the
         // device's SM resource just read.
-        check(
-            unsafe { sys::cuDevSmResourceSplitByCount(&mut part, &mut groups, &all, &mut rest, 0, sms) },
-            |r| fail("cuDevSmResourceSplitByCount", r),
-        )?;
+        let r = unsafe { sys::cuDevSmResourceSplitByCount(&mut part, &mut groups, &all, &mut rest, 0, sms) };
+        check(r, |r| fail("cuDevSmResourceSplitByCount", r))?;
         // SAFETY: the split wrote an SM resource into `part`.
         let got = unsafe { part.__bindgen_anon_1.sm.smCount };
         if groups != 1 || got < sms {
@@ -259,24 +257,14 @@ impl SmPartition {
         }
         let mut desc: sys::CUdevResourceDesc = std::ptr::null_mut();
         // SAFETY: one resource, the partition just made.
-        check(
-            unsafe { sys::cuDevResourceGenerateDesc(&mut desc, &mut part, 1) },
-            |r| fail("cuDevResourceGenerateDesc", r),
-        )?;
+        let r = unsafe { sys::cuDevResourceGenerateDesc(&mut desc, &mut part, 1) };
+        check(r, |r| fail("cuDevResourceGenerateDesc", r))?;
         let mut green: sys::CUgreenCtx = std::ptr::null_mut();
+        let flags = sys::CUgreenCtxCreate_flags::CU_GREEN_CTX_DEFAULT_STREAM as u32;
         // SAFETY: a descriptor of this device's resources; the primary
         // context, which the green one retains, is alive in `ctx`.
-        check(
-            unsafe {
-                sys::cuGreenCtxCreate(
-                    &mut green,
-                    desc,
-                    ctx.cu_device(),
-                    sys::CUgreenCtxCreate_flags::CU_GREEN_CTX_DEFAULT_STREAM as u32,
-                )
-            },
-            |r| fail("cuGreenCtxCreate", r),
-        )?;
+        let r = unsafe { sys::cuGreenCtxCreate(&mut green, desc, ctx.cu_device(), flags) };
+        check(r, |r| fail("cuGreenCtxCreate", r))?;
         Ok(Self {
             green,
             ctx: Arc::clone(ctx),
@@ -305,19 +293,11 @@ impl SmPartition {
             return Ok(s);
         }
         let mut raw: sys::CUstream = std::ptr::null_mut();
+        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
         // SAFETY: a live green context and a valid out-pointer; the driver
         // clamps a priority outside its range.
-        check(
-            unsafe {
-                sys::cuGreenCtxStreamCreate(
-                    &mut raw,
-                    self.green,
-                    sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
-                    priority,
-                )
-            },
-            |r| unsupported(ordinal, "cuGreenCtxStreamCreate", r),
-        )?;
+        let r = unsafe { sys::cuGreenCtxStreamCreate(&mut raw, self.green, flags, priority) };
+        check(r, |r| unsupported(ordinal, "cuGreenCtxStreamCreate", r))?;
         // SAFETY: just created in the green context of this device, kept
         // (in `streams`) as long as the process.
         let s = unsafe { self.ctx.wrap_borrowed_stream(raw) };
