@@ -53,7 +53,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = stoker_server::gpu::DEFAULT_LANES)]
     pub gpu_lanes: usize,
     /// cuda: the SMs the lanes run on (the worker's --gpu-sms).
-    #[arg(long, default_value = "all", value_name = "all|auto|N")]
+    #[arg(long, default_value = "all", value_name = "SHARE")]
     pub gpu_sms: stoker_server::gpu::SmShare,
 }
 

@@ -119,7 +119,7 @@ pub struct WorkerArgs {
     /// step (docs/gpu.md). A count needs green contexts (CUDA 12.4+);
     /// `auto` runs on every SM without them. A worker started by
     /// `workers="local"` in the training process takes `auto`.
-    #[arg(long, default_value = "all", value_name = "all|auto|N")]
+    #[arg(long, default_value = "all", value_name = "SHARE")]
     pub gpu_sms: SmShare,
     /// Benchmarks only: process each shard once, then send the same
     /// results again for every later request of it (any seed or epoch),
