@@ -13,7 +13,7 @@ use stoker_core::{PositionSet, ShardFormat, ShardRef};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
-use crate::ahead::Ahead;
+use crate::ahead::{Ahead, Started};
 use crate::assemble::{Assembler, batches_per_rank};
 use crate::batch::{Batch, open_upload};
 use crate::buffers::{BatchBuffers, HostPool};
@@ -39,7 +39,7 @@ use stoker_kernels::handoff::Sink;
 pub struct Loader {
     /// The next epoch, started ahead ([`Loader::start_ahead`]); dropped
     /// (stopped) first.
-    ahead: Ahead,
+    ahead: Ahead<EpochStream>,
     config: Arc<LoaderConfig>,
     /// The workers, shared with the discovery task.
     pub(crate) workers: Arc<WorkerSet>,
@@ -604,15 +604,17 @@ impl EpochStream {
     pub fn watch(&self) -> EpochWatch {
         self.watch.clone()
     }
+}
 
-    /// The epoch this stream delivers.
-    pub fn epoch(&self) -> u64 {
+/// What starting the next epoch ahead asks of a stream: its epoch, and
+/// whether every item of it is in (or it failed), so that what remains is
+/// delivering batches already made.
+impl Started for EpochStream {
+    fn epoch(&self) -> u64 {
         self.epoch
     }
 
-    /// Whether every item of the epoch is in (or the epoch failed): what
-    /// remains is delivering batches already made.
-    pub fn items_finished(&self) -> bool {
+    fn items_finished(&self) -> bool {
         self.items.is_finished()
     }
 }
