@@ -81,10 +81,28 @@ fn ranks_split_an_epoch_without_overlap() {
     assert_eq!(all, expected);
 }
 
-async fn pixels_by_key(addr: &str, dataset: &str, epoch: u64) -> HashMap<String, Vec<u8>> {
+/// 40 small JPEGs in 2 classes, packed in 60K shards: (their folder, the
+/// shards' path).
+fn forty_samples() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&images, 40, 2, 120, 90);
+    pack(&images, shards.to_str().unwrap(), "60K", &[]);
+    let shards = shards.to_str().unwrap().to_owned();
+    (dir, shards)
+}
+
+/// A loader of `dataset` on the worker at `addr`: batches of 8, seed 11,
+/// the train transform at 48 px.
+async fn pixels_loader(addr: &str, dataset: &str) -> Loader {
     let mut config = LoaderConfig::new(vec![addr.to_owned()], dataset, 8, TransformSpec::train(48));
     config.seed = 11;
-    let loader = Loader::connect(config).await.unwrap();
+    Loader::connect(config).await.unwrap()
+}
+
+async fn pixels_by_key(addr: &str, dataset: &str, epoch: u64) -> HashMap<String, Vec<u8>> {
+    let loader = pixels_loader(addr, dataset).await;
     let mut stream = loader.epoch(epoch).unwrap();
     let mut out = HashMap::new();
     while let Some(batch) = stream.next_batch().await {
@@ -98,12 +116,8 @@ async fn pixels_by_key(addr: &str, dataset: &str, epoch: u64) -> HashMap<String,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sample_gets_the_same_pixels_on_any_worker() {
-    let dir = tempfile::tempdir().unwrap();
-    let images = dir.path().join("images");
-    let shards = dir.path().join("shards");
-    synth_images(&images, 40, 2, 120, 90);
-    pack(&images, shards.to_str().unwrap(), "60K", &[]);
-    let dataset = shards.to_str().unwrap();
+    let (_dir, dataset) = forty_samples();
+    let dataset = dataset.as_str();
     // Different thread counts, so work is interleaved differently.
     let (w1, w2) = (Worker::start(1), Worker::start(3));
     let a = pixels_by_key(&w1.addr, dataset, 3).await;
@@ -125,16 +139,10 @@ async fn a_sample_gets_the_same_pixels_on_any_worker() {
 /// asked delivers. Asking for another epoch stops the one started ahead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_epoch_starts_ahead_and_delivers_what_it_would_have() {
-    let dir = tempfile::tempdir().unwrap();
-    let images = dir.path().join("images");
-    let shards = dir.path().join("shards");
-    synth_images(&images, 40, 2, 120, 90);
-    pack(&images, shards.to_str().unwrap(), "60K", &[]);
-    let dataset = shards.to_str().unwrap();
+    let (_dir, dataset) = forty_samples();
+    let dataset = dataset.as_str();
     let w = Worker::start(2);
-    let mut config = LoaderConfig::new(vec![w.addr.clone()], dataset, 8, TransformSpec::train(48));
-    config.seed = 11;
-    let loader = Loader::connect(config).await.unwrap();
+    let loader = pixels_loader(&w.addr, dataset).await;
     async fn drain(loader: &Loader, epoch: u64) -> HashMap<String, Vec<u8>> {
         let mut stream = loader.epoch(epoch).unwrap();
         assert_eq!(loader.epoch_ahead(), None, "epoch {epoch} taken");
