@@ -115,10 +115,19 @@ pub enum GreenUnavailable {
 
 /// What [`confinement`] decided: the partition to run on, or the whole
 /// device and why.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum Confinement {
     Whole { why: String },
     Partition(Arc<SmPartition>),
+}
+
+impl fmt::Display for Confinement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Partition(p) => write!(f, "{} of {} sms", p.sms, p.total),
+            Self::Whole { why } => write!(f, "every sm ({why})"),
+        }
+    }
 }
 
 /// Applies `share` on `ctx`'s device: the partition it resolves to, made

@@ -415,7 +415,10 @@ async fn gpu_runner_matches_the_cpu_on_every_transform() {
     // context, as `--gpu-sms 8` makes): the same pixels either way.
     let mut confined = gpu.with_new_stream().unwrap();
     let share = confined.confine(SmShare::Count(8)).unwrap();
-    assert!(matches!(share, gpu::Confined::Sms { sms: 8, .. }), "{share}");
+    assert!(
+        matches!(&share, gpu::Confinement::Partition(p) if p.sms == 8),
+        "{share}"
+    );
     println!("gpu-steps   epoch 0 on every sm, epoch 1 on {share}");
     let runners = [
         gpu::GpuRunner::start(&gpu, config).unwrap(),

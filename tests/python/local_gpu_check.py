@@ -7,8 +7,8 @@ through the host), and every sample's pixels equal the host path's (a CPU
 worker's, same seed, deterministic) within the decoders' rounding. The
 GPU lanes' images handed over on the device are byte for byte those the
 same lanes send through the host. It prints the device memory used
-before the loader, with it, and after it was dropped (which gives
-nothing back yet). Run by
+before the loader, with it, and after it was dropped, and requires
+most of it back (which fails today: docs/benchmarks.md). Run by
 scripts/gpu-check.sh.
 
 usage: local_gpu_check.py DATASET EXPECTED_COUNT
@@ -101,12 +101,15 @@ def main():
     after = device_used_mib()
     print(f"local-gpu: device memory used {before:.0f} MiB before, {held:.0f} with the loader, "
           f"{after:.0f} after it was dropped", flush=True)
-    # What the loader took stays with the process once it is dropped: at
-    # 6051849 on an H200, 621 MiB before, 1,690 with the loader and 1,690
-    # after it, although the lanes and the uploader trim their pools when
-    # they stop (docs/benchmarks.md, "device memory"). Not found yet; the
-    # figures are printed above and the footprint's flatness is checked.
-    assert held - before >= 256, f"the loader took only {held - before:.0f} MiB: the epochs above did not run on the gpu"
+    # The lanes' and the uploader's pools are trimmed when they stop, so most
+    # of what the loader took should be the trainer's again (nvJPEG's
+    # handles and the loaded kernels may stay with the context). This fails
+    # today: at 6051849 on an H200, 621 MiB before, 1,690 with the loader
+    # and 1,690 after it (docs/benchmarks.md). It stays, as the defect's
+    # check, until what keeps the memory is found.
+    assert held - before >= 256, f"the loader took only {held - before:.0f} MiB: the check below would prove nothing"
+    assert held - after >= 0.75 * (held - before), \
+        f"dropping the loader gave back {held - after:.0f} of the {held - before:.0f} MiB it took"
 
     # Pixels: the in-process GPU worker alone (no CPU worker: local_threads
     # cannot be 0, so a GPU worker beside a tiny CPU one is compared key by

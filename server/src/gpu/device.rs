@@ -78,24 +78,6 @@ pub(super) fn driver(what: &'static str) -> impl Fn(cudarc::driver::DriverError)
 
 pub use stoker_kernels::POOL_KEEP_BYTES;
 
-/// What [`Gpu::confine`] decided.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Confined {
-    /// The lanes run on `sms` of the device's `of`.
-    Sms { sms: u32, of: u32 },
-    /// They run on every SM, for this reason.
-    Whole { why: String },
-}
-
-impl fmt::Display for Confined {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Sms { sms, of } => write!(f, "{sms} of {of} sms"),
-            Self::Whole { why } => write!(f, "every sm ({why})"),
-        }
-    }
-}
-
 pub(super) fn keep_pool_memory(ctx: &CudaContext, bytes: u64) -> Result<(), cudarc::driver::DriverError> {
     stoker_kernels::set_pool_release_threshold(ctx, bytes)
 }
@@ -177,25 +159,16 @@ impl Gpu {
     /// partition's SMs, or the whole device and why. An explicit count the
     /// device cannot honour is an error; `auto` falls back to the whole
     /// device.
-    pub fn confine(&mut self, share: SmShare) -> Result<Confined, GpuError> {
+    pub fn confine(&mut self, share: SmShare) -> Result<Confinement, GpuError> {
         let decided = stoker_kernels::green::confinement(&self.ctx, share).map_err(|e| GpuError::Driver {
             what: "confining the lanes to part of the sms",
             reason: e.to_string(),
         })?;
-        Ok(match decided {
-            Confinement::Whole { why } => {
-                self.partition = None;
-                Confined::Whole { why }
-            }
-            Confinement::Partition(p) => {
-                let c = Confined::Sms {
-                    sms: p.sms,
-                    of: p.total,
-                };
-                self.partition = Some(p);
-                c
-            }
-        })
+        self.partition = match &decided {
+            Confinement::Partition(p) => Some(Arc::clone(p)),
+            Confinement::Whole { .. } => None,
+        };
+        Ok(decided)
     }
 
     /// The same device and kernels with a stream of its own, for work that

@@ -32,13 +32,13 @@ mod steal;
 mod steps;
 
 pub use decode::{DecodePath, DeviceImage, GpuDecodeError, GpuDecoder};
-pub use device::{Confined, Gpu, GpuError, GpuInfo, GpuUnavailable, POOL_KEEP_BYTES, probe};
+pub use device::{Gpu, GpuError, GpuInfo, GpuUnavailable, POOL_KEEP_BYTES, probe};
 pub use lane::{DEFAULT_BATCH_MEMORY, DEFAULT_LANES, DEFAULT_MAX_BATCH, GpuRunnerConfig};
 pub use nvjpeg::Backend;
 pub use queue::{GpuResult, GpuSample, MaskPixels, Recipe, RunnerGone};
 pub use runner::{GpuMemory, GpuRunner};
 pub use steps::{GpuCrop, fused, gpu_runs, mask_chain};
-pub use stoker_kernels::SmShare;
+pub use stoker_kernels::{Confinement, SmShare};
 
 #[cfg(test)]
 mod tests {
