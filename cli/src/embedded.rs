@@ -8,9 +8,11 @@
 //! training step's as another stream's do, as DALI's do.
 //!
 //! The worker runs on a thread of its own with its own runtime and
-//! installs no signal handler: the host process keeps its Ctrl-C. It
-//! stops, draining in-flight items for its grace period, when its handle
-//! is stopped or dropped.
+//! installs no signal handler (`worker::run` is `run_until` with the
+//! process's signals; this runs `run_until` until its handle says stop):
+//! the host process keeps its Ctrl-C. It is started from `stoker worker`'s
+//! arguments, and stops, draining in-flight items for its grace period,
+//! when its handle is stopped or dropped.
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;

@@ -1,5 +1,12 @@
 //! The `stoker` subcommands. Each one is a thin layer over the libraries:
 //! argument checks, logging, progress and reports.
+//!
+//! The only crate that depends on both the worker and the client. One
+//! module per subcommand; what they share sits below them (`common`,
+//! `token`, `progress`, `transform`). Every flag default is a named
+//! constant of the library it configures (`pipeline::DEFAULT_*`,
+//! `gpu::DEFAULT_*`, `service::DEFAULT_GRACE`, `stoker_client::DEFAULT_*`),
+//! so `--help` shows the value the library uses.
 
 mod bench;
 mod common;

@@ -8,6 +8,10 @@
 //! real samples received before them, distinct within a batch as far as
 //! the rank has had them (the epoch wraps, as torch's `DistributedSampler`
 //! pads), and counted in [`Batch::padded`]: the last `padded` of a batch.
+//! The samples kept for padding are the last batch's worth, held near the
+//! epoch's end only. Completions of items ride on the next batch emitted
+//! ([`Batch::completes`]). [`batches_per_rank`] and [`LastBatch`] (the
+//! last-batch policy) live here too.
 //!
 //! This is the host side: it knows nothing of the GPU. A [`Batch`] is
 //! generic over its device part, which the assembler leaves empty; the

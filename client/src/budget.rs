@@ -1,5 +1,6 @@
-//! The error budget: how many skipped samples an epoch tolerates, and the
-//! summary of reasons given when it is exceeded.
+//! The error budget: how many skipped samples an epoch tolerates (a count
+//! or a fraction, [`ErrorBudget`]), and the tally of skip reasons by kind
+//! given when it is exceeded.
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -2,6 +2,11 @@
 //! names resolved to every address they have (a Kubernetes headless Service,
 //! a `docker compose --scale` service), again every resolve interval.
 //!
+//! [`WorkerSource`] is an address or `dns://NAME:PORT`; an address without
+//! a port, or with an unknown scheme, is refused, naming the forms
+//! expected. [`Discovery`] resolves with hickory, without a cache, from
+//! `/etc/resolv.conf` or a given server.
+//!
 //! This module only answers "which addresses now"; the loader adds the
 //! workers that appear and drains the ones that disappear
 //! (`Loader::connect` and its discovery task).

@@ -6,6 +6,14 @@
 //! when, and what a received sample counts for, is the ledger's business;
 //! a lane reports to it what the worker did: samples, skips, completion,
 //! a failure, a stall (no progress for `progress_timeout`), or a refusal.
+//!
+//! A lane checks that each sample lies in its item's range; a worker that
+//! breaks that is set aside for the epoch. A lane whose worker is failing
+//! takes no item until a grpc.health.v1 probe says it serves; that is also
+//! how a worker that starts mid-epoch on a listed address joins. A retired
+//! worker's lanes idle. [`EpochLanes`] holds an epoch's lanes and gives a
+//! worker found later its lanes (`join`); it keeps only a weak sender of
+//! the events channel, so the epoch ends when its last lane does.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

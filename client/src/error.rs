@@ -1,5 +1,6 @@
-//! Client errors. Each one names what failed: the worker's address, the
-//! shard, the dataset.
+//! Client errors ([`ClientError`], a variant per failure). Each one names
+//! what failed: the worker's address, the shard, the dataset. Also which
+//! gRPC status codes are permanent (not retried on another worker).
 
 use std::fmt::Write as _;
 

@@ -11,6 +11,14 @@
 //! attempt fails or stalls, its item goes back to the queue with its
 //! received samples as the skip list, and whatever the abandoned attempt
 //! still sends is discarded.
+//!
+//! A failed item goes to a worker it has not failed on, if any. An item a
+//! worker refused before starting (unreachable, draining) goes back to the
+//! queue uncharged. Workers can be added mid-epoch (`add_worker`) and
+//! retired (`retire` / `restore`): a retired worker takes nothing new and
+//! counts as gone for the patience, even after finishing what it held.
+//! The window (`set_window` / `advance`) bounds how far ahead of the
+//! sequencer's head lanes take items in deterministic order.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};

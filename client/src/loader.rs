@@ -3,6 +3,13 @@
 //! `Loader::resume` plan an epoch, spawn its lanes (`dispatch`) and its
 //! supervisor (`supervisor`), and return the [`EpochStream`] the consumer
 //! takes batches from.
+//!
+//! `connect` validates the configuration, resolves `dns://` entries,
+//! describes the dataset through the first worker that answers, opens the
+//! GPU upload when asked and possible, and serves metrics when asked.
+//! `Loader::epoch` takes the epoch started ahead ([`Loader::start_ahead`])
+//! when it is the one asked for. The `EpochStream` times the consumer's
+//! waits and keeps the resumable state from the batches it hands over.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};

@@ -20,6 +20,12 @@
 //!   has (`--stop-on-stdin-eof`), and its own process group, so a
 //!   terminal's Ctrl-C reaches the trainer alone.
 //!
+//! The command is the `stoker` binary or `python -m stoker`
+//! (`LocalWorkers::command`); the workers' stderr goes to the log. The
+//! in-process GPU worker takes `--gpu-ordinal` and `--gpu-only` and no
+//! grace period; it is watched, not restarted, and stopped (joined) when
+//! the fleet drops.
+//!
 //! Being on this host, they write samples into the loader's shared-memory
 //! ring rather than sending them; the in-process GPU worker, on the
 //! loader's device, leaves the images its lanes finish on the device

@@ -9,7 +9,10 @@
 //! Either way the sequencer says when an item is complete: once its
 //! `ItemDone` event arrived and all the samples it counts have passed. A
 //! batch that carries an item's completion holds, or follows, every sample
-//! of it; the client's resumable state is built on that.
+//! of it; the client's resumable state is built on that. The count comes
+//! from the lane (sent after `Ledger::complete`), so an abandoned
+//! attempt's accepted samples arriving after the new attempt's `ItemDone`
+//! still count.
 
 use crate::event::Event;
 use crate::sample::Sample;

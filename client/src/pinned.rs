@@ -13,7 +13,9 @@
 //! host-to-device copy, and is handed out again only once that event has
 //! completed. Until then the DMA engine may still be reading it.
 //!
-//! A buffer dropped without an upload is free again at once.
+//! A buffer dropped without an upload is free again at once. [`PinnedPool::get`]
+//! waits on tokio's blocking pool, [`PinnedPool::get_blocking`] on the
+//! caller's thread.
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};

@@ -1,5 +1,7 @@
 //! What an epoch did: the live counters lanes update ([`EpochCounters`])
-//! and the reports made from them ([`EpochReport`], [`WorkerReport`]).
+//! and the reports made from them ([`EpochReport`], [`WorkerReport`]). The
+//! counters are updated by lanes and by the consumer's waits; workers
+//! found mid-epoch are added; the clock stops at the epoch's end.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, RwLock};

@@ -4,6 +4,11 @@
 //!
 //! Only batches handed to the consumer count. Batches assembled ahead
 //! (prefetch) are not delivered, so a resumed epoch produces them again.
+//!
+//! [`EpochState`] holds the epoch, the next batch's index, the items
+//! delivered whole, the positions received of items delivered in part,
+//! and a fingerprint of the settings. `Progress` builds it, updated by the
+//! `EpochStream` as it hands batches over.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -5,7 +5,8 @@
 //! [`Sample`](crate::sample::Sample), [`Skipped`](crate::sample::Skipped),
 //! [`ShardRef`] and the requests built here. The token on every call is
 //! `auth`'s; `ProcessShard`'s hand-framed stream and its checked chunks
-//! are `chunks`'.
+//! are `chunks`'. Channels use `stoker_proto::transport`'s settings, with
+//! [`CONNECTIONS_PER_WORKER`] connections per worker.
 
 mod auth;
 mod chunks;

@@ -2,7 +2,8 @@
 //! `<!-- BEGIN GENERATED: NAME -->` and `<!-- END GENERATED: NAME -->`
 //! lines is written by code (the op table from the op schema, the CLI
 //! reference from clap), and a test per section fails when the page
-//! differs from what the code generates now.
+//! differs from what the code generates now (`STOKER_BLESS=1` rewrites
+//! it).
 
 use std::path::Path;
 

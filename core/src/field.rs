@@ -9,6 +9,14 @@
 //! extension (`txt` is text, `json` JSON, `cls` an integer, `npy` an
 //! array), and for record formats the type the record stores ([`FieldKind::Auto`]).
 //!
+//! The kinds are declared once, by the `field_kinds!` table: each kind's
+//! name, aliases, proto number and Python type. The parser, the wire
+//! mapping (checked against the proto by `every_kind_is_its_proto_value`),
+//! the CLI's `--field` help and Python's `Field.KINDS` all come from it.
+//! [`FieldValue::from_bytes`] reads a member's bytes as each kind
+//! ([`NpyArray`] for `npy`); [`ViewSpec`] and the checks a request passes
+//! before any work live here too, shared by worker, wire and client.
+//!
 //! A sample without a requested field is skipped (`missing_field`) unless
 //! the field is optional; a value that does not parse as its kind is
 //! skipped as `bad_field`, naming the field.

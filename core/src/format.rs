@@ -1,5 +1,11 @@
 //! Shard formats: which one a dataset uses, how `auto` tells them apart,
 //! and which fields of a record format hold the image and the label.
+//!
+//! [`ShardFormat`] (WebDataset, TFRecord, RecordIO, Parquet) knows each
+//! format's extensions and record index name; [`FormatChoice`] is `auto`
+//! (by extension) or a given format; [`RecordFields`]' unset names take
+//! the format's defaults (TensorFlow's ImageNet feature names, Hugging
+//! Face's columns).
 
 use std::fmt;
 use std::str::FromStr;

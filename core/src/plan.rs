@@ -3,6 +3,12 @@
 //! The client computes the plan from (seed, epoch, rank, world size) and the
 //! dataset's sorted shard list. No coordinator is involved: every rank
 //! computes the same permutation and takes its own share of it.
+//!
+//! [`EpochPlan`] holds the rank's [`PlanItem`]s. With an index, the
+//! shuffled shards are laid end to end and cut into equal runs of samples
+//! per rank, so a shard on a boundary becomes two sample ranges
+//! (`WorkItem.start/end`); without one, whole shards are dealt
+//! round-robin.
 
 use crate::rng::{SampleRng, fnv1a, mix64};
 

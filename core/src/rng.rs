@@ -9,6 +9,11 @@
 //! The hash and generator below are part of that contract: changing them
 //! changes every augmentation, so they are written out here rather than
 //! taken from a crate whose output may change.
+//!
+//! [`ItemSeed`] comes from (seed, epoch, shard), and
+//! [`ItemSeed::sample`] gives a sample's generator from its position. Each
+//! op draws from its own fork ([`SampleRng::fork`]), each view from
+//! [`SampleRng::view`]; all drawing happens in `resolve_steps`.
 
 /// 64-bit FNV-1a over bytes: stable, and fast enough for keys.
 pub fn fnv1a(bytes: &[u8]) -> u64 {

@@ -1,4 +1,5 @@
-//! Secrets (bearer tokens) that never reach a log or an error message.
+//! Secrets (bearer tokens) that never reach a log or an error message:
+//! [`Secret`]'s `Debug` and `Display` print `***`.
 
 use std::fmt;
 

@@ -1,7 +1,9 @@
 //! Prometheus metrics endpoints, one home for what the worker and the
 //! client share: the `--metrics-listen` address rule, the HTTP endpoint
 //! that serves a [`Registry`] at `/metrics` in the Prometheus text format,
-//! and the latency buckets.
+//! and the latency buckets. A `--metrics-listen` port alone means
+//! loopback ([`listen_addr`]); [`bind`] binds at start, so a port in use
+//! is an error then; [`serve`] answers over axum.
 //!
 //! Each side owns its own registry and metric names (`stoker_worker_*` in
 //! the worker, `stoker_client_*` in the client); nothing here is global, so

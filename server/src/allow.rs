@@ -1,4 +1,6 @@
-//! `--allow-dataset`: the datasets a worker may read.
+//! `--allow-dataset`: the datasets a worker may read ([`AllowList`],
+//! carried in `ServeOptions`). A dataset outside is [`Denied`]
+//! (PERMISSION_DENIED).
 //!
 //! The dataset URI and the shard name come from the client. A worker
 //! started with allowed prefixes serves only what lies under one of them:

@@ -7,6 +7,12 @@
 //! `parquet` → `storage`, and storage depends on neither. Counts come from
 //! the dataset's index (`stoker-index.json`) when it has one; otherwise
 //! from each shard's record index (RecordIO, TFRecord) or Parquet footer.
+//!
+//! [`list_shards`] gives a [`Listing`] (the shards, sorted, with their
+//! format and counts); [`select_shards`] picks which listed files are
+//! shards of the format asked for (`auto` refuses a mix). `service.rs`
+//! (`DescribeDataset`), `pack` (`convert`) and `stoker bench` list through
+//! it.
 
 use std::collections::HashSet;
 

@@ -23,7 +23,13 @@
 //!   [`scrape`]: what a scrape reads (the registry and a snapshot of the
 //!   pipeline's counters).
 //! - [`parquet`]: Parquet shards, read by row groups over ranged reads.
-//! - [`pack`]: ImageFolder trees to WebDataset shards.
+//! - [`pack`]: ImageFolder trees, or datasets in any format, to shards of
+//!   any format (its `convert` reads through the pipeline's readers).
+//!
+//! No two modules import each other: `catalog` → `parquet` → storage;
+//! `outcome` sits below `pipeline` and `gpu`, so `pipeline` → `gpu` runs
+//! one way; `pipeline` updates `metrics`, and `scrape`, above both, reads
+//! them.
 //! - [`synth`]: procedural images for the demo and benchmarks.
 //! - `failpoint` (feature `failpoints`, tests only): fault injection.
 

@@ -5,6 +5,11 @@
 //! `csrc/jpeg_region.c`; [`decode_region`] checks every argument, owns the
 //! buffers and turns the return code into a `Result`. Callers never touch
 //! raw pointers.
+//!
+//! The pipeline uses it when a sample's first step crops a box: only the
+//! box is decoded. Without it, or when it refuses an image (CMYK...),
+//! zune-jpeg decodes the whole image. The C file is the project's only C
+//! and takes plain arguments, so Rust never sees libjpeg's structs.
 
 use stoker_image::decode::RgbImage;
 

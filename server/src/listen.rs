@@ -1,6 +1,6 @@
 //! Where a worker listens: a TCP address (`HOST:PORT`), or a Unix domain
-//! socket (`unix:PATH`) that only the file system's permissions let
-//! processes reach. Local workers started by a loader
+//! socket (`unix:PATH`, mode 0600, removed with its listener) that only
+//! the file system's permissions let processes reach. Local workers started by a loader
 //! (`Loader(workers="local")`) listen on a socket in a directory only
 //! their user can enter, so another user on a shared node cannot use them
 //! to read what this user's credentials reach.

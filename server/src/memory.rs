@@ -1,5 +1,6 @@
 //! The worker's memory budget: sample data held at once (shard bytes read
-//! ahead, decoded images, results waiting to be sent), across all items.
+//! ahead, decoded images, results waiting to be sent), across all items:
+//! `--memory-limit` minus a fixed reserve ([`RESERVE`]).
 //!
 //! Bytes are reserved before they are read: a WebDataset image member
 //! before the tar reader reads it (the reservation travels with its

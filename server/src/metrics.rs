@@ -7,7 +7,11 @@
 //!   resumes, GPU memory) is read at scrape time by [`Snapshot`], so no
 //!   figure is counted twice;
 //! - what only metrics need (stage latency histograms, skips by kind) lives
-//!   in [`WorkerMetrics`], which the pipeline updates in place.
+//!   in [`WorkerMetrics`], which the pipeline updates in place: latency of
+//!   the stages `read`, `decode`, `transform`, `gpu_batch` and `send`.
+//!
+//! The collector and the registry a worker serves are `scrape.rs`, above
+//! both this module and `pipeline`.
 //!
 //! Names follow Prometheus conventions: the `stoker_worker_` prefix, base
 //! units, `_total` on counters (added by the encoder), and labels with a

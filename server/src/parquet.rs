@@ -1,6 +1,11 @@
 //! Parquet shards with an image column, as Hugging Face publishes datasets
 //! (`{"image": {"bytes", "path"}, "label"}`) or with plain binary images.
 //!
+//! The one format not in `stoker-formats`: it needs the `parquet` and
+//! `arrow` crates, too heavy for the fuzz builds, and it seeks rather than
+//! streams. It depends on storage and `memory`, never the other way;
+//! [`row_count`] reads a footer's row count for `catalog`'s listing.
+//!
 //! A shard is read through the `parquet` crate's async reader over our own
 //! ranged reads ([`Object`]): the footer first, then only the image and
 //! label columns of the row groups that hold the item's samples, one row

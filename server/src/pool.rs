@@ -1,5 +1,9 @@
 //! The CPU pool: decode and augmentation run here, never on the async
-//! runtime's threads.
+//! runtime's threads. [`CpuPool::spawn`] counts the pool's load
+//! ([`CpuPool::has_idle_thread`]) and does not run a job whose requester
+//! has gone. A GPU worker's pool is [`CpuPool::background`]: its threads
+//! run at niceness 10, so what they decode uses the cycles the GPU lanes
+//! and the network leave.
 //!
 //! A job that panics never takes the process down (rayon aborts the
 //! process when a spawned job panics): [`CpuPool::spawn`] catches the

@@ -1,6 +1,14 @@
 //! The gRPC edge of the worker: requests become domain items, chunks become
 //! protobuf messages, errors become status codes. Nothing past this module
-//! sees a protobuf type.
+//! (and `chained`) sees a protobuf type.
+//!
+//! Here: request validation, status codes, HTTP/2 tuning, grpc.health.v1,
+//! [`TokenCheck`] (the interceptor that requires the bearer token,
+//! constant-time, on the worker service but not on health), the
+//! `--allow-dataset` check of every request that names a dataset before
+//! storage is touched (`allow`), and the drain: [`serve`] turns health
+//! NOT_SERVING on shutdown, `Drain` refuses new items and counts those in
+//! progress, and past the grace period ends them with UNAVAILABLE.
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -1,5 +1,6 @@
 //! TLS for the worker's gRPC server: a certificate and key, and optionally
-//! a CA that client certificates must chain to (mutual TLS).
+//! a CA that client certificates must chain to (mutual TLS), read and
+//! checked at start.
 
 use std::path::Path;
 

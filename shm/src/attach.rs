@@ -1,5 +1,10 @@
 //! The worker's side: a client's ring, mapped after checking what it is,
-//! and the slots written into it.
+//! and the slots written into it. [`Attached`] opens only a
+//! `/proc/<pid>/fd/<n>` path, and maps only a sealed memfd with a
+//! consistent header and the nonce the client named. [`Attached::write`]
+//! claims a free slot by compare-and-swap and never waits: it returns
+//! `None` when the ring is full or the sample too large, and the pixels go
+//! inline.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 

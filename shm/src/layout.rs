@@ -1,5 +1,6 @@
 //! The ring's bytes, as both processes read them: a 64-byte header, one
-//! 64-bit word per slot, then the slots.
+//! 64-bit word per slot, then the slots. `Layout::parse` checks a header
+//! against the mapped length.
 //!
 //! ```text
 //! 0   magic "STKRING1"      8   version (u32 LE)   12  slots (u32 LE)

@@ -15,7 +15,10 @@
 //!
 //! Three layers, as elsewhere in Stoker's FFI: [`sys`] (the libc calls as
 //! `Result`s naming the call), [`layout`] (the header and the slot words,
-//! checked), and the owning types [`Ring`] and [`Attached`].
+//! checked), and the owning types [`Ring`] and [`Attached`]; [`ShmError`]
+//! (`error.rs`) sits below all three. [`host_identity`] (boot id and PID
+//! namespace) is what a worker's `Info.host` carries, for the client to
+//! tell whether the ring can be shared.
 
 mod attach;
 mod error;

@@ -1,5 +1,9 @@
 //! The client's side: the ring it owns, the tags of its streams, and the
-//! slots it reads in place.
+//! slots it reads in place. [`Ring`] is a memfd sealed against resizing,
+//! named by its `/proc/<pid>/fd/<n>` path and a random nonce; a
+//! [`StreamTag`] (one per work item) frees, when dropped, the slots its
+//! worker wrote but never named; a [`Lent`] slot is read in place and
+//! freed on drop.
 
 use std::collections::HashSet;
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -1,5 +1,5 @@
 //! The dependency direction between the workspace's crates (ARCHITECTURE.md,
-//! "Architecture invariants"), checked on the resolved graph that
+//! Invariants: "Dependencies point one way"), checked on the resolved graph that
 //! `cargo metadata` reports, so that a new dependency that points the wrong
 //! way fails here rather than in review.
 

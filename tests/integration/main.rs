@@ -1,6 +1,10 @@
 //! Stoker's integration tests: real worker processes, a real S3-compatible
 //! server, shards from independent writers. Run them with scripts/test.sh,
 //! which installs the S3 server and the Python tools they use.
+//!
+//! One test binary, declared in `cli/Cargo.toml` (the package that builds
+//! the `stoker` binary and the only one that depends on worker and
+//! client), with a module per concern.
 
 #![allow(clippy::unwrap_used, reason = "a failed unwrap is a failed test, with its location")]
 

@@ -24,6 +24,12 @@
 //!   dtype, mean, std).
 //! - [`DeviceBatch`]: the converted batch on the device, with its ready
 //!   event; a consumer stream waits on it with [`DeviceBatch::wait_on`].
+//!   Its drop frees the memory on the side stream, after everything queued
+//!   so far on those consumer streams.
+//!
+//! The uploader also copies, on the device, the rows a GPU worker in this
+//! process left there (`Batch::on_device`, taken from the loader's
+//! `stoker_kernels::handoff` sink by `wire/chunks.rs`).
 //!
 //! CUDA is loaded at run time, as in the worker: nothing CUDA is needed to
 //! build or run the client, and without a GPU [`probe`] says why, so the

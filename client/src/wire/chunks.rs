@@ -2,7 +2,8 @@
 //! here, the response's data frames kept as they arrive and decoded by
 //! [`MessageReader`], so a sample's pixels are a slice of the frame they
 //! came in. The call is plain gRPC: headers, one message, a stream of
-//! messages, trailers with the status (or a trailers-only answer). Each
+//! messages, trailers with the status (or a trailers-only answer); an HTTP
+//! status other than 200 is mapped to a code as gRPC does. Each
 //! message becomes a [`Chunk`], whose samples are checked as they are
 //! taken.
 

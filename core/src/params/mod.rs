@@ -16,7 +16,7 @@
 //!   [`ResolveError`]).
 //!
 //! Every item is re-exported here, so `params::X` names it wherever it
-//! lives.
+//! lives. This module sits below `transform`, which it does not import.
 
 mod bounds;
 mod resolve;

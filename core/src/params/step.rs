@@ -3,6 +3,8 @@
 //! A [`Step`] is one concrete operation on an image of known size; the
 //! CPU path and the CUDA kernels carry steps out and draw nothing
 //! themselves. Besides `Step` and its parameters (the crop box [`Rect`],
+//! which may reach past the image, with its `inside` check, used by the
+//! CPU region decode, the augmenter and the GPU crop alike;
 //! [`PaddingMode`], [`Interpolation`] and the warp filter [`Warp`],
 //! [`Enhance`], [`EraseFill`]), the arithmetic every executor must do
 //! alike: [`erase_noise`] and Python's rounding.

@@ -1,5 +1,6 @@
 //! Why a streamed shard (WebDataset tar, TFRecord, RecordIO) could not be
-//! read to its end: one error for the three readers, naming the format.
+//! read to its end: one error for the three readers ([`RecordError`]),
+//! naming the format with the cause and the byte offset.
 
 use std::fmt;
 

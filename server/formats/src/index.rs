@@ -7,7 +7,8 @@
 //!   per record, in file order.
 //!
 //! Either way the result is the records' offsets in file order, the
-//! position of a sample being its rank there.
+//! position of a sample being its rank there. [`byte_range`] gives the
+//! bytes of a sample range.
 
 /// Why an index file could not be used.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -21,7 +21,10 @@
 //! Every function here takes bytes from a shard as they come and returns an
 //! error, never a panic; the fuzz targets in `fuzz/` hold them to that. The
 //! crate has no I/O of its own beyond `tokio::io::AsyncRead` and no decoder,
-//! so the fuzzers build in seconds.
+//! so the fuzzers build in seconds. It depends on no other Stoker crate,
+//! not even `stoker-core`. The worker uses it by name
+//! (`stoker_formats::...`); `pipeline::samples` turns a work item's
+//! `ShardFormat` and `RecordFields` into a `ShardKind`.
 
 pub mod error;
 pub mod image;

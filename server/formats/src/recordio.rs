@@ -27,6 +27,9 @@
 //! Broken framing (a wrong magic, a part out of sequence) loses the record
 //! boundaries: the rest of the shard is unreadable and the error says
 //! where. A record too short for its header is a corrupt sample, skipped.
+//!
+//! [`RecordIoReader`] reads a shard; [`frame`] and [`image_record`] write
+//! one, for `stoker pack`.
 
 use bytes::Bytes;
 use tokio::io::AsyncRead;

@@ -1,4 +1,7 @@
-//! A sample as every shard format yields it, before decoding.
+//! A sample as every shard format yields it, before decoding
+//! ([`RawSample`]): its image is a [`MemberProblem`] when missing, empty,
+//! over the size limit, not an image or corrupt. [`ReadStep`] is a read
+//! that asks its caller before it holds an image's bytes.
 
 use bytes::Bytes;
 

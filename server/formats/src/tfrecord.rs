@@ -19,6 +19,9 @@
 //! the first value of an int64 feature (`image/class/label`) plus an
 //! offset (TensorFlow's ImageNet labels start at 1), and the key the
 //! `image/filename` feature when there is one, else `<shard>:<index>`.
+//!
+//! [`ExampleReader`] reads a shard; [`frame`] writes a record, for `stoker
+//! pack`.
 
 use std::collections::HashMap;
 

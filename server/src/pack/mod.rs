@@ -14,6 +14,11 @@
 //! the dataset's index ([`PackReport`]), where workers and `stoker doctor`
 //! read them. [`check_image_folder`] finds the same before packing, for
 //! `stoker pack --strict`.
+//!
+//! [`convert`] reads through the worker's own readers
+//! (`pipeline::ItemSamples::open_shard`). The [`PackReport`] type lives
+//! beside the dataset index (`stoker-storage`'s `index.rs`);
+//! `DescribeDataset` carries its lines to clients.
 
 use std::path::Path;
 

@@ -1,6 +1,7 @@
 //! The dataset index: `stoker-index.json` at a dataset's root names its
 //! shards with their sample counts, so that a client can plan by sample
-//! without opening a shard.
+//! without opening a shard. `stoker pack`'s [`PackReport`] (what it left
+//! out or flagged) is stored in it, beside the shards.
 
 use std::collections::BTreeMap;
 

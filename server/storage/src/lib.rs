@@ -12,7 +12,9 @@
 //! A shard body that fails or stalls mid-read is resumed by a
 //! `ResumingReader` with a ranged GET from the first byte not yet
 //! delivered, pinned to the first response's ETag, so no byte is repeated or
-//! skipped and a replaced object is noticed.
+//! skipped and a replaced object is noticed. A body may be a byte range
+//! ([`Storage::open_range`], for indexed sample ranges). Every byte read
+//! is counted (`StorageStats::read_bytes`).
 //!
 //! This crate's root is the [`Storage`] facade; each job has a file of its own:
 //! `types` (its configuration, counters and errors, and the shard body

@@ -1,5 +1,6 @@
-//! Datasets in a local folder: shards are `*.tar` files in it, read through
-//! a buffered reader; uploads are renamed (or copied) into place.
+//! Datasets in a local folder: its files are listed (which are shards is
+//! the catalog's choice) and read through a buffered reader; uploads are
+//! renamed (or copied) into place.
 
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,7 @@
 //! Resumable shard bodies: a [`ResumingReader`] turns a body that breaks
 //! off or stalls into ranged re-reads from the first byte not delivered,
-//! with exponential backoff and full jitter, a bounded number of times.
+//! with exponential backoff and full jitter, a bounded number of times;
+//! on S3 each re-read is a ranged GET with `If-Match` the first ETag.
 //! What it reads again from is a [`Reopen`]: the S3 object, or a test
 //! double.
 

@@ -1,4 +1,5 @@
-//! The S3 backend (aws-sdk-s3): the client (its CAs from `ca`) and its
+//! The S3 backend (aws-sdk-s3): the client (made on first use, path-style
+//! when `AWS_ENDPOINT_URL` is set; its CAs from `ca`) and its
 //! retries and timeouts, listing, whole-object and streamed reads, uploads,
 //! and the ranged re-reads that resume a shard body, each S3 error
 //! classified into a [`StorageError`]. A certificate the client refuses is

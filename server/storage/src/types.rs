@@ -1,7 +1,9 @@
 //! What storage's parts share, below all of them: the shard body type
 //! ([`ShardReader`]), the errors ([`StorageError`]), the retry and
 //! timeout settings ([`StorageConfig`]) and the counters
-//! ([`StorageStats`]).
+//! ([`StorageStats`]: the SDK's retries, through an interceptor that sees
+//! each attempt, `ResumingReader`'s resumes, and the bytes read). A
+//! `StorageError` names the object it is about.
 
 use std::pin::Pin;
 use std::sync::atomic::AtomicU64;

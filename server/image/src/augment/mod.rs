@@ -5,6 +5,13 @@
 //! PIL path (Pillow's C code: `Image.transform`, `ImageEnhance`'s blends,
 //! `ImageOps`, the HSV conversion), so that results match what users
 //! compare against. Each submodule cites what it reproduces.
+//!
+//! [`Augmenter::run`] renders runs of nearest geometric steps as one
+//! `chain` and reads a crop-resize's box through one;
+//! [`Augmenter::run_stepwise`] runs the steps one by one, the reference
+//! the chains are checked against. `geometry`'s bilinear resize uses
+//! fast_image_resize (what the GPU kernel reproduces); `resample` ports
+//! Pillow's other filters.
 
 mod chain;
 mod color;
