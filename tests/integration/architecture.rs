@@ -413,6 +413,40 @@ fn modules_depend_on_each_other_one_way_finds_an_injected_circle() {
     assert_eq!(found[0].0, ["a/mod.rs", "b.rs", "c.rs"], "{}", found[0].1);
 }
 
+/// ARCHITECTURE.md: "One plan per sample": in the worker's shipped code
+/// (the worker, its image path, the lanes' kernels) only the sample's plan
+/// (`stoker_image::plan`) resolves draws into steps; the router makes it
+/// once, and the CPU pool and the GPU lanes run it as it is (tests in
+/// `server/src/pipeline/route_tests.rs` check they receive that one).
+#[test]
+fn only_the_sample_plan_resolves_steps_in_the_worker() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    for dir in ["server/src", "server/image/src", "kernels/src"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    let resolvers: Vec<String> = files
+        .iter()
+        .filter(|path| !path.to_string_lossy().ends_with("_tests.rs"))
+        .filter(|path| module_graph::ships_ident(&std::fs::read_to_string(path).unwrap(), "resolve_steps"))
+        .map(|path| path.strip_prefix(&root).unwrap().to_string_lossy().replace('\\', "/"))
+        .collect();
+    assert_eq!(
+        resolvers,
+        ["server/image/src/plan.rs"],
+        "files that resolve a sample's steps"
+    );
+    // The check sees a call where there is one.
+    assert!(module_graph::ships_ident(
+        "fn f() { stoker_core::resolve_steps(a, b, 1, 1); }",
+        "resolve_steps"
+    ));
+    assert!(!module_graph::ships_ident(
+        "// resolve_steps\n#[cfg(test)]\nmod tests { fn f() { resolve_steps(); } }",
+        "resolve_steps"
+    ));
+}
+
 /// ARCHITECTURE.md: "Protobuf stays at the edge": outside the proto crate,
 /// only the gRPC edges' files name `pb` types (shipped code and tests
 /// alike; the CLI speaks in the libraries' types).

@@ -489,20 +489,15 @@ async fn gpu_runner_matches_the_cpu_on_every_transform() {
             let samples = photos
                 .iter()
                 .enumerate()
-                .map(|(position, (key, data))| gpu::GpuSample {
-                    key: key.clone(),
-                    position: position as u64,
-                    label: 0,
-                    data: bytes::Bytes::from(data.clone()),
-                    masks: Vec::new(),
-                    mask_pixels: Vec::new(),
+                .map(|(position, (key, data))| {
+                    let seed = ItemSeed::new(SEED, epoch, "photos");
+                    let data = bytes::Bytes::from(data.clone());
+                    gpu::GpuSample::planned(key.clone(), position as u64, data, &spec, seed, 1 << 28)
+                        .unwrap_or_else(|e| panic!("{name} {key}: {e}"))
                 })
                 .collect();
             let results = runners[epoch as usize]
-                .run(
-                    samples,
-                    gpu::Recipe::new(Arc::clone(&spec), ItemSeed::new(SEED, epoch, "photos")),
-                )
+                .run(samples, gpu::Recipe::new(Arc::clone(&spec)))
                 .await
                 .unwrap();
             assert_eq!(results.len(), photos.len());

@@ -700,3 +700,11 @@ pub fn python_graph(package: &str, sources: &[(String, String)]) -> Graph {
     }
     graph
 }
+
+/// Whether the shipped code of `text` (comments, string literals and
+/// `#[cfg(test)]` items left out) names `ident`.
+pub fn ships_ident(text: &str, ident: &str) -> bool {
+    without_test_items(tokens(text))
+        .iter()
+        .any(|t| matches!(t, Token::Ident(name) if name == ident))
+}

@@ -3,6 +3,9 @@
 //! `stoker-formats`) and [`augment`] (the executor of the `Step`s that
 //! `stoker_core::resolve_steps` makes).
 //!
+//! It depends on `stoker-core` and `stoker-formats` only: no tokio runtime,
+//! storage or gRPC.
+//!
 //! [`decode_and_transform`] is what the worker does to a whole image: the
 //! header, the transform's footprint (refused over the pixel limit before a
 //! byte is decoded), decode, the sample's steps, augment. The crate is
@@ -14,11 +17,13 @@
 
 pub mod augment;
 pub mod decode;
+pub mod plan;
 
-use stoker_core::{ResolveError, SampleRng, TooLarge, TransformSpec, footprint, resolve_steps};
+use stoker_core::{ResolveError, SampleRng, TooLarge, TransformSpec};
 
 use crate::augment::{AugmentError, Augmenter};
-use crate::decode::{DecodeError, ImageKind, RgbImage, header_dimensions, sniff};
+use crate::decode::{DecodeError, ImageKind, RgbImage};
+pub use crate::plan::{PlanError, RunsOn, SamplePlan};
 
 /// Why an image could not be decoded and transformed.
 #[derive(Debug, thiserror::Error)]
@@ -37,30 +42,9 @@ pub enum ImageError {
     Augment(#[from] AugmentError),
 }
 
-/// The most bytes running `spec` on `data` holds at once ([`footprint`]),
-/// from the header alone; `Ok(None)` when the header does not parse (the
-/// decoder, which reads the same header, then refuses the image).
-///
-/// The header read is the one of the decoder that will decode `data`:
-/// [`decode::decode`] trusts the bytes over the name, so a PNG named `.jpg`
-/// is measured as the PNG it is (with the named kind, its header would not
-/// parse and a resize bomb would go unmeasured).
-pub fn check_footprint(
-    kind: ImageKind,
-    data: &[u8],
-    spec: &TransformSpec,
-    max_pixels: u64,
-) -> Result<Option<u64>, TooLarge> {
-    match header_dimensions(sniff(data).unwrap_or(kind), data) {
-        Ok((w, h)) => footprint(spec, w, h, max_pixels).map(Some),
-        Err(_) => Ok(None),
-    }
-}
-
-/// Resolves `spec` for a decoded image and runs its steps: what
-/// [`decode_and_transform`] does after decoding. The footprint is checked
-/// again on the decoded size, so nothing over `max_pixels` is allocated
-/// whatever the header said.
+/// Plans a decoded image with `spec` ([`SamplePlan::for_size`]: the
+/// footprint on the decoded size, so nothing over `max_pixels` is
+/// allocated whatever the header said, then the steps) and runs it.
 pub fn transform(
     augmenter: &mut Augmenter,
     img: RgbImage,
@@ -68,15 +52,16 @@ pub fn transform(
     rng: &SampleRng,
     max_pixels: u64,
 ) -> Result<RgbImage, ImageError> {
-    footprint(spec, img.width, img.height, max_pixels)?;
-    let steps = resolve_steps(spec, rng, img.width, img.height)?;
-    Ok(augmenter.run(img, &steps)?)
+    let plan = SamplePlan::for_size(ImageKind::Jpeg, (img.width, img.height), spec, &[], rng, max_pixels)
+        .map_err(PlanError::into_image)?;
+    plan.run(augmenter, img)
 }
 
 /// Decodes `data` (a `kind` image, or the other kind if its bytes say so)
-/// and transforms it with `spec`, drawing from the sample's `rng`: header,
-/// footprint refusal, decode, [`resolve_steps`], augment. Nothing is decoded
-/// when the header shows a transform step over `max_pixels`.
+/// and transforms it with `spec`, drawing from the sample's `rng`, as the
+/// worker's CPU path does: the sample's plan ([`SamplePlan::new`]: header,
+/// footprint refusal, steps), decode, augment. Nothing is decoded when the
+/// header shows a transform step over `max_pixels`.
 ///
 /// The whole image is decoded; the worker decodes only a crop's box where
 /// libjpeg-turbo can (`stoker_server::pipeline`).
@@ -88,9 +73,9 @@ pub fn decode_and_transform(
     rng: &SampleRng,
     max_pixels: u64,
 ) -> Result<RgbImage, ImageError> {
-    check_footprint(kind, data, spec, max_pixels)?;
-    let img = decode::decode(kind, data, max_pixels)?;
-    transform(augmenter, img, spec, rng, max_pixels)
+    let plan = SamplePlan::new(kind, data, spec, &[], rng, max_pixels).map_err(PlanError::into_image)?;
+    let img = plan.decode(data, max_pixels)?;
+    plan.run(augmenter, img)
 }
 
 /// Test images: a gradient with some detail, encoded by jpeg-encoder.
@@ -177,6 +162,7 @@ pub(crate) mod testimg {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decode::sniff;
     use crate::testimg;
 
     fn rng() -> SampleRng {
@@ -214,10 +200,17 @@ mod tests {
     fn a_misnamed_resize_bomb_is_refused_from_its_header() {
         let eval = TransformSpec::eval(224);
         let png = testimg::png(4000, 1, 4);
-        let err = check_footprint(ImageKind::Jpeg, &png, &eval, 1 << 20).unwrap_err();
-        assert_eq!((err.index, err.width, err.height), (0, 4000 * 256, 256));
+        let plan = |kind, data: &[u8]| SamplePlan::new(kind, data, &eval, &[], &rng(), 1 << 20);
+        let err = plan(ImageKind::Jpeg, &png).unwrap_err().into_image();
+        assert!(
+            matches!(err, ImageError::TooLarge(TooLarge { index: 0, width, height: 256, .. }) if width == 4000 * 256),
+            "{err}"
+        );
         let jpeg = testimg::jpeg(1, 4000, 5);
-        assert!(check_footprint(ImageKind::Png, &jpeg, &eval, 1 << 20).is_err());
+        assert!(matches!(
+            plan(ImageKind::Png, &jpeg),
+            Err(PlanError::Image(ImageError::TooLarge(_)))
+        ));
         let mut a = Augmenter::new();
         let err = decode_and_transform(&mut a, ImageKind::Jpeg, &png, &eval, &rng(), 1 << 20).unwrap_err();
         assert!(matches!(err, ImageError::TooLarge(_)), "{err}");
@@ -225,7 +218,10 @@ mod tests {
         let png = testimg::png(40, 30, 6);
         let out = decode_and_transform(&mut a, ImageKind::Jpeg, &png, &eval, &rng(), 1 << 20).unwrap();
         assert_eq!((out.width, out.height), (224, 224));
-        assert_eq!(check_footprint(ImageKind::Jpeg, b"neither", &eval, 1 << 20), Ok(None));
+        assert!(matches!(
+            plan(ImageKind::Jpeg, b"neither"),
+            Err(PlanError::Image(ImageError::Decode(_)))
+        ));
     }
 
     /// The `train` and `eval` presets' pixels, pinned: a change to any op,

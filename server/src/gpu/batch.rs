@@ -301,6 +301,7 @@ mod tests {
             position: 7,
             label: 3,
             data: Bytes::from_static(b"\xff\xd8"),
+            plan: crate::gpu::queue::test_plan(),
             masks: Vec::new(),
             mask_pixels: Vec::new(),
         }

@@ -497,6 +497,7 @@ mod tests {
             position: 0,
             label: 1,
             data: Bytes::from_static(b"\xff\xd8 not really a jpeg"),
+            plan: crate::gpu::queue::test_plan(),
             masks: Vec::new(),
             mask_pixels: Vec::new(),
         }

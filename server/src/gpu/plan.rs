@@ -6,10 +6,9 @@
 //! lanes do not take goes back to the CPU path with the reason.
 
 use bytes::Bytes;
-use stoker_core::{Step, footprint, resolve_steps};
+use stoker_core::Step;
 use stoker_formats::sample::RawValue;
 use stoker_image::augment::Chain;
-use stoker_image::decode::check_jpeg;
 
 use super::queue::{GpuResult, GpuSample, Recipe, mask_pixels};
 use super::steps::{GpuCrop, fused, gpu_runs, mask_chain};
@@ -64,9 +63,10 @@ pub(super) struct Limits {
     pub(super) batch_memory: u64,
 }
 
-/// Reads the header, resolves the draws of the sample's image and views,
-/// and decodes its masks; or says why the lanes do not take it (the CPU
-/// path then runs it, or skips it with its own reason).
+/// The parts of the sample's plan (made where it was routed: its size and
+/// steps are taken as they are, never resolved again), with its masks
+/// decoded; or why the lanes do not take it after all (the CPU path then
+/// runs the same plan, or skips it with its own reason).
 #[allow(
     clippy::result_large_err,
     reason = "the Err is the sample itself, handed back whole to the CPU path once; boxing would allocate for each"
@@ -88,15 +88,12 @@ pub(super) fn plan(sample: GpuSample, recipe: &Recipe, config: Limits) -> Result
 type Parts = (Vec<Part>, (u32, u32), u64);
 
 fn parts(sample: &GpuSample, recipe: &Recipe, config: Limits) -> Result<Parts, String> {
-    let (w, h) = check_jpeg(&sample.data, config.max_image_pixels).map_err(|e| e.to_string())?;
-    let draws = recipe.seed.sample(sample.position);
-    // What the CPU would refuse as too large the GPU does not try: the CPU
-    // path skips it with the reason.
-    footprint(&recipe.spec, w, h, config.max_image_pixels).map_err(|e| e.to_string())?;
-    let steps = resolve_steps(&recipe.spec, &draws, w, h).map_err(|e| e.to_string())?;
+    let plan = &sample.plan;
+    let (w, h) = plan.dims;
+    let steps = &plan.image;
     let mut bytes = 3 * u64::from(w) * u64::from(h);
     let mut parts = Vec::with_capacity(1 + recipe.views.len());
-    let (work, need) = image_work(&steps, w, h, recipe.spec.size)?;
+    let (work, need) = image_work(steps, w, h, recipe.spec.size)?;
     parts.push(Part {
         role: Role::Image,
         work,
@@ -104,9 +101,11 @@ fn parts(sample: &GpuSample, recipe: &Recipe, config: Limits) -> Result<Parts, S
     bytes += need;
     for (j, view) in recipe.views.iter().enumerate() {
         let why = |e: String| format!("view {:?}: {e}", view.name);
-        footprint(&view.transform, w, h, config.max_image_pixels).map_err(|e| why(e.to_string()))?;
-        let steps = resolve_steps(&view.transform, &draws.view(j), w, h).map_err(|e| why(e.to_string()))?;
-        let (work, need) = image_work(&steps, w, h, view.transform.size).map_err(why)?;
+        let steps = plan
+            .views
+            .get(j)
+            .ok_or_else(|| why("not in the sample's plan".into()))?;
+        let (work, need) = image_work(steps, w, h, view.transform.size).map_err(why)?;
         parts.push(Part {
             role: Role::View(j),
             work,
@@ -115,7 +114,7 @@ fn parts(sample: &GpuSample, recipe: &Recipe, config: Limits) -> Result<Parts, S
     }
     let has_masks = sample.masks.iter().any(|f| matches!(f, Ok(Some(_))));
     let chain = match has_masks {
-        true => Some(mask_chain(&steps, w, h).ok_or("the image's steps do not chain for its masks")?),
+        true => Some(mask_chain(steps, w, h).ok_or("the image's steps do not chain for its masks")?),
         false => None,
     };
     for (i, field) in sample.masks.iter().enumerate() {
@@ -200,6 +199,8 @@ mod tests {
 
     use bytes::Bytes;
     use stoker_core::{FieldKind, FieldSpec, ItemSeed, TransformSpec, ViewSpec};
+    use stoker_formats::image::ImageKind;
+    use stoker_image::SamplePlan;
 
     use super::*;
 
@@ -211,13 +212,18 @@ mod tests {
         batch_memory: 512 << 20,
     };
 
-    fn sample(w: u32, h: u32, mask: Option<&[u8]>) -> GpuSample {
+    /// A `w` x `h` JPEG planned with `r`, as the router plans it.
+    fn sample(w: u32, h: u32, mask: Option<&[u8]>, r: &Recipe) -> GpuSample {
         let img = crate::synth::procedural(w, h, 3);
+        let data = Bytes::from(crate::synth::encode_jpeg(&img, 90).unwrap());
+        let rng = ItemSeed::new(3, 1, "shard").sample(5);
+        let plan = SamplePlan::new(ImageKind::Jpeg, &data, &r.spec, &r.views, &rng, LIMITS.max_image_pixels).unwrap();
         GpuSample {
             key: "s".to_owned(),
             position: 5,
             label: 1,
-            data: Bytes::from(crate::synth::encode_jpeg(&img, 90).unwrap()),
+            data,
+            plan: Arc::new(plan),
             // The caption at index 0, the mask at index 1.
             masks: match mask {
                 Some(m) => vec![Ok(None), Ok(Some(RawValue::Bytes(Bytes::copy_from_slice(m))))],
@@ -233,7 +239,6 @@ mod tests {
             spec: Arc::new(spec(
                 r#"{"ops": [{"op": "RandomRotation", "degrees": 20}, {"op": "RandomResizedCrop", "size": 8}]}"#,
             )),
-            seed: ItemSeed::new(3, 1, "shard"),
             extra: Arc::new([
                 FieldSpec::new("caption", "txt", FieldKind::Text),
                 FieldSpec::new("seg", "seg.png", FieldKind::Mask),
@@ -266,7 +271,8 @@ mod tests {
                 r#"{"ops": [{"op": "RandomRotation", "degrees": 20, "interpolation": "bilinear"}, {"op": "CenterCrop", "size": 6}]}"#,
             ),
         ];
-        let p = plan(sample(16, 8, Some(MASK)), &recipe(&views), LIMITS).unwrap();
+        let r = recipe(&views);
+        let p = plan(sample(16, 8, Some(MASK), &r), &r, LIMITS).unwrap();
         assert_eq!(p.dims, (16, 8));
         let roles: Vec<Role> = p.parts.iter().map(|part| part.role).collect();
         assert_eq!(roles, [Role::Image, Role::View(0), Role::View(1), Role::Mask(1)]);
@@ -286,17 +292,19 @@ mod tests {
     /// with its own reason: the same words.
     #[test]
     fn what_the_lanes_do_not_take_goes_back_with_the_reason() {
-        let r = reason(plan(sample(20, 10, Some(MASK)), &recipe(&[]), LIMITS));
+        let plain = recipe(&[]);
+        let r = reason(plan(sample(20, 10, Some(MASK), &plain), &plain, LIMITS));
         assert_eq!(r, "mask \"seg\": mask is 16x8, its image 20x10");
         let mut palette = MASK.to_vec();
         palette[25] = 3;
-        let r = reason(plan(sample(16, 8, Some(&palette)), &recipe(&[]), LIMITS));
+        let r = reason(plan(sample(16, 8, Some(&palette), &plain), &plain, LIMITS));
         assert!(r.starts_with("mask \"seg\": a palette PNG"), "{r}");
         let blur = [(
             "blurred",
             r#"{"ops": [{"op": "GaussianBlur", "kernel_size": [3, 5]}, {"op": "CenterCrop", "size": 4}]}"#,
         )];
-        let r = reason(plan(sample(16, 8, None), &recipe(&blur), LIMITS));
+        let blurred = recipe(&blur);
+        let r = reason(plan(sample(16, 8, None, &blurred), &blurred, LIMITS));
         assert!(
             r.starts_with("view \"blurred\": step") && r.ends_with("runs on the cpu"),
             "{r}"
@@ -305,16 +313,16 @@ mod tests {
             batch_memory: 100,
             ..LIMITS
         };
-        let r = reason(plan(sample(16, 8, None), &recipe(&[]), tight));
+        let r = reason(plan(sample(16, 8, None, &plain), &plain, tight));
         assert!(r.contains("over the batch limit"), "{r}");
         // Masks a pool thread decoded ahead of the batch are taken as they
         // are; the same ones decoded here are the same bytes.
-        let mut ahead = sample(16, 8, Some(MASK));
+        let mut ahead = sample(16, 8, Some(MASK), &plain);
         ahead.decode_masks(LIMITS.max_image_pixels);
         assert!(matches!(&ahead.mask_pixels[..], [(1, Ok(p))] if p.len() == 16 * 8));
         let (here, there) = (
-            plan(sample(16, 8, Some(MASK)), &recipe(&[]), LIMITS).unwrap(),
-            plan(ahead.clone(), &recipe(&[]), LIMITS).unwrap(),
+            plan(sample(16, 8, Some(MASK), &plain), &plain, LIMITS).unwrap(),
+            plan(ahead.clone(), &plain, LIMITS).unwrap(),
         );
         let pixels = |p: &PlannedSample| match &p.parts[1].work {
             Work::Mask(pixels, _) => pixels.clone(),
@@ -323,11 +331,8 @@ mod tests {
         assert_eq!(pixels(&here), pixels(&there));
         ahead.mask_pixels = vec![(1, Err("decoded ahead: not a PNG".into()))];
         assert_eq!(
-            reason(plan(ahead, &recipe(&[]), LIMITS)),
+            reason(plan(ahead, &plain, LIMITS)),
             "mask \"seg\": decoded ahead: not a PNG"
         );
-        let mut truncated = sample(16, 8, None);
-        truncated.data = truncated.data.slice(..truncated.data.len() / 2);
-        assert!(!reason(plan(truncated, &recipe(&[]), LIMITS)).is_empty());
     }
 }

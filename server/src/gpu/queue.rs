@@ -11,7 +11,8 @@ use bytes::Bytes;
 use stoker_core::{FieldSpec, ItemSeed, TransformSpec, ViewSpec};
 use stoker_formats::image::ImageKind;
 use stoker_formats::sample::{RawField, RawSample, RawValue};
-use stoker_image::decode::{check_jpeg, decode_mask};
+use stoker_image::decode::decode_mask;
+use stoker_image::{PlanError, RunsOn, SamplePlan};
 use tokio::sync::oneshot;
 
 use super::steal::StealPolicy;
@@ -25,6 +26,9 @@ pub struct GpuSample {
     pub position: u64,
     pub label: i64,
     pub data: Bytes,
+    /// Its plan, made where it was routed: the lane runs it, and a
+    /// hand-back to the CPU carries it there.
+    pub plan: Arc<SamplePlan>,
     /// The sample's masks, at their indices of the request's fields (every
     /// other index `Ok(None)`), as `read_fields` leaves them in
     /// `RawSample::fields`; empty when the request has none.
@@ -42,15 +46,11 @@ pub struct GpuSample {
 pub type MaskPixels = Result<Bytes, String>;
 
 impl GpuSample {
-    /// Decodes the sample's masks for an image of the size its header
-    /// gives ([`decode_mask`]), into [`GpuSample::mask_pixels`]: CPU work
-    /// for a pool thread, so that the lanes' threads do not spend it. A
-    /// header that does not parse leaves them to the lane, which hands
-    /// the sample back with the reason.
+    /// Decodes the sample's masks for an image of its planned size
+    /// ([`decode_mask`]), into [`GpuSample::mask_pixels`]: CPU work for a
+    /// pool thread, so that the lanes' threads do not spend it.
     pub fn decode_masks(&mut self, max_pixels: u64) {
-        let Ok(dims) = check_jpeg(&self.data, max_pixels) else {
-            return;
-        };
+        let dims = self.plan.dims;
         self.mask_pixels = self
             .masks
             .iter()
@@ -63,6 +63,20 @@ impl GpuSample {
     }
 }
 
+/// A plan of a 1x1 image with no steps, for tests of what a lane does with
+/// samples whatever their plan.
+#[cfg(test)]
+pub(super) fn test_plan() -> Arc<SamplePlan> {
+    Arc::new(SamplePlan {
+        kind: ImageKind::Jpeg,
+        dims: (1, 1),
+        image: Vec::new(),
+        views: Vec::new(),
+        working_bytes: 0,
+        runs_on: RunsOn::Gpu,
+    })
+}
+
 /// A mask of an image of `dims`, decoded as [`MaskPixels`].
 pub(super) fn mask_pixels(data: &[u8], dims: (u32, u32), max_pixels: u64) -> MaskPixels {
     let mask = decode_mask(data, dims, max_pixels)?;
@@ -70,6 +84,31 @@ pub(super) fn mask_pixels(data: &[u8], dims: (u32, u32), max_pixels: u64) -> Mas
 }
 
 impl GpuSample {
+    /// A JPEG with no fields, planned for the lanes with `spec` from
+    /// `seed`'s draws at `position`, as the worker's router plans the
+    /// samples it sends there (benchmarks and tests queue these directly).
+    pub fn planned(
+        key: String,
+        position: u64,
+        data: Bytes,
+        spec: &TransformSpec,
+        seed: ItemSeed,
+        max_pixels: u64,
+    ) -> Result<Self, PlanError> {
+        let rng = seed.sample(position);
+        let mut plan = SamplePlan::new(ImageKind::Jpeg, &data, spec, &[], &rng, max_pixels)?;
+        plan.runs_on = RunsOn::Gpu;
+        Ok(Self {
+            key,
+            position,
+            label: 0,
+            data,
+            plan: Arc::new(plan),
+            masks: Vec::new(),
+            mask_pixels: Vec::new(),
+        })
+    }
+
     /// The sample as the CPU path takes it (the data is shared, not copied).
     pub fn clone_raw(&self) -> RawSample {
         self.clone().into_raw()
@@ -88,13 +127,12 @@ impl GpuSample {
     }
 }
 
-/// What a job's samples become: the transform and the seed of its draws,
-/// and the request's fields (whose masks follow the image's geometry) and
-/// views (more pipelines over the same decode).
+/// What a job's samples become: the transform (each sample's steps are in
+/// its plan), and the request's fields (whose masks follow the image's
+/// geometry) and views (more pipelines over the same decode).
 #[derive(Clone, Debug)]
 pub struct Recipe {
     pub spec: Arc<TransformSpec>,
-    pub seed: ItemSeed,
     pub extra: Arc<[FieldSpec]>,
     pub views: Arc<[ViewSpec]>,
     /// Leave finished images on the device (`Processed::device`) where the
@@ -103,11 +141,10 @@ pub struct Recipe {
 }
 
 impl Recipe {
-    /// `spec` with `seed`'s draws, and no masks or views.
-    pub fn new(spec: Arc<TransformSpec>, seed: ItemSeed) -> Self {
+    /// `spec`, with no masks or views.
+    pub fn new(spec: Arc<TransformSpec>) -> Self {
         Self {
             spec,
-            seed,
             extra: Arc::new([]),
             views: Arc::new([]),
             on_device: false,

@@ -114,6 +114,9 @@ pub struct WorkerContext {
     pub metrics: WorkerMetrics,
     /// Clients with items in progress, for `--metrics-listen`.
     pub clients: Arc<Clients>,
+    /// The plans routing made and executors received (tests only).
+    #[cfg(test)]
+    pub(crate) plan_log: super::route::PlanLog,
 }
 
 impl WorkerContext {
@@ -142,6 +145,8 @@ impl WorkerContext {
             replay: ReplayCache::default(),
             metrics: WorkerMetrics::default(),
             clients: Arc::default(),
+            #[cfg(test)]
+            plan_log: Default::default(),
         }
     }
 

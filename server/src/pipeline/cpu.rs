@@ -3,10 +3,10 @@
 //! with its reason, and so does a panic in the decoder or the transform
 //! ([`SkipKind::Internal`]).
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
-use stoker_core::{
-    FieldSpec, FieldValue, ItemSeed, NpyArray, Rect, SampleRng, Step, TransformSpec, ViewSpec, resolve_steps,
-};
+use stoker_core::{FieldSpec, FieldValue, ItemSeed, NpyArray, Rect, Step, TransformSpec, ViewSpec};
 use tracing::debug;
 
 use super::{Processed, SkipKind, Skipped};
@@ -15,18 +15,19 @@ use crate::metrics::{Stage, WorkerMetrics};
 use crate::pool::catch_panic;
 use stoker_formats::image::ImageKind;
 use stoker_formats::sample::{RawSample, RawValue};
-use stoker_image::ImageError;
 use stoker_image::augment::Augmenter;
-use stoker_image::decode::{RgbImage, check_jpeg, decode, decode_mask, header_dimensions, sniff};
+use stoker_image::decode::{RgbImage, sniff};
+use stoker_image::{ImageError, PlanError, SamplePlan};
 
 thread_local! {
     static AUGMENTER: std::cell::RefCell<Augmenter> = std::cell::RefCell::new(Augmenter::new());
 }
 
-/// Decodes and augments one sample (runs on the CPU pool). Failures become
-/// a [`Skipped`] with the reason; a panic in decode or transform is caught
-/// here and becomes an [`SkipKind::Internal`] skip naming the key, the
-/// stage and the panic's message, so the thread and the worker live on.
+/// Plans, decodes and augments one sample (runs on the CPU pool), as a CPU
+/// worker routes and runs it. Failures become a [`Skipped`] with the
+/// reason; a panic in planning, decode or transform is caught here and
+/// becomes an [`SkipKind::Internal`] skip naming the key, the stage and the
+/// panic's message, so the thread and the worker live on.
 pub fn process_sample(
     raw: RawSample,
     spec: &TransformSpec,
@@ -34,18 +35,61 @@ pub fn process_sample(
     max_pixels: u64,
     metrics: &WorkerMetrics,
 ) -> Result<Processed, Skipped> {
-    process_sample_with(raw, spec, seed, max_pixels, metrics, &[], &[])
+    let plan = plan_sample(&raw, spec, &[], seed, max_pixels)?;
+    process_sample_with(raw, &plan, spec, max_pixels, metrics, &[], &[])
 }
 
-/// [`process_sample`], with the request's fields `extra` and `views`: each
-/// mask left in `raw.fields` (by [`super::fields::read_fields`]) follows
-/// the image's geometric steps, and lands at its index of the result's
-/// fields; each view is its own pipeline over the same decoded image,
-/// with its own draws, after them (`FieldValue::Image`).
+/// `raw`'s plan ([`SamplePlan::new`], with the draws of `seed` at its
+/// position): made once, where the sample is routed. `Err` is the sample's
+/// skip, with the reason the CPU path gives (an image member or label
+/// that is not one, a header that does not parse, a transform or a view
+/// over the pixel limit, draws that cannot be carried out).
+pub(crate) fn plan_sample(
+    raw: &RawSample,
+    spec: &TransformSpec,
+    views: &[ViewSpec],
+    seed: ItemSeed,
+    max_pixels: u64,
+) -> Result<SamplePlan, Skipped> {
+    let skip = |kind: SkipKind, reason: String| Skipped {
+        key: raw.key.clone(),
+        position: raw.position,
+        reason,
+        kind,
+    };
+    let (kind, data) = match &raw.image {
+        Ok(img) => img,
+        Err(problem) => return Err(skip(SkipKind::from(problem), problem.to_string())),
+    };
+    if let Err(reason) = &raw.label {
+        return Err(skip(SkipKind::Label, reason.clone()));
+    }
+    let rng = seed.sample(raw.position);
+    catch_panic(|| SamplePlan::new(*kind, data, spec, views, &rng, max_pixels))
+        .map_err(|message| Skipped::panicked(&raw.key, raw.position, "plan", &message))?
+        .map_err(|e| match e {
+            PlanError::Image(e) => skip(SkipKind::from(&e), e.to_string()),
+            PlanError::View { name, source } => {
+                let kind = match source {
+                    ImageError::TooLarge(_) => SkipKind::TooLarge,
+                    _ => SkipKind::Transform,
+                };
+                skip(kind, format!("view {name:?}: {source}"))
+            }
+        })
+}
+
+/// Decodes and augments one sample by its `plan` (made where it was
+/// routed: never resolved again here), with the request's transform
+/// `spec` (its output size), fields `extra` and `views`: each mask left in
+/// `raw.fields` (by [`super::fields::read_fields`]) follows the image's
+/// geometric steps, and lands at its index of the result's fields; each
+/// view is its own pipeline over the same decoded image, with its own
+/// planned steps, after them (`FieldValue::Image`).
 pub(crate) fn process_sample_with(
     mut raw: RawSample,
+    plan: &SamplePlan,
     spec: &TransformSpec,
-    seed: ItemSeed,
     max_pixels: u64,
     metrics: &WorkerMetrics,
     extra: &[FieldSpec],
@@ -59,28 +103,18 @@ pub(crate) fn process_sample_with(
         reason,
         kind,
     };
-    let (kind, data) = match raw.image {
+    let (named, data) = match raw.image {
         Ok(img) => img,
         Err(problem) => return Err(skip(&raw.key, SkipKind::from(&problem), problem.to_string())),
     };
     let label = raw.label.map_err(|reason| skip(&raw.key, SkipKind::Label, reason))?;
-    // A transform that would make an image over the pixel limit is refused
-    // from the header (of the kind the bytes are), before anything is
-    // decoded. (An image whose header does not parse fails in the decoder,
-    // which reads the same header.)
-    stoker_image::check_footprint(kind, &data, spec, max_pixels)
-        .map_err(|e| skip(&raw.key, SkipKind::TooLarge, e.to_string()))?;
-    for v in views {
-        stoker_image::check_footprint(kind, &data, &v.transform, max_pixels)
-            .map_err(|e| skip(&raw.key, SkipKind::TooLarge, format!("view {:?}: {e}", v.name)))?;
-    }
     // Views need the whole image: no region decode then.
     let region = views.is_empty();
     let (img, steps) = metrics
         .time(Stage::Decode, || {
             catch_panic(|| {
                 inject_decode_fault(&raw.key);
-                decode_for(kind, &data, spec, &seed.sample(position), &raw.key, max_pixels, region)
+                decode_for(plan, (named, &data), &raw.key, max_pixels, region)
             })
         })
         .map_err(|message| Skipped::panicked(&raw.key, position, "decode", &message))?
@@ -109,34 +143,24 @@ pub(crate) fn process_sample_with(
         ));
     }
     let mut fields = Vec::new();
-    let mut image_size = None;
     for (i, mask) in masks.into_iter().enumerate() {
         let Ok(Some(RawValue::Bytes(bytes))) = mask else {
             fields.push(None);
             continue;
         };
         let name = extra.get(i).map_or("mask", |f| f.name.as_str());
-        let image_size = match image_size {
-            Some(dims) => dims,
-            None => *image_size.insert(
-                header_dimensions(sniff(&data).unwrap_or(kind), &data)
-                    .map_err(|e| skip(&raw.key, SkipKind::Decode, e.to_string()))?,
-            ),
-        };
-        let mask = metrics
-            .time(Stage::Transform, || {
-                catch_panic(|| follow_image(&bytes, image_size, spec, &seed.sample(position), max_pixels))
-            })
+        let (pixels, w, h) = metrics
+            .time(Stage::Transform, || catch_panic(|| plan.run_mask(&bytes, max_pixels)))
             .map_err(|message| Skipped::panicked(&raw.key, position, "mask transform", &message))?
             .map_err(|why| skip(&raw.key, SkipKind::BadField, format!("mask {name:?}: {why}")))?;
-        fields.push(Some(FieldValue::Mask(mask)));
+        fields.push(Some(FieldValue::Mask(NpyArray::mask(w, h, Bytes::from(pixels)))));
     }
     if let Some(source) = source {
         fields.resize(extra.len(), None);
         for (j, v) in views.iter().enumerate() {
             let pixels = metrics
                 .time(Stage::Transform, || {
-                    catch_panic(|| view_of(&source, &v.transform, &seed.sample(position).view(j)))
+                    catch_panic(|| view_of(plan, j, &source, v.transform.size))
                 })
                 .map_err(|message| Skipped::panicked(&raw.key, position, "view transform", &message))?
                 .map_err(|why| skip(&raw.key, SkipKind::Transform, format!("view {:?}: {why}", v.name)))?;
@@ -155,41 +179,16 @@ pub(crate) fn process_sample_with(
     })
 }
 
-/// One view: `transform` over a copy of the decoded `source`, with the
-/// view's own draws `rng`; its pixels, checked to be its size.
-fn view_of(source: &RgbImage, transform: &TransformSpec, rng: &SampleRng) -> Result<Bytes, String> {
-    let steps = resolve_steps(transform, rng, source.width, source.height).map_err(|e| e.to_string())?;
+/// View `index` of the plan over a copy of the decoded `source`; its
+/// pixels, checked to be `size` x `size`.
+fn view_of(plan: &SamplePlan, index: usize, source: &RgbImage, size: u32) -> Result<Bytes, String> {
     let out = AUGMENTER
-        .with(|a| a.borrow_mut().run(source.clone(), &steps))
+        .with(|a| plan.run_view(&mut a.borrow_mut(), index, source))
         .map_err(|e| e.to_string())?;
-    let s = transform.size;
-    if (out.width, out.height) != (s, s) {
-        return Err(format!("produced {}x{}, expected {s}x{s}", out.width, out.height));
+    if (out.width, out.height) != (size, size) {
+        return Err(format!("produced {}x{}, expected {size}x{size}", out.width, out.height));
     }
     Ok(Bytes::from(out.pixels))
-}
-
-/// A segmentation mask through the image's geometric steps: decoded
-/// ([`decode_mask`]: an 8-bit image of the image's `(width, height)`; of
-/// RGB its first channel), then the steps the image resolved to from the
-/// same draws, with nearest sampling and 0 fill ([`Step::for_mask`]);
-/// `|u1` `[1, H, W]`.
-fn follow_image(
-    data: &[u8],
-    (width, height): (u32, u32),
-    spec: &TransformSpec,
-    rng: &SampleRng,
-    max_pixels: u64,
-) -> Result<NpyArray, String> {
-    let img = decode_mask(data, (width, height), max_pixels)?;
-    let steps: Vec<Step> = resolve_steps(spec, rng, width, height)
-        .map_err(|e| e.to_string())?
-        .iter()
-        .filter_map(Step::for_mask)
-        .collect();
-    let out = Augmenter::new().run(img, &steps).map_err(|e| e.to_string())?;
-    let data: Vec<u8> = out.pixels.chunks_exact(3).map(|p| p[0]).collect();
-    Ok(NpyArray::mask(out.width, out.height, Bytes::from(data)))
 }
 
 /// Unit tests make a sample's decode panic by ending its key with this.
@@ -209,36 +208,36 @@ fn inject_decode_fault(key: &str) {
     }
 }
 
-/// Decodes `data` and resolves the sample's steps. When the first step
-/// crops a box out of a JPEG and the build has libjpeg-turbo, only that box
-/// is decoded (the step then applies to the box); otherwise the whole image
-/// is decoded with zune-jpeg / zune-png.
-fn decode_for(
-    kind: ImageKind,
-    data: &[u8],
-    spec: &TransformSpec,
-    rng: &SampleRng,
+/// Decodes `data` for its `plan`, with the steps to run on the result.
+/// When the first step crops a box out of a JPEG and the build has
+/// libjpeg-turbo, only that box is decoded (the step then applies to the
+/// box); otherwise the whole image is decoded with zune-jpeg / zune-png,
+/// and must come out the planned size.
+fn decode_for<'p>(
+    plan: &'p SamplePlan,
+    (named, data): (ImageKind, &[u8]),
     key: &str,
     max_pixels: u64,
     region: bool,
-) -> Result<(RgbImage, Vec<Step>), ImageError> {
-    if region && libjpeg::enabled() && kind == ImageKind::Jpeg && sniff(data) == Some(ImageKind::Jpeg) {
-        let (w, h) = check_jpeg(data, max_pixels)?;
-        let mut steps = resolve_steps(spec, rng, w, h)?;
-        if let Some(Step::CropResize { crop, .. }) = steps.first_mut()
-            && crop.inside(w, h)
-        {
-            match libjpeg::decode_region(data, crop.left as u32, crop.top as u32, crop.width, crop.height) {
-                Ok(img) => {
+) -> Result<(RgbImage, Cow<'p, [Step]>), ImageError> {
+    if region
+        && libjpeg::enabled()
+        && named == ImageKind::Jpeg
+        && sniff(data) == Some(ImageKind::Jpeg)
+        && let Some(Step::CropResize { crop, .. }) = plan.image.first()
+        && crop.inside(plan.dims.0, plan.dims.1)
+    {
+        match libjpeg::decode_region(data, crop.left as u32, crop.top as u32, crop.width, crop.height) {
+            Ok(img) => {
+                let mut steps = plan.image.clone();
+                if let Some(Step::CropResize { crop, .. }) = steps.first_mut() {
                     *crop = Rect::whole(crop.width, crop.height);
-                    return Ok((img, steps));
                 }
-                // CMYK and other inputs libjpeg will not turn into RGB.
-                Err(reason) => debug!(key, reason, "region decode failed, decoding whole image"),
+                return Ok((img, Cow::Owned(steps)));
             }
+            // CMYK and other inputs libjpeg will not turn into RGB.
+            Err(reason) => debug!(key, reason, "region decode failed, decoding whole image"),
         }
     }
-    let img = decode(kind, data, max_pixels)?;
-    let steps = resolve_steps(spec, rng, img.width, img.height)?;
-    Ok((img, steps))
+    Ok((plan.decode(data, max_pixels)?, Cow::Borrowed(&plan.image)))
 }

@@ -7,59 +7,50 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use stoker_core::{FieldValue, Fields, ItemMode, TransformSpec, ViewSpec, footprint};
+use stoker_core::{FieldValue, Fields, ItemMode, TransformSpec, ViewSpec};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use super::fields::read_fields;
 use super::measure::{read_item, synthetic_item};
-use super::route::{InFlight, Route, gpu_sample, on_cpu, on_gpu};
+use super::route::{InFlight, gpu_sample, on_cpu, on_gpu};
 use super::samples::{ItemSamples, Read};
 use super::sink::{replay_item, send};
 use super::{Chunk, Item, ItemError, Processed, SkipKind, SkipTally, Skipped, WorkerContext};
 use crate::gpu::GpuSample;
 use crate::memory::Reservation;
 use crate::metrics::Stage;
-use stoker_formats::image::ImageKind;
 use stoker_formats::sample::RawSample;
-use stoker_image::decode::{header_dimensions, sniff};
+use stoker_image::{RunsOn, SamplePlan};
 
 /// A chunk is sent once it holds this many skips, so a shard of nothing
 /// but bad samples streams its reasons instead of piling them up.
 const MAX_SKIPS_PER_CHUNK: usize = 256;
 
 /// Bytes a sample may hold while it is processed: its encoded bytes, the
-/// most its decode and transform hold at once ([`footprint`], worked out
-/// from the image header) and the result, and the same for each of its
-/// `views` (they run one after another over a copy of the decoded image,
-/// counted as if at once). Images whose header cannot be read, that are
-/// over the pixel limit or whose transform would be, count only their
-/// bytes: they are skipped before decoding. On a GPU worker a JPEG is
-/// decoded in device memory, so it holds only its bytes and the result in
-/// host memory; a JPEG the GPU hands back to the CPU, or that a CPU thread
-/// takes from the lanes' backlog, is decoded there outside the budget (at
-/// most one per pool thread at once).
-fn memory_need(raw: &RawSample, spec: &TransformSpec, views: &[ViewSpec], max_pixels: u64, gpu: bool) -> u64 {
+/// most its decode and transform hold at once (its plan's
+/// `working_bytes`, worked out from the image header) and the result, and
+/// the same for each of its `views` (they run one after another over a
+/// copy of the decoded image, counted as if at once). A sample that could
+/// not be planned counts only its bytes: it is skipped before decoding.
+/// On a GPU worker a JPEG the lanes take is decoded in device memory, so
+/// it holds only its bytes and the result in host memory; a JPEG the GPU
+/// hands back to the CPU, or that a CPU thread takes from the lanes'
+/// backlog, is decoded there outside the budget (at most one per pool
+/// thread at once).
+fn memory_need(raw: &RawSample, plan: Result<&SamplePlan, &Skipped>, spec: &TransformSpec, views: &[ViewSpec]) -> u64 {
     let output = |spec: &TransformSpec| u64::from(spec.size).pow(2) * 3;
-    if gpu && let Ok((ImageKind::Jpeg, data)) = &raw.image {
-        return data.len() as u64 + output(spec);
-    }
-    let Ok((kind, data)) = &raw.image else {
+    let Ok((_, data)) = &raw.image else {
         return output(spec);
     };
-    // The header of the kind the bytes are, whatever the name says.
-    let dims = header_dimensions(sniff(data).unwrap_or(*kind), data)
-        .ok()
-        .filter(|&(w, h)| u64::from(w) * u64::from(h) <= max_pixels);
-    let working = |spec: &TransformSpec| {
-        dims.and_then(|(w, h)| footprint(spec, w, h, max_pixels).ok())
-            .unwrap_or(0)
-    };
-    std::iter::once(spec)
-        .chain(views.iter().map(|v| &v.transform))
-        .map(|s| working(s) + output(s))
-        .sum::<u64>()
-        + data.len() as u64
+    let encoded = data.len() as u64;
+    match plan {
+        Ok(plan) if plan.runs_on == RunsOn::Gpu => encoded + output(spec),
+        Ok(plan) => {
+            encoded + plan.working_bytes + output(spec) + views.iter().map(|v| output(&v.transform)).sum::<u64>()
+        }
+        Err(_) => encoded + output(spec) + views.iter().map(|v| output(&v.transform)).sum::<u64>(),
+    }
 }
 
 /// Runs one item, sending chunks to `tx`. Returns when the item is done, it
@@ -103,7 +94,7 @@ pub async fn run_item(ctx: Arc<WorkerContext>, item: Item, tx: mpsc::Sender<Resu
 struct ReadSample {
     raw: RawSample,
     need: u64,
-    route: Route,
+    plan: Result<Arc<SamplePlan>, Skipped>,
     held: Reservation,
 }
 
@@ -256,7 +247,7 @@ impl<'a> ItemRun<'a> {
                     self.ctx.budget.reserve(next.need).await
                 }
             };
-            self.start(next.raw, next.route, held);
+            self.start(next.raw, next.plan, held);
         }
         Ok(true)
     }
@@ -308,15 +299,9 @@ impl<'a> ItemRun<'a> {
                             }
                         }
                     }
-                    let route = self.ctx.route(&raw, self.item);
-                    let need = memory_need(
-                        &raw,
-                        &self.item.spec,
-                        &self.item.views,
-                        self.ctx.config.max_image_pixels,
-                        route == Route::Gpu,
-                    );
-                    return Ok(Some(ReadSample { raw, need, route, held }));
+                    let plan = self.ctx.plan(&raw, self.item);
+                    let need = memory_need(&raw, plan.as_deref(), &self.item.spec, &self.item.views);
+                    return Ok(Some(ReadSample { raw, need, plan, held }));
                 }
                 Ok(Read::End) => self.exhausted = true,
                 Err(e) if e.is_io() => {
@@ -339,9 +324,9 @@ impl<'a> ItemRun<'a> {
 
     /// Starts `raw`, which holds `held`: a GPU JPEG joins the pending
     /// batch (sent once full), anything else goes to the CPU pool.
-    fn start(&mut self, raw: RawSample, route: Route, held: Reservation) {
-        let raw = match route {
-            Route::Gpu => match gpu_sample(raw) {
+    fn start(&mut self, raw: RawSample, plan: Result<Arc<SamplePlan>, Skipped>, held: Reservation) {
+        let raw = match &plan {
+            Ok(gpu) if gpu.runs_on == RunsOn::Gpu => match gpu_sample(raw, Arc::clone(gpu)) {
                 Ok(sample) => {
                     self.gpu_pending.push(sample);
                     self.gpu_held.absorb(held);
@@ -352,9 +337,9 @@ impl<'a> ItemRun<'a> {
                 }
                 Err(raw) => *raw,
             },
-            Route::Cpu => raw,
+            _ => raw,
         };
-        let one = on_cpu(self.ctx, self.item, raw, held);
+        let one = on_cpu(self.ctx, self.item, raw, plan, held);
         self.push_in_flight(one);
     }
 

@@ -5,10 +5,11 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use stoker_core::{FieldKind, FieldSpec, ItemSeed, TransformSpec, ViewSpec, resolve_steps};
+use stoker_core::{FieldKind, FieldSpec, TransformSpec, ViewSpec};
+use stoker_image::{RunsOn, SamplePlan};
 use tracing::debug;
 
-use super::cpu::process_sample_with;
+use super::cpu::{plan_sample, process_sample_with};
 use super::{Item, ItemError, Processed, Skipped, WorkerContext};
 use crate::gpu::RunnerGone;
 use crate::gpu::{GpuResult, GpuRunner, GpuSample, Recipe, gpu_runs, mask_chain};
@@ -17,59 +18,75 @@ use crate::metrics::Stage;
 use crate::pool::PoolError;
 use stoker_formats::image::ImageKind;
 use stoker_formats::sample::RawSample;
-use stoker_image::decode::{check_jpeg, sniff};
+use stoker_image::decode::sniff;
 
 impl WorkerContext {
-    /// Where `raw` of `item` is decoded: on a GPU worker a JPEG whose
-    /// steps the lanes all run (its views' too, and on a `--gpu-only`
-    /// worker its masks') goes to the GPU lanes (whose backlog idle CPU
-    /// threads share: [`share_backlog`]), anything else to the CPU pool.
-    pub(super) fn route(&self, raw: &RawSample, item: &Item) -> Route {
-        match &self.gpu {
-            Some(_) if gpu_jpeg(raw) && self.lanes_run(raw, item) => Route::Gpu,
-            _ => Route::Cpu,
-        }
+    /// `raw`'s plan, made once here for every executor that will touch the
+    /// sample ([`plan_sample`]), with where it runs: on a GPU worker a
+    /// JPEG whose steps the lanes all run (its views' too, and on a
+    /// `--gpu-only` worker its masks') goes to the GPU lanes (whose backlog
+    /// idle CPU threads share: [`share_backlog`]), anything else to the CPU
+    /// pool. `Err` is the sample's skip: nothing is queued for it.
+    pub(super) fn plan(&self, raw: &RawSample, item: &Item) -> Result<Arc<SamplePlan>, Skipped> {
+        let max_pixels = self.config.max_image_pixels;
+        let mut plan = plan_sample(raw, &item.spec, &item.views, item.item_seed(), max_pixels)?;
+        plan.runs_on = self.runs_on(raw, item, &plan);
+        let plan = Arc::new(plan);
+        #[cfg(test)]
+        self.plan_log.saw("route", &raw.key, &plan);
+        Ok(plan)
     }
 
-    /// Whether the lanes run every step of `raw`'s transform, of each of
-    /// its views, and of its masks (the image's geometric steps as one
-    /// chain), decided once, from its header and its draws, before it is
-    /// queued: the lanes never receive a sample they would hand back for a
-    /// step without a kernel (nor one whose header or draws the CPU path
-    /// refuses: it skips it with the reason), and nothing is decoded twice.
-    fn lanes_run(&self, raw: &RawSample, item: &Item) -> bool {
-        let Ok((_, data)) = &raw.image else { return false };
-        let Ok((w, h)) = check_jpeg(data, self.config.max_image_pixels) else {
-            return false;
-        };
-        let draws = item.item_seed().sample(raw.position);
-        let Ok(steps) = resolve_steps(&item.spec, &draws, w, h) else {
-            return false;
-        };
+    /// Whether the lanes run every step of the plan: the image's, each
+    /// view's, and its masks' (the image's geometric steps as one chain),
+    /// decided before the sample is queued, so the lanes never receive a
+    /// sample they would hand back for a step without a kernel, and
+    /// nothing is decoded twice.
+    fn runs_on(&self, raw: &RawSample, item: &Item, plan: &SamplePlan) -> RunsOn {
+        if self.gpu.is_none() {
+            return RunsOn::Cpu("a cpu worker");
+        }
+        if !gpu_jpeg(raw) {
+            return RunsOn::Cpu("not a jpeg");
+        }
         let masks = item.extra.iter().any(|f| f.kind == FieldKind::Mask);
+        let (w, h) = plan.dims;
         // Masks ride the lanes only on a `--gpu-only` worker. Otherwise the
         // CPU pool takes their samples: on 640x480 JPEGs with PNG masks
         // it ran them about 1.8x faster than the lanes did (H200, 16
         // threads; docs/gpu.md), measured before the lanes stopped
         // tracking events (1f4c9b1) and not since.
         if masks && self.config.cpu_jpegs {
-            return false;
+            RunsOn::Cpu("masks, which the cpu pool runs unless --gpu-only")
+        } else if !plan.image.iter().all(gpu_runs) {
+            RunsOn::Cpu("a step without a gpu kernel")
+        } else if masks && mask_chain(&plan.image, w, h).is_none() {
+            RunsOn::Cpu("the masks' steps do not chain")
+        } else if !plan.views.iter().all(|steps| steps.iter().all(gpu_runs)) {
+            RunsOn::Cpu("a view's step without a gpu kernel")
+        } else {
+            RunsOn::Gpu
         }
-        steps.iter().all(gpu_runs)
-            && (!masks || mask_chain(&steps, w, h).is_some())
-            && item.views.iter().enumerate().all(|(j, v)| {
-                resolve_steps(&v.transform, &draws.view(j), w, h).is_ok_and(|steps| steps.iter().all(gpu_runs))
-            })
     }
 }
 
-/// Where a sample is decoded and transformed (see [`WorkerContext::route`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Route {
-    /// The GPU lanes, in a batch.
-    Gpu,
-    /// The CPU pool: not a JPEG the GPU takes, or a CPU worker.
-    Cpu,
+/// Every plan an executor received, by where (`route` made it; `cpu`, and
+/// a test's emulated `lane`), key and address: tests check that each is
+/// the one routing made.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub(crate) struct PlanLog(std::sync::Mutex<Vec<(&'static str, String, usize)>>);
+
+#[cfg(test)]
+impl PlanLog {
+    pub(crate) fn saw(&self, at: &'static str, key: &str, plan: &Arc<SamplePlan>) {
+        let address = Arc::as_ptr(plan) as usize;
+        self.0.lock().expect("plan log").push((at, key.to_owned(), address));
+    }
+
+    pub(crate) fn entries(&self) -> Vec<(&'static str, String, usize)> {
+        self.0.lock().expect("plan log").clone()
+    }
 }
 
 /// Lets idle CPU threads share the GPU lanes' backlog: while more than a
@@ -101,10 +118,13 @@ fn steal_one(ctx: &Arc<WorkerContext>) {
     tracing::trace!(key = %stolen.sample.key, path = "cpu-steal", "gpu decode");
     let raw = stolen.sample.clone_raw();
     let recipe = &stolen.recipe;
+    let plan = &stolen.sample.plan;
+    #[cfg(test)]
+    ctx.plan_log.saw("cpu", &raw.key, plan);
     let result = match process_sample_with(
         raw,
+        plan,
         &recipe.spec,
-        recipe.seed,
         ctx.config.max_image_pixels,
         &ctx.metrics,
         &recipe.extra,
@@ -126,10 +146,12 @@ fn steal_one(ctx: &Arc<WorkerContext>) {
 
 type Outcome = Result<Processed, Skipped>;
 
+type Results = std::pin::Pin<Box<dyn Future<Output = Result<Vec<Outcome>, ItemError>> + Send>>;
+
 /// Samples on their way through the CPU pool or the GPU, in the order they
 /// were read.
 pub(super) struct InFlight {
-    pub(super) results: std::pin::Pin<Box<dyn Future<Output = Result<Vec<Outcome>, ItemError>> + Send>>,
+    pub(super) results: Results,
     pub(super) samples: usize,
     pub(super) held: Reservation,
 }
@@ -141,14 +163,16 @@ fn gpu_jpeg(raw: &RawSample) -> bool {
     matches!((&raw.image, &raw.label), (Ok((ImageKind::Jpeg, data)), Ok(_)) if sniff(data) == Some(ImageKind::Jpeg))
 }
 
-/// `raw` as the GPU lanes take it; `None` unless [`gpu_jpeg`].
-pub(super) fn gpu_sample(raw: RawSample) -> Result<GpuSample, Box<RawSample>> {
+/// `raw` as the GPU lanes take it, with its plan; `Err` unless
+/// [`gpu_jpeg`].
+pub(super) fn gpu_sample(raw: RawSample, plan: Arc<SamplePlan>) -> Result<GpuSample, Box<RawSample>> {
     match (&raw.image, &raw.label) {
         (Ok((ImageKind::Jpeg, data)), Ok(label)) if gpu_jpeg(&raw) => Ok(GpuSample {
             label: *label,
             data: data.clone(),
             key: raw.key,
             position: raw.position,
+            plan,
             masks: raw.fields,
             mask_pixels: Vec::new(),
         }),
@@ -156,14 +180,17 @@ pub(super) fn gpu_sample(raw: RawSample) -> Result<GpuSample, Box<RawSample>> {
     }
 }
 
-/// Queues one sample on the CPU pool now; the future yields its outcome.
+/// Queues one sample on the CPU pool now, with its plan; the future yields
+/// its outcome.
 fn on_pool(
     ctx: &Arc<WorkerContext>,
     raw: RawSample,
+    plan: Arc<SamplePlan>,
     spec: &Arc<TransformSpec>,
-    seed: ItemSeed,
     (extra, views): (&Arc<[FieldSpec]>, &Arc<[ViewSpec]>),
 ) -> impl Future<Output = Result<Outcome, PoolError>> + Send + 'static {
+    #[cfg(test)]
+    ctx.plan_log.saw("cpu", &raw.key, &plan);
     let (spec, worker) = (Arc::clone(spec), Arc::clone(ctx));
     let (extra, views) = (Arc::clone(extra), Arc::clone(views));
     let max_pixels = ctx.config.max_image_pixels;
@@ -172,7 +199,7 @@ fn on_pool(
     // internal skip too.
     let (key, position) = (raw.key.clone(), raw.position);
     let job = ctx.pool.spawn(move || {
-        let outcome = process_sample_with(raw, &spec, seed, max_pixels, &worker.metrics, &extra, &views);
+        let outcome = process_sample_with(raw, &plan, &spec, max_pixels, &worker.metrics, &extra, &views);
         if outcome.is_ok() {
             worker.counters.cpu_samples.fetch_add(1, Ordering::Relaxed);
         }
@@ -186,12 +213,25 @@ fn on_pool(
     }
 }
 
-/// Queues one sample on the CPU pool now, holding `held` until its result
-/// is collected.
-pub(super) fn on_cpu(ctx: &Arc<WorkerContext>, item: &Item, raw: RawSample, held: Reservation) -> InFlight {
-    let one = on_pool(ctx, raw, &item.spec, item.item_seed(), (&item.extra, &item.views));
+/// Queues one sample on the CPU pool now with its plan, holding `held`
+/// until its result is collected; a sample that could not be planned is
+/// its skip at once.
+pub(super) fn on_cpu(
+    ctx: &Arc<WorkerContext>,
+    item: &Item,
+    raw: RawSample,
+    plan: Result<Arc<SamplePlan>, Skipped>,
+    held: Reservation,
+) -> InFlight {
+    let results: Results = match plan {
+        Ok(plan) => {
+            let one = on_pool(ctx, raw, plan, &item.spec, (&item.extra, &item.views));
+            Box::pin(async move { Ok(vec![one.await?]) })
+        }
+        Err(skipped) => Box::pin(std::future::ready(Ok(vec![Err(skipped)]))),
+    };
     InFlight {
-        results: Box::pin(async move { Ok(vec![one.await?]) }),
+        results,
         samples: 1,
         held,
     }
@@ -210,7 +250,6 @@ pub(super) fn on_gpu(ctx: &Arc<WorkerContext>, item: &Item, samples: Vec<GpuSamp
     let ctx = Arc::clone(ctx);
     let recipe = Recipe {
         spec: Arc::clone(&item.spec),
-        seed: item.item_seed(),
         extra: Arc::clone(&item.extra),
         views: Arc::clone(&item.views),
         on_device: item.on_device,
@@ -237,7 +276,8 @@ pub(super) fn on_gpu(ctx: &Arc<WorkerContext>, item: &Item, samples: Vec<GpuSamp
                 GpuResult::Cpu { sample, reason } => {
                     debug!(key = %sample.key, reason, "gpu handed the sample to the cpu");
                     let fields = (&recipe.extra, &recipe.views);
-                    back.push(on_pool(&ctx, sample.into_raw(), &recipe.spec, recipe.seed, fields));
+                    let plan = Arc::clone(&sample.plan);
+                    back.push(on_pool(&ctx, sample.into_raw(), plan, &recipe.spec, fields));
                 }
             }
         }

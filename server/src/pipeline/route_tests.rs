@@ -12,7 +12,7 @@ use std::time::Duration;
 use stoker_core::{DatasetUri, TransformSpec};
 use tokio::sync::mpsc;
 
-use super::super::{Item, SkipKind, WorkerConfig, WorkerContext, process_sample, run_item};
+use super::super::{Item, SkipKind, WorkerConfig, WorkerContext, run_item};
 use crate::gpu::{GpuResult, GpuRunner, GpuRunnerConfig, GpuSample, Recipe};
 use crate::synth;
 use stoker_storage::Storage;
@@ -128,8 +128,8 @@ fn as_a_lane(sample: &GpuSample, r: &Recipe) -> Result<crate::outcome::Processed
     let metrics = Default::default();
     super::super::cpu::process_sample_with(
         sample.clone_raw(),
+        &sample.plan,
         &r.spec,
-        r.seed,
         100_000_000,
         &metrics,
         &r.extra,
@@ -214,6 +214,76 @@ async fn every_mix_of_gpu_hand_back_and_cpu_paths_delivers_each_sample_once() {
     let mut keys: Vec<&String> = part.samples.keys().chain(part.skipped.keys()).collect();
     keys.sort();
     assert_eq!(keys, expected);
+}
+
+/// One plan per sample: routing makes it, and the lane that takes the
+/// sample, the CPU thread that steals it from the lanes' backlog and the
+/// CPU pool that runs its hand-back all receive that same plan (none
+/// makes its own), whichever path the sample takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lanes_and_the_cpu_receive_the_plan_made_at_routing() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = dataset(dir.path()).await;
+    let lanes = GpuRunnerConfig {
+        lanes: 1,
+        max_batch: 4,
+        ..GpuRunnerConfig::default()
+    };
+    let lane_saw = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&lane_saw);
+    // Every other sample handed back; slow enough for a backlog to steal.
+    let runner = GpuRunner::emulated(lanes, true, move |sample: GpuSample, r: &Recipe| {
+        std::thread::sleep(Duration::from_millis(2));
+        seen.lock()
+            .unwrap()
+            .push((sample.key.clone(), Arc::as_ptr(&sample.plan) as usize));
+        match sample.position % 2 {
+            0 => GpuResult::Done(as_a_lane(&sample, r).unwrap()),
+            _ => GpuResult::Cpu {
+                sample,
+                reason: "emulated hand-back".to_owned(),
+            },
+        }
+    });
+    let ctx = Arc::new(WorkerContext::with_gpu(config(2), runner).unwrap());
+    let got = run(Arc::clone(&ctx), uri, 0, None).await;
+    assert_eq!(got.samples.len() + got.skipped.len(), 63);
+
+    let log = ctx.plan_log.entries();
+    let mut routed = HashMap::new();
+    for (_, key, plan) in log.iter().filter(|(at, ..)| *at == "route") {
+        assert!(routed.insert(key.clone(), *plan).is_none(), "{key} planned twice");
+    }
+    // The truncated JPEG cannot be planned: its skip is the plan's.
+    assert_eq!(routed.len(), 62, "every sample but the truncated one planned once");
+    let lane_saw = lane_saw.lock().unwrap().clone();
+    let cpu_saw: Vec<_> = log.iter().filter(|(at, ..)| *at == "cpu").collect();
+    for (key, plan) in &lane_saw {
+        assert_eq!(
+            routed.get(key),
+            Some(plan),
+            "the lane received {key}'s plan from routing"
+        );
+    }
+    for (_, key, plan) in &cpu_saw {
+        assert_eq!(
+            routed.get(key),
+            Some(plan),
+            "the cpu received {key}'s plan from routing"
+        );
+    }
+    let handed_back = cpu_saw
+        .iter()
+        .filter(|(_, key, _)| lane_saw.iter().any(|(k, _)| k == key));
+    assert!(handed_back.count() > 0, "hand-backs ran on the cpu with their plans");
+    assert!(lane_saw.len() > 10, "the lanes took {} samples", lane_saw.len());
+    // Each sample ran on one path at least, with the one plan.
+    for key in got.samples.keys() {
+        assert!(
+            lane_saw.iter().any(|(k, _)| k == key) || cpu_saw.iter().any(|(_, k, _)| k == key),
+            "{key} delivered without an executor receiving its plan"
+        );
+    }
 }
 
 /// The same slow lanes, whose backlog the steal policy keeps for them
@@ -310,7 +380,7 @@ async fn a_panic_in_a_lanes_host_work_hands_the_sample_to_the_cpu_and_the_lane_g
         if sample.key == "a/003" {
             panic!("lane bug on {}", sample.key);
         }
-        match process_sample(sample.clone_raw(), &r.spec, r.seed, 100_000_000, &Default::default()) {
+        match as_a_lane(&sample, r) {
             Ok(p) => GpuResult::Done(p),
             Err(s) => GpuResult::Cpu {
                 sample,

@@ -1,6 +1,7 @@
-//! Arbitrary bytes as a sample's image: decode (JPEG and PNG, each also
-//! tried as the other kind, as a misnamed file is) and the transform
-//! presets, as the worker runs them on the CPU (`stoker-image`).
+//! Arbitrary bytes as a sample's image: its plan (`SamplePlan`: header,
+//! footprints, steps), decode (JPEG and PNG, each also tried as the other
+//! kind, as a misnamed file is) and the transform presets, as the worker
+//! plans and runs them on the CPU (`stoker-image`), views and masks too.
 //!
 //! A panic fails, and so does memory over the bound the worker counts on:
 //! a counting global allocator aborts on an allocation that would hold more
@@ -18,10 +19,10 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use libfuzzer_sys::fuzz_target;
 use stoker_core::transform::{EXAMPLES, example_spec};
-use stoker_core::{SampleRng, TransformSpec, footprint};
+use stoker_core::{SampleRng, TransformSpec, ViewSpec, footprint};
 use stoker_image::augment::Augmenter;
 use stoker_image::decode::{ImageKind, decode, header_dimensions, sniff};
-use stoker_image::{ImageError, decode_and_transform, transform};
+use stoker_image::{ImageError, SamplePlan, decode_and_transform, transform};
 
 /// The pixel limit: small, so that the largest images stay fast to fuzz.
 const MAX_PIXELS: u64 = 1 << 22;
@@ -184,6 +185,27 @@ fuzz_target!(|data: &[u8]| {
             Ok(img) => assert_eq!((img.width, img.height), (spec.size, spec.size)),
             Err(ImageError::Augment(e)) => panic!("a step failed: {e}"),
             Err(_) => {}
+        }
+    }
+
+    // The worker's CPU route with a view and a mask: the sample's plan
+    // (header, footprints, the image's and the view's steps), its decode,
+    // the image's steps, the view's over the same decode, and the bytes as
+    // their own mask (an image of the planned size).
+    let views = [ViewSpec {
+        name: "view".into(),
+        transform: specs[(data.len() / 7) % specs.len()].clone(),
+    }];
+    if let Ok(plan) = SamplePlan::new(ImageKind::Jpeg, data, spec, &views, &rng, MAX_PIXELS)
+        && let Ok(img) = plan.decode(data, MAX_PIXELS)
+    {
+        let mut a = Augmenter::new();
+        let view = plan.run_view(&mut a, 0, &img).unwrap_or_else(|e| panic!("a view's step failed: {e}"));
+        assert_eq!((view.width, view.height), (views[0].transform.size, views[0].transform.size));
+        let out = plan.run(&mut a, img).unwrap_or_else(|e| panic!("a step failed: {e}"));
+        assert_eq!((out.width, out.height), (spec.size, spec.size));
+        if let Ok((mask, w, h)) = plan.run_mask(data, MAX_PIXELS) {
+            assert_eq!(mask.len() as u64, u64::from(w) * u64::from(h));
         }
     }
 
