@@ -10,6 +10,14 @@
 //! uint8 HWC batch to the layout and dtype a training step takes,
 //! normalised (`convert.cu`).
 //!
+//! The worker's kernels follow `stoker-image`'s `augment` operation for
+//! operation, for the CPU's bytes: chains in its integer arithmetic, the
+//! warps and colour steps with each multiply and add rounded on its own
+//! (no fused multiply-add); only the fused bilinear resize keeps in float
+//! the intermediate the CPU rounds to 8 bits (a grey level at most).
+//! Wrappers check bounds before launching; those whose kernels read only
+//! the `CudaSlice`s they are given are safe functions.
+//!
 //! The sources (`src/*.cu`) are embedded in the binary and compiled at run
 //! time by NVRTC for the GPU found, so nothing CUDA is needed to build.
 //! [`MODULES`] is the registry: a module's name, its source and the kernel

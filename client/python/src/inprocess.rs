@@ -1,4 +1,7 @@
-//! `InProcessWorker`: a worker inside the training process.
+//! `InProcessWorker`: a worker inside the training process. On the
+//! training GPU it shares the trainer's primary CUDA context, where
+//! separate processes would be time-sliced. The loader's `"local"` workers
+//! start their GPU worker the same way ([`local_start`]).
 
 use std::sync::Mutex;
 

@@ -9,7 +9,9 @@
 //! (for a batch, for the constructor) hands them to `logging` between its
 //! waits. `STOKER_LOG` filters them as it does the command line's log
 //! (WARNING and above by default, less an in-process worker's skip
-//! summaries).
+//! summaries). Installed ([`install`]) when a client or an in-process
+//! worker is made, never by `python -m stoker`, which logs to stderr as
+//! the binary does.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;

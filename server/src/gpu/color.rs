@@ -2,7 +2,8 @@
 //! tables (solarize, posterize, invert), equalize, autocontrast, channel
 //! permutations, hue, the four `ImageEnhance` blends and RandomErasing,
 //! every image with its own parameters, each kind of work one launch of
-//! `stoker-kernels`' `color.cu` for the whole batch.
+//! `stoker-kernels`' `color.cu` for the whole batch. [`color_runs`] says
+//! which steps the round runs.
 //!
 //! Every step here keeps the image's size, and every one runs in place:
 //! each image keeps its `DeviceImage` (no allocation per image). The only

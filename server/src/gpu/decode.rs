@@ -7,6 +7,18 @@
 //! corrupt, CMYK or greyscale, over the pixel limit) gets its own error, so
 //! the caller can hand it to the CPU path, which decodes it or skips it
 //! with the CPU worker's reason.
+//!
+//! An nvJPEG jpeg state is used by one lane's thread, and again only after
+//! the device work of its previous decode has finished: the batched
+//! decode's state once per batch (each batch ends with the lane waiting
+//! for its stream), the single-image decodes' states in turns, each
+//! waiting for the event recorded after its previous decode ([`Singles`]
+//! says what went wrong without that wait). The hardware engine's batched
+//! decode writes its outputs from a stream of nvJPEG's own, not ordered
+//! after the lane's allocation of them, so the lane waits for its stream
+//! (the allocations, and the frees of other streams the pool handed over)
+//! before queueing it (compute-sanitizer's `--track-stream-ordered-races`
+//! flagged those writes).
 
 use std::sync::Arc;
 

@@ -1,6 +1,9 @@
 //! Finding and opening a GPU: [`probe`] (what is missing, or what was
 //! found), [`Gpu`] (a device's context, stream and compiled kernels), its
-//! errors, and the page-locked copies back to the host.
+//! errors, and the page-locked copies back to the host. [`probe`] names
+//! what is missing: libcuda, a device, libnvrtc, libnvjpeg. The host reads
+//! a lane's page-locked copy-back buffer only after the lane waited for
+//! the copy into it ([`Gpu::copy_to_pinned`]).
 
 use std::fmt;
 use std::sync::Arc;

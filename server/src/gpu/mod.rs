@@ -7,14 +7,17 @@
 //! - `decode`: batched nvJPEG decode to device RGB, per-image errors for
 //!   JPEGs the GPU path cannot take (the caller routes them to the CPU).
 //! - [`Gpu::resized_crop_flip`]: the fused crop + resize + flip kernel of
-//!   `stoker-kernels` over a batch, driven by the steps
-//!   `stoker_core::resolve_steps` resolved on the host, as on the CPU path,
+//!   `stoker-kernels` over a batch, driven by the steps of each sample's
+//!   plan (`stoker_image::SamplePlan`, made where the worker routes it),
 //!   reading through a chain of nearest steps (`chain`);
 //!   [`Gpu::run_steps_batch`]: any other step lists, in rounds over the
 //!   batch (chains, crop-resizes, colour steps in `color`, filtered warps).
 //! - `runner` ([`GpuRunner`]): the worker's GPU lanes, which use both.
 //! - `nvjpeg`: the nvJPEG bindings in three layers (`sys`, `result`,
 //!   `safe`), private to this module.
+//!
+//! The submodules are private (the crate warns on `unreachable_pub`); this
+//! module re-exports what the CLI and the tests use.
 
 mod batch;
 mod chain;

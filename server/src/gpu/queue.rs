@@ -1,7 +1,10 @@
 //! The GPU runner's work-stealing queue: items queue [`Job`]s, lanes take
 //! merged batches from the front, and idle CPU threads steal single
 //! samples from the back ([`Stolen`]); each job's [`Reply`] gathers its
-//! results from both and answers the item once all are in.
+//! results from both and answers the item once all are in. Also what goes
+//! in and what comes out: [`GpuSample`] (with its plan, made where it was
+//! routed), [`Recipe`] (a job's transform, fields and views; no seed: the
+//! steps are in each sample's plan) and [`GpuResult`].
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};

@@ -1,47 +1,50 @@
 //! The worker's GPU at work: a few dedicated threads ("lanes") own the
 //! device, each with its own CUDA stream, nvJPEG decoder and page-locked
-//! buffer, and turn batches of JPEG samples into finished `train` crops.
+//! buffer, and turn batches of JPEG samples into finished samples.
+//! [`GpuRunner`] is the worker's handle on its `--gpu-lanes` threads,
+//! joined when it drops, so no lane frees CUDA memory while the process
+//! exits.
 //!
 //! Items hand [`GpuSample`]s to [`GpuRunner::run`], which pushes them as
-//! one job onto the runner's queue (`queue::JobQueue`: a deque under a
-//! mutex, with a condition variable the lanes wait on) and awaits the job's
-//! results. Pushing never waits and the queue has no bound of its own; an
-//! item waits for its results, not for room, and what it can have queued
-//! is bounded by its read-ahead and the worker's memory budget, in which
-//! its samples are reserved. While more than a full batch per lane waits,
-//! idle CPU threads take the newest samples off the queue's back
-//! ([`GpuRunner::steal`]). A lane takes the job at the queue's front and
-//! the jobs already waiting behind it, whole jobs of any output size, until
-//! it holds `max_batch` images (the last job may take it past) or the queue
-//! is empty, and for them:
+//! one job onto the runner's queue (`queue::JobQueue`, with no bound of
+//! its own: what an item can have queued is bounded by its read-ahead and
+//! the worker's memory budget) and awaits the job's results. While more
+//! than a full batch per lane waits, idle CPU threads take the newest
+//! samples off the queue's back ([`GpuRunner::steal`]). A lane takes the
+//! job at the queue's front and the jobs waiting behind it until it holds
+//! `max_batch` images (the last job may take it past), and for them:
 //!
-//! 1. reads each header, resolves the sample's steps from (seed, epoch,
-//!    key) exactly as the CPU path does, and keeps the samples whose every
-//!    step has a kernel (`gpu_runs`) and that fit `batch_memory`;
-//! 2. groups them by output size into batches of at most `max_batch`
-//!    images and `batch_memory` bytes; for each, decodes with nvJPEG in one
-//!    batch (hardware engine when there is one), runs the kernels (the
-//!    step kernels a step index at a time for samples with other steps,
-//!    then one fused crop + resize + flip launch over the batch) and
-//!    copies the results to its page-locked buffer;
+//! 1. takes each sample's plan as it was routed (`GpuSample::plan`, never
+//!    resolved again), makes its parts (`super::plan`) and keeps the
+//!    samples that fit `batch_memory`;
+//! 2. in batches of at most `max_batch` images and `batch_memory` bytes,
+//!    decodes with nvJPEG (the hardware engine when there is one), runs the
+//!    step rounds, then one output (a fused crop + resize + flip launch per
+//!    output size), and copies it to a page-locked buffer;
 //! 3. hands every sample it did not finish back as [`GpuResult::Cpu`] with
-//!    the reason, so the caller runs it on the CPU path, which decodes it or
-//!    skips it with the CPU worker's own reason.
+//!    the reason, for the CPU path, which runs it or skips it with the CPU
+//!    worker's own reason.
 //!
-//! Two lanes overlap one batch's host work (header reads, copies out of
-//! the page-locked buffer) with the other's decode and kernels.
+//! Two lanes overlap one batch's host work with the other's decode and
+//! kernels. A panic never takes a lane down: one in a sample's host work
+//! hands that sample to the CPU path, one in a batch's work the batch's
+//! samples, with the panic's message as the reason; the CPU path runs them
+//! by the same plan, or skips them as `internal` if it panics too: the
+//! GPU never skips on its own.
 //!
-//! A panic never takes a lane down: one in a sample's host work (header,
-//! steps) hands that sample to the CPU path, one in a batch's work hands
-//! the batch's samples there, with the panic's message as the reason. The
-//! CPU path runs them, or skips them as `internal` if it panics too (it
-//! runs the same header and step code): the GPU never skips on its own.
+//! Each lane allocates, uses and frees its buffers on its own stream and
+//! hands the host only what it copied back and waited for, so the
+//! worker's context runs without cudarc's cross-stream event tracking
+//! ([`GpuRunner::start`]'s `SAFETY:` note); a batch output left on the
+//! device for a loader in this process
+//! (`stoker_kernels::handoff::DeviceOutput`) carries that ordering itself.
+//! A buffer shared between lanes would need the same.
 //!
-//! Device memory is bounded: a batch holds at most `batch_memory` bytes of
-//! decoded images and outputs; an image that alone is over it goes to the
-//! CPU. Decoded images come from the stream-ordered pool, which keeps up to
-//! that much for reuse, so the footprint is flat from batch to batch and
-//! epoch to epoch ([`GpuRunner::memory`]).
+//! Device memory per batch is capped by `batch_memory`
+//! (`--gpu-batch-memory`; an image alone over it goes to the CPU). Decoded
+//! images come from the stream-ordered pool, which keeps that much for
+//! reuse, so the footprint stays flat ([`GpuRunner::memory`]; `Info`
+//! reports it: held, peak, in use).
 
 use std::sync::Arc;
 #[cfg(test)]

@@ -1,5 +1,7 @@
 //! When a GPU worker's CPU threads may take JPEGs from the lanes' backlog:
-//! only when that finishes the lanes' work sooner.
+//! only when that finishes the lanes' work sooner. The lanes time their
+//! batches for it (`BatchTimer`), and `Stolen::finish` the threads'
+//! samples.
 //!
 //! Two rules, both from measurements the runner makes as it goes:
 //!

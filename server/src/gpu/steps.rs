@@ -3,6 +3,17 @@
 //! [`GpuCrop`], reading through a chain where [`fused`] made one), and
 //! any other step lists in rounds over the batch ([`Gpu::run_steps_batch`];
 //! one image's with [`Gpu::run_steps`]), for the steps [`gpu_runs`].
+//!
+//! [`GpuCrop`] is a crop, padded or not, plus at most a horizontal flip;
+//! [`fused`] makes a sample's steps a chain then such a crop. A sample
+//! whose steps are a chain then a bilinear crop-resize to the output (and
+//! a flip), as `train`'s are, runs in the fused batch kernel, after one
+//! chain launch renders each crop box. Other step lists run a round per
+//! segment over the batch: each image's next chain (one launch for the
+//! round), chain + crop-resize (one launch per output size), a resize
+//! with Pillow's other filters (a launch per pass), colour steps
+//! ([`Gpu::color_round`]), filtered warps (one launch), or a blur on its
+//! own.
 
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use stoker_core::{Interpolation, Rect, Step, Warp};

@@ -1,6 +1,9 @@
 //! The worker's configuration ([`WorkerConfig`]), what every item needs
 //! ([`WorkerContext`]: storage, the memory budget, the pools, the replay
-//! cache, the metrics) and its running [`Counters`].
+//! cache, the metrics) and its running [`Counters`]. The named defaults
+//! (`DEFAULT_*`) are what the CLI's flags show;
+//! [`WorkerContext::inflight_samples`] is what the worker needs in flight
+//! to keep its executors busy (reported in `Info`).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;

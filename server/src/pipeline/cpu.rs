@@ -2,6 +2,17 @@
 //! can) and augment it, on a pool thread; what fails becomes a [`Skipped`]
 //! with its reason, and so does a panic in the decoder or the transform
 //! ([`SkipKind::Internal`]).
+//!
+//! The sample's plan, made where it was routed, is run as it is: no step
+//! is resolved here. A mask (`process_sample_with`) follows the plan's
+//! geometric steps ([`SamplePlan::run_mask`], [`SamplePlan::mask_steps`]:
+//! nearest, fill 0). Views (`Item::views`) need the whole image decoded
+//! once: each view runs its planned steps (drawn with `SampleRng::view`)
+//! over a copy of it ([`SamplePlan::run_view`]), and its pixels are
+//! appended to the result's fields as `FieldValue::Image`, after the
+//! requested fields; the client splits them off into `Batch::views`. A
+//! caught panic's skip names the key, the stage and the message; one
+//! elsewhere in the pool job becomes the sample's skip in `route::on_pool`.
 
 use std::borrow::Cow;
 

@@ -1,6 +1,12 @@
 //! A sample's requested fields read as their kinds, as the sample is read
 //! (before its image is decoded): a sample whose field is missing or not
 //! its kind is skipped then, naming the field, and never decoded.
+//!
+//! The item keeps the fields by position and attaches them to the
+//! sample's result, so the CPU pool and the GPU lanes see only images. A
+//! mask is the exception: its bytes go on with the sample, to `cpu.rs`
+//! (`process_sample_with`) or, on a `--gpu-only` worker, to the lanes,
+//! which run its steps as one chain (see `route.rs`).
 
 use stoker_core::field::one;
 use stoker_core::{FieldKind, FieldSpec, FieldValue, Fields};

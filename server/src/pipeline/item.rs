@@ -1,6 +1,12 @@
 //! One item's run: read the shard's samples ahead, within the memory
 //! budget, start each on the CPU pool or in a GPU batch, and collect the
 //! results in the order they were read into chunks for the client.
+//!
+//! [`run_item`] is driven by `ItemRun`, the per-item state: the reader,
+//! the in-flight queue in read order, the pending GPU batch, the memory
+//! reservations, and the chunk being filled. Each sample is planned as it
+//! is read (`WorkerContext::plan`), and its plan sizes its reservation
+//! (`memory_need`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;

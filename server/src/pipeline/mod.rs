@@ -14,8 +14,13 @@
 //! pool or the GPU lanes, and the CPU's share of the lanes' backlog),
 //! `cpu` (one sample decoded and augmented on the CPU, [`process_sample`]),
 //! `samples` (where an item's samples come from: a streamed shard or a
-//! Parquet shard's row groups), `replay` (the `--replay` cache,
-//! [`ReplayCache`]) and `sink` (where chunks go, cached ones included).
+//! Parquet shard's row groups), `fields` (a sample's requested fields),
+//! `measure` (`stoker doctor`'s item modes), `replay` (the `--replay`
+//! cache, [`ReplayCache`]) and `sink` (where chunks go, cached ones
+//! included). It also re-exports `outcome`'s [`Processed`] and [`Skipped`]
+//! with its [`SkipKind`], the few values of the skip metric's label:
+//! `internal` is a caught panic ([`Skipped::panicked`]), `missing_field` and
+//! `bad_field` a requested field absent or not its kind.
 
 mod context;
 mod cpu;

@@ -1,6 +1,26 @@
 //! Where a sample is decoded and transformed: the CPU pool, or on a GPU
 //! worker the GPU lanes in batches (what they hand back goes to the pool),
 //! with idle CPU threads sharing the lanes' backlog.
+//!
+//! Where a sample runs is decided once, with its plan
+//! ([`WorkerContext::plan`], `runs_on`), before it is queued; the pool, a
+//! stealing thread, the lanes and a hand-back all run that plan. On a GPU
+//! worker ([`WorkerContext::gpu`]) the JPEGs planned for the lanes are
+//! gathered into batches of `--gpu-batch`, each queued to the `GpuRunner`
+//! at once ([`on_gpu`]), so an item keeps several in flight. While more
+//! than a full batch per lane waits and the runner's `StealPolicy` allows
+//! it, idle CPU threads take the newest waiting JPEGs one at a time
+//! ([`share_backlog`]) and hand the results back to their batch: no ratio
+//! to tune (`--gpu-only` turns it off, `WorkerConfig::cpu_jpegs`). A
+//! sample's masks travel with it (`GpuSample::masks`, decoded on the pool
+//! before the batch is queued: [`decode_masks`]), to the CPU pool too when
+//! the lanes hand it back. What the runner hands back, and whatever was
+//! planned for the CPU, goes to the CPU pool, and a sample that cannot be
+//! planned is its skip at once, so a GPU worker skips exactly what a CPU
+//! worker skips, for the same reasons. The unit tests (`route_tests.rs`)
+//! drive every mix of paths through emulated lanes
+//! (`GpuRunner::emulated`), masks and views included, without a GPU, and
+//! check that every executor receives the routing's plan (`PlanLog`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -5,7 +5,18 @@
 //! Read within the worker's memory budget ([`ItemSamples::next_within`]):
 //! a WebDataset image member is reserved before it is read, and the
 //! reservation travels with its sample; a Parquet row group is reserved
-//! before it is fetched, and released once its last row is read.
+//! before it is fetched, and released once its last row is read. Without
+//! room, `next_within` reads nothing and says `Read::Blocked`: the item
+//! collects its own samples in flight first, or sends what it holds,
+//! waits, and [`ItemSamples::grant`]s.
+//!
+//! A sample range of a shard with a record index (not gzipped) is opened
+//! at its first record's byte and read to the byte after its last (a
+//! ranged GET on S3). Samples carry their position in the shard (the readers
+//! number them from where they start); the item passes over those before
+//! its `start` without decoding them and stops reading at its `end`. A
+//! shard unreadable from its start gives its error as the first read's,
+//! so the item reports it as a shard error like any other.
 
 use std::mem::take;
 

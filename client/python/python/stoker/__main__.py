@@ -1,7 +1,8 @@
 """The ``stoker`` command (worker, stream, pack, synth, bench, demo, doctor,
 health, augment), the same as the ``stoker`` binary, from the Rust code the
 package's extension already links: ``python -m stoker ...``, or ``stoker
-...`` once the package is installed."""
+...`` once the package is installed. SIGINT gets its default back, so the
+command's own handlers see Ctrl-C."""
 
 import signal
 import sys

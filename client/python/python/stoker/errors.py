@@ -1,4 +1,7 @@
-"""Stoker's exceptions: one hierarchy under ``StokerError``."""
+"""Stoker's exceptions: one hierarchy under ``StokerError``. The extension
+raises ``ConfigError`` for a setting it refuses before any work (a
+transform, field, view, dtype or address, say) and for a configuration the
+workers or the dataset refuse; other failures are ``StokerError``."""
 
 from ._stoker import StokerError
 

@@ -1,5 +1,7 @@
 """A sample's other fields (``Loader(fields=...)``): how they are named,
-parsed and turned into a batch's columns."""
+parsed and turned into a batch's columns. ``Field`` shares one parser with
+the command line (``_stoker.parse_field``); ``Field.KINDS`` comes from
+``_stoker.field_kinds()``."""
 
 import json
 
