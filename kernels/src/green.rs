@@ -200,7 +200,10 @@ fn unsupported(ordinal: usize, call: &str, r: sys::CUresult) -> GreenUnavailable
 }
 
 /// A green context over part of a device's SMs, and the streams it has
-/// lent. It lives as long as the process.
+/// lent. It lives while something holds it (a `Gpu` of the lanes, say):
+/// dropped with no lent stream left, it destroys its streams and the
+/// green context, so a loader dropped in a trainer's process gives the
+/// context's memory back.
 pub struct SmPartition {
     green: sys::CUgreenCtx,
     ctx: Arc<CudaContext>,
@@ -224,11 +227,12 @@ impl fmt::Debug for SmPartition {
     }
 }
 
-type Partitions = Mutex<HashMap<(usize, u32), Arc<SmPartition>>>;
+type Partitions = Mutex<HashMap<(usize, u32), Weak<SmPartition>>>;
 
 impl SmPartition {
     /// The partition of `sms` SMs (a size [`SmShare::resolve`] returned)
-    /// on `ctx`'s device: made on first use, then the same one.
+    /// on `ctx`'s device: made on first use, then the same one while any
+    /// holder keeps it.
     pub fn open(ctx: &Arc<CudaContext>, sms: u32) -> Result<Arc<Self>, GreenUnavailable> {
         static MADE: OnceLock<Partitions> = OnceLock::new();
         let mut made = MADE
@@ -236,11 +240,11 @@ impl SmPartition {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let key = (ctx.ordinal(), sms);
-        if let Some(p) = made.get(&key) {
-            return Ok(Arc::clone(p));
+        if let Some(p) = made.get(&key).and_then(Weak::upgrade) {
+            return Ok(p);
         }
         let p = Arc::new(catch_cuda_panic(|| Self::create(ctx, sms))?);
-        made.insert(key, Arc::clone(&p));
+        made.insert(key, Arc::downgrade(&p));
         Ok(p)
     }
 
@@ -287,7 +291,7 @@ impl SmPartition {
     /// partition's SMs, for use with its primary context (`ctx`, current on
     /// the calling thread's launches). A stream of that priority no wrapper
     /// holds any more is lent again; the streams live as long as the
-    /// partition.
+    /// partition, and are destroyed with it when none is lent.
     pub fn stream(&self, priority: i32) -> Result<Arc<CudaStream>, GreenUnavailable> {
         let ordinal = self.ctx.ordinal();
         let mut streams = self.streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -296,7 +300,7 @@ impl SmPartition {
             .find(|(_, p, lent)| *p == priority && lent.strong_count() == 0)
         {
             // SAFETY: a stream of this partition, which lives as long as
-            // the process; no other wrapper of it is alive.
+            // the partition; no other wrapper of it is alive.
             let s = unsafe { self.ctx.wrap_borrowed_stream(slot.0) };
             slot.2 = Arc::downgrade(&s);
             return Ok(s);
@@ -308,10 +312,42 @@ impl SmPartition {
         let r = unsafe { sys::cuGreenCtxStreamCreate(&mut raw, self.green, flags, priority) };
         check(r, |r| unsupported(ordinal, "cuGreenCtxStreamCreate", r))?;
         // SAFETY: just created in the green context of this device, kept
-        // (in `streams`) as long as the process.
+        // (in `streams`) as long as the partition.
         let s = unsafe { self.ctx.wrap_borrowed_stream(raw) };
         streams.push((raw, priority, Arc::downgrade(&s)));
         Ok(s)
+    }
+}
+
+impl Drop for SmPartition {
+    fn drop(&mut self) {
+        let streams = self.streams.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // A wrapper still lent (held by a device buffer that frees on its
+        // stream, say) may queue work yet: keep everything, as before.
+        if streams.iter().any(|(_, _, lent)| lent.strong_count() > 0) {
+            tracing::debug!(sms = self.sms, "a partition's stream is still lent: its green context stays");
+            return;
+        }
+        if self.ctx.bind_to_thread().is_err() {
+            return;
+        }
+        for (raw, ..) in streams.drain(..) {
+            // SAFETY: a stream this partition created, which no wrapper
+            // holds any more: nothing can queue work on it; what was
+            // queued finishes before it is destroyed.
+            let r = unsafe { sys::cuStreamSynchronize(raw) };
+            // SAFETY: as above; destroyed once (drained from the list).
+            let d = unsafe { sys::cuStreamDestroy_v2(raw) };
+            if r != sys::CUresult::CUDA_SUCCESS || d != sys::CUresult::CUDA_SUCCESS {
+                tracing::warn!(?r, ?d, "destroying a partition's stream");
+            }
+        }
+        // SAFETY: the green context this partition created, destroyed
+        // once, after every stream made in it.
+        let r = unsafe { sys::cuGreenCtxDestroy(self.green) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            tracing::warn!(?r, sms = self.sms, "destroying a green context");
+        }
     }
 }
 
