@@ -87,7 +87,7 @@ mxnet_python() {
   return 1
 }
 
-PY_PACKAGES="pillow numpy webdataset prometheus_client dnslib kubernetes-validate tfrecord datasets pyarrow"
+PY_PACKAGES="pillow numpy webdataset prometheus_client dnslib kubernetes-validate tfrecord datasets pyarrow mypy"
 TORCH_PACKAGES="torch torchvision lightning mypy"
 
 # The base the container test builds the worker image from: no registry can
@@ -117,7 +117,7 @@ scripts/deb-tool.sh kubernetes-client >/dev/null
 
 echo "==> in the background: Python venvs (target/pyenv, target/mxenv, target/torchenv) and Docker images"
 # shellcheck disable=SC2086 # lists of package names
-background pyenv venv target/pyenv 'PIL, numpy, webdataset, prometheus_client, dnslib, kubernetes_validate, tfrecord, datasets, pyarrow' $PY_PACKAGES
+background pyenv venv target/pyenv 'PIL, numpy, webdataset, prometheus_client, dnslib, kubernetes_validate, tfrecord, datasets, pyarrow, mypy' $PY_PACKAGES
 # MXNet 1.9.1 needs numpy<1.24 (and a Python it has wheels for).
 mxpython=$(mxnet_python)
 VENV_PYTHON=$mxpython background mxenv venv target/mxenv mxnet 'mxnet==1.9.1' 'numpy<1.24'

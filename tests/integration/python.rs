@@ -419,6 +419,30 @@ fn wheel_sh_finds_its_python_on_a_fresh_clone() {
     assert!(pip.status.success(), "{found} has no pip");
 }
 
+/// The package's stubs against the built module: `mypy.stubtest` finds
+/// every name, parameter, default and kind of `_stoker.pyi` (written by
+/// hand from the PyO3 signatures) and `transforms.pyi` (generated) in the
+/// installed extension and package, and nothing public missing from them;
+/// client/python/stubtest_allowlist.txt names what it cannot judge, each
+/// with its reason. Fails with stubtest's report.
+#[test]
+fn the_stubs_match_the_built_module_by_stubtest() {
+    let allowlist = crate::support::repo_root().join("client/python/stubtest_allowlist.txt");
+    let out = run_ok(
+        python()
+            .args([
+                "-m",
+                "mypy.stubtest",
+                "stoker._stoker",
+                "stoker.transforms",
+                "--allowlist",
+            ])
+            .arg(&allowlist),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("Success: no issues found"), "{stdout}");
+}
+
 /// Reads `child`'s stdout on a thread up to a line that starts with
 /// `prefix`, for at most 30 s, and returns the rest of it; on its end or
 /// the deadline first, kills `child` and fails with what came.

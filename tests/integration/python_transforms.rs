@@ -33,6 +33,9 @@ fn python_transforms_have_torchvision_defaults_round_trip_and_refuse_by_position
         // Every op accepted by the worker's parser (check_transform), its
         // canonical JSON read back; the parser's refusals name ops[i].
         "transforms json: every op accepted by the worker's parser",
+        // Every argument kind of core's table has exactly one converter in
+        // stoker/_kinds.py, and no converter is of a kind that is gone.
+        "transforms kinds: ",
         // Bad pipelines, sizes, dtype / mean conflicts and batch transforms
         // refused by the Loader before it connects.
         "transforms loader refusals:",

@@ -6,6 +6,8 @@ Sections, each ending with one summary line:
   - json: every op's torchvision defaults and argument order, JSON round
     trips, refusals naming the op, its position and the argument (Python's
     and the worker's parser, `_stoker.check_transform`);
+  - kinds: each argument kind of the schema has exactly one converter,
+    and no converter is orphaned;
   - loader refusals: bad pipelines, sizes, dtype / mean conflicts and
     batch transforms refused before connecting;
   - mix: MixUp / CutMix on numpy batches (formula, soft labels,
@@ -293,6 +295,24 @@ def check_json(stoker, T):
     raises(lambda: check(T.Compose([crop]).to_json(), 64), "32x32", "64x64")
     assert check("train") == (224, check("train", 224)[1])
     print("transforms json: every op accepted by the worker's parser, canonical JSON reads back; refusals name ops[i]")
+
+
+def check_kinds(stoker, T):
+    """Every argument kind of the op schema (core's one table of them,
+    ``_stoker.arg_kinds()``) has exactly one converter in stoker/_kinds.py,
+    and no converter is left without a kind; a failure names the kind."""
+    if stoker is None:
+        print("SKIP argument kinds: the native extension is not built here")
+        return
+    kinds = [k["name"] for k in stoker._stoker.arg_kinds()]
+    for name in kinds:
+        assert kinds.count(name) == 1, f"kind {name!r}: declared {kinds.count(name)} times in the schema"
+        assert name in T._KINDS, f"kind {name!r}: no converter in stoker/_kinds.py"
+    for name in T._KINDS:
+        assert name in kinds, f"kind {name!r}: its converter in stoker/_kinds.py is of no kind in the schema"
+    used = {a["kind"] for op in stoker._stoker.op_schema() for a in op["args"]}
+    assert used <= set(kinds), f"kinds {sorted(used - set(kinds))} are used by ops but not listed"
+    print(f"transforms kinds: {len(kinds)} argument kinds, one converter each, none orphaned")
 
 
 def check_loader_refusals(stoker, T):
@@ -953,6 +973,7 @@ def main():
     args = parser.parse_args()
     stoker, T = load()
     check_json(stoker, T)
+    check_kinds(stoker, T)
     check_loader_refusals(stoker, T)
     check_mix_numpy(T)
     check_loader_conversion(stoker, T)

@@ -656,12 +656,23 @@ fn parse_field(name: &str, text: &str) -> PyResult<(String, String, bool)> {
 }
 
 /// Every transform op's schema, from the ops' own declarations: a list of
-/// `{"name", "doc", "origin", "role", "args": [{"name", "kind", "required",
-/// "default", "doc"}]}`, in the registry's order. `stoker.transforms`
-/// builds its classes from it.
+/// `{"name", "doc", "origin", "role", "args": [{"name", "kind",
+/// "python_type", "python_value", "required", "default", "doc"}]}`, in the
+/// registry's order. `stoker.transforms` builds its classes from it, and
+/// stubgen.py their stubs.
 #[pyfunction]
 fn op_schema(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
     let text = stoker_core::transform::catalog::schema_json().to_string();
+    py.import("json")?.call_method1("loads", (text,))
+}
+
+/// Every argument kind of the op schema, from core's one table of them
+/// (`ArgKind`): a list of `{"name", "accepts", "python_type",
+/// "python_value"}`. The tests check that `stoker/_kinds.py` has exactly
+/// one converter for each and none for a kind that is gone.
+#[pyfunction]
+fn arg_kinds(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    let text = stoker_core::transform::catalog::kinds_json().to_string();
     py.import("json")?.call_method1("loads", (text,))
 }
 
@@ -683,6 +694,7 @@ fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_transform, m)?)?;
     m.add_function(wrap_pyfunction!(parse_field, m)?)?;
     m.add_function(wrap_pyfunction!(op_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(arg_kinds, m)?)?;
     m.add_function(wrap_pyfunction!(field_kinds, m)?)?;
     m.add_class::<DeviceTensor>()?;
     m.add("StokerError", m.py().get_type::<StokerError>())?;

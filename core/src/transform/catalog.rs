@@ -8,11 +8,14 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 
 use super::ops::OP_SCHEMAS;
-use super::schema::{OpSchema, Origin, Role};
+use super::schema::{ArgKind, OpSchema, Origin, Role};
 
 /// Every op's schema as JSON: `[{"name", "doc", "origin", "role", "args":
-/// [{"name", "kind", "required", "default", "doc"}]}]`, in the registry's
-/// order. What `_stoker.op_schema()` and `stoker transforms --json` give.
+/// [{"name", "kind", "python_type", "python_value", "required", "default",
+/// "doc"}]}]`, in the registry's order. What `_stoker.op_schema()` and
+/// `stoker transforms --json` give; the Python package's stubs annotate
+/// each argument with its `python_type` and each attribute with its
+/// `python_value` ([`ArgKind`]'s).
 pub fn schema_json() -> Value {
     let ops: Vec<Value> = OP_SCHEMAS
         .iter()
@@ -24,6 +27,8 @@ pub fn schema_json() -> Value {
                     json!({
                         "name": a.name,
                         "kind": a.kind.name(),
+                        "python_type": a.kind.python_type(),
+                        "python_value": a.kind.python_value(),
                         "required": a.default.is_none(),
                         "default": a.default_value(),
                         "doc": a.doc,
@@ -43,6 +48,24 @@ pub fn schema_json() -> Value {
         })
         .collect();
     Value::Array(ops)
+}
+
+/// Every argument kind as JSON, used by an op or not: `[{"name",
+/// "accepts", "python_type", "python_value"}]` in [`ArgKind::ALL`]'s
+/// order. What `_stoker.arg_kinds()` gives: the Python package's check
+/// that each kind has exactly one converter, and none is left over.
+pub fn kinds_json() -> Value {
+    ArgKind::ALL
+        .iter()
+        .map(|k| {
+            json!({
+                "name": k.name(),
+                "accepts": k.accepts(),
+                "python_type": k.python_type(),
+                "python_value": k.python_value(),
+            })
+        })
+        .collect()
 }
 
 /// The op's Python signature: `RandomResizedCrop(size, scale=[0.08, 1.0], ...)`.
@@ -131,7 +154,6 @@ fn capitalise(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transform::schema::ArgKind;
     use crate::transform::{OP_NAMES, OP_SCHEMAS, Op};
 
     /// A value of each kind that deserialises (validity is not asked).
@@ -229,6 +251,33 @@ mod tests {
             sig,
             "RandomResizedCrop(size, scale=[0.08, 1.0], ratio=[0.75, 1.3333333333333333], interpolation='bilinear', antialias=True)"
         );
+    }
+
+    #[test]
+    fn every_kind_has_a_unique_name_and_python_types() {
+        let kinds = kinds_json();
+        let kinds = kinds.as_array().unwrap();
+        assert_eq!(kinds.len(), ArgKind::ALL.len());
+        let mut names = std::collections::BTreeSet::new();
+        for (kind, json) in ArgKind::ALL.iter().zip(kinds) {
+            assert!(names.insert(kind.name()), "kind {} is named twice", kind.name());
+            assert_eq!(json["name"], kind.name());
+            for field in ["accepts", "python_type", "python_value"] {
+                let text = json[field].as_str().unwrap_or_default();
+                assert!(!text.trim().is_empty(), "kind {}: no {field}", kind.name());
+            }
+        }
+        // An argument's entry carries its kind's Python types.
+        let schema = schema_json();
+        let size = &schema
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["name"] == "CenterCrop")
+            .unwrap()["args"][0];
+        assert_eq!(size["kind"], "size");
+        assert_eq!(size["python_type"], ArgKind::Size.python_type());
+        assert_eq!(size["python_value"], ArgKind::Size.python_value());
     }
 
     /// docs/transforms.md's op table is [`markdown_table`]'s output;

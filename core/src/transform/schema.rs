@@ -11,123 +11,172 @@
 
 use serde_json::Value;
 
-/// What an argument accepts. Each kind has one converter in the Python
-/// package (`stoker.transforms`), found by [`ArgKind::name`]; its JSON form
-/// is what the op's Rust struct deserialises.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ArgKind {
-    /// A container's children: a non-empty list of ops.
-    Transforms,
-    /// A probability in [0, 1].
-    Probability,
-    Number,
-    Int,
-    OptInt,
-    Bool,
-    OptBool,
-    /// A crop's size: an int or `[h, w]`.
-    Size,
-    /// Resize's size: an int (the shorter side), `[h, w]`, or None.
-    ResizeSize,
-    /// A blur kernel: an int or `[kx, ky]`.
-    Kernel,
-    /// A number or `[min, max]`.
-    Range,
-    OptRange,
-    /// `[min, max]`.
-    Pair,
-    OptPair,
-    /// None, a number, `[min, max]` or `[x min, x max, y min, y max]`.
-    Shear,
-    /// None, a number, or one per channel.
-    Fill,
-    /// An int, `[left/right, top/bottom]` or `[left, top, right, bottom]`.
-    Padding,
-    OptPadding,
-    PaddingMode,
-    /// torchvision's `InterpolationMode` by its value.
-    Interpolation,
-    /// timm's: random, bilinear or bicubic.
-    TimmInterpolation,
-    /// A dtype's name.
-    Dtype,
-    /// An `AutoAugmentPolicy`'s value.
-    Policy,
-    Str,
-    /// None or one weight per child.
-    Weights,
-    /// One number per channel.
-    PerChannel,
-    /// A number, one per channel, or "random".
-    EraseValue,
+/// Declares [`ArgKind`] from one table, a row per kind: its variant, its
+/// name (the key of its one converter in the Python package,
+/// `stoker/_kinds.py`), what it accepts in words (the docs' op table), the
+/// Python type a constructor's argument of the kind takes (the stubs'
+/// annotation), and the type of the attribute it becomes (the converter's
+/// JSON form, as Python holds it). Nothing else spells a kind: the
+/// catalogue ([`super::catalog`]) gives these to the Python package, whose
+/// stub generator and converter check read them from there.
+macro_rules! arg_kinds {
+    ($(
+        $(#[doc = $doc:literal])*
+        $kind:ident { name: $name:literal, accepts: $accepts:literal, python: $python:literal, value: $value:literal $(,)? }
+    ),* $(,)?) => {
+        /// What an argument accepts; its JSON form is what the op's Rust
+        /// struct deserialises.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum ArgKind {
+            $($(#[doc = $doc])* $kind,)*
+        }
+
+        impl ArgKind {
+            /// Every kind, in the table's order.
+            pub const ALL: &'static [ArgKind] = &[$(Self::$kind),*];
+
+            /// The kind's name, as the Python package's converters are keyed.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Self::$kind => $name,)*
+                }
+            }
+
+            /// What the kind accepts, in words (the docs' op table).
+            pub fn accepts(self) -> &'static str {
+                match self {
+                    $(Self::$kind => $accepts,)*
+                }
+            }
+
+            /// The Python type an argument of the kind takes: its annotation
+            /// in the package's stubs (`stoker/transforms.pyi`).
+            pub fn python_type(self) -> &'static str {
+                match self {
+                    $(Self::$kind => $python,)*
+                }
+            }
+
+            /// The Python type of the attribute the argument becomes (its
+            /// JSON form, `RandomResizedCrop(224).scale`).
+            pub fn python_value(self) -> &'static str {
+                match self {
+                    $(Self::$kind => $value,)*
+                }
+            }
+        }
+    };
 }
 
-impl ArgKind {
-    /// The kind's name, as the Python package's converters are keyed.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Transforms => "transforms",
-            Self::Probability => "probability",
-            Self::Number => "number",
-            Self::Int => "int",
-            Self::OptInt => "opt_int",
-            Self::Bool => "bool",
-            Self::OptBool => "opt_bool",
-            Self::Size => "size",
-            Self::ResizeSize => "resize_size",
-            Self::Kernel => "kernel",
-            Self::Range => "range",
-            Self::OptRange => "opt_range",
-            Self::Pair => "pair",
-            Self::OptPair => "opt_pair",
-            Self::Shear => "shear",
-            Self::Fill => "fill",
-            Self::Padding => "padding",
-            Self::OptPadding => "opt_padding",
-            Self::PaddingMode => "padding_mode",
-            Self::Interpolation => "interpolation",
-            Self::TimmInterpolation => "timm_interpolation",
-            Self::Dtype => "dtype",
-            Self::Policy => "policy",
-            Self::Str => "str",
-            Self::Weights => "weights",
-            Self::PerChannel => "per_channel",
-            Self::EraseValue => "erase_value",
-        }
-    }
-
-    /// What the kind accepts, in words (the docs' op table).
-    pub fn accepts(self) -> &'static str {
-        match self {
-            Self::Transforms => "list of transforms",
-            Self::Probability => "probability",
-            Self::Number => "number",
-            Self::Int => "int",
-            Self::OptInt => "int or None",
-            Self::Bool => "bool",
-            Self::OptBool => "bool or None",
-            Self::Size => "int or [h, w]",
-            Self::ResizeSize => "int, [h, w] or None",
-            Self::Kernel => "int or [kx, ky]",
-            Self::Range => "number or [min, max]",
-            Self::OptRange => "number, [min, max] or None",
-            Self::Pair => "[min, max]",
-            Self::OptPair => "[a, b] or None",
-            Self::Shear => "number, [min, max], [x min, x max, y min, y max] or None",
-            Self::Fill => "number, [r, g, b] or None",
-            Self::Padding => "int, [lr, tb] or [l, t, r, b]",
-            Self::OptPadding => "int, [lr, tb], [l, t, r, b] or None",
-            Self::PaddingMode => "constant, edge, reflect or symmetric",
-            Self::Interpolation => "InterpolationMode",
-            Self::TimmInterpolation => "random, bilinear or bicubic",
-            Self::Dtype => "dtype",
-            Self::Policy => "AutoAugmentPolicy",
-            Self::Str => "string",
-            Self::Weights => "list of weights or None",
-            Self::PerChannel => "[r, g, b]",
-            Self::EraseValue => "number, [r, g, b] or \"random\"",
-        }
-    }
+// The Python types use the names `stubgen.py` imports into the stubs:
+// typing's `Any`, `Literal`, `Mapping` and `Sequence`, `enum.Enum`, and
+// `Transform`.
+arg_kinds! {
+    /// A container's children: a non-empty list of ops. Each may be a
+    /// Stoker op, an op dict or a torchvision transform (any object, told
+    /// apart at run time: torchvision is not imported).
+    Transforms { name: "transforms", accepts: "list of transforms", python: "Sequence[object]", value: "list[Transform]" },
+    /// A probability in [0, 1].
+    Probability { name: "probability", accepts: "probability", python: "float", value: "float" },
+    Number { name: "number", accepts: "number", python: "float", value: "float" },
+    Int { name: "int", accepts: "int", python: "int", value: "int" },
+    OptInt { name: "opt_int", accepts: "int or None", python: "int | None", value: "int | None" },
+    Bool { name: "bool", accepts: "bool", python: "bool", value: "bool" },
+    OptBool { name: "opt_bool", accepts: "bool or None", python: "bool | None", value: "bool | None" },
+    /// A crop's size: an int or `[h, w]`.
+    Size { name: "size", accepts: "int or [h, w]", python: "int | Sequence[int]", value: "int | list[int]" },
+    /// Resize's size: an int (the shorter side), `[h, w]`, or None.
+    ResizeSize {
+        name: "resize_size",
+        accepts: "int, [h, w] or None",
+        python: "int | Sequence[int] | None",
+        value: "int | list[int] | None",
+    },
+    /// A blur kernel: an int or `[kx, ky]`.
+    Kernel { name: "kernel", accepts: "int or [kx, ky]", python: "int | Sequence[int]", value: "int | list[int]" },
+    /// A number or `[min, max]`.
+    Range {
+        name: "range",
+        accepts: "number or [min, max]",
+        python: "float | Sequence[float]",
+        value: "float | list[float]",
+    },
+    OptRange {
+        name: "opt_range",
+        accepts: "number, [min, max] or None",
+        python: "float | Sequence[float] | None",
+        value: "float | list[float] | None",
+    },
+    /// `[min, max]`.
+    Pair { name: "pair", accepts: "[min, max]", python: "Sequence[float]", value: "list[float]" },
+    OptPair { name: "opt_pair", accepts: "[a, b] or None", python: "Sequence[float] | None", value: "list[float] | None" },
+    /// None, a number, `[min, max]` or `[x min, x max, y min, y max]`.
+    Shear {
+        name: "shear",
+        accepts: "number, [min, max], [x min, x max, y min, y max] or None",
+        python: "float | Sequence[float] | None",
+        value: "float | list[float] | None",
+    },
+    /// None, a number, or one per channel; or torchvision's dict of them
+    /// keyed by input type (`{tv_tensors.Image: 127, "others": 0}`).
+    Fill {
+        name: "fill",
+        accepts: "number, [r, g, b] or None",
+        python: "float | Sequence[float] | Mapping[type | str, float | Sequence[float] | None] | None",
+        value: "float | list[float] | None",
+    },
+    /// An int, `[left/right, top/bottom]` or `[left, top, right, bottom]`.
+    Padding {
+        name: "padding",
+        accepts: "int, [lr, tb] or [l, t, r, b]",
+        python: "int | Sequence[int]",
+        value: "int | list[int]",
+    },
+    OptPadding {
+        name: "opt_padding",
+        accepts: "int, [lr, tb], [l, t, r, b] or None",
+        python: "int | Sequence[int] | None",
+        value: "int | list[int] | None",
+    },
+    PaddingMode {
+        name: "padding_mode",
+        accepts: "constant, edge, reflect or symmetric",
+        python: "Literal['constant', 'edge', 'reflect', 'symmetric']",
+        value: "Literal['constant', 'edge', 'reflect', 'symmetric']",
+    },
+    /// torchvision's `InterpolationMode`, its value, or a PIL resampling
+    /// code.
+    Interpolation { name: "interpolation", accepts: "InterpolationMode", python: "Enum | str | int", value: "str" },
+    /// timm's: random, bilinear or bicubic (or as [`Self::Interpolation`]).
+    TimmInterpolation {
+        name: "timm_interpolation",
+        accepts: "random, bilinear or bicubic",
+        python: "Enum | str | int",
+        value: "str",
+    },
+    /// A dtype's name, a torch or numpy dtype, or torchvision's dict of
+    /// them keyed by input type: any object, as torch's dtypes cannot be
+    /// named without importing torch; the converter checks it.
+    Dtype { name: "dtype", accepts: "dtype", python: "object", value: "str" },
+    /// An `AutoAugmentPolicy` or its value.
+    Policy { name: "policy", accepts: "AutoAugmentPolicy", python: "Enum | str", value: "str" },
+    Str { name: "str", accepts: "string", python: "str", value: "str" },
+    /// None or one weight per child.
+    Weights {
+        name: "weights",
+        accepts: "list of weights or None",
+        python: "Sequence[float] | None",
+        value: "list[float] | None",
+    },
+    /// One number per channel.
+    PerChannel { name: "per_channel", accepts: "[r, g, b]", python: "float | Sequence[float]", value: "list[float]" },
+    /// A number, one per channel, or "random".
+    EraseValue {
+        name: "erase_value",
+        accepts: "number, [r, g, b] or \"random\"",
+        python: "float | Sequence[float] | Literal['random']",
+        value: "float | list[float] | Literal['random']",
+    },
 }
 
 /// One argument of an op.

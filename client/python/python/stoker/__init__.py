@@ -113,7 +113,8 @@ def doctor(
             torch.cuda.synchronize()
         step_rate = int(steps) * n / max(time.perf_counter() - started, 1e-9)
         target = step_rate
-    result = loader._client.doctor(int(samples), float(seconds), target)
+    # A plain dict: the step's measurements join the extension's.
+    result: Dict[str, Any] = dict(loader._client.doctor(int(samples), float(seconds), target))
     if step_rate is not None:
         result["train_step"] = {"images_per_sec": step_rate}
         rates = {s["stage"]: s["images_per_sec"] for s in result["stages"] if s["worker"] is None}

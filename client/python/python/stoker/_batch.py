@@ -4,8 +4,13 @@ after collation. ``stoker.transforms`` re-exports them, which is where
 users find them.
 """
 
+# The annotations are text (never evaluated): stubgen.py copies them into
+# transforms.pyi.
+from __future__ import annotations
+
 import math
 import numbers
+from typing import Literal, Sequence, TypeVar
 
 import numpy as np
 
@@ -13,7 +18,12 @@ from ._kinds import _is_number, _plain
 from ._torchvision import _tv_version, _where
 
 
-def batch_rng(seed, epoch, index):
+# A batch of images or labels: a numpy array or a torch tensor (torch is
+# not imported); a transform gives back what it was given.
+_Array = TypeVar("_Array")
+
+
+def batch_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     """The random source of batch ``index`` of ``epoch``: a numpy Generator
     seeded from (seed, epoch, index) only, so two runs of a loader mix the
     same batches the same way, on torch or numpy batches alike."""
@@ -35,7 +45,7 @@ class BatchTransform:
     """
 
     #: Whether the transform needs float images (MixUp does).
-    needs_float = False
+    needs_float: bool = False
 
     def _draw(self, rng, height, width):
         raise NotImplementedError
@@ -43,7 +53,9 @@ class BatchTransform:
     def _mix(self, images, params):
         raise NotImplementedError
 
-    def __call__(self, images, labels, rng=None):
+    def __call__(
+        self, images: _Array, labels: _Array, rng: np.random.Generator | None = None
+    ) -> tuple[_Array, _Array]:
         rng = np.random.default_rng() if rng is None else rng
         if images.ndim != 4:
             raise ValueError(f"{self._name()}: expected a batch [B, C, H, W], got shape {tuple(images.shape)}")
@@ -55,13 +67,15 @@ class BatchTransform:
     def _name(self):
         return type(self).__name__
 
-    def mixes_float_only(self):
+    def mixes_float_only(self) -> bool:
         """Whether some outcome needs float images."""
         return self.needs_float
 
 
 class _MixBase(BatchTransform):
-    def __init__(self, *, alpha=1.0, num_classes=None, labels_getter="default"):
+    def __init__(
+        self, *, alpha: float = 1.0, num_classes: int | None = None, labels_getter: Literal["default"] = "default"
+    ) -> None:
         if not _is_number(alpha) or not alpha > 0 or not math.isfinite(alpha):
             raise ValueError(f"{self._name()}: alpha must be a positive number, got {alpha!r}")
         if num_classes is not None and (
@@ -132,7 +146,7 @@ class MixUp(_MixBase):
     conversion (``ToDtype(torch.float32, scale=True)``, ``mean``/``std``...).
     """
 
-    needs_float = True
+    needs_float: bool = True
 
     def _draw(self, rng, height, width):
         return {"by": self, "lam": self._lam(rng)}
@@ -198,7 +212,7 @@ class BatchRandomChoice(BatchTransform):
     ``RandomChoice`` does. ``stoker.transforms.RandomChoice`` of batch
     transforms makes one."""
 
-    def __init__(self, transforms, p=None):
+    def __init__(self, transforms: Sequence[object], p: Sequence[float] | None = None) -> None:
         converted = [_from_torchvision(t, f"RandomChoice.transforms[{i}]") for i, t in enumerate(transforms)]
         if not converted:
             raise ValueError("RandomChoice: pass at least one transform")
@@ -216,7 +230,7 @@ class BatchRandomChoice(BatchTransform):
     def _name(self):
         return "RandomChoice"
 
-    def mixes_float_only(self):
+    def mixes_float_only(self) -> bool:
         return any(t.mixes_float_only() for t in self.transforms)
 
     def _draw(self, rng, height, width):

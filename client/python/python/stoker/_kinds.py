@@ -5,6 +5,10 @@ naming the argument. Ranges and limits are the worker's to check; these
 check shapes and types. ``stoker.transforms`` re-exports the public names.
 """
 
+# The annotations are text (never evaluated): stubgen.py copies
+# dtype_name's into transforms.pyi.
+from __future__ import annotations
+
 import enum
 import inspect
 import math
@@ -22,6 +26,31 @@ _DTYPE_ALIASES = {"float": "float32", "half": "float16", "double": "float64"}
 
 class _ArgError(ValueError):
     """A bad argument value; the caller adds the op and its position."""
+
+
+# Each argument kind's one converter, by the kind's name (ArgKind::name in
+# core/src/transform/schema.rs, the one table of kinds). The tests check
+# it against the extension's list (``_stoker.arg_kinds()``): a kind without
+# a converter, or a converter of no kind, fails them naming the kind.
+_KINDS = {}
+
+
+def _converter(kind):
+    """Registers the decorated function as the converter of ``kind``; a
+    second converter for the same kind stops the import, naming it."""
+
+    def register(fn):
+        _register(kind, fn)
+        return fn
+
+    return register
+
+
+def _register(kind, converter):
+    if kind in _KINDS:
+        first, second = (getattr(c, "__name__", c) for c in (_KINDS[kind], converter))
+        raise ImportError(f"stoker: argument kind {kind!r} has two converters: {first} and {second}")
+    _KINDS[kind] = converter
 
 
 # ---------------------------------------------------------------------------
@@ -44,6 +73,7 @@ def _is_number(v):
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
+@_converter("number")
 def _number(name, v):
     v = _plain(v)
     if not _is_number(v) or not math.isfinite(v):
@@ -51,6 +81,7 @@ def _number(name, v):
     return int(v) if isinstance(v, numbers.Integral) else float(v)
 
 
+@_converter("int")
 def _int(name, v):
     v = _plain(v)
     if not isinstance(v, numbers.Integral) or isinstance(v, bool):
@@ -58,10 +89,12 @@ def _int(name, v):
     return int(v)
 
 
+@_converter("opt_int")
 def _opt_int(name, v):
     return None if v is None else _int(name, v)
 
 
+@_converter("bool")
 def _bool(name, v):
     v = _plain(v)
     if not isinstance(v, bool):
@@ -69,10 +102,12 @@ def _bool(name, v):
     return v
 
 
+@_converter("opt_bool")
 def _opt_bool(name, v):
     return None if v is None else _bool(name, v)
 
 
+@_converter("probability")
 def _p(name, v):
     v = _number(name, v)
     if not 0.0 <= v <= 1.0:
@@ -101,6 +136,7 @@ def _int_or(name, v, what):
     return int(v)
 
 
+@_converter("size")
 def _size(name, v):
     """A crop's size: an int, or [h, w] (a square [s, s] is written as s)."""
     v = _plain(v)
@@ -110,6 +146,7 @@ def _size(name, v):
     return _int_or(name, v, "an int or [h, w]")
 
 
+@_converter("resize_size")
 def _resize_size(name, v):
     """Resize's size: an int (the shorter side), [h, w], or None (with max_size)."""
     v = _plain(v)
@@ -121,6 +158,7 @@ def _resize_size(name, v):
     return _int_or(name, v, "an int, [h, w] or None")
 
 
+@_converter("kernel")
 def _kernel(name, v):
     v = _plain(v)
     if isinstance(v, list):
@@ -128,6 +166,7 @@ def _kernel(name, v):
     return _int_or(name, v, "an int or [kx, ky]")
 
 
+@_converter("range")
 def _range(name, v):
     """A number or [min, max]."""
     v = _plain(v)
@@ -136,18 +175,22 @@ def _range(name, v):
     return _number(name, v)
 
 
+@_converter("opt_range")
 def _opt_range(name, v):
     return None if v is None else _range(name, v)
 
 
+@_converter("pair")
 def _pair(name, v):
     return _numbers(name, v, (2,), "[min, max]")
 
 
+@_converter("opt_pair")
 def _opt_pair(name, v):
     return None if v is None else _numbers(name, v, (2,), "None or a pair of numbers")
 
 
+@_converter("shear")
 def _shear(name, v):
     v = _plain(v)
     if v is None:
@@ -179,6 +222,7 @@ def _image_entry(name, d):
     raise _ArgError(f"{name} {d!r} has no entry for images nor 'others'")
 
 
+@_converter("fill")
 def _fill(name, v):
     """A fill colour: None, a number, or one number per channel."""
     if isinstance(v, dict):
@@ -191,6 +235,7 @@ def _fill(name, v):
     return _number(name, v)
 
 
+@_converter("padding")
 def _padding(name, v):
     what = "an int, [left/right, top/bottom] or [left, top, right, bottom]"
     v = _plain(v)
@@ -199,16 +244,19 @@ def _padding(name, v):
     return _int_or(name, v, what)
 
 
+@_converter("opt_padding")
 def _opt_padding(name, v):
     return None if v is None else _padding(name, v)
 
 
+@_converter("padding_mode")
 def _padding_mode(name, v):
     if v not in PADDING_MODES:
         raise _ArgError(f"{name} must be one of {', '.join(PADDING_MODES)}, got {v!r}")
     return v
 
 
+@_converter("interpolation")
 def _interpolation(name, v):
     """torchvision's InterpolationMode, its value string, or a PIL code."""
     if isinstance(v, enum.Enum):
@@ -220,6 +268,7 @@ def _interpolation(name, v):
     raise _ArgError(f"{name} must be an InterpolationMode, one of {', '.join(INTERPOLATIONS)} or a PIL code, got {v!r}")
 
 
+@_converter("timm_interpolation")
 def _timm_interpolation(name, v):
     if v == "random":
         return v
@@ -229,7 +278,7 @@ def _timm_interpolation(name, v):
     return v
 
 
-def dtype_name(v, name="dtype"):
+def dtype_name(v: object, name: str = "dtype") -> str:
     """A dtype's name (``"float32"``) from a torch dtype, a numpy dtype or
     a string; one of uint8, float32, float16, bfloat16, float64."""
     if isinstance(v, str):
@@ -249,6 +298,7 @@ def dtype_name(v, name="dtype"):
     return s
 
 
+@_converter("dtype")
 def _dtype(name, v):
     if isinstance(v, dict):
         v = _image_entry(name, v)
@@ -258,6 +308,7 @@ def _dtype(name, v):
     return dtype_name(v, name)
 
 
+@_converter("policy")
 def _policy(name, v):
     if isinstance(v, enum.Enum):
         v = v.value
@@ -266,12 +317,14 @@ def _policy(name, v):
     return v.lower()
 
 
+@_converter("str")
 def _str(name, v):
     if not isinstance(v, str):
         raise _ArgError(f"{name} must be a string, got {v!r}")
     return v
 
 
+@_converter("weights")
 def _weights(name, v):
     v = _plain(v)
     if v is None:
@@ -281,6 +334,7 @@ def _weights(name, v):
     return [_number(name, x) for x in v]
 
 
+@_converter("per_channel")
 def _floats(name, v):
     v = _plain(v)
     if _is_number(v):
@@ -290,6 +344,7 @@ def _floats(name, v):
     return [float(_number(name, x)) for x in v]
 
 
+@_converter("erase_value")
 def _erase_value(name, v):
     v = _plain(v)
     if v == "random":
@@ -303,41 +358,9 @@ def _erase_value(name, v):
 _REQUIRED = inspect.Parameter.empty
 
 
-# ---------------------------------------------------------------------------
-# The ops come from the workers' own op schema (``_stoker.op_schema()``,
-# declared once per op in Rust: core/src/transform/ops/). Each argument's
-# kind names its converter here; its name, position, default and doc are
-# the schema's.
-
-_KINDS = {
-    "transforms": "transforms",
-    "probability": _p,
-    "number": _number,
-    "int": _int,
-    "opt_int": _opt_int,
-    "bool": _bool,
-    "opt_bool": _opt_bool,
-    "size": _size,
-    "resize_size": _resize_size,
-    "kernel": _kernel,
-    "range": _range,
-    "opt_range": _opt_range,
-    "pair": _pair,
-    "opt_pair": _opt_pair,
-    "shear": _shear,
-    "fill": _fill,
-    "padding": _padding,
-    "opt_padding": _opt_padding,
-    "padding_mode": _padding_mode,
-    "interpolation": _interpolation,
-    "timm_interpolation": _timm_interpolation,
-    "dtype": _dtype,
-    "policy": _policy,
-    "str": _str,
-    "weights": _weights,
-    "per_channel": _floats,
-    "erase_value": _erase_value,
-}
+# A container's children are converted by stoker.transforms (``_children``),
+# which knows their position in the pipeline; this marks the kind.
+_register("transforms", "transforms")
 
 
 # Shown by stoker.transforms, where users find it.

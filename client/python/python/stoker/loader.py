@@ -381,7 +381,7 @@ class Loader(_Base):
         (the GPU worker runs in this process, its lanes on the training
         device's CUDA context), ``pid`` (this process's for that one; None
         while one is started again) and ``restarts``."""
-        return self._client.local_workers()
+        return [dict(w) for w in self._client.local_workers()]
 
     def _upload_target(self):
         """(ordinal, dtype name) for the client's own upload to a CUDA

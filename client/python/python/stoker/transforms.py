@@ -45,10 +45,15 @@ Nothing here imports torch or torchvision: torchvision objects are
 recognised by their class's module and name.
 """
 
+# The annotations are text (never evaluated): stubgen.py copies them into
+# transforms.pyi, beside the op classes' types from the op schema.
+from __future__ import annotations
+
 import inspect
 import json
 import math
 import numbers
+from typing import Any
 
 from ._batch import BatchRandomChoice, BatchTransform, CutMix, MixUp, _is_batch, batch_rng
 from ._batch import _from_torchvision as _batch_from_torchvision
@@ -119,10 +124,11 @@ class Transform:
     transforms).
     """
 
-    op = None
+    #: The op's name (None on this base).
+    op: str | None = None
     _args = ()
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: object, **kwargs: object) -> None:
         try:
             bound = self.__signature__.bind(*args, **kwargs)
         except TypeError as e:
@@ -142,22 +148,26 @@ class Transform:
                 raise ValueError(f"{_where(path, self.op)}: {e}") from None
             setattr(self, name, value)
 
-    def arguments(self):
+    # Any: each argument's value is its kind's JSON form (children as
+    # objects), one of many types.
+    def arguments(self) -> dict[str, Any]:
         """The arguments, by name, in torchvision's order (children as objects)."""
         return {name: getattr(self, name) for name, _, _ in self._args}
 
-    def to_dict(self):
+    # Any: a JSON object's values are any JSON.
+    def to_dict(self) -> dict[str, Any]:
         """The op's JSON object: ``{"op": name, argument: value, ...}``."""
         d = {"op": self.op}
         for name, value in self.arguments().items():
             d[name] = [t.to_dict() for t in value] if name == "transforms" else value
         return d
 
-    def ops(self):
+    # Any: a JSON object's values are any JSON.
+    def ops(self) -> list[dict[str, Any]]:
         """The op dicts of a pipeline of this op alone."""
         return [self.to_dict()]
 
-    def to_json(self):
+    def to_json(self) -> str:
         """The versioned JSON pipeline: ``{"version": 1, "ops": [...]}``."""
         return json.dumps({"version": SPEC_VERSION, "ops": self.ops()}, allow_nan=False)
 
@@ -280,7 +290,8 @@ def _construct(name, values, path):
 # JSON
 
 
-def from_dict(d, path="ops[0]"):
+# Any: a JSON object's values are any JSON.
+def from_dict(d: dict[str, Any], path: str = "ops[0]") -> Transform:
     """An op from its JSON object (``{"op": "Resize", "size": 256}``)."""
     return _from_dict(d, path)
 
@@ -306,7 +317,7 @@ def _from_dict(d, path):
     return _construct(name, values, path)
 
 
-def from_json(text):
+def from_json(text: str) -> Compose:
     """A ``Compose`` of the ops of a JSON pipeline (``to_json()``'s form).
 
     Errors name the op by its position (``ops[3] (RandomCrop)``) and the
@@ -334,7 +345,7 @@ def from_json(text):
 # torchvision (and timm) objects
 
 
-def from_torchvision(obj):
+def from_torchvision(obj: object) -> Transform | BatchTransform:
     """The Stoker pipeline of a torchvision transform.
 
     ``obj`` is a ``torchvision.transforms`` (v1) or ``torchvision.transforms.v2``
@@ -490,7 +501,7 @@ def _num_str(v):
 __all__ += ["BatchRandomChoice", "batch_rng", "dtype_name"]
 
 
-def as_batch_transform(obj):
+def as_batch_transform(obj: object) -> BatchTransform:
     """A batch transform from a stoker one or torchvision's MixUp / CutMix /
     RandomChoice of them; ValueError for anything else."""
     if isinstance(obj, BatchTransform):
@@ -503,7 +514,7 @@ def as_batch_transform(obj):
     )
 
 
-def as_pipeline_json(transform):
+def as_pipeline_json(transform: object) -> str:
     """The JSON of a pipeline given as a stoker op, a torchvision object, an
     op dict or a JSON string; ``"train"`` and ``"eval"`` pass through."""
     if isinstance(transform, str):
