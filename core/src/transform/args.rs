@@ -1,7 +1,7 @@
 //! Argument types the ops share, in torchvision's shapes: a size is an int
 //! or `[h, w]`, a range a number or `[min, max]`, a fill a number or one per
 //! channel. Each keeps the shape it was given, so a spec serialises back to
-//! what the user wrote.
+//! what the user wrote. [`MAX_OUTPUT_SIZE`] bounds every output side.
 
 use serde::{Deserialize, Serialize};
 

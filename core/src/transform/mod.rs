@@ -7,6 +7,12 @@
 //! — the form Python's `stoker.transforms` writes and `--transform` reads.
 //! Output images are `size` x `size`, RGB, uint8, HWC; a trailing
 //! `ToDtype` / `Normalize` is the client's conversion on the device.
+//!
+//! [`resolve_steps`] turns a spec and an image size into concrete `Step`s
+//! for one sample; every random draw happens there, in the ops.
+//! [`footprint`] gives the most a sample's transform holds at once, or the
+//! step that would make an image over the pixel limit, from the image size
+//! alone, by walking each op's size `Bounds`.
 
 use std::fmt;
 
