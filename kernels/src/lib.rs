@@ -71,7 +71,7 @@ pub use links::{ChainLink, ChainSpan, Chains, pack_rgb};
 pub use registry::{COLOR, CONVERT, MODULES, ModuleSpec, RESIZE, STEPS, WORKER_MODULES, kernel, load_modules, ptx_for};
 pub use resample::{ResampleCoeffs, ResampleParams};
 pub use runtime::{
-    CudaUnavailable, DeviceInfo, GPU_PRIORITY_ENV, POOL_KEEP_BYTES, catch_cuda_panic, check_nvrtc, feed_priority,
-    open_context, pool_release_threshold, set_pool_release_threshold, stream_priorities, trim_pool,
+    CudaUnavailable, DeviceInfo, GPU_PRIORITY_ENV, POOL_KEEP_BYTES, PoolKeep, catch_cuda_panic, check_nvrtc,
+    feed_priority, open_context, pool_release_threshold, set_pool_release_threshold, stream_priorities, trim_pool,
 };
 pub use worker::{Kernels, RrcParams, WarpParams};

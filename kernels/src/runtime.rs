@@ -13,9 +13,10 @@
 //! into [`CudaUnavailable::Panicked`], so a host without CUDA gets a reason,
 //! never a crash.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use cudarc::driver::{CudaContext, DriverError, sys};
 
@@ -197,6 +198,59 @@ pub fn trim_pool(ctx: &CudaContext) -> Result<(), DriverError> {
     // SAFETY: the pool was just returned for a live context; trimming
     // releases only memory no allocation holds.
     unsafe { sys::cuMemPoolTrimTo(pool, 0) }.result()
+}
+
+/// A holder's claim that the device's default pool keep at least `bytes`
+/// for reuse ([`POOL_KEEP_BYTES`]): a worker's device, its lanes, a
+/// loader's uploader. A claim raises the pool's release threshold (never
+/// lowers it); when the last claim on the device is dropped, the threshold
+/// found before the first goes back and the unused memory goes to the
+/// driver ([`trim_pool`]). Memory freed after that (a batch the trainer
+/// still held) is released at the next synchronisation, as with CUDA's
+/// default threshold of 0: a loader dropped in a trainer's process leaves
+/// nothing kept for it.
+#[derive(Debug)]
+pub struct PoolKeep {
+    ctx: Arc<CudaContext>,
+}
+
+/// Per device: the claims alive, and the threshold before the first.
+static CLAIMS: Mutex<BTreeMap<usize, (usize, u64)>> = Mutex::new(BTreeMap::new());
+
+impl PoolKeep {
+    /// Claims `bytes` of `ctx`'s device's default pool.
+    pub fn claim(ctx: &Arc<CudaContext>, bytes: u64) -> Result<Self, DriverError> {
+        let mut claims = CLAIMS.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = pool_release_threshold(ctx)?;
+        if now < bytes {
+            set_pool_release_threshold(ctx, bytes)?;
+        }
+        claims
+            .entry(ctx.ordinal())
+            .and_modify(|(holders, _)| *holders += 1)
+            .or_insert((1, now));
+        Ok(Self { ctx: Arc::clone(ctx) })
+    }
+}
+
+impl Drop for PoolKeep {
+    fn drop(&mut self) {
+        let mut claims = CLAIMS.lock().unwrap_or_else(PoisonError::into_inner);
+        let ordinal = self.ctx.ordinal();
+        let Some((holders, before)) = claims.get_mut(&ordinal) else {
+            return;
+        };
+        *holders -= 1;
+        if *holders > 0 {
+            return;
+        }
+        let before = *before;
+        claims.remove(&ordinal);
+        let given_back = set_pool_release_threshold(&self.ctx, before).and_then(|()| trim_pool(&self.ctx));
+        if let Err(e) = given_back {
+            tracing::warn!(device = ordinal, error = %e, "handing the memory pool's kept memory back to the driver failed");
+        }
+    }
 }
 
 /// The device's stream priorities, (least, greatest): the least is the

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, sys};
 use stoker_kernels::{
-    Conversion, ConvertKernels, DType, Layout, Normalize, POOL_KEEP_BYTES, catch_cuda_panic, check_nvrtc, open_context,
-    pool_release_threshold, set_pool_release_threshold, trim_pool,
+    Conversion, ConvertKernels, DType, Layout, Normalize, POOL_KEEP_BYTES, PoolKeep, catch_cuda_panic, check_nvrtc,
+    open_context, trim_pool,
 };
 
 use super::{DeviceError, DeviceUnavailable, PinnedBuf, PinnedPool, driver};
@@ -82,6 +82,9 @@ pub struct Uploader {
     /// upload's copy into it follows the previous upload's kernel on the
     /// stream.
     staging: Mutex<Option<CudaSlice<u8>>>,
+    /// The pool memory kept for the next batches ([`PoolKeep`]), while the
+    /// uploader lives.
+    keep: Option<PoolKeep>,
 }
 
 impl Uploader {
@@ -105,14 +108,13 @@ impl Uploader {
             let stream = ctx
                 .new_stream_with_priority(priority)
                 .map_err(driver("cuStreamCreate of the side stream", ordinal))?;
-            if ctx.has_async_alloc() {
-                let kept = pool_release_threshold(&ctx)
-                    .map_err(driver("cuMemPoolGetAttribute of the default memory pool", ordinal))?;
-                if kept < POOL_KEEP_BYTES {
-                    set_pool_release_threshold(&ctx, POOL_KEEP_BYTES)
-                        .map_err(driver("cuMemPoolSetAttribute of the default memory pool", ordinal))?;
-                }
-            }
+            let keep = match ctx.has_async_alloc() {
+                true => Some(
+                    PoolKeep::claim(&ctx, POOL_KEEP_BYTES)
+                        .map_err(driver("the release threshold of the default memory pool", ordinal))?,
+                ),
+                false => None,
+            };
             Ok(Self {
                 ordinal,
                 ctx,
@@ -121,6 +123,7 @@ impl Uploader {
                 spec,
                 conversion,
                 staging: Mutex::new(None),
+                keep,
             })
         })
     }
@@ -391,6 +394,10 @@ impl Drop for Uploader {
         {
             tracing::warn!(device = self.ordinal, error = %e, "handing the uploader's unused pool memory back to the driver failed");
         }
+        // Its claim on the pool: the last claim on the device puts the
+        // release threshold back, so batches the trainer frees later are
+        // not kept either.
+        drop(self.keep.take());
     }
 }
 

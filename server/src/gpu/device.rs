@@ -9,7 +9,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, PinnedHostSlice};
-use stoker_kernels::{Confinement, CudaUnavailable, DeviceInfo, Kernels, SmPartition, SmShare};
+use stoker_kernels::{Confinement, CudaUnavailable, DeviceInfo, Kernels, PoolKeep, SmPartition, SmShare};
 
 use super::nvjpeg::{self, Backend};
 
@@ -81,8 +81,10 @@ pub(super) fn driver(what: &'static str) -> impl Fn(cudarc::driver::DriverError)
 
 pub use stoker_kernels::POOL_KEEP_BYTES;
 
-pub(super) fn keep_pool_memory(ctx: &CudaContext, bytes: u64) -> Result<(), cudarc::driver::DriverError> {
-    stoker_kernels::set_pool_release_threshold(ctx, bytes)
+/// A claim on `bytes` of the device's pool kept for reuse (see
+/// [`PoolKeep`]): given back once every claim is dropped.
+pub(super) fn keep_pool_memory(ctx: &Arc<CudaContext>, bytes: u64) -> Result<PoolKeep, cudarc::driver::DriverError> {
+    PoolKeep::claim(ctx, bytes)
 }
 
 /// Whether device 0 and the CUDA, NVRTC and nvJPEG libraries are usable:
@@ -102,6 +104,9 @@ pub struct Gpu {
     pub kernels: Kernels,
     pub info: GpuInfo,
     partition: Option<Arc<SmPartition>>,
+    /// The pool memory kept for this device's work, while any copy of
+    /// this `Gpu` lives.
+    keep: Option<Arc<PoolKeep>>,
 }
 
 impl Gpu {
@@ -123,9 +128,10 @@ impl Gpu {
         };
         let device = DeviceInfo::of(&ctx)?;
         let stream = ctx.new_stream().map_err(drv)?;
-        if ctx.has_async_alloc() {
-            keep_pool_memory(&ctx, POOL_KEEP_BYTES).map_err(drv)?;
-        }
+        let keep = match ctx.has_async_alloc() {
+            true => Some(Arc::new(keep_pool_memory(&ctx, POOL_KEEP_BYTES).map_err(drv)?)),
+            false => None,
+        };
 
         stoker_kernels::check_nvrtc()?;
         let kernels = Kernels::load(&ctx).map_err(|e| GpuUnavailable::Nvrtc(e.to_string()))?;
@@ -153,6 +159,7 @@ impl Gpu {
             kernels,
             info,
             partition: None,
+            keep,
         })
     }
 
@@ -196,6 +203,7 @@ impl Gpu {
             kernels: self.kernels.clone(),
             info: self.info.clone(),
             partition: self.partition.clone(),
+            keep: self.keep.clone(),
         })
     }
 

@@ -89,6 +89,9 @@ pub struct GpuRunner {
     /// or pinned buffer while the process exits (the CUDA libraries tear
     /// themselves down at exit; a lane freeing into them then segfaults).
     lanes: Vec<std::thread::JoinHandle<()>>,
+    /// The pool memory kept for the lanes' batches; given back after they
+    /// stop (`None` for emulated lanes).
+    keep: Option<stoker_kernels::PoolKeep>,
 }
 
 impl std::fmt::Debug for GpuRunner {
@@ -123,6 +126,9 @@ impl Drop for GpuRunner {
                 tracing::warn!(error = %e, "handing the lanes' unused pool memory back to the driver failed");
             }
         }
+        // The lanes' claim on the pool: the last claim on the device puts
+        // its release threshold back (`PoolKeep`).
+        drop(self.keep.take());
     }
 }
 
@@ -134,7 +140,7 @@ impl GpuRunner {
                 "gpu runner needs at least one lane, batch and byte: {config:?}"
             )));
         }
-        keep_pool_memory(&gpu.ctx, config.batch_memory.saturating_mul(config.lanes as u64))
+        let keep = keep_pool_memory(&gpu.ctx, config.batch_memory.saturating_mul(config.lanes as u64))
             .map_err(driver("setting the memory pool's release threshold"))?;
         // SAFETY: cudarc's events order a buffer's uses across streams;
         // the lanes need none. A lane allocates, uses and frees each buffer
@@ -158,6 +164,7 @@ impl GpuRunner {
             queue,
             policy: Arc::new(StealPolicy::new(config.lanes, Instant::now())),
             lanes: Vec::with_capacity(config.lanes),
+            keep: Some(keep),
         };
         for i in 0..config.lanes {
             // On an error, dropping `runner` stops the lanes already started.
@@ -238,6 +245,7 @@ impl GpuRunner {
             queue,
             policy,
             lanes,
+            keep: None,
         }
     }
 
