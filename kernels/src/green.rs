@@ -321,11 +321,17 @@ impl SmPartition {
 
 impl Drop for SmPartition {
     fn drop(&mut self) {
-        let streams = self.streams.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let streams = self
+            .streams
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // A wrapper still lent (held by a device buffer that frees on its
         // stream, say) may queue work yet: keep everything, as before.
         if streams.iter().any(|(_, _, lent)| lent.strong_count() > 0) {
-            tracing::debug!(sms = self.sms, "a partition's stream is still lent: its green context stays");
+            tracing::debug!(
+                sms = self.sms,
+                "a partition's stream is still lent: its green context stays"
+            );
             return;
         }
         if self.ctx.bind_to_thread().is_err() {
