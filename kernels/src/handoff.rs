@@ -88,7 +88,9 @@ impl Drop for DeviceOutput {
                 }
             }
         }
+        let stream = Arc::clone(slice.stream());
         drop(slice);
+        crate::give_back_if_unclaimed(&stream);
     }
 }
 

@@ -72,6 +72,7 @@ pub use registry::{COLOR, CONVERT, MODULES, ModuleSpec, RESIZE, STEPS, WORKER_MO
 pub use resample::{ResampleCoeffs, ResampleParams};
 pub use runtime::{
     CudaUnavailable, DeviceInfo, GPU_PRIORITY_ENV, POOL_KEEP_BYTES, PoolKeep, catch_cuda_panic, check_nvrtc,
-    feed_priority, open_context, pool_release_threshold, set_pool_release_threshold, stream_priorities, trim_pool,
+    feed_priority, give_back_if_unclaimed, open_context, pool_release_threshold, set_pool_release_threshold,
+    stream_priorities, trim_pool,
 };
 pub use worker::{Kernels, RrcParams, WarpParams};

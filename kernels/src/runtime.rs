@@ -18,7 +18,7 @@ use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use cudarc::driver::{CudaContext, DriverError, sys};
+use cudarc::driver::{CudaContext, CudaStream, DriverError, sys};
 
 /// Why the CUDA driver or NVRTC cannot be used on this host.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -246,10 +246,35 @@ impl Drop for PoolKeep {
         }
         let before = *before;
         claims.remove(&ordinal);
-        let given_back = set_pool_release_threshold(&self.ctx, before).and_then(|()| trim_pool(&self.ctx));
+        // The device's queued work first (stream-ordered frees included),
+        // or the trim would keep what they free.
+        let given_back = set_pool_release_threshold(&self.ctx, before)
+            .and_then(|()| self.ctx.synchronize())
+            .and_then(|()| trim_pool(&self.ctx));
         if let Err(e) = given_back {
             tracing::warn!(device = ordinal, error = %e, "handing the memory pool's kept memory back to the driver failed");
         }
+    }
+}
+
+/// After a free on `stream` by something that outlived every claim on its
+/// device (a batch the trainer held past its loader): waits for the stream
+/// and trims the pool, so that memory goes back to the driver now. The
+/// driver did not release it at the next synchronisation on its own: with
+/// the threshold back at 0, 416 MiB stayed reserved after a dropped
+/// loader's last batch was freed (H200, CUDA 13.0). With a claim alive it
+/// does nothing.
+pub fn give_back_if_unclaimed(stream: &CudaStream) {
+    let ctx = stream.context();
+    let claimed = CLAIMS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .contains_key(&ctx.ordinal());
+    if claimed || !ctx.has_async_alloc() {
+        return;
+    }
+    if let Err(e) = stream.synchronize().and_then(|()| trim_pool(ctx)) {
+        tracing::warn!(device = ctx.ordinal(), error = %e, "handing freed memory back to the driver failed");
     }
 }
 

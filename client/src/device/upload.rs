@@ -569,6 +569,8 @@ impl Drop for DeviceBatch {
         }
         // cudarc frees the allocation stream-ordered on the side stream.
         drop(self.data.take());
+        // A batch kept past its loader: its memory goes back now.
+        stoker_kernels::give_back_if_unclaimed(&self.stream);
     }
 }
 
