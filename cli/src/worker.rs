@@ -118,7 +118,8 @@ pub struct WorkerArgs {
     /// on Hopper), or `auto`, the share chosen for lanes beside a training
     /// step (docs/gpu.md). A count needs green contexts (CUDA 12.4+);
     /// `auto` runs on every SM without them. A worker started by
-    /// `workers="local"` in the training process takes `auto`.
+    /// `workers="local"` in the training process takes `all` unless
+    /// `STOKER_LOCAL_GPU_SMS` says otherwise.
     #[arg(long, default_value = "all", value_name = "SHARE")]
     pub gpu_sms: SmShare,
     /// Benchmarks only: process each shard once, then send the same
