@@ -17,30 +17,15 @@
 
 pub mod augment;
 pub mod decode;
+mod error;
 pub mod plan;
 
-use stoker_core::{ResolveError, SampleRng, TooLarge, TransformSpec};
+use stoker_core::{SampleRng, TransformSpec};
 
-use crate::augment::{AugmentError, Augmenter};
-use crate::decode::{DecodeError, ImageKind, RgbImage};
+use crate::augment::Augmenter;
+use crate::decode::{ImageKind, RgbImage};
+pub use crate::error::ImageError;
 pub use crate::plan::{PlanError, RunsOn, SamplePlan};
-
-/// Why an image could not be decoded and transformed.
-#[derive(Debug, thiserror::Error)]
-pub enum ImageError {
-    /// Not an image, corrupt, truncated, or over the pixel limit.
-    #[error(transparent)]
-    Decode(#[from] DecodeError),
-    /// A transform step would make an image over the pixel limit.
-    #[error(transparent)]
-    TooLarge(#[from] TooLarge),
-    /// The sample's draws cannot be carried out (a crop larger than the
-    /// image without `pad_if_needed`, as torchvision refuses it).
-    #[error(transparent)]
-    Resolve(#[from] ResolveError),
-    #[error(transparent)]
-    Augment(#[from] AugmentError),
-}
 
 /// Plans a decoded image with `spec` ([`SamplePlan::for_size`]: the
 /// footprint on the decoded size, so nothing over `max_pixels` is
@@ -162,6 +147,8 @@ pub(crate) mod testimg {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stoker_core::TooLarge;
+
     use crate::decode::sniff;
     use crate::testimg;
 

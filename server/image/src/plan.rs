@@ -10,9 +10,9 @@
 
 use stoker_core::{SampleRng, Step, TooLarge, TransformSpec, ViewSpec, footprint, resolve_steps};
 
-use crate::ImageError;
 use crate::augment::{AugmentError, Augmenter};
 use crate::decode::{self, DecodeError, ImageKind, RgbImage, check_jpeg, decode_mask, header_dimensions, sniff};
+use crate::error::ImageError;
 
 /// Where a planned sample runs, and why.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
