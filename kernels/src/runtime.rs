@@ -2,11 +2,14 @@
 //! client's device upload: whether libcuda and libnvrtc can be loaded,
 //! whether the device exists, its primary context, what a probe reports of
 //! it ([`DeviceInfo`]), and how much memory its default pool keeps
-//! ([`POOL_KEEP_BYTES`]). Also [`open_context`] (libcuda, the device, its
-//! primary context), [`check_nvrtc`], [`trim_pool`] (called by the GPU
-//! runner once its lanes stopped, and by the client's uploader when it
-//! drops, to hand the pool's kept memory back) and [`feed_priority`] (the
-//! lanes' and the uploader's stream priority, `STOKER_GPU_PRIORITY`).
+//! ([`POOL_KEEP_BYTES`], held by each holder's [`PoolKeep`] claim, the
+//! last of which puts the pool back as it found it; memory freed after
+//! that goes back through [`give_back_if_unclaimed`]). Also
+//! [`open_context`] (libcuda, the device, its primary context),
+//! [`check_nvrtc`], [`trim_pool`] (also called by the GPU runner once its
+//! lanes stopped, and by the client's uploader when it drops) and
+//! [`feed_priority`] (the lanes' and the uploader's stream priority,
+//! `STOKER_GPU_PRIORITY`).
 //!
 //! cudarc loads the libraries on first use and panics when one is missing
 //! or lacks a symbol it expects; [`catch_cuda_panic`] turns such a panic
