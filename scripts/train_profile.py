@@ -6,7 +6,7 @@ Stoker's included) and writes `summarize(...)`'s figures to PATH as JSON;
 `scripts/profile-train.sh` prints `table(...)` of two such runs (synthetic
 and a Stoker case) side by side.
 
-Kernels are sorted by name: `stoker_*` are Stoker's (kernels/src/*.cu),
+Kernels are sorted by name: `stoker_*` are Stoker's (cuda/src/*.cu),
 names with "nvjpeg" in them nvJPEG's, the rest the training step's (torch,
 cuDNN, cuBLAS). Copies and memsets are counted apart. The GPU is idle where
 no kernel, copy or memset of the process runs.
@@ -83,7 +83,7 @@ def summarize(trace_path, steps, images, by_role=None):
         "stoker_kernel_us_per_image": totals["stoker"] / images,
         "nvjpeg_kernel_us_per_image": totals["nvjpeg"] / images,
         "copy_us_per_image": totals["copy"] / images,
-        "kernels": {name: {**k, "us_per_image": k["us"] / images, "launches_per_step": k["launches"] / steps}
+        "cuda": {name: {**k, "us_per_image": k["us"] / images, "launches_per_step": k["launches"] / steps}
                     for name, k in sorted(kernels.items(), key=lambda kv: -kv[1]["us"])},
         "train_top": [{"name": n[:80], "ms_per_step": us / 1e3 / steps} for n, us in top],
         "by_role": by_role,
@@ -105,7 +105,7 @@ def table(synthetic, case, label="stoker"):
         f"| {case['copy_us_per_image']:.2f} |",
     ]
     lines += ["", "| kernel | launches per step | µs per image |", "| --- | ---: | ---: |"]
-    for name, k in case["kernels"].items():
+    for name, k in case["cuda"].items():
         lines.append(f"| `{name[:60]}` ({k['kind']}) | {k['launches_per_step']:.1f} | {k['us_per_image']:.2f} |")
     roles = case.get("by_role")
     if roles:

@@ -8,6 +8,10 @@
 //! `gpu::DEFAULT_*`, `service::DEFAULT_GRACE`, `stoker_client::DEFAULT_*`),
 //! so `--help` shows the value the library uses.
 
+// No `unsafe` here: FFI lives in the FFI crates (stoker-cuda,
+// stoker-libjpeg, stoker-shm, the Python extension) behind safe types.
+#![forbid(unsafe_code)]
+
 mod bench;
 mod common;
 mod demo;

@@ -2,6 +2,10 @@
 //! on one line (`stoker_cli::main_with`). The work lives in the
 //! `stoker_server` and `stoker_client` libraries.
 
+// No `unsafe` here: FFI lives in the FFI crates (stoker-cuda,
+// stoker-libjpeg, stoker-shm, the Python extension) behind safe types.
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 fn main() -> ExitCode {

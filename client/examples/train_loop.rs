@@ -44,7 +44,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The stream the model's kernels would run on (a framework has its own;
     // PyTorch's current stream, say). Same device, primary context.
     let trainer: Option<Arc<CudaStream>> = if loader.uploads() {
-        Some(stoker_kernels::open_context(0)?.new_stream()?)
+        Some(stoker_cuda::open_context(0)?.new_stream()?)
     } else {
         let reason = stoker_client::device::probe(0).err().map(|e| e.to_string());
         println!(

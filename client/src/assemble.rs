@@ -23,7 +23,7 @@ use std::str::FromStr;
 
 use bytes::Bytes;
 use stoker_core::Fields;
-use stoker_kernels::handoff::DevicePixels;
+use stoker_cuda::handoff::DevicePixels;
 
 use crate::buffers::{BatchBuffers, Pixels};
 use crate::error::ClientError;

@@ -3,7 +3,7 @@
 //! (`device`, which re-exports them), so that neither side depends on the
 //! other for them.
 
-use stoker_kernels::{CudaUnavailable, KernelError};
+use stoker_cuda::{CudaUnavailable, KernelError};
 
 /// Why the client cannot use a CUDA device.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -10,6 +10,10 @@
 //! stream fails or stalls the item goes to another worker with those samples
 //! to skip. Samples from an attempt that was given up on are discarded.
 
+// No `unsafe` here: FFI lives in the FFI crates (stoker-cuda,
+// stoker-libjpeg, stoker-shm, the Python extension) behind safe types.
+#![forbid(unsafe_code)]
+
 mod ahead;
 mod assemble;
 mod batch;

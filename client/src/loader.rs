@@ -40,7 +40,7 @@ use crate::state::{EpochState, Fingerprint, Progress};
 use crate::supervisor::Supervisor;
 use crate::wire;
 use crate::workers::{WorkerSet, rediscover, resolve_at_start};
-use stoker_kernels::handoff::Sink;
+use stoker_cuda::handoff::Sink;
 
 /// A connection to a set of workers for one dataset.
 pub struct Loader {
@@ -59,7 +59,7 @@ pub struct Loader {
     pub(crate) buffers: BatchBuffers,
     pub(crate) uploader: Option<Arc<Uploader>>,
     /// Where a GPU worker in this process, on the upload's device, leaves
-    /// its images (`stoker_kernels::handoff`): offered with every item.
+    /// its images (`stoker_cuda::handoff`): offered with every item.
     sink: Option<Arc<Sink>>,
     /// Why an upload that was asked for is not used.
     upload_error: Option<String>,

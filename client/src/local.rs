@@ -29,7 +29,7 @@
 //! Being on this host, they write samples into the loader's shared-memory
 //! ring rather than sending them; the in-process GPU worker, on the
 //! loader's device, leaves the images its lanes finish on the device
-//! (`stoker_kernels::handoff`).
+//! (`stoker_cuda::handoff`).
 
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;

@@ -21,8 +21,8 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use cudarc::driver::{CudaContext, CudaEvent, CudaStream, PinnedHostSlice, sys};
-use stoker_kernels::{catch_cuda_panic, open_context};
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream, sys};
+use stoker_cuda::{PinnedBuffer, catch_cuda_panic, open_context};
 use tokio::sync::Notify;
 
 use crate::cuda::{DeviceError, driver};
@@ -30,29 +30,16 @@ use crate::cuda::{DeviceError, driver};
 /// One page-locked buffer of the ring and the event of its last copy.
 struct Slot {
     index: usize,
-    /// `host`'s memory, taken once: handing the buffer out then costs no
-    /// driver call.
-    ptr: *mut u8,
-    len: usize,
     /// Recorded on the uploader's stream after the copy out of this buffer.
     copied: Arc<CudaEvent>,
-    /// The allocation itself, freed (after `Drop for Slot` has waited for
-    /// the last copy) when the slot is dropped.
-    _host: PinnedHostSlice<u8>,
+    /// The memory (reached with no driver call per access), freed after
+    /// `Drop for Slot` has waited for the last copy.
+    buf: PinnedBuffer,
 }
-
-// SAFETY: `ptr` points into `host`, page-locked memory the slot owns; the
-// slot is moved between threads whole, and the memory is only reached
-// through `PinnedBuf`, which follows the borrow rules (shared reads through
-// `&`, writes through `&mut`).
-unsafe impl Send for Slot {}
-// SAFETY: a shared `Slot` only gives out its fields' values; `&PinnedBuf`
-// gives out `&[u8]`, which many threads may read at once.
-unsafe impl Sync for Slot {}
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        // The memory is freed after this (the `_host` field's drop): let a
+        // The memory is freed after this (the `buf` field's drop): let a
         // copy still reading it finish first.
         if let Err(e) = self.copied.synchronize() {
             tracing::warn!(buffer = self.index, error = %e, "waiting for a pinned buffer's last copy before freeing it failed");
@@ -174,26 +161,16 @@ impl PinnedPool {
         catch_cuda_panic(|| {
             let mut free = Vec::with_capacity(count);
             for index in 0..count {
-                // SAFETY: plain page-locked memory (not write-combined: the
-                // host may read it back); zeroed below before any reference
-                // to it exists.
-                let mut host = unsafe { ctx.alloc_pinned_with_flags::<u8>(bytes, 0) }
-                    .map_err(driver("cuMemHostAlloc of a pinned buffer", ordinal))?;
-                let ptr = host
-                    .as_mut_ptr()
-                    .map_err(driver("cuEventSynchronize of a new pinned buffer", ordinal))?;
-                // SAFETY: `ptr` is the start of the `bytes` bytes just
-                // allocated, which nothing else uses yet.
-                unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
+                // Zeroed: the host may read it back.
+                let buf =
+                    PinnedBuffer::alloc(ctx, bytes).map_err(driver("cuMemHostAlloc of a pinned buffer", ordinal))?;
                 let copied = ctx
                     .new_event(Some(sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC))
                     .map_err(driver("cuEventCreate for a pinned buffer", ordinal))?;
                 free.push(Slot {
                     index,
-                    ptr,
-                    len: bytes,
                     copied: Arc::new(copied),
-                    _host: host,
+                    buf,
                 });
             }
             // Hand out the lowest index first.
@@ -362,22 +339,19 @@ impl PinnedBuf {
             });
         };
         let pool = Arc::clone(&self.pool);
-        if len > slot.len || len > dst.len() {
+        if len > slot.buf.len() || len > dst.len() {
             let reason = format!(
                 "a copy of {len} bytes from a pinned buffer of {} bytes into a device buffer of {}",
-                slot.len,
+                slot.buf.len(),
                 dst.len()
             );
             pool.give_back(slot);
             return Err(DeviceError::Invalid { ordinal, reason });
         }
-        // SAFETY: `slot.ptr` holds `slot.len >= len` bytes of page-locked
-        // memory this buffer owns; no `&mut` to it exists while this shared
-        // slice does (the buffer was taken by value). The slice is given to
-        // an asynchronous copy that outlives it: the copy event recorded
-        // below keeps the pool from handing the memory out, or freeing it,
-        // before the copy has read it.
-        let src = unsafe { std::slice::from_raw_parts(slot.ptr.cast_const(), len) };
+        // The copy outlives this borrow: the copy event recorded below keeps
+        // the pool from handing the memory out, or freeing it, before the
+        // copy has read it.
+        let src = &slot.buf.as_slice()[..len];
         let queued = stream
             .memcpy_htod(src, dst)
             .map_err(driver("cuMemcpyHtoDAsync of a batch", ordinal))
@@ -409,11 +383,9 @@ impl Deref for PinnedBuf {
 
     fn deref(&self) -> &[u8] {
         match &self.slot {
-            // SAFETY: `ptr` holds `len` initialised bytes (zeroed at
-            // allocation) that this buffer owns exclusively while lent: the
-            // pool hands a slot to one `PinnedBuf` at a time, and only after
-            // its last copy has completed.
-            Some(slot) => unsafe { std::slice::from_raw_parts(slot.ptr.cast_const(), slot.len) },
+            // The pool hands a slot to one `PinnedBuf` at a time, and only
+            // after its last copy has completed.
+            Some(slot) => slot.buf.as_slice(),
             None => &[],
         }
     }
@@ -422,9 +394,7 @@ impl Deref for PinnedBuf {
 impl DerefMut for PinnedBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
         match &mut self.slot {
-            // SAFETY: as in `deref`, and `&mut self` makes this the only
-            // reference to the memory.
-            Some(slot) => unsafe { std::slice::from_raw_parts_mut(slot.ptr, slot.len) },
+            Some(slot) => slot.buf.as_mut_slice(),
             None => &mut [],
         }
     }

@@ -20,8 +20,8 @@ pub(crate) struct Sample {
     /// its order.
     pub views: Vec<Bytes>,
     /// Set instead of `pixels`: the image a GPU lane of this process left
-    /// on the loader's device (`stoker_kernels::handoff`).
-    pub device: Option<stoker_kernels::handoff::DevicePixels>,
+    /// on the loader's device (`stoker_cuda::handoff`).
+    pub device: Option<stoker_cuda::handoff::DevicePixels>,
 }
 
 /// A sample the worker could not produce, and why.

@@ -23,7 +23,7 @@ use tonic_health::pb::HealthCheckRequest;
 use crate::ring::RingOffer;
 use crate::tls::TlsOptions;
 use auth::{Auth, Authed, auth};
-use stoker_kernels::handoff::{Sink, SinkOffer};
+use stoker_cuda::handoff::{Sink, SinkOffer};
 use stoker_proto::pb;
 use stoker_proto::pb::worker_client::WorkerClient;
 use stoker_proto::transport;

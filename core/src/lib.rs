@@ -20,6 +20,10 @@
 //! - [`error`]: an error and its causes as one line ([`error_chain`]).
 //! - [`jitter`]: randomness for spreading retries (never for augmentation).
 
+// No `unsafe` here: FFI lives in the FFI crates (stoker-cuda,
+// stoker-libjpeg, stoker-shm, the Python extension) behind safe types.
+#![forbid(unsafe_code)]
+
 pub mod docs;
 pub mod error;
 pub mod field;

@@ -5,6 +5,10 @@
 //! of `stoker-core`. Pixel fields are `bytes::Bytes` (`build.rs`), so
 //! they pass through without a copy.
 
+// No `unsafe` here: FFI lives in the FFI crates (stoker-cuda,
+// stoker-libjpeg, stoker-shm, the Python extension) behind safe types.
+#![forbid(unsafe_code)]
+
 #[allow(
     clippy::all,
     missing_debug_implementations,

@@ -33,6 +33,9 @@
 //! - [`synth`]: procedural images for the demo and benchmarks.
 //! - `failpoint` (feature `failpoints`, tests only): fault injection.
 
+// No `unsafe` here: FFI lives in the FFI crates (stoker-cuda,
+// stoker-libjpeg, stoker-shm, the Python extension) behind safe types.
+#![forbid(unsafe_code)]
 // Items are `pub` only where other crates use them; the rest is
 // `pub(crate)`, so the public surface shows what the CLI and tests need.
 #![warn(unreachable_pub)]
@@ -43,7 +46,6 @@ mod chained;
 #[cfg(feature = "failpoints")]
 pub mod failpoint;
 pub mod gpu;
-pub mod libjpeg;
 pub mod listen;
 pub mod memory;
 pub mod metrics;
@@ -60,3 +62,5 @@ pub mod tls;
 
 pub use pipeline::{WorkerConfig, WorkerContext};
 pub use service::{ServeOptions, serve};
+/// Region-of-interest JPEG decoding with libjpeg-turbo (`stoker-libjpeg`).
+pub use stoker_libjpeg as libjpeg;

@@ -22,7 +22,7 @@ pub struct Processed {
     pub fields: Fields,
     /// Set instead of `pixels` when a GPU lane left the image on the
     /// device for a loader in this process (`Item::on_device`).
-    pub device: Option<stoker_kernels::handoff::DevicePixels>,
+    pub device: Option<stoker_cuda::handoff::DevicePixels>,
 }
 
 /// A sample the worker could not use, and why.

@@ -166,14 +166,9 @@ impl CpuPool {
 fn lower_this_thread_priority() {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: gettid has no preconditions; setpriority only reads its
-        // integer arguments, and a thread id names the calling thread.
-        let rc = unsafe {
-            let tid = libc::gettid();
-            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, BACKGROUND_NICENESS)
-        };
-        if rc != 0 {
-            tracing::debug!(error = %std::io::Error::last_os_error(), "cpu pool thread keeps its priority");
+        let tid = rustix::thread::gettid();
+        if let Err(e) = rustix::process::setpriority_process(Some(tid), BACKGROUND_NICENESS) {
+            tracing::debug!(error = %e, "cpu pool thread keeps its priority");
         }
     }
 }
@@ -186,11 +181,9 @@ mod tests {
     #[tokio::test]
     async fn a_background_pool_runs_at_a_lower_priority() {
         let pool = CpuPool::background(1).unwrap();
-        // SAFETY: getpriority only reads its integer arguments.
-        let nice = pool.spawn(|| unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) });
-        // SAFETY: as above, for this thread.
-        let ours = unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) };
-        assert_eq!(nice.await.unwrap(), (ours + BACKGROUND_NICENESS).min(19));
+        let niceness = || rustix::process::getpriority_process(Some(rustix::thread::gettid())).unwrap();
+        let nice = pool.spawn(niceness);
+        assert_eq!(nice.await.unwrap(), (niceness() + BACKGROUND_NICENESS).min(19));
     }
 
     #[tokio::test]

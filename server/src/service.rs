@@ -38,7 +38,7 @@ use crate::listen::Listener;
 use crate::pipeline::{Chunk, Item, ItemError, WorkerContext, run_item};
 use crate::rings::{RingWriter, Rings};
 use crate::tls::ServerTls;
-use stoker_kernels::handoff::Sink;
+use stoker_cuda::handoff::Sink;
 use stoker_proto::transport::{self, MAX_CHUNK_BYTES, MAX_REQUEST_BYTES};
 use stoker_storage::StorageError;
 

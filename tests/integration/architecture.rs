@@ -40,14 +40,14 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
         &[
             "stoker-server",
             "stoker-client",
-            "stoker-kernels",
+            "stoker-cuda",
             "stoker-formats",
             "stoker-image",
             "stoker",
         ],
     ),
     (
-        "stoker-kernels",
+        "stoker-cuda",
         &[
             "stoker-core",
             "stoker-proto",
@@ -65,7 +65,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
             "stoker-proto",
             "stoker-server",
             "stoker-client",
-            "stoker-kernels",
+            "stoker-cuda",
             "stoker",
             "tokio-stream",
             "aws-sdk-s3",
@@ -82,7 +82,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
             "stoker-proto",
             "stoker-server",
             "stoker-client",
-            "stoker-kernels",
+            "stoker-cuda",
             "stoker-image",
             "stoker-metrics",
             "stoker",
@@ -90,6 +90,19 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
             "parquet",
             "cudarc",
             "rayon",
+        ],
+    ),
+    // The region decoder's FFI: libjpeg-turbo and the image type, nothing
+    // of the worker.
+    (
+        "stoker-libjpeg",
+        &[
+            "stoker-proto",
+            "stoker-server",
+            "stoker-client",
+            "stoker-cuda",
+            "stoker-storage",
+            "stoker",
         ],
     ),
     (
@@ -112,7 +125,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
             "stoker-proto",
             "stoker-server",
             "stoker-client",
-            "stoker-kernels",
+            "stoker-cuda",
             "stoker-formats",
             "stoker-image",
             "stoker",
@@ -124,7 +137,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
             "stoker-proto",
             "stoker-server",
             "stoker-client",
-            "stoker-kernels",
+            "stoker-cuda",
             "stoker-formats",
             "stoker-image",
             "stoker",
@@ -261,7 +274,8 @@ const CRATE_SOURCES: &[&str] = &[
     "core/src",
     "proto/src",
     "metrics/src",
-    "kernels/src",
+    "cuda/src",
+    "libjpeg/src",
     "shm/src",
     "server/formats/src",
     "server/image/src",
@@ -422,7 +436,7 @@ fn modules_depend_on_each_other_one_way_finds_an_injected_circle() {
 fn only_the_sample_plan_resolves_steps_in_the_worker() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut files = Vec::new();
-    for dir in ["server/src", "server/image/src", "kernels/src"] {
+    for dir in ["server/src", "server/image/src", "cuda/src"] {
         rust_files(&root.join(dir), &mut files);
     }
     let resolvers: Vec<String> = files
@@ -445,6 +459,90 @@ fn only_the_sample_plan_resolves_steps_in_the_worker() {
         "// resolve_steps\n#[cfg(test)]\nmod tests { fn f() { resolve_steps(); } }",
         "resolve_steps"
     ));
+}
+
+/// The workspace crates whose job is a foreign interface: the only ones
+/// that may hold `unsafe` (the Python extension, `client/python`, is a
+/// workspace of its own and one too).
+const FFI_CRATES: &[&str] = &["cuda", "libjpeg", "shm"];
+
+/// The attribute every other crate root carries.
+const FORBID_UNSAFE: &str = "#![forbid(unsafe_code)]";
+
+/// The workspace's members, from the root manifest's `members` list.
+fn workspace_members(manifest: &str) -> Vec<String> {
+    let start = manifest
+        .find("members = [")
+        .expect("the root manifest lists its members");
+    let list = &manifest[start + "members = [".len()..];
+    list[..list.find(']').unwrap()]
+        .split(',')
+        .map(|m| m.trim().trim_matches('"').to_owned())
+        .filter(|m| !m.is_empty())
+        .collect()
+}
+
+/// The crate roots of `member` (`src/lib.rs`, `src/main.rs`) that do not
+/// forbid `unsafe`.
+fn roots_allowing_unsafe(root: &std::path::Path, member: &str) -> Vec<String> {
+    ["src/lib.rs", "src/main.rs"]
+        .iter()
+        .map(|f| root.join(member).join(f))
+        .filter(|path| path.exists())
+        .filter(|path| !has_inner_attribute(&std::fs::read_to_string(path).unwrap(), FORBID_UNSAFE))
+        .map(|path| path.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/"))
+        .collect()
+}
+
+/// Whether `source` has `attr` as a line of its own (not in a comment).
+fn has_inner_attribute(source: &str, attr: &str) -> bool {
+    source.lines().any(|line| line.trim() == attr)
+}
+
+/// ARCHITECTURE.md: "Unsafe code only in the FFI crates": every workspace
+/// crate but the FFI crates forbids `unsafe` at its root, so the compiler
+/// refuses an `unsafe` block anywhere in it (the worker's orchestration of
+/// the GPU included: it launches kernels and decodes through
+/// `stoker-cuda`'s safe types); each FFI crate does hold some, so the list
+/// stays as short as it can be.
+#[test]
+fn unsafe_code_lives_only_in_the_ffi_crates() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let members = workspace_members(&std::fs::read_to_string(root.join("Cargo.toml")).unwrap());
+    assert!(
+        members.len() >= 10 && members.iter().any(|m| m == "cuda"),
+        "{members:?}"
+    );
+    let mut wrong = Vec::new();
+    for member in &members {
+        if FFI_CRATES.contains(&member.as_str()) {
+            let mut files = Vec::new();
+            rust_files(&root.join(member).join("src"), &mut files);
+            let holds = files
+                .iter()
+                .any(|f| module_graph::ships_ident(&std::fs::read_to_string(f).unwrap(), "unsafe"));
+            assert!(
+                holds,
+                "{member} holds no unsafe code: take it off FFI_CRATES and forbid it"
+            );
+        } else {
+            wrong.extend(roots_allowing_unsafe(&root, member));
+        }
+    }
+    assert!(wrong.is_empty(), "crate roots without {FORBID_UNSAFE}: {wrong:?}");
+    // The check sees a root without the attribute, and none in a comment.
+    assert!(has_inner_attribute(
+        "//! doc\n\n#![forbid(unsafe_code)]\n",
+        FORBID_UNSAFE
+    ));
+    assert!(!has_inner_attribute(
+        "// #![forbid(unsafe_code)]\nfn f() {}\n",
+        FORBID_UNSAFE
+    ));
+    assert_eq!(
+        workspace_members("[workspace]\nmembers = [\"core\", \"cuda\"]\n"),
+        ["core", "cuda"]
+    );
 }
 
 /// ARCHITECTURE.md: "Protobuf stays at the edge": outside the proto crate,

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut, PinnedHostSlice, sys};
-use stoker_client::device::{self, DType, DeviceBatch, Layout, PinnedPool, UploadSpec, Uploader};
-use stoker_kernels::{Normalize, host};
+use stoker_client::device::{self, DType, DeviceBatch, ForeignStream, Layout, PinnedPool, UploadSpec, Uploader};
+use stoker_cuda::{Normalize, host};
 
 const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
 const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
@@ -181,7 +181,7 @@ fn client_device_converts_every_dtype_and_layout() {
     }
 }
 
-/// Images a GPU lane left on the device (`stoker_kernels::handoff`), here
+/// Images a GPU lane left on the device (`stoker_cuda::handoff`), here
 /// written on a stream of another context object as a lane's are, land in
 /// their rows of a batch whose other rows come from the pinned buffer: the
 /// batch is bit for bit the host path's, in every dtype and layout; a
@@ -191,7 +191,7 @@ fn client_device_converts_every_dtype_and_layout() {
 /// gpu-check runs on this test, tracks stream-ordered frees).
 #[test]
 fn client_device_takes_images_left_on_the_device() {
-    use stoker_kernels::handoff::{DeviceOutput, DevicePixels};
+    use stoker_cuda::handoff::{DeviceOutput, DevicePixels};
     let test = "client_device_takes_images_left_on_the_device";
     if !device_or_skip(test) {
         return;
@@ -485,8 +485,7 @@ fn client_device_wait_on_orders_a_consumer_stream() {
     let gate = Gate::close(&ctx, up.side_stream()).ok();
     let content = pattern(9, len);
     let batch = upload(&up, &pool, &content, images, h, w);
-    // SAFETY: null is the legacy default stream, always valid.
-    unsafe { batch.wait_on(std::ptr::null_mut()) }.unwrap();
+    batch.wait_on(&ForeignStream::legacy_default()).unwrap();
     let legacy = ctx.default_stream();
     copy_on(&batch, std::ptr::null_mut(), &mut second, &consumer);
     let copied = legacy.record_event(None).unwrap();

@@ -1,6 +1,6 @@
 //! The hand-over on the device: a GPU worker in the loader's own process
 //! (`stoker_cli::embedded`, as `workers="local"` runs it) leaves its
-//! images on the loader's device (`stoker_kernels::handoff`), and the
+//! images on the loader's device (`stoker_cuda::handoff`), and the
 //! loader copies them into its batches there. Every sample arrives once,
 //! and each batch is byte for byte what the same lanes give through the
 //! host: the images the lanes finish (left on the device, progressive

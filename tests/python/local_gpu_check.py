@@ -8,7 +8,7 @@ worker's, same seed, deterministic) within the decoders' rounding. The
 GPU lanes' images handed over on the device are byte for byte those the
 same lanes send through the host. It prints the device memory used
 before the loader, with it, and after it was dropped, and requires
-most of it back (which fails today: docs/benchmarks.md). Run by
+most of it back. Run by
 scripts/gpu-check.sh.
 
 usage: local_gpu_check.py DATASET EXPECTED_COUNT
@@ -102,13 +102,12 @@ def main():
     print(f"local-gpu: device memory used {before:.0f} MiB before, {held:.0f} with the loader, "
           f"{after:.0f} after it was dropped", flush=True)
     # The last claim on the pool puts its release threshold back and trims
-    # it when the loader stops, so most of what the loader took should be
-    # the trainer's again (nvJPEG's handles and the loaded kernels may stay
-    # with the context). In a 30-line script it is (621, 1,620, 673 MiB on
-    # an H200). Here it still fails (621, 1,684, 1,780 MiB at f9f2134): the
-    # loader outlives its `del` in this function, its claims alive
-    # (docs/benchmarks.md). It stays, as the defect's check, until what
-    # holds the loader is found.
+    # it when the loader stops, so most of what the loader took is the
+    # trainer's again (nvJPEG's handles and the loaded kernels may stay
+    # with the context). Until the Loader stopped reading its caller's
+    # `f_locals` (which kept a snapshot of this function's locals, the
+    # Loader among them, past its `del`), this failed here and passed in a
+    # script at module level (docs/benchmarks.md).
     assert held - before >= 256, f"the loader took only {held - before:.0f} MiB: the check below would prove nothing"
     assert held - after >= 0.75 * (held - before), \
         f"dropping the loader gave back {held - after:.0f} of the {held - before:.0f} MiB it took"

@@ -7,7 +7,9 @@ epoch through it delivers every sample exactly once as float tensors.
 usage: torch_local_check.py SHARDS_DIR EXPECTED_TSV
 """
 
+import gc
 import sys
+import weakref
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
@@ -52,10 +54,29 @@ def main():
         raise AssertionError("DataLoader(loader) without batch_size=None must refuse, not yield [1, B, ...]")
     assert isinstance(stoker.__version__, str) and stoker.__version__[0].isdigit(), stoker.__version__
     checked = check_devices(shards)
+    dropped = check_dropped_loader_is_collected(shards)
     print(
         f"torch: DataLoader(loader, batch_size=None) over local workers: {len(seen)} samples exactly once; "
-        f"DataLoader(loader) refused; stoker {stoker.__version__}; {checked}"
+        f"DataLoader(loader) refused; stoker {stoker.__version__}; {checked}; {dropped}"
     )
+
+
+def check_dropped_loader_is_collected(shards):
+    """A Loader iterated directly in a function and deleted there is gone
+    at once (its worker processes and device memory with it), not kept
+    until the function returns: the check for `DataLoader(loader)` reads
+    only a fetcher frame's locals, never the caller's (a snapshot of them
+    would hold the Loader)."""
+    loader = stoker.Loader(workers="local", dataset=shards, batch_size=8, image_size=32, local_threads=1)
+    gone = weakref.ref(loader)
+    n = 0
+    for batch in loader:
+        n += len(batch["key"])
+    assert n > 0
+    del loader, batch
+    gc.collect()
+    assert gone() is None, [type(r).__name__ for r in gc.get_referrers(gone())]
+    return f"a deleted loader is collected in the function that iterated it ({n} samples)"
 
 
 def check_devices(shards):

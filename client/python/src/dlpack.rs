@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
-use stoker_client::device::{CUstream, DType, DeviceBatch, Layout, keeping_current_context};
+use stoker_client::device::{CUstream, DType, DeviceBatch, ForeignStream, Layout, keeping_current_context};
 
 /// `kDLCUDA`.
 const DL_CUDA: i32 = 2;
@@ -184,15 +184,14 @@ impl DeviceTensor {
         let waited = match stream {
             // No stream: DLPack's default, the legacy default stream.
             // SAFETY: the null handle is the legacy default stream.
-            None => keeping_current_context(|| unsafe { batch.wait_on(std::ptr::null_mut()) }),
+            None => keeping_current_context(|| batch.wait_on(&ForeignStream::legacy_default())),
             // No synchronisation asked, or the per-thread default stream
             // (another stream on the thread that frees the batch): wait on
             // the host, and order the free after the legacy stream at least.
             Some(-1) | Some(2) => py.detach(|| {
                 keeping_current_context(|| {
                     batch.synchronize()?;
-                    // SAFETY: the null handle is the legacy default stream.
-                    unsafe { batch.wait_on(std::ptr::null_mut()) }
+                    batch.wait_on(&ForeignStream::legacy_default())
                 })
             }),
             Some(s) if s == 0 || s < -1 => {
@@ -208,7 +207,8 @@ impl DeviceTensor {
                 // the consumer on this device (its primary context, which
                 // the batch shares), and PyTorch keeps its streams alive
                 // for the process; null is the legacy default stream.
-                keeping_current_context(|| unsafe { batch.wait_on(handle) })
+                let consumer = unsafe { ForeignStream::from_raw(handle) };
+                keeping_current_context(|| batch.wait_on(&consumer))
             }
         };
         waited.map_err(|e| crate::err(format!("cannot hand the batch to the consumer's stream: {e}")))?;

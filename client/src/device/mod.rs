@@ -20,7 +20,7 @@
 //!   (`pinned`), which this module builds on, never the other way round.
 //! - [`Uploader`]: a side stream on the device's primary context (the one
 //!   PyTorch uses, so device pointers are valid there), a staging buffer and
-//!   the conversion kernels of `stoker-kernels` ([`UploadSpec`]: layout,
+//!   the conversion kernels of `stoker-cuda` ([`UploadSpec`]: layout,
 //!   dtype, mean, std).
 //! - [`DeviceBatch`]: the converted batch on the device, with its ready
 //!   event; a consumer stream waits on it with [`DeviceBatch::wait_on`].
@@ -29,7 +29,7 @@
 //!
 //! The uploader also copies, on the device, the rows a GPU worker in this
 //! process left there (`Batch::on_device`, taken from the loader's
-//! `stoker_kernels::handoff` sink by `wire/chunks.rs`).
+//! `stoker_cuda::handoff` sink by `wire/chunks.rs`).
 //!
 //! CUDA is loaded at run time, as in the worker: nothing CUDA is needed to
 //! build or run the client, and without a GPU [`probe`] says why, so the
@@ -42,11 +42,11 @@ mod upload;
 pub use crate::cuda::{DeviceError, DeviceUnavailable};
 pub use crate::pinned::{PinnedBuf, PinnedPool};
 pub use cudarc::driver::sys::CUstream;
-pub use stoker_kernels::{CudaUnavailable, DType, DeviceInfo, Layout, POOL_KEEP_BYTES};
+pub use stoker_cuda::{CudaUnavailable, DType, DeviceInfo, ForeignStream, Layout, POOL_KEEP_BYTES};
 pub use upload::{DeviceBatch, UploadSpec, Uploader};
 
 use crate::cuda::driver;
-use stoker_kernels::{CONVERT, catch_cuda_panic, check_nvrtc, open_context, ptx_for};
+use stoker_cuda::{CONVERT, catch_cuda_panic, check_nvrtc, open_context, ptx_for};
 
 /// Whether CUDA device `ordinal` can take uploads: loads libcuda and
 /// libnvrtc, opens the device's primary context and compiles the
@@ -67,23 +67,7 @@ pub fn probe(ordinal: usize) -> Result<DeviceInfo, DeviceUnavailable> {
     })
 }
 
-/// Runs `f`, then makes the thread's current CUDA context what it was
-/// before. cudarc binds a batch's context to the calling thread; a
-/// consumer (PyTorch on another device, say) keeps its own current device.
-/// Only call this on a thread where CUDA is already loaded (a batch exists).
-pub fn keeping_current_context<T>(f: impl FnOnce() -> T) -> T {
-    let before = cudarc::driver::result::ctx::get_current();
-    let out = f();
-    if let Ok(ctx) = before {
-        // SAFETY: `ctx` was current on this thread a moment ago (or null,
-        // which unbinds): a live context, since `f` cannot destroy a
-        // primary context the caller still uses.
-        if let Err(e) = unsafe { cudarc::driver::result::ctx::set_current(ctx.unwrap_or(std::ptr::null_mut())) } {
-            tracing::warn!(error = %e, "restoring the thread's current cuda context failed");
-        }
-    }
-    out
-}
+pub use stoker_cuda::keeping_current_context;
 
 #[cfg(test)]
 mod tests {

@@ -5,13 +5,13 @@
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, sys};
-use stoker_kernels::{
-    Conversion, ConvertKernels, DType, Layout, Normalize, POOL_KEEP_BYTES, PoolKeep, catch_cuda_panic, check_nvrtc,
-    open_context, trim_pool,
+use stoker_cuda::{
+    Conversion, ConvertKernels, DType, ForeignStream, Layout, Normalize, POOL_KEEP_BYTES, PoolKeep, catch_cuda_panic,
+    check_nvrtc, open_context, trim_pool,
 };
 
 use super::{DeviceError, DeviceUnavailable, PinnedBuf, PinnedPool, driver};
-use stoker_kernels::handoff::DevicePixels;
+use stoker_cuda::handoff::DevicePixels;
 
 /// What a batch becomes on the device: layout, element type and
 /// normalisation `(x / 255 - mean[c]) / std[c]` (mean 0, std 1: plain
@@ -103,8 +103,7 @@ impl Uploader {
                 reason: e.to_string(),
             })?;
             // The priority of the lanes' streams (`STOKER_GPU_PRIORITY`).
-            let priority =
-                stoker_kernels::feed_priority(&ctx).map_err(driver("cuCtxGetStreamPriorityRange", ordinal))?;
+            let priority = stoker_cuda::feed_priority(&ctx).map_err(driver("cuCtxGetStreamPriorityRange", ordinal))?;
             let stream = ctx
                 .new_stream_with_priority(priority)
                 .map_err(driver("cuStreamCreate of the side stream", ordinal))?;
@@ -206,11 +205,10 @@ impl Uploader {
             )));
         }
 
-        // SAFETY: u8 has no invalid values, and the copy (uint8 NHWC) or the
-        // kernel writes every one of its bytes before anything reads them:
-        // both are queued on this stream right below, ahead of the ready
-        // event that every reader waits for.
-        let mut out = unsafe { self.stream.alloc::<u8>(out_bytes) }
+        // The copy (uint8 NHWC) or the kernel writes every one of its bytes
+        // before anything reads them: both are queued on this stream right
+        // below, ahead of the ready event that every reader waits for.
+        let mut out = stoker_cuda::alloc_bytes(&self.stream, out_bytes)
             .map_err(driver("cuMemAllocAsync of a batch's output", ordinal))?;
         let image_bytes = in_bytes / images;
         for (row, pixels) in on_device {
@@ -233,9 +231,9 @@ impl Uploader {
                     // The old buffer is freed in stream order, after the
                     // kernel that last read it.
                     *slot = None;
-                    // SAFETY: u8 has no invalid values; each upload's copy
-                    // writes the bytes its kernel then reads.
-                    let grown = unsafe { self.stream.alloc::<u8>(in_bytes) }
+                    // Each upload's copy writes the bytes its kernel then
+                    // reads.
+                    let grown = stoker_cuda::alloc_bytes(&self.stream, in_bytes)
                         .map_err(driver("cuMemAllocAsync of the staging buffer", ordinal))?;
                     slot.insert(grown)
                 }
@@ -304,74 +302,14 @@ impl Uploader {
         if on_device.is_empty() {
             return Ok(());
         }
-        // The lane outputs the rows lie in: a batch's images come from a
-        // few (a lane batch holds up to a hundred).
-        let mut outputs: Vec<&DevicePixels> = Vec::new();
-        for (_, pixels) in on_device {
-            if !outputs.iter().any(|o| o.same_output(pixels)) {
-                outputs.push(pixels);
-            }
-        }
-        for output in &outputs {
-            self.stream
-                .wait(output.ready())
-                .map_err(driver("cuStreamWaitEvent on an image left on the device", ordinal))?;
-        }
-        let base = {
-            let (ptr, _record) = dst.device_ptr(&self.stream);
-            ptr
-        };
-        let queued = self.copy_rows(base, image_bytes, on_device, &outputs);
-        if queued.is_err() {
-            // Some copies may be queued with no use recorded: their
-            // sources must not be freed (when the caller drops them) before
-            // they have run.
-            if let Err(e) = self.stream.synchronize() {
-                tracing::warn!(device = ordinal, error = %e, "waiting for the side stream after a failed copy failed");
-            }
-        }
-        queued
-    }
-
-    /// Queues the copy of each row of `on_device` to `base` + its offset,
-    /// then records, for each of `outputs`, the event its free waits for.
-    fn copy_rows(
-        &self,
-        base: u64,
-        image_bytes: usize,
-        on_device: &[(usize, DevicePixels)],
-        outputs: &[&DevicePixels],
-    ) -> Result<(), DeviceError> {
-        let ordinal = self.ordinal;
-        for (row, pixels) in on_device {
-            // SAFETY: both ranges are live device memory of this context:
-            // the destination row lies within the landing buffer's first
-            // `in_bytes` (the caller checked each row against the batch's
-            // images, and the buffer's length against `in_bytes`), the
-            // source is the `image_bytes` the lane wrote (checked:
-            // `pixels.len()`), and its memory is freed only after the
-            // events recorded below (or, when this fails, after the caller
-            // waited for the stream).
-            unsafe {
-                cudarc::driver::result::memcpy_dtod_async(
-                    base + (row * image_bytes) as u64,
-                    pixels.device_ptr(),
-                    image_bytes,
-                    self.stream.cu_stream(),
-                )
-            }
-            .map_err(driver("cuMemcpyDtoDAsync of an image left on the device", ordinal))?;
-        }
-        // Each output's memory waits for this batch's copies before it is
-        // freed (on the lane's stream, stream-ordered: no host wait).
-        for output in outputs {
-            let copied = self.stream.record_event(None).map_err(driver(
-                "cuEventRecord after the copies of images left on the device",
-                ordinal,
-            ))?;
-            output.used_until(copied);
-        }
-        Ok(())
+        let rows: Vec<(usize, &DevicePixels)> = on_device
+            .iter()
+            .map(|(row, pixels)| (row * image_bytes, pixels))
+            .collect();
+        stoker_cuda::handoff::copy_pixels(&self.stream, &rows, dst).map_err(|e| DeviceError::Invalid {
+            ordinal,
+            reason: e.to_string(),
+        })
     }
 }
 
@@ -489,24 +427,12 @@ impl DeviceBatch {
     }
 
     /// Makes `stream` (a CUDA stream handle, as PyTorch's
-    /// `torch.cuda.current_stream().cuda_stream` gives it; null for the
-    /// legacy default stream) wait for the batch without blocking the host,
-    /// and holds the batch's memory until the work queued on `stream`
-    /// before the batch is dropped has run.
-    ///
-    /// # Safety
-    ///
-    /// `stream` must be null (the legacy default stream),
-    /// `CU_STREAM_PER_THREAD` (2), or a stream of this device's primary
-    /// context that stays alive until this batch is dropped: the drop
-    /// records an event on it.
-    pub unsafe fn wait_on(&self, stream: sys::CUstream) -> Result<(), DeviceError> {
-        // SAFETY: the caller promises what `wrap_borrowed_stream` asks: a
-        // valid stream of this context, alive while the wrapper (kept in
-        // this batch only) is used. The only work queued through it is an
-        // event wait and, at the drop, an event record.
-        let consumer = unsafe { self.stream.context().wrap_borrowed_stream(stream) };
-        self.wait_on_stream(&consumer)
+    /// `torch.cuda.current_stream().cuda_stream` gives it, or the legacy
+    /// default stream) wait for the batch without blocking the host, and
+    /// holds the batch's memory until the work queued on `stream` before
+    /// the batch is dropped has run.
+    pub fn wait_on(&self, stream: &ForeignStream) -> Result<(), DeviceError> {
+        self.wait_on_stream(&stream.borrow(self.stream.context()))
     }
 
     /// As [`DeviceBatch::wait_on`], for a cudarc stream (kept alive by the
@@ -570,7 +496,7 @@ impl Drop for DeviceBatch {
         // cudarc frees the allocation stream-ordered on the side stream.
         drop(self.data.take());
         // A batch kept past its loader: its memory goes back now.
-        stoker_kernels::give_back_if_unclaimed(&self.stream);
+        stoker_cuda::give_back_if_unclaimed(&self.stream);
     }
 }
 

@@ -20,7 +20,7 @@ use super::auth::Authed;
 use crate::ring::RingOffer;
 use crate::sample::{Sample, Skipped};
 use stoker_core::{FieldSpec, ViewSpec};
-use stoker_kernels::handoff::SinkOffer;
+use stoker_cuda::handoff::SinkOffer;
 
 const PROCESS_SHARD: &str = "/stoker.v1.Worker/ProcessShard";
 

@@ -26,6 +26,10 @@
 //! (`stoker_formats::...`); `pipeline::samples` turns a work item's
 //! `ShardFormat` and `RecordFields` into a `ShardKind`.
 
+// No `unsafe` here: FFI lives in the FFI crates (stoker-cuda,
+// stoker-libjpeg, stoker-shm, the Python extension) behind safe types.
+#![forbid(unsafe_code)]
+
 pub mod error;
 pub mod image;
 pub mod index;

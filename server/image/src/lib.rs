@@ -15,6 +15,10 @@
 //! re-exports [`decode`] and [`augment`]; its region decode with
 //! libjpeg-turbo stays there.
 
+// No `unsafe` here: FFI lives in the FFI crates (stoker-cuda,
+// stoker-libjpeg, stoker-shm, the Python extension) behind safe types.
+#![forbid(unsafe_code)]
+
 pub mod augment;
 pub mod decode;
 mod error;

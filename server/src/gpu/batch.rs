@@ -6,15 +6,15 @@
 
 use bytes::Bytes;
 use stoker_core::{FieldValue, NpyArray, Step};
+use stoker_cuda::handoff::DevicePixels;
 use stoker_image::augment::Chain;
-use stoker_kernels::handoff::DevicePixels;
 
-use super::decode::DeviceImage;
 use super::device::Gpu;
 use super::plan::{Part, Role, Work, fusable_tail};
 use super::queue::{GpuResult, GpuSample};
 use super::steps::GpuCrop;
 use crate::outcome::Processed;
+use stoker_cuda::DeviceImage;
 
 /// Which image a render reads.
 #[derive(Clone, Copy, Debug)]

@@ -6,11 +6,10 @@
 //! The fused crop-resize renders its crop box through the same links
 //! first ([`Gpu::resized_crop_flip_into`]).
 
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
+use cudarc::driver::CudaSlice;
+use stoker_cuda::{ChainParams, ChainSpan, Chains, DeviceImage, PlaneJob};
 use stoker_image::augment::{Chain, Link};
-use stoker_kernels::{ChainParams, ChainSpan, Chains};
 
-use super::decode::DeviceImage;
 use super::device::{Gpu, GpuError, driver};
 
 /// Appends `chain`'s links to `chains`; its span there.
@@ -42,10 +41,7 @@ impl Gpu {
     pub fn render_chains(&self, jobs: &[(&DeviceImage, &Chain)]) -> Result<Vec<DeviceImage>, GpuError> {
         let mut chains = Chains::default();
         let mut outs = Vec::with_capacity(jobs.len());
-        let mut params = Vec::with_capacity(jobs.len());
-        // The guards keep cudarc's view of each image until the launch is
-        // queued.
-        let mut guards = Vec::with_capacity(jobs.len() * 2);
+        let mut launch = Vec::with_capacity(jobs.len());
         for (i, (img, chain)) in jobs.iter().enumerate() {
             if (img.width, img.height) != (chain.src_w, chain.src_h) {
                 return Err(GpuError::Invalid(format!(
@@ -53,39 +49,14 @@ impl Gpu {
                     img.width, img.height, chain.src_w, chain.src_h
                 )));
             }
-            img.check_rows()
-                .map_err(|e| GpuError::Invalid(format!("image {i}: {e}")))?;
             let span = add_chain(&mut chains, chain);
             outs.push(self.new_image(chain.out_w, chain.out_h)?);
-            params.push((span, img.pitch));
+            launch.push((*img, span_params(span, 3)));
         }
-        let mut launch = Vec::with_capacity(jobs.len());
-        for (((img, _), out), (span, pitch)) in jobs.iter().zip(&mut outs).zip(params) {
-            let (src, g1) = img.buf.device_ptr(&self.stream);
-            let (dst, g2) = out.buf.device_ptr_mut(&self.stream);
-            guards.push(g1);
-            guards.push(g2);
-            launch.push(ChainParams {
-                src,
-                dst,
-                src_w: span.src.0,
-                src_h: span.src.1,
-                out_w: span.out.0,
-                out_h: span.out.1,
-                first: span.first,
-                count: span.count,
-                src_pitch: pitch,
-                channels: 3,
-            });
-        }
-        // SAFETY: each `src` is a live `DeviceImage` of src_w x src_h with
-        // rows of `src_pitch` bytes (its buffer holds them: checked above),
-        // each `dst` a fresh allocation of out_w x out_h x 3 bytes made above
-        // for this image alone; all stay alive until this function returns,
-        // after the launch is queued on `self.stream`, the stream every
-        // later use is ordered on.
-        unsafe { self.kernels.chain_batch_u8_hwc(&self.stream, &launch, &chains) }?;
-        drop(guards);
+        // The launch checks each image against its buffer and the links.
+        let mut targets: Vec<&mut DeviceImage> = outs.iter_mut().collect();
+        self.kernels
+            .render_chains(&self.stream, &launch, &mut targets, &chains)?;
         Ok(outs)
     }
 
@@ -99,7 +70,6 @@ impl Gpu {
         let mut chains = Chains::default();
         let mut host = Vec::new();
         let mut places = Vec::with_capacity(masks.len());
-        let mut writes = Vec::with_capacity(masks.len());
         for (i, m) in masks.iter().enumerate() {
             let (chain, (w, h)) = (m.chain, m.dims);
             if (w, h) != (chain.src_w, chain.src_h) || m.pixels.len() as u64 != u64::from(w) * u64::from(h) {
@@ -110,52 +80,42 @@ impl Gpu {
                     chain.src_h
                 )));
             }
-            let len = chain.out_w as usize * chain.out_h as usize;
-            if m.offset.checked_add(len).is_none_or(|end| end > dst.len()) {
-                return Err(GpuError::Invalid(format!(
-                    "mask {i} writes past the output of {} bytes",
-                    dst.len()
-                )));
-            }
-            writes.push((m.offset, len));
             places.push((host.len(), add_chain(&mut chains, chain)));
             host.extend_from_slice(m.pixels);
-        }
-        writes.sort_unstable();
-        if writes.windows(2).any(|p| p[0].0 + p[0].1 > p[1].0) {
-            return Err(GpuError::Invalid("two masks write the same bytes of the output".into()));
         }
         let src = self
             .stream
             .clone_htod(&host)
             .map_err(driver("copying masks to the device"))?;
-        let (src_base, g1) = src.device_ptr(&self.stream);
-        let (dst_base, g2) = dst.device_ptr_mut(&self.stream);
-        let launch: Vec<ChainParams> = masks
+        let launch: Vec<PlaneJob> = masks
             .iter()
             .zip(places)
-            .map(|(m, (at, span))| ChainParams {
-                src: src_base + at as u64,
-                dst: dst_base + m.offset as u64,
-                src_w: span.src.0,
-                src_h: span.src.1,
-                out_w: span.out.0,
-                out_h: span.out.1,
-                first: span.first,
-                count: span.count,
-                src_pitch: span.src.0,
-                channels: 1,
+            .map(|(m, (at, span))| PlaneJob {
+                params: span_params(span, 1),
+                src_at: at,
+                dst_at: m.offset,
             })
             .collect();
-        // SAFETY: each `src` is the start of its mask's w x h bytes (rows of
-        // w) in `src`, the upload made above (its length checked against its
-        // size); each `dst` the start of out_w x out_h bytes inside `dst`
-        // (checked above) that no other mask writes (checked above); `src`
-        // and `dst` stay alive until this function returns, after the launch
-        // is queued on `self.stream`, the stream every later use is ordered on.
-        unsafe { self.kernels.chain_batch_u8_hwc(&self.stream, &launch, &chains) }?;
-        drop((g1, g2));
+        // The launch checks that each mask's source and output lie in their
+        // buffers and that no two outputs share a byte.
+        self.kernels.render_planes(&self.stream, &src, dst, &launch, &chains)?;
         Ok(())
+    }
+}
+
+/// A chain's launch parameters: its span, with packed source rows of
+/// `channels` bytes a pixel (the launch fills in the addresses).
+fn span_params(span: ChainSpan, channels: u32) -> ChainParams {
+    ChainParams {
+        src_w: span.src.0,
+        src_h: span.src.1,
+        out_w: span.out.0,
+        out_h: span.out.1,
+        first: span.first,
+        count: span.count,
+        src_pitch: span.src.0 * channels,
+        channels,
+        ..ChainParams::default()
     }
 }
 

@@ -2,7 +2,7 @@
 //! tables (solarize, posterize, invert), equalize, autocontrast, channel
 //! permutations, hue, the four `ImageEnhance` blends and RandomErasing,
 //! every image with its own parameters, each kind of work one launch of
-//! `stoker-kernels`' `color.cu` for the whole batch. [`color_runs`] says
+//! `stoker-cuda`' `color.cu` for the whole batch. [`color_runs`] says
 //! which steps the round runs.
 //!
 //! Every step here keeps the image's size, and every one runs in place:
@@ -14,11 +14,10 @@
 //! image in place (Pillow's filter reads the neighbours, so the copy must
 //! be whole before the blend starts: two launches, one arena).
 
-use cudarc::driver::{CudaSlice, DevicePtrMut};
+use cudarc::driver::CudaSlice;
 use stoker_core::{Enhance, EraseFill, Step};
-use stoker_kernels::{ColorOp, ColorParams, EraseParams, TABLE_BYTES};
+use stoker_cuda::{ColorOp, ColorParams, DeviceImage, EraseParams, TABLE_BYTES};
 
-use super::decode::DeviceImage;
 use super::device::{Gpu, GpuError, driver};
 
 /// Whether [`Gpu::color_round`] runs `step`: the four enhance blends
@@ -273,72 +272,67 @@ impl Gpu {
             .stream
             .alloc_zeros(sums.max(1) as usize)
             .map_err(driver("allocation of luma sums"))?;
-        // SAFETY: u8 has no invalid values; the smoothing kernel writes every
-        // byte of each sharpness image's slot before the blend reads it.
-        let mut arena = unsafe { self.stream.alloc::<u8>(arena_len.max(1)) }
+        // The smoothing kernel writes every byte of each sharpness image's
+        // slot before the blend reads it.
+        let mut arena = stoker_cuda::alloc_bytes(&self.stream, arena_len.max(1))
             .map_err(driver("allocation of the sharpness arena"))?;
+        // Each op's parameters, its slot of the shared buffers in `arg`.
+        let params = |i: usize, op: ColorOp, arg: u32, factor: f32, img: &DeviceImage| {
+            let arg = match op {
+                ColorOp::Lut | ColorOp::Equalize | ColorOp::Autocontrast | ColorOp::Contrast => slot_of[i],
+                _ => arg,
+            };
+            ColorParams::new(op, 0, (img.width, img.height), arg, factor)
+        };
 
-        let (mut stats, mut luts, mut smooth, mut color, mut erase) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        {
-            let (arena_ptr, _arena_guard) = arena.device_ptr_mut(&self.stream);
-            // The guards keep cudarc's view of each image until the
-            // launches are queued.
-            let mut guards = Vec::with_capacity(plans.len());
-            for (i, (plan, slot)) in plans.iter().zip(slots.iter_mut()).enumerate() {
-                let (Some(plan), Ok(img)) = (plan, slot) else {
-                    continue;
-                };
-                let dims = (img.width, img.height);
-                let (ptr, guard) = img.buf.device_ptr_mut(&self.stream);
-                guards.push(guard);
-                match *plan {
-                    Plan::Erase(p) => erase.push(EraseParams { img: ptr, ..p }),
-                    Plan::Color { op, arg, factor, .. } => {
-                        let mut p = ColorParams::new(op, ptr, dims, arg, factor);
-                        match op {
-                            ColorOp::Lut => p.arg = slot_of[i],
-                            ColorOp::Equalize | ColorOp::Autocontrast => {
-                                p.arg = slot_of[i];
-                                stats.push(p);
-                                luts.push(p);
-                            }
-                            ColorOp::Contrast => {
-                                p.arg = slot_of[i];
-                                stats.push(p);
-                            }
-                            ColorOp::Sharpness => {
-                                p.aux = arena_ptr + arena_at[i] as u64;
-                                smooth.push(p);
-                            }
-                            _ => {}
-                        }
-                        color.push(p);
-                    }
+        // What reads the images: the statistics, the tables built from
+        // them, the smoothed copies.
+        let (mut stats, mut luts, mut smooth) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, (plan, slot)) in plans.iter().zip(slots.iter()).enumerate() {
+            let (Some(Plan::Color { op, arg, factor, .. }), Ok(img)) = (plan, slot) else {
+                continue;
+            };
+            let p = params(i, *op, *arg, *factor, img);
+            match op {
+                ColorOp::Equalize | ColorOp::Autocontrast => {
+                    stats.push((img, p));
+                    luts.push(p);
+                }
+                ColorOp::Contrast => stats.push((img, p)),
+                ColorOp::Sharpness => smooth.push((img, p, arena_at[i])),
+                _ => {}
+            }
+        }
+        // Each launch takes the images borrowed and checks them (packed,
+        // in their buffers), the slots and the arena's regions; the
+        // per-pixel kernel reads the tables the uploads and the tables
+        // kernel wrote before it on the stream.
+        self.kernels
+            .color_stats(&self.stream, &stats, &mut hist, &mut sum_dev)?;
+        self.kernels
+            .color_luts_batch(&self.stream, &luts, &hist, &mut table_dev)?;
+        self.kernels.smooth(&self.stream, &smooth, &mut arena)?;
+        drop((stats, smooth));
+
+        // What changes the images, in place (each image is in a wave at
+        // most once).
+        let (mut color, mut erase) = (Vec::new(), Vec::new());
+        for (i, (plan, slot)) in plans.iter().zip(slots.iter_mut()).enumerate() {
+            let (Some(plan), Ok(img)) = (plan, slot) else {
+                continue;
+            };
+            match *plan {
+                Plan::Erase(p) => erase.push((img, p)),
+                Plan::Color { op, arg, factor, .. } => {
+                    let p = params(i, op, arg, factor, img);
+                    let aux = (op == ColorOp::Sharpness).then_some(arena_at[i]);
+                    color.push((img, p, aux));
                 }
             }
-            // SAFETY: (all five launches) each `img` is the live, packed
-            // buffer of a `DeviceImage` of at least w x h x 3 bytes (checked
-            // by `plan`), borrowed mutably here, so no other image of the
-            // batch shares it (each image is in a wave at most once); each
-            // sharpness `aux` is its own 256-aligned slot of `arena`, sized
-            // for its w x h x 3 bytes. Images and arena outlive the launches
-            // on `self.stream`, the stream every later use is ordered on
-            // (the buffers are freed on it too). The statistics only read
-            // the images; the per-pixel kernel reads the tables the uploads
-            // and the tables kernel wrote before it on the stream.
-            unsafe {
-                self.kernels
-                    .color_stats_batch_u8_hwc(&self.stream, &stats, &mut hist, &mut sum_dev)?;
-                self.kernels
-                    .color_luts_batch(&self.stream, &luts, &hist, &mut table_dev)?;
-                self.kernels.smooth_batch_u8_hwc(&self.stream, &smooth)?;
-                self.kernels
-                    .color_batch_u8_hwc(&self.stream, &color, &table_dev, &sum_dev)?;
-                self.kernels.erase_batch_u8_hwc(&self.stream, &erase)?;
-            }
-            drop(guards);
         }
+        self.kernels
+            .color(&self.stream, &mut color, &arena, &table_dev, &sum_dev)?;
+        self.kernels.erase(&self.stream, &mut erase)?;
         Ok(())
     }
 }

@@ -23,41 +23,11 @@
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtrMut};
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
+use stoker_cuda::DeviceImage;
+use stoker_cuda::nvjpeg::{Backend, Decoder, Handle, JpegStream, Library, NvjpegError};
 
 use super::device::{Gpu, GpuError, driver};
-use super::nvjpeg::sys::{cudaStream_t, nvjpegImage_t};
-use super::nvjpeg::{Backend, Decoder, Handle, JpegStream, NvjpegError};
-
-/// A decoded image in device memory: `height` rows of `pitch` bytes, RGB
-/// interleaved, `pitch >= 3 * width`.
-#[derive(Debug)]
-pub struct DeviceImage {
-    pub width: u32,
-    pub height: u32,
-    pub pitch: u32,
-    pub buf: CudaSlice<u8>,
-}
-
-impl DeviceImage {
-    /// That the buffer holds the image's rows (the fields are public: a
-    /// kernel's reads are bounded by them), before a launch reads it.
-    pub(super) fn check_rows(&self) -> Result<(), GpuError> {
-        if u64::from(self.pitch) < 3 * u64::from(self.width)
-            || u64::from(self.pitch) * u64::from(self.height) > self.buf.len() as u64
-        {
-            return Err(GpuError::Invalid(format!(
-                "a {}x{} image's buffer of {} bytes does not hold {} rows of {}",
-                self.width,
-                self.height,
-                self.buf.len(),
-                self.height,
-                self.pitch
-            )));
-        }
-        Ok(())
-    }
-}
 
 /// Which of the decoder's paths an image of a batch took.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,7 +115,7 @@ impl GpuDecoder {
     /// A decoder whose batches go to `backend` (asking for the hardware
     /// engine on a GPU without one is an error).
     pub fn with_backend(gpu: &Gpu, backend: Backend, max_pixels: u64) -> Result<Self, GpuError> {
-        let lib = super::nvjpeg::sys::lib().map_err(GpuError::Invalid)?;
+        let lib = Library::open().map_err(GpuError::Invalid)?;
         gpu.ctx.bind_to_thread().map_err(driver("binding the context"))?;
         let default = Handle::new(lib, Backend::Default)?;
         let hardware = match backend {
@@ -295,10 +265,10 @@ impl GpuDecoder {
             height,
             limit: self.max_pixels,
         })?;
-        // SAFETY: u8 has no invalid values; the buffer is only read after a
-        // decode reported success, and a successful decode writes every
-        // pixel of its pitch x height output (saving a memset per image).
-        let buf = unsafe { self.stream.alloc::<u8>(pitch as usize * height as usize) }
+        // The buffer is only read after a decode reported success, and a
+        // successful decode writes every pixel of its pitch x height output
+        // (saving a memset per image).
+        let buf = stoker_cuda::alloc_bytes(&self.stream, pitch as usize * height as usize)
             .map_err(driver("allocation of a decoded image"))?;
         Ok((
             DeviceImage {
@@ -312,30 +282,10 @@ impl GpuDecoder {
     }
 
     fn decode_batched(&mut self, batch: &mut [PendingDecode<'_>]) -> Result<(), NvjpegError> {
-        let stream = cu_stream(&self.stream);
         let data: Vec<&[u8]> = batch.iter().map(|p| p.data).collect();
-        let mut guards = Vec::with_capacity(batch.len());
-        let mut out = Vec::with_capacity(batch.len());
-        for p in batch.iter_mut() {
-            let pitch = p.image.pitch as usize;
-            let (ptr, guard) = p.image.buf.device_ptr_mut(&self.stream);
-            guards.push(guard);
-            let mut img = nvjpegImage_t::default();
-            img.channel[0] = ptr as *mut u8;
-            img.pitch[0] = pitch;
-            out.push(img);
-        }
-        // SAFETY: each output is a live device allocation of this context
-        // (bound in `decode_batch`) of pitch x height bytes for the size its
-        // header gives, pitch = 3 x width; `batch` owns the allocations
-        // and the decode is queued on `self.stream`, which orders every
-        // later use and their release.
-        unsafe { self.batched.decode_batched_rgbi(&data, &mut out, stream) }
+        let mut out: Vec<&mut DeviceImage> = batch.iter_mut().map(|p| &mut p.image).collect();
+        self.batched.decode_batched_rgbi(&data, &mut out, &self.stream)
     }
-}
-
-fn cu_stream(stream: &CudaStream) -> cudaStream_t {
-    stream.cu_stream() as cudaStream_t
 }
 
 /// How many jpeg states the single-image decodes take turns with: while
@@ -395,7 +345,7 @@ impl Singles {
 
     /// Decodes `data` into `image` on `stream`, with the next state once
     /// the decode it last queued has finished.
-    fn decode(&mut self, stream: &CudaStream, data: &[u8], image: &mut DeviceImage) -> Result<(), GpuDecodeError> {
+    fn decode(&mut self, stream: &Arc<CudaStream>, data: &[u8], image: &mut DeviceImage) -> Result<(), GpuDecodeError> {
         let turn = self.next;
         self.next = (turn + 1) % self.states.len();
         let state = &mut self.states[turn];
@@ -403,18 +353,9 @@ impl Singles {
             .done
             .synchronize()
             .map_err(driver("waiting for a jpeg state's last decode"))?;
-        let pitch = image.pitch as usize;
-        let (ptr, guard) = image.buf.device_ptr_mut(stream);
-        let mut out = nvjpegImage_t::default();
-        out.channel[0] = ptr as *mut u8;
-        out.pitch[0] = pitch;
-        // SAFETY: `out` is a live device allocation of the bound context of
-        // pitch x height bytes for this JPEG's size (pitch = 3 x width), owned
-        // by `image`, and the decode is queued on `stream`, which orders every
-        // later use of it; the state's previous decode has finished (waited
-        // for above), so its staging buffer is free to overwrite.
-        let r = unsafe { state.decoder.decode_rgbi(data, &mut out, cu_stream(stream)) };
-        drop(guard);
+        // The state's previous decode has finished (waited for above), so
+        // its staging buffer is free to overwrite.
+        let r = state.decoder.decode_rgbi(data, image, stream);
         // Recorded whether or not the decode succeeded: a failed one may
         // still have queued work that reads the staging.
         state

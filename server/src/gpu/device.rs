@@ -8,10 +8,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, PinnedHostSlice};
-use stoker_kernels::{Confinement, CudaUnavailable, DeviceInfo, Kernels, PoolKeep, SmPartition, SmShare};
-
-use super::nvjpeg::{self, Backend};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+use stoker_cuda::nvjpeg::{self, Backend, Handle, Library};
+use stoker_cuda::{Confinement, CudaUnavailable, DeviceInfo, Kernels, PinnedBuffer, PoolKeep, SmPartition, SmShare};
 
 /// Why this host cannot use a GPU.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -65,7 +64,7 @@ pub enum GpuError {
     #[error("cuda {what} failed: {reason}")]
     Driver { what: &'static str, reason: String },
     #[error(transparent)]
-    Kernel(#[from] stoker_kernels::KernelError),
+    Kernel(#[from] stoker_cuda::KernelError),
     #[error(transparent)]
     Nvjpeg(#[from] nvjpeg::NvjpegError),
     #[error("{0}")]
@@ -79,7 +78,7 @@ pub(super) fn driver(what: &'static str) -> impl Fn(cudarc::driver::DriverError)
     }
 }
 
-pub use stoker_kernels::POOL_KEEP_BYTES;
+pub use stoker_cuda::POOL_KEEP_BYTES;
 
 /// A claim on `bytes` of the device's pool kept for reuse (see
 /// [`PoolKeep`]): given back once every claim is dropped.
@@ -115,11 +114,11 @@ impl Gpu {
     pub fn open(ordinal: usize) -> Result<Self, GpuUnavailable> {
         // cudarc panics when a symbol it expects is missing from a library
         // it found; report that as a reason like any other.
-        stoker_kernels::catch_cuda_panic(|| Self::open_inner(ordinal))
+        stoker_cuda::catch_cuda_panic(|| Self::open_inner(ordinal))
     }
 
     fn open_inner(ordinal: usize) -> Result<Self, GpuUnavailable> {
-        let ctx = stoker_kernels::open_context(ordinal)?;
+        let ctx = stoker_cuda::open_context(ordinal)?;
         let drv = |e: cudarc::driver::DriverError| {
             GpuUnavailable::Cuda(CudaUnavailable::Driver {
                 ordinal,
@@ -133,22 +132,22 @@ impl Gpu {
             false => None,
         };
 
-        stoker_kernels::check_nvrtc()?;
+        stoker_cuda::check_nvrtc()?;
         let kernels = Kernels::load(&ctx).map_err(|e| GpuUnavailable::Nvrtc(e.to_string()))?;
 
-        let lib = nvjpeg::sys::lib().map_err(GpuUnavailable::NoLibnvjpeg)?;
-        let nvjpeg_version = nvjpeg::result::version(lib).map_err(|e| GpuUnavailable::Nvjpeg(e.to_string()))?;
+        let lib = Library::open().map_err(GpuUnavailable::NoLibnvjpeg)?;
+        let nvjpeg_version = lib.version().map_err(|e| GpuUnavailable::Nvjpeg(e.to_string()))?;
         ctx.bind_to_thread().map_err(drv)?;
-        let (jpeg_backend, hardware_unavailable) = match nvjpeg::Handle::new(lib, Backend::Hardware) {
+        let (jpeg_backend, hardware_unavailable) = match Handle::new(lib, Backend::Hardware) {
             Ok(_) => (Backend::Hardware, None),
             Err(e) => {
-                nvjpeg::Handle::new(lib, Backend::Default).map_err(|e| GpuUnavailable::Nvjpeg(e.to_string()))?;
+                Handle::new(lib, Backend::Default).map_err(|e| GpuUnavailable::Nvjpeg(e.to_string()))?;
                 (Backend::Default, Some(e.to_string()))
             }
         };
         let info = GpuInfo {
             device,
-            nvjpeg_soname: lib.soname,
+            nvjpeg_soname: lib.soname(),
             nvjpeg_version,
             jpeg_backend,
             hardware_unavailable,
@@ -165,12 +164,12 @@ impl Gpu {
 
     /// Runs the streams made from now on ([`Gpu::with_new_stream`], so the
     /// lanes') on the share of the SMs `share` asks for
-    /// ([`stoker_kernels::green`]), and says what was decided: the
+    /// ([`stoker_cuda::green`]), and says what was decided: the
     /// partition's SMs, or the whole device and why. An explicit count the
     /// device cannot honour is an error; `auto` falls back to the whole
     /// device.
     pub fn confine(&mut self, share: SmShare) -> Result<Confinement, GpuError> {
-        let decided = stoker_kernels::green::confinement(&self.ctx, share).map_err(|e| GpuError::Driver {
+        let decided = stoker_cuda::green::confinement(&self.ctx, share).map_err(|e| GpuError::Driver {
             what: "confining the lanes to part of the sms",
             reason: e.to_string(),
         })?;
@@ -183,10 +182,10 @@ impl Gpu {
 
     /// The same device and kernels with a stream of its own, for work that
     /// should overlap with this one's: of the priority
-    /// [`stoker_kernels::feed_priority`] gives (the lowest by default), on
+    /// [`stoker_cuda::feed_priority`] gives (the lowest by default), on
     /// the SMs [`Gpu::confine`] gave.
     pub fn with_new_stream(&self) -> Result<Self, GpuError> {
-        let priority = stoker_kernels::feed_priority(&self.ctx).map_err(driver("reading the stream priorities"))?;
+        let priority = stoker_cuda::feed_priority(&self.ctx).map_err(driver("reading the stream priorities"))?;
         let stream = match &self.partition {
             Some(p) => p.stream(priority).map_err(|e| GpuError::Driver {
                 what: "creating a stream on the lanes' sms",
@@ -209,19 +208,12 @@ impl Gpu {
 
     /// A page-locked host buffer of `len` bytes (zeroed) for copies back
     /// from the device: reuse it, allocating one per copy is slow.
-    pub fn pinned(&self, len: usize) -> Result<PinnedHostSlice<u8>, GpuError> {
-        // SAFETY: plain page-locked memory (no write-combining: the host
-        // reads it); it is zeroed below before anything reads it.
-        let mut host = unsafe { self.ctx.alloc_pinned_with_flags::<u8>(len.max(1), 0) }
-            .map_err(driver("page-locked host allocation"))?;
-        host.as_mut_slice()
-            .map_err(driver("page-locked host allocation"))?
-            .fill(0);
-        Ok(host)
+    pub fn pinned(&self, len: usize) -> Result<PinnedBuffer, GpuError> {
+        PinnedBuffer::alloc(&self.ctx, len).map_err(driver("page-locked host allocation"))
     }
 
     /// Copies `buf` into the front of `host` and waits for the copy.
-    pub fn copy_to_pinned(&self, buf: &CudaSlice<u8>, host: &mut PinnedHostSlice<u8>) -> Result<(), GpuError> {
+    pub fn copy_to_pinned(&self, buf: &CudaSlice<u8>, host: &mut PinnedBuffer) -> Result<(), GpuError> {
         if host.len() < buf.len() {
             return Err(GpuError::Invalid(format!(
                 "page-locked buffer of {} bytes is too small for {} bytes",
@@ -230,12 +222,9 @@ impl Gpu {
             )));
         }
         // The driver copies as many bytes as the destination holds, so the
-        // destination is cut to the source's length: a plain slice (of
-        // page-locked memory, so still a DMA copy), which cudarc does not
-        // track; the copy is waited for here.
-        let front = &mut host
-            .as_mut_slice()
-            .map_err(driver("waiting for the page-locked buffer"))?[..buf.len()];
+        // destination is cut to the source's length; the copy is waited for
+        // here.
+        let front = &mut host.as_mut_slice()[..buf.len()];
         self.stream
             .memcpy_dtoh(buf, front)
             .map_err(driver("copy to page-locked memory"))?;

@@ -13,8 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
-use cudarc::driver::{CudaSlice, PinnedHostSlice};
-use stoker_kernels::handoff::{DeviceOutput, DevicePixels};
+use cudarc::driver::CudaSlice;
+use stoker_cuda::PinnedBuffer;
+use stoker_cuda::handoff::{DeviceOutput, DevicePixels};
 use tracing::{debug, trace, warn};
 
 use super::batch::{At, Awaiting, BatchWork, Made, PartPixels, Render, results};
@@ -136,7 +137,7 @@ pub(super) struct Lane {
     /// Page-locked buffers lent out as the batches' pixels.
     shelf: Shelf,
     /// The copy-back buffer when the shelf has lent all it may.
-    pinned: Option<PinnedHostSlice<u8>>,
+    pinned: Option<PinnedBuffer>,
     config: GpuRunnerConfig,
     counters: Arc<GpuCounters>,
 }
@@ -335,10 +336,10 @@ impl Lane {
             need += len;
         }
         let dev = {
-            // SAFETY: u8 has no invalid values; every part's bytes are
-            // written below, by a kernel or a copy, before the buffer is read.
+            // Every part's bytes are written below, by a kernel or a copy,
+            // before the buffer is read.
             let mut dev =
-                unsafe { self.gpu.stream.alloc::<u8>(need) }.map_err(driver("allocation of the batch output"))?;
+                stoker_cuda::alloc_bytes(&self.gpu.stream, need).map_err(driver("allocation of the batch output"))?;
             let mut masks = Vec::new();
             let mut k = 0;
             while let Some(&r) = order.get(k) {
@@ -459,7 +460,7 @@ impl Lane {
                     return Err(GpuError::Invalid("no page-locked buffer".into()));
                 };
                 self.gpu.copy_to_pinned(dev, pinned)?;
-                let host = pinned.as_slice().map_err(driver("waiting for the copy to the host"))?;
+                let host = pinned.as_slice();
                 add_elapsed(&self.counters.finish_ns, started);
                 // One allocation for the batch, shared by its samples: a
                 // copy per image (and the page faults of as many fresh

@@ -12,9 +12,9 @@
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use cudarc::driver::PinnedHostSlice;
+use stoker_cuda::PinnedBuffer;
 
-use super::device::{GpuError, driver};
+use super::device::GpuError;
 
 /// Buffers one lane lends at most at once.
 pub(super) const MAX_LENT: usize = 16;
@@ -28,7 +28,7 @@ pub(super) struct Shelf {
 
 #[derive(Debug, Default)]
 struct Stock {
-    free: Vec<PinnedHostSlice<u8>>,
+    free: Vec<PinnedBuffer>,
     lent: usize,
     /// The lane has stopped (its runner dropped, the worker exiting).
     closed: bool,
@@ -38,7 +38,7 @@ impl Shelf {
     /// A free buffer of at least `len` bytes (another free one when none
     /// is that large, for the caller to replace), or `None` when
     /// [`MAX_LENT`] are out. The caller fills it and lends it with [`Shelf::lend`].
-    pub(super) fn take(&self, len: usize) -> Option<Option<PinnedHostSlice<u8>>> {
+    pub(super) fn take(&self, len: usize) -> Option<Option<PinnedBuffer>> {
         let mut stock = lock(&self.inner);
         if stock.lent >= MAX_LENT {
             return None;
@@ -50,20 +50,16 @@ impl Shelf {
     /// Lends the first `len` bytes of `buf` (filled, with no copy in
     /// flight into it) as one `Bytes`; `buf` comes back to this shelf when
     /// the last slice of it drops.
-    pub(super) fn lend(&self, buf: PinnedHostSlice<u8>, len: usize) -> Result<Bytes, GpuError> {
+    pub(super) fn lend(&self, buf: PinnedBuffer, len: usize) -> Result<Bytes, GpuError> {
         if len > buf.len() {
             return Err(GpuError::Invalid(format!(
                 "lending {len} bytes of a {}-byte buffer",
                 buf.len()
             )));
         }
-        // `as_ptr` waits on the buffer's event (the copy into it was
-        // already waited for, so it returns at once).
-        let ptr = buf.as_ptr().map_err(driver("lending a page-locked buffer"))?;
         lock(&self.inner).lent += 1;
         Ok(Bytes::from_owner(Lent {
             buf: Some(buf),
-            ptr,
             len,
             shelf: Arc::clone(&self.inner),
         }))
@@ -91,27 +87,17 @@ fn lock(m: &Mutex<Stock>) -> std::sync::MutexGuard<'_, Stock> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// A filled buffer lent out; back on its shelf on drop.
+/// A filled buffer lent out (its first `len` bytes); back on its shelf on
+/// drop.
 struct Lent {
-    buf: Option<PinnedHostSlice<u8>>,
-    ptr: *const u8,
+    buf: Option<PinnedBuffer>,
     len: usize,
     shelf: Arc<Mutex<Stock>>,
 }
 
-// SAFETY: `ptr` points into `buf`, a page-locked allocation that `Lent`
-// owns (PinnedHostSlice is Send and Sync) and that nothing writes while it
-// is lent; reading it from any thread is sound.
-unsafe impl Send for Lent {}
-
 impl AsRef<[u8]> for Lent {
     fn as_ref(&self) -> &[u8] {
-        // SAFETY: `ptr` is the start of `buf`'s allocation of at least
-        // `len` bytes (checked in `lend`), alive as long as `self`, fully
-        // written by the copy that was waited for before lending, and
-        // written by no one while lent: the shelf hands it out again only
-        // after this drop.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+        self.buf.as_ref().map_or(&[], |b| &b.as_slice()[..self.len])
     }
 }
 

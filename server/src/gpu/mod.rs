@@ -1,5 +1,5 @@
 //! The GPU path, found at run time: the CUDA driver and NVRTC through
-//! cudarc's dynamic loading, nvJPEG through `nvjpeg`. Nothing CUDA is
+//! cudarc's dynamic loading, nvJPEG through `stoker_cuda::nvjpeg`. Nothing CUDA is
 //! needed to build or run the binary; [`probe`] says whether this host can
 //! use a GPU and, if not, exactly what is missing.
 //!
@@ -7,14 +7,17 @@
 //! - `decode`: batched nvJPEG decode to device RGB, per-image errors for
 //!   JPEGs the GPU path cannot take (the caller routes them to the CPU).
 //! - [`Gpu::resized_crop_flip`]: the fused crop + resize + flip kernel of
-//!   `stoker-kernels` over a batch, driven by the steps of each sample's
+//!   `stoker-cuda` over a batch, driven by the steps of each sample's
 //!   plan (`stoker_image::SamplePlan`, made where the worker routes it),
 //!   reading through a chain of nearest steps (`chain`);
 //!   [`Gpu::run_steps_batch`]: any other step lists, in rounds over the
 //!   batch (chains, crop-resizes, colour steps in `color`, filtered warps).
 //! - `runner` ([`GpuRunner`]): the worker's GPU lanes, which use both.
-//! - `nvjpeg`: the nvJPEG bindings in three layers (`sys`, `result`,
-//!   `safe`), private to this module.
+//!
+//! Every device buffer and launch goes through `stoker-cuda`'s safe
+//! types and functions ([`DeviceImage`], `Kernels`' batch launches,
+//! `nvjpeg::Decoder`): this module holds no `unsafe` (the crate forbids
+//! it) and never handles a device address.
 //!
 //! The submodules are private (the crate warns on `unreachable_pub`); this
 //! module re-exports what the CLI and the tests use.
@@ -26,7 +29,6 @@ mod decode;
 mod device;
 mod lane;
 mod lend;
-mod nvjpeg;
 mod plan;
 mod queue;
 mod resample;
@@ -34,14 +36,14 @@ mod runner;
 mod steal;
 mod steps;
 
-pub use decode::{DecodePath, DeviceImage, GpuDecodeError, GpuDecoder};
+pub use decode::{DecodePath, GpuDecodeError, GpuDecoder};
 pub use device::{Gpu, GpuError, GpuInfo, GpuUnavailable, POOL_KEEP_BYTES, probe};
 pub use lane::{DEFAULT_BATCH_MEMORY, DEFAULT_LANES, DEFAULT_MAX_BATCH, GpuRunnerConfig};
-pub use nvjpeg::Backend;
 pub use queue::{GpuResult, GpuSample, MaskPixels, Recipe, RunnerGone};
 pub use runner::{GpuMemory, GpuRunner};
 pub use steps::{GpuCrop, fused, gpu_runs, mask_chain};
-pub use stoker_kernels::{Confinement, SmShare};
+pub use stoker_cuda::nvjpeg::Backend;
+pub use stoker_cuda::{Confinement, DeviceImage, SmShare};
 
 #[cfg(test)]
 mod tests {

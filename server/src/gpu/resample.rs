@@ -5,12 +5,10 @@
 //! [`resample_plan`] with its weights, a launch per pass for a round's
 //! images ([`Gpu::resample_round`]).
 
-use cudarc::driver::{DevicePtr, DevicePtrMut};
 use stoker_core::{Interpolation, Rect, Step};
+use stoker_cuda::{DeviceImage, ResampleCoeffs, ResampleParams};
 use stoker_image::augment::{Chain, resample_plan};
-use stoker_kernels::{ResampleCoeffs, ResampleParams};
 
-use super::decode::DeviceImage;
 use super::device::{Gpu, GpuError};
 
 /// A crop resized with one of Pillow's convolution filters: the crop, the
@@ -145,56 +143,26 @@ impl Gpu {
         mut outs: Vec<&mut DeviceImage>,
         coeffs: &ResampleCoeffs,
     ) -> Result<(), GpuError> {
-        if passes.len() != outs.len() {
-            return Err(GpuError::Invalid(format!(
-                "{} passes into {} images",
-                passes.len(),
-                outs.len()
-            )));
-        }
-        let mut params = Vec::with_capacity(passes.len());
-        let mut sizes = Vec::with_capacity(passes.len());
-        // The guards keep cudarc's view of each image until the launch is
-        // queued.
-        let mut guards = Vec::with_capacity(passes.len() * 2);
-        for (&(src, out_w, out_h, vertical, ksize, at, row0), out) in passes.iter().zip(&mut outs) {
-            if (out.width, out.height) != (out_w, out_h) || out.buf.len() < out_w as usize * out_h as usize * 3 {
-                return Err(GpuError::Invalid(format!(
-                    "a {}x{} image for a {out_w}x{out_h} pass",
-                    out.width, out.height
-                )));
-            }
-            src.check_rows()?;
-            let (s, g1) = src.buf.device_ptr(&self.stream);
-            let (d, g2) = out.buf.device_ptr_mut(&self.stream);
-            guards.push(g1);
-            guards.push(g2);
-            params.push(ResampleParams {
-                src: s,
-                dst: d,
-                src_pitch: src.pitch,
-                out_w,
-                out_h,
-                vertical,
-                ksize: ksize as u32,
-                coeffs: at,
-                row0: row0 as u32,
-                reserved: 0,
-            });
-            sizes.push((src.width, src.height));
-        }
-        // SAFETY: each `src` is a live `DeviceImage` of its width x height
-        // with rows of `src_pitch` bytes (its buffer holds them: checked
-        // above), each `dst` an image of this call of out_w x out_h x 3
-        // bytes (checked above) that no other pass writes or reads; all stay
-        // alive until this function returns, after the launch is queued on
-        // `self.stream`, the stream every later use is ordered on. The
-        // kernel's reads are checked against the sizes and `coeffs`.
-        unsafe {
-            self.kernels
-                .resample_batch_u8_hwc(&self.stream, &params, &sizes, coeffs)
-        }?;
-        drop(guards);
+        let jobs: Vec<(&DeviceImage, ResampleParams)> = passes
+            .iter()
+            .map(|&(src, out_w, out_h, vertical, ksize, at, row0)| {
+                (
+                    src,
+                    ResampleParams {
+                        out_w,
+                        out_h,
+                        vertical,
+                        ksize: ksize as u32,
+                        coeffs: at,
+                        row0: row0 as u32,
+                        ..ResampleParams::default()
+                    },
+                )
+            })
+            .collect();
+        // The launch checks each source and output against its buffer, and
+        // each pass's reads against its source and `coeffs`.
+        self.kernels.resample(&self.stream, &jobs, &mut outs, coeffs)?;
         Ok(())
     }
 }

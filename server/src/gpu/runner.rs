@@ -37,7 +37,7 @@
 //! worker's context runs without cudarc's cross-stream event tracking
 //! ([`GpuRunner::start`]'s `SAFETY:` note); a batch output left on the
 //! device for a loader in this process
-//! (`stoker_kernels::handoff::DeviceOutput`) carries that ordering itself.
+//! (`stoker_cuda::handoff::DeviceOutput`) carries that ordering itself.
 //! A buffer shared between lanes would need the same.
 //!
 //! Device memory per batch is capped by `batch_memory`
@@ -62,17 +62,10 @@ use super::steal::StealPolicy;
 use crate::pool::catch_panic;
 use tokio::sync::oneshot;
 
-/// Device memory of the runner's stream-ordered pool.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct GpuMemory {
-    /// Bytes the pool has reserved from the device now.
-    pub reserved: u64,
-    /// The most it has reserved since the runner started.
-    pub reserved_high: u64,
-    /// Bytes allocated from the pool now: zero when no batch is running,
-    /// unless something leaks.
-    pub used: u64,
-}
+/// Device memory of the runner's stream-ordered pool (the device's
+/// default pool): `used` is zero when no batch is running, unless
+/// something leaks.
+pub type GpuMemory = stoker_cuda::PoolMemory;
 
 /// The GPU lanes of a worker. Dropping it stops them once their queue is
 /// empty.
@@ -91,7 +84,7 @@ pub struct GpuRunner {
     lanes: Vec<std::thread::JoinHandle<()>>,
     /// The pool memory kept for the lanes' batches; given back after they
     /// stop (`None` for emulated lanes).
-    keep: Option<stoker_kernels::PoolKeep>,
+    keep: Option<stoker_cuda::PoolKeep>,
 }
 
 impl std::fmt::Debug for GpuRunner {
@@ -121,7 +114,7 @@ impl Drop for GpuRunner {
         if let Some(ctx) = &self.ctx
             && ctx.has_async_alloc()
         {
-            let trimmed = ctx.synchronize().and_then(|()| stoker_kernels::trim_pool(ctx));
+            let trimmed = ctx.synchronize().and_then(|()| stoker_cuda::trim_pool(ctx));
             if let Err(e) = trimmed {
                 tracing::warn!(error = %e, "handing the lanes' unused pool memory back to the driver failed");
             }
@@ -142,18 +135,9 @@ impl GpuRunner {
         }
         let keep = keep_pool_memory(&gpu.ctx, config.batch_memory.saturating_mul(config.lanes as u64))
             .map_err(driver("setting the memory pool's release threshold"))?;
-        // SAFETY: cudarc's events order a buffer's uses across streams;
-        // the lanes need none. A lane allocates, uses and frees each buffer
-        // on its own stream (a batch never leaves its lane, and its output
-        // reaches the host through a copy the lane waits for, or a loader
-        // in this process on the device, ordered by the events
-        // `stoker_kernels::handoff::DeviceOutput` records and waits on), and the
-        // stream-ordered pool orders a free on one stream before another
-        // stream reuses the memory. With them each buffer cost two event
-        // creations and each use an event record and a wait, on the lanes'
-        // threads: the lanes ran at half the rate on the recipe
-        // (docs/gpu.md).
-        unsafe { gpu.ctx.disable_event_tracking() };
+        // The lanes order each buffer by its stream, not by cudarc's events
+        // (half the rate on the recipe with them: docs/gpu.md).
+        stoker_cuda::order_by_streams(&gpu.ctx);
         let queue = Arc::new(JobQueue::new(config.max_batch));
         let counters = Arc::new(GpuCounters::default());
         let mut runner = Self {
@@ -228,7 +212,7 @@ impl GpuRunner {
         }
         Self {
             info: GpuInfo {
-                device: stoker_kernels::DeviceInfo {
+                device: stoker_cuda::DeviceInfo {
                     ordinal: 0,
                     name: "emulated lanes (tests)".to_owned(),
                     compute_capability: (0, 0),
@@ -236,7 +220,7 @@ impl GpuRunner {
                 },
                 nvjpeg_soname: "none",
                 nvjpeg_version: (0, 0, 0),
-                jpeg_backend: super::nvjpeg::Backend::Default,
+                jpeg_backend: stoker_cuda::nvjpeg::Backend::Default,
                 hardware_unavailable: None,
             },
             config,
@@ -306,28 +290,8 @@ impl GpuRunner {
     /// The device memory held by the runner's pool.
     pub fn memory(&self) -> Result<GpuMemory, GpuError> {
         match &self.ctx {
-            Some(ctx) => pool_memory(ctx).map_err(driver("reading the memory pool")),
+            Some(ctx) => stoker_cuda::pool_memory(ctx).map_err(driver("reading the memory pool")),
             None => Ok(GpuMemory::default()),
         }
     }
-}
-
-fn pool_memory(ctx: &cudarc::driver::CudaContext) -> Result<GpuMemory, cudarc::driver::DriverError> {
-    use cudarc::driver::sys;
-    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
-    // SAFETY: `pool` is a valid out-pointer and the device handle comes
-    // from a live context.
-    unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) }.result()?;
-    let read = |attr| -> Result<u64, cudarc::driver::DriverError> {
-        let mut value = 0u64;
-        // SAFETY: the reserved- and used-memory attributes each write one u64 through the
-        // pointer, which `value` is, of the pool just returned.
-        unsafe { sys::cuMemPoolGetAttribute(pool, attr, (&mut value as *mut u64).cast()) }.result()?;
-        Ok(value)
-    };
-    Ok(GpuMemory {
-        reserved: read(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
-        reserved_high: read(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?,
-        used: read(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?,
-    })
 }

@@ -15,13 +15,12 @@
 //! ([`Gpu::color_round`]), filtered warps (one launch), or a blur on its
 //! own.
 
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
+use cudarc::driver::CudaSlice;
 use stoker_core::{Interpolation, Rect, Step, Warp};
+use stoker_cuda::{DeviceImage, RrcParams, WarpParams, pack_rgb};
 use stoker_image::augment::Chain;
-use stoker_kernels::{RrcParams, WarpParams, pack_rgb};
 
 use super::color::color_runs;
-use super::decode::DeviceImage;
 use super::device::{Gpu, GpuError, driver};
 use super::resample::{Resize, push_crop, resampled};
 
@@ -36,9 +35,8 @@ impl Gpu {
         size: u32,
     ) -> Result<CudaSlice<u8>, GpuError> {
         let image_bytes = size as usize * size as usize * 3;
-        // SAFETY: u8 has no invalid values, and the kernel writes every
-        // byte of each image's slot.
-        let mut dst = unsafe { self.stream.alloc::<u8>((image_bytes * images.len()).max(1)) }
+        // The kernel writes every byte of each image's slot.
+        let mut dst = stoker_cuda::alloc_bytes(&self.stream, (image_bytes * images.len()).max(1))
             .map_err(driver("allocation of the batch output"))?;
         self.resized_crop_flip_into(images, crops, &[], (size, size), &mut dst)?;
         Ok(dst)
@@ -79,10 +77,6 @@ impl Gpu {
                 chains.len()
             )));
         }
-        for (i, img) in images.iter().enumerate() {
-            img.check_rows()
-                .map_err(|e| GpuError::Invalid(format!("image {i}: {e}")))?;
-        }
         // Each chained image's crop box, rendered through its chain.
         let boxed: Vec<(usize, Chain)> = chains
             .iter()
@@ -118,11 +112,7 @@ impl Gpu {
             rendered_of[*i] = Some(img);
         }
 
-        let image_bytes = out_w as usize * out_h as usize * 3;
-        let mut params = Vec::with_capacity(images.len());
-        // The guards keep cudarc's view of each source until after the
-        // launch is queued.
-        let mut guards = Vec::with_capacity(images.len());
+        let mut jobs = Vec::with_capacity(images.len());
         for (i, (img, crop)) in images.iter().zip(crops).enumerate() {
             let rect = crop.rect;
             // A rendered box is all of the crop, its corner the origin; its
@@ -136,64 +126,37 @@ impl Gpu {
                 }
                 None => (*img, (0, 0), crop.pad),
             };
-            let (src, guard) = src_img.buf.device_ptr(&self.stream);
-            guards.push(guard);
-            params.push(RrcParams {
-                src,
-                dst_offset: (base + i * image_bytes) as u64,
-                src_w: src_img.width,
-                src_h: src_img.height,
-                src_pitch: src_img.pitch,
-                flip: u32::from(crop.flip),
-                crop_x: rect.left as f32,
-                crop_y: rect.top as f32,
-                crop_w: rect.width as f32,
-                crop_h: rect.height as f32,
-                pad: u32::from(pad),
-                origin_x: origin.0,
-                origin_y: origin.1,
-                reserved: 0,
-            });
+            jobs.push((
+                src_img,
+                RrcParams {
+                    flip: u32::from(crop.flip),
+                    crop_x: rect.left as f32,
+                    crop_y: rect.top as f32,
+                    crop_w: rect.width as f32,
+                    crop_h: rect.height as f32,
+                    pad: u32::from(pad),
+                    origin_x: origin.0,
+                    origin_y: origin.1,
+                    ..RrcParams::default()
+                },
+            ));
         }
-        // SAFETY: each `src` is the live allocation of a `DeviceImage` on
-        // this context (an input, or a box rendered above), at least pitch
-        // x height bytes (checked above, or made so by `render_chains`),
-        // with pitch >= 3 x width (a `DeviceImage` invariant); the images
-        // are borrowed, and the boxes owned, until this function returns,
-        // after the launch is queued on `self.stream`, the stream every
-        // later use of the images and the output is ordered on.
-        // `rrc_flip_u8_hwc` checks the crop boxes against the sources and
-        // the output's size.
-        unsafe { self.kernels.rrc_flip_u8_hwc(&self.stream, &params, dst, out_w, out_h) }?;
-        drop(guards);
+        // The launch checks each source against its buffer, the boxes
+        // against the sources, and the outputs against `dst`.
+        self.kernels.rrc_flip(&self.stream, &jobs, dst, base, (out_w, out_h))?;
         Ok(())
     }
 
     /// An uninitialised `w`x`h` RGB image on this stream, for a kernel that
     /// writes all of it.
     pub(super) fn new_image(&self, w: u32, h: u32) -> Result<DeviceImage, GpuError> {
-        let len = w as usize * h as usize * 3;
-        // SAFETY: u8 has no invalid values; every caller hands the image to
-        // a kernel that writes each of its bytes before anything reads it.
-        let buf = unsafe { self.stream.alloc::<u8>(len.max(1)) }.map_err(driver("allocation of an image"))?;
-        Ok(DeviceImage {
-            width: w,
-            height: h,
-            pitch: w * 3,
-            buf,
-        })
+        DeviceImage::alloc(&self.stream, w, h).map_err(driver("allocation of an image"))
     }
 
     /// A copy of `img` on this stream, for a part that changes it while
     /// others read the original.
     pub(super) fn copy_image(&self, img: &DeviceImage) -> Result<DeviceImage, GpuError> {
-        let buf = self.stream.clone_dtod(&img.buf).map_err(driver("copying an image"))?;
-        Ok(DeviceImage {
-            width: img.width,
-            height: img.height,
-            pitch: img.pitch,
-            buf,
-        })
+        img.copy(&self.stream).map_err(driver("copying an image"))
     }
 
     /// Runs `steps` (each one [`gpu_runs`]) on one decoded image, a
@@ -410,9 +373,9 @@ impl Gpu {
         let crops: Vec<GpuCrop> = group.iter().map(|c| c.2).collect();
         let chains: Vec<&Chain> = group.iter().map(|c| &c.1).collect();
         let bytes = w as usize * h as usize * 3;
-        // SAFETY: u8 has no invalid values; the kernel writes every byte of
-        // each image's slot before the copies below read it.
-        let mut arena = unsafe { self.stream.alloc::<u8>((bytes * group.len()).max(1)) }
+        // The kernel writes every byte of each image's slot before the
+        // copies below read it.
+        let mut arena = stoker_cuda::alloc_bytes(&self.stream, (bytes * group.len()).max(1))
             .map_err(driver("allocation of a crop arena"))?;
         self.resized_crop_flip_into(&images, &crops, &chains, (w, h), &mut arena)?;
         let mut outs = Vec::with_capacity(group.len());
@@ -436,10 +399,7 @@ impl Gpu {
         warps: &[(usize, &Step)],
     ) -> Result<Vec<DeviceImage>, GpuError> {
         let mut outs = Vec::with_capacity(warps.len());
-        let mut params = Vec::with_capacity(warps.len());
-        // The guards keep cudarc's view of each image until the launch is
-        // queued.
-        let mut guards = Vec::with_capacity(warps.len() * 2);
+        let mut jobs = Vec::with_capacity(warps.len());
         for (i, step) in warps {
             let Some((a, (out_w, out_h), filter, fill)) = filter_warp(step) else {
                 return Err(GpuError::Invalid(format!(
@@ -451,39 +411,19 @@ impl Gpu {
             let img = slots[*i]
                 .as_ref()
                 .map_err(|_| GpuError::Invalid(format!("image {i} has no result to warp")))?;
-            if img.pitch != img.width * 3 {
-                return Err(GpuError::Invalid(format!(
-                    "image {i}: rows of {} bytes are not packed for {} pixels",
-                    img.pitch, img.width
-                )));
-            }
-            params.push((img, a, (out_w, out_h), filter, fill));
+            jobs.push((
+                img,
+                WarpParams {
+                    fill: pack_rgb(fill),
+                    filter,
+                    a,
+                    ..WarpParams::default()
+                },
+            ));
         }
-        let mut launch = Vec::with_capacity(warps.len());
-        for ((img, a, (out_w, out_h), filter, fill), out) in params.into_iter().zip(&mut outs) {
-            let (src, g1) = img.buf.device_ptr(&self.stream);
-            let (dst, g2) = out.buf.device_ptr_mut(&self.stream);
-            guards.push(g1);
-            guards.push(g2);
-            launch.push(WarpParams {
-                src,
-                dst,
-                in_w: img.width,
-                in_h: img.height,
-                out_w,
-                out_h,
-                fill: pack_rgb(fill),
-                filter,
-                a,
-            });
-        }
-        // SAFETY: each `src` is a live, packed `DeviceImage` of in_w x in_h
-        // (checked above) and each `dst` a fresh allocation of out_w x out_h
-        // x 3 bytes made above for this image alone; all stay alive until
-        // this function returns, after the launch is queued on
-        // `self.stream`, the stream every later use is ordered on.
-        unsafe { self.kernels.affine_filter_batch_u8_hwc(&self.stream, &launch) }?;
-        drop(guards);
+        // The launch checks that each source is packed and in its buffer.
+        let mut targets: Vec<&mut DeviceImage> = outs.iter_mut().collect();
+        self.kernels.warp(&self.stream, &jobs, &mut targets)?;
         Ok(outs)
     }
 }

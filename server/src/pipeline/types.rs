@@ -47,7 +47,7 @@ pub struct Item {
     pub views: Arc<[ViewSpec]>,
     /// Whether the GPU lanes leave the item's finished images on the
     /// device (`Processed::device`): a loader in this process, uploading
-    /// to the lanes' device, offered its sink (`stoker_kernels::handoff`).
+    /// to the lanes' device, offered its sink (`stoker_cuda::handoff`).
     pub on_device: bool,
 }
 

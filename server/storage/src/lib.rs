@@ -30,6 +30,10 @@
 //! samples each holds (record indexes, Parquet footers) is the worker's
 //! catalog's work (`stoker_server::catalog`).
 
+// No `unsafe` here: FFI lives in the FFI crates (stoker-cuda,
+// stoker-libjpeg, stoker-shm, the Python extension) behind safe types.
+#![forbid(unsafe_code)]
+
 mod ca;
 mod gzip;
 mod index;

@@ -599,12 +599,16 @@ def _collated_by_dataloader(caller) -> bool:
     """Whether ``caller``, the frame that asked a Loader's iterator for its
     first batch, is a torch ``DataLoader`` fetcher that batches what it is
     given (``batch_size`` not None): its ``auto_collation``."""
-    fetcher = caller.f_locals.get("self") if caller is not None else None
-    return (
-        caller is not None
-        and caller.f_code.co_name == "fetch"
-        and type(fetcher).__module__ == "torch.utils.data._utils.fetch"
-        and bool(getattr(fetcher, "auto_collation", False))
+    # Only a frame that is a fetcher's has its locals read: reading
+    # `f_locals` keeps a snapshot of them on the frame (CPython 3.11 and
+    # earlier), and a user's function that iterates a Loader would then
+    # keep the Loader (its workers, its device memory) alive past its
+    # `del`, until the function returns.
+    if caller is None or caller.f_code.co_name != "fetch":
+        return False
+    fetcher = caller.f_locals.get("self")
+    return type(fetcher).__module__ == "torch.utils.data._utils.fetch" and bool(
+        getattr(fetcher, "auto_collation", False)
     )
 
 

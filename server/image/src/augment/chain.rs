@@ -19,7 +19,7 @@
 //! and a crop inside the output into the link before it. Seed 000's
 //! flip + flip + rotation + crop is one link.
 //!
-//! The GPU lanes evaluate the same links (`stoker_kernels::ChainLink`).
+//! The GPU lanes evaluate the same links (`stoker_cuda::ChainLink`).
 
 use stoker_core::{Interpolation, Rect, Step, Warp};
 

@@ -118,12 +118,27 @@ impl ColorParams {
         ColorOp::from_code(self.op)
     }
 
-    /// Checks every field the kernels rely on, apart from the addresses
-    /// (and the slots, which the wrappers check against their buffers).
+    /// Checks every field the kernels rely on, apart from what the
+    /// addresses point to (and the slots, which the wrappers check
+    /// against their buffers).
     pub fn check(&self) -> Result<(), String> {
         if self.img == 0 {
             return Err("null image address".into());
         }
+        self.check_fields()?;
+        if self.color_op() == Some(ColorOp::Sharpness) {
+            if self.aux == 0 || self.aux == self.img {
+                return Err("sharpness needs a smoothed copy apart from the image".into());
+            }
+        } else if self.aux != 0 {
+            return Err(format!("{:?} takes no second image", self.color_op()));
+        }
+        Ok(())
+    }
+
+    /// [`ColorParams::check`] without the addresses: for the tables
+    /// kernel, which reads no image.
+    fn check_fields(&self) -> Result<(), String> {
         if self.w == 0 || self.h == 0 || self.w.checked_mul(self.h).is_none_or(|p| p > u32::MAX / 3) {
             return Err(format!("image size {}x{} is out of range", self.w, self.h));
         }
@@ -143,13 +158,6 @@ impl ColorParams {
             }
             ColorOp::Hue if self.arg > 255 => return Err(format!("hue shift {} is over 255", self.arg)),
             _ => {}
-        }
-        if op == ColorOp::Sharpness {
-            if self.aux == 0 || self.aux == self.img {
-                return Err("sharpness needs a smoothed copy apart from the image".into());
-            }
-        } else if self.aux != 0 {
-            return Err(format!("{op:?} takes no second image"));
         }
         Ok(())
     }
@@ -219,12 +227,14 @@ impl EraseParams {
     }
 }
 
-/// Checks each image's parameters and that its op is one of `ops`;
-/// returns the most pixels of an image.
-fn check_all(name: &'static str, params: &[ColorParams], ops: &[ColorOp]) -> Result<u32, KernelError> {
+/// Checks each image's parameters (apart from the addresses where not
+/// `addresses`: a launch that reads no image) and that its op is one of
+/// `ops`; returns the most pixels of an image.
+fn check_all(name: &'static str, params: &[ColorParams], ops: &[ColorOp], addresses: bool) -> Result<u32, KernelError> {
     let mut most = 0;
     for (i, p) in params.iter().enumerate() {
-        p.check().map_err(|e| launch_err(name, format!("image {i}: {e}")))?;
+        let checked = if addresses { p.check() } else { p.check_fields() };
+        checked.map_err(|e| launch_err(name, format!("image {i}: {e}")))?;
         if !p.color_op().is_some_and(|op| ops.contains(&op)) {
             return Err(launch_err(
                 name,
@@ -278,7 +288,7 @@ impl Kernels {
     /// least `w * h * 3` bytes, alive and unwritten until the launch has
     /// finished on `stream`. The fields and slots are checked; the
     /// addresses cannot be.
-    pub unsafe fn color_stats_batch_u8_hwc(
+    pub(crate) unsafe fn color_stats_batch_u8_hwc(
         &self,
         stream: &Arc<CudaStream>,
         params: &[ColorParams],
@@ -293,6 +303,7 @@ impl Kernels {
             name,
             params,
             &[ColorOp::Contrast, ColorOp::Equalize, ColorOp::Autocontrast],
+            true,
         )?;
         let (mut hist_seen, mut sums_seen) = (vec![false; hist.len() / TABLE_BYTES], vec![false; sums.len()]);
         for (i, p) in params.iter().enumerate() {
@@ -319,7 +330,8 @@ impl Kernels {
     }
 
     /// Builds the three lookup tables of each [`ColorOp::Equalize`] or
-    /// [`ColorOp::Autocontrast`] image from its histogram (slot `arg` of
+    /// [`ColorOp::Autocontrast`] image (its address not read: it may be 0)
+    /// from its histogram (slot `arg` of
     /// `hist`, counted by [`Kernels::color_stats_batch_u8_hwc`]) into slot
     /// `arg` of `tables`, in one launch. The images are not touched.
     pub fn color_luts_batch(
@@ -333,7 +345,7 @@ impl Kernels {
         if params.is_empty() {
             return Ok(());
         }
-        check_all(name, params, &[ColorOp::Equalize, ColorOp::Autocontrast])?;
+        check_all(name, params, &[ColorOp::Equalize, ColorOp::Autocontrast], false)?;
         let slots = (hist.len() / TABLE_BYTES).min(tables.len() / TABLE_BYTES);
         let mut seen = vec![false; slots];
         for (i, p) in params.iter().enumerate() {
@@ -366,7 +378,7 @@ impl Kernels {
     /// `stream`, and each `aux` one of as many bytes that nothing else
     /// reads or writes until then (no other image's `img` or `aux`). The
     /// fields are checked; the addresses cannot be.
-    pub unsafe fn smooth_batch_u8_hwc(
+    pub(crate) unsafe fn smooth_batch_u8_hwc(
         &self,
         stream: &Arc<CudaStream>,
         params: &[ColorParams],
@@ -375,7 +387,7 @@ impl Kernels {
         if params.is_empty() {
             return Ok(());
         }
-        let most = check_all(name, params, &[ColorOp::Sharpness])?;
+        let most = check_all(name, params, &[ColorOp::Sharpness], true)?;
         let config = batch_grid(name, params.len(), most)?;
         let params_dev = stream
             .clone_htod(params)
@@ -403,7 +415,7 @@ impl Kernels {
     /// writes, and each sharpness `aux` one of as many bytes, all alive
     /// and otherwise unused until the launch has finished on `stream`. The
     /// fields and slots are checked; the addresses cannot be.
-    pub unsafe fn color_batch_u8_hwc(
+    pub(crate) unsafe fn color_batch_u8_hwc(
         &self,
         stream: &Arc<CudaStream>,
         params: &[ColorParams],
@@ -414,7 +426,7 @@ impl Kernels {
         if params.is_empty() {
             return Ok(());
         }
-        let most = check_all(name, params, &ColorOp::ALL)?;
+        let most = check_all(name, params, &ColorOp::ALL, true)?;
         for (i, p) in params.iter().enumerate() {
             match p.color_op() {
                 Some(op) if op.uses_table() => {
@@ -448,7 +460,7 @@ impl Kernels {
     /// writes, alive and otherwise unused until the launch has finished on
     /// `stream`. The fields are checked ([`EraseParams::check`]: the box
     /// inside the image); the addresses cannot be.
-    pub unsafe fn erase_batch_u8_hwc(
+    pub(crate) unsafe fn erase_batch_u8_hwc(
         &self,
         stream: &Arc<CudaStream>,
         params: &[EraseParams],

@@ -1,7 +1,7 @@
 //! Builds the libjpeg-turbo region decoder (csrc/jpeg_region.c) and sets
-//! `cfg(stoker_libjpeg)` so the worker uses it, against one of:
+//! `cfg(stoker_libjpeg)` so the crate decodes with it, against one of:
 //!
-//! - with the feature `vendored-libjpeg`: libjpeg-turbo built from source
+//! - with the feature `vendored` (the worker's `vendored-libjpeg`): libjpeg-turbo built from source
 //!   by `turbojpeg-sys` (static, position independent, with its SIMD). The
 //!   Python extension uses it: a shared object cannot take the non-PIC
 //!   `libjpeg.a` that distributions ship.
@@ -15,11 +15,11 @@ fn main() {
     println!("cargo:rustc-check-cfg=cfg(stoker_libjpeg)");
     println!("cargo:rerun-if-changed=csrc/jpeg_region.c");
     println!("cargo:rerun-if-env-changed=STOKER_NO_LIBJPEG");
-    if std::env::var_os("CARGO_FEATURE_VENDORED_LIBJPEG").is_some() {
+    if std::env::var_os("CARGO_FEATURE_VENDORED").is_some() {
         // turbojpeg-sys links its libturbojpeg.a, which holds the whole
         // libjpeg API, and names its headers' directory.
         let Some(include) = std::env::var_os("DEP_TURBOJPEG_INCLUDE") else {
-            panic!("feature vendored-libjpeg: turbojpeg-sys named no include directory");
+            panic!("feature vendored: turbojpeg-sys named no include directory");
         };
         compile_region_decoder(&PathBuf::from(include));
         return;

@@ -106,7 +106,7 @@ pub(crate) unsafe fn state_destroy(lib: &Nvjpeg, state: nvjpegJpegState_t) -> Re
 
 /// What `nvjpegGetImageInfo` reads from a JPEG's header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ImageInfo {
+pub struct ImageInfo {
     pub components: u32,
     pub subsampling: sys::nvjpegChromaSubsampling_t,
     /// Width and height of the first component (the full image).

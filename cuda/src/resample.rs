@@ -137,7 +137,7 @@ impl Kernels {
     /// launch has finished on `stream`. `sources[i]` is image `i`'s source
     /// size; the passes' reads are checked against it and `coeffs`
     /// ([`ResampleParams::check`]); the addresses cannot be.
-    pub unsafe fn resample_batch_u8_hwc(
+    pub(crate) unsafe fn resample_batch_u8_hwc(
         &self,
         stream: &Arc<CudaStream>,
         params: &[ResampleParams],

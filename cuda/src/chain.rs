@@ -61,7 +61,7 @@ impl Kernels {
     /// writes, both alive and otherwise unused until the launch has
     /// finished on `stream`. The links and sizes are checked
     /// ([`Chains::check`]); the addresses cannot be.
-    pub unsafe fn chain_batch_u8_hwc(
+    pub(crate) unsafe fn chain_batch_u8_hwc(
         &self,
         stream: &Arc<CudaStream>,
         params: &[ChainParams],

@@ -156,23 +156,66 @@ fn default_pool(ctx: &CudaContext) -> Result<sys::CUmemoryPool, DriverError> {
     Ok(pool)
 }
 
+/// A u64 attribute of `pool`.
+fn pool_attribute(pool: sys::CUmemoryPool, attr: sys::CUmemPool_attribute) -> Result<u64, DriverError> {
+    let mut value = 0u64;
+    // SAFETY: the caller passes an attribute whose value is a u64 (the
+    // release threshold, the reserved and used counts), which `value` is,
+    // of a pool returned for a live context.
+    unsafe { sys::cuMemPoolGetAttribute(pool, attr, (&mut value as *mut u64).cast()) }.result()?;
+    Ok(value)
+}
+
+/// Device memory of a device's default (stream-ordered) pool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolMemory {
+    /// Bytes the pool has reserved from the device now.
+    pub reserved: u64,
+    /// The most it has reserved at once.
+    pub reserved_high: u64,
+    /// Bytes allocated from it now.
+    pub used: u64,
+}
+
+/// What the device's default pool holds now ([`PoolMemory`]).
+pub fn pool_memory(ctx: &CudaContext) -> Result<PoolMemory, DriverError> {
+    use sys::CUmemPool_attribute as A;
+    let pool = default_pool(ctx)?;
+    Ok(PoolMemory {
+        reserved: pool_attribute(pool, A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
+        reserved_high: pool_attribute(pool, A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?,
+        used: pool_attribute(pool, A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?,
+    })
+}
+
+/// Turns off cudarc's per-buffer events on `ctx`: each buffer's uses are
+/// then ordered by the stream it was allocated on, as a worker's lanes
+/// use them (a lane allocates, uses and frees each buffer on its own
+/// stream; its output reaches the host through a copy the lane waits for,
+/// or a loader in the same process through the events
+/// [`crate::handoff::DeviceOutput`] records and waits on; the
+/// stream-ordered pool orders a free on one stream before another stream
+/// reuses the memory). Every launch and decode of this crate then refuses
+/// a buffer of another stream than its own. With the events each buffer
+/// cost two event creations and each use a record and a wait, on the
+/// lanes' threads: the lanes ran at half the rate on the recipe
+/// (docs/gpu.md).
+pub fn order_by_streams(ctx: &CudaContext) {
+    // SAFETY: with tracking off, cudarc no longer orders a buffer's uses
+    // across streams; this crate's launches and decodes check that each
+    // buffer is of the launch's stream (`batch::same_context`), and the
+    // worker's copies run on the stream of the buffers they copy.
+    unsafe { ctx.disable_event_tracking() };
+}
+
 /// How many bytes the device's default memory pool keeps for reuse when a
 /// stream, event or context synchronises, instead of handing them back to
 /// the driver (which then has to map them again for the next allocation).
 pub fn pool_release_threshold(ctx: &CudaContext) -> Result<u64, DriverError> {
-    let pool = default_pool(ctx)?;
-    let mut value = 0u64;
-    // SAFETY: the release threshold attribute is a u64, which `value` is,
-    // read from the pool just returned.
-    unsafe {
-        sys::cuMemPoolGetAttribute(
-            pool,
-            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-            (&mut value as *mut u64).cast(),
-        )
-    }
-    .result()?;
-    Ok(value)
+    pool_attribute(
+        default_pool(ctx)?,
+        sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+    )
 }
 
 /// Sets [`pool_release_threshold`]. Allocations beyond it still succeed;
@@ -356,4 +399,64 @@ mod tests {
             assert!(reason.to_string().starts_with("no "), "{reason}");
         }
     }
+}
+
+/// A CUDA stream handle another library gave: PyTorch's
+/// `torch.cuda.current_stream().cuda_stream`, DLPack's `stream`, or the
+/// legacy default stream (null), which is always valid.
+#[derive(Clone, Copy, Debug)]
+pub struct ForeignStream(sys::CUstream);
+
+// SAFETY: a stream handle is an opaque value the driver accepts from any
+// thread.
+unsafe impl Send for ForeignStream {}
+// SAFETY: as above; it is only copied.
+unsafe impl Sync for ForeignStream {}
+
+impl ForeignStream {
+    /// The legacy default stream (the null handle).
+    pub fn legacy_default() -> Self {
+        Self(std::ptr::null_mut())
+    }
+
+    /// A handle from another library.
+    ///
+    /// # Safety
+    ///
+    /// `raw` must be null (the legacy default stream),
+    /// `CU_STREAM_PER_THREAD` (2), or a stream of the primary context of
+    /// the device it is used on ([`ForeignStream::borrow`]), kept alive by
+    /// its owner while anything holds the borrowed stream (a batch holds it
+    /// until it is dropped, and records an event on it then).
+    pub unsafe fn from_raw(raw: sys::CUstream) -> Self {
+        Self(raw)
+    }
+
+    /// The handle as a cudarc stream of `ctx` (a device's primary
+    /// context), for event waits and records; dropping it leaves the
+    /// stream to its owner.
+    pub fn borrow(&self, ctx: &Arc<CudaContext>) -> Arc<CudaStream> {
+        // SAFETY: `from_raw`'s contract (or the null handle): a valid stream
+        // of this context, alive while the wrapper is used. Work submitted
+        // through it is ordered by events only.
+        unsafe { ctx.wrap_borrowed_stream(self.0) }
+    }
+}
+
+/// Runs `f`, then makes the thread's current CUDA context what it was
+/// before: cudarc binds a context to the calling thread, and a consumer
+/// (PyTorch on another device, say) keeps its own current device. Only
+/// for a thread where CUDA is already loaded.
+pub fn keeping_current_context<T>(f: impl FnOnce() -> T) -> T {
+    let before = cudarc::driver::result::ctx::get_current();
+    let out = f();
+    if let Ok(ctx) = before {
+        // SAFETY: `ctx` was current on this thread a moment ago (or null,
+        // which unbinds): a live context, since `f` cannot destroy a
+        // primary context the caller still uses.
+        if let Err(e) = unsafe { cudarc::driver::result::ctx::set_current(ctx.unwrap_or(std::ptr::null_mut())) } {
+            tracing::warn!(error = %e, "restoring the thread's current cuda context failed");
+        }
+    }
+    out
 }

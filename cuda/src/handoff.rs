@@ -150,6 +150,105 @@ impl DevicePixels {
     }
 }
 
+/// Why [`copy_pixels`] could not queue its copies.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    #[error("row {row} of {len} bytes at byte {at} is past the device buffer of {buffer} bytes")]
+    OutOfRange {
+        row: usize,
+        at: usize,
+        len: usize,
+        buffer: usize,
+    },
+    #[error("pixels on cuda device {pixels} cannot be copied into a buffer on device {buffer}")]
+    Device { pixels: usize, buffer: usize },
+    #[error("{what} failed: {source}")]
+    Driver {
+        what: &'static str,
+        source: cudarc::driver::DriverError,
+    },
+}
+
+/// Copies each `(at, pixels)` into `dst` from byte `at` on, on `stream`:
+/// `stream` first waits for each pixels' output to be ready, and each
+/// output's free then waits for an event recorded after the copies (on
+/// the lane's stream, stream-ordered: no host wait). Every row is checked
+/// to lie inside `dst`. When a copy cannot be queued, the stream is waited
+/// for before the error returns, so no copy queued without its event can
+/// outlive its source.
+pub fn copy_pixels(
+    stream: &Arc<CudaStream>,
+    rows: &[(usize, &DevicePixels)],
+    dst: &mut CudaSlice<u8>,
+) -> Result<(), CopyError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let ordinal = stream.context().ordinal();
+    for (row, (at, pixels)) in rows.iter().enumerate() {
+        if pixels.ordinal() != ordinal || dst.context().ordinal() != ordinal {
+            return Err(CopyError::Device {
+                pixels: pixels.ordinal(),
+                buffer: dst.context().ordinal(),
+            });
+        }
+        if at.checked_add(pixels.len()).is_none_or(|end| end > dst.len()) {
+            return Err(CopyError::OutOfRange {
+                row,
+                at: *at,
+                len: pixels.len(),
+                buffer: dst.len(),
+            });
+        }
+    }
+    let driver = |what| move |source| CopyError::Driver { what, source };
+    // The outputs the rows lie in: a batch's images come from a few.
+    let mut outputs: Vec<&DevicePixels> = Vec::new();
+    for (_, pixels) in rows {
+        if !outputs.iter().any(|o| o.same_output(pixels)) {
+            outputs.push(pixels);
+        }
+    }
+    for output in &outputs {
+        stream
+            .wait(output.ready())
+            .map_err(driver("cuStreamWaitEvent on an image left on the device"))?;
+    }
+    let queued = (|| {
+        let (base, _record) = dst.device_ptr(stream);
+        for (at, pixels) in rows {
+            // SAFETY: both ranges are live device memory of this device: the
+            // destination lies inside `dst` (checked above), borrowed mutably
+            // until this returns; the source is the `len` bytes of a live
+            // output (`DevicePixels::new` checked them), which `stream` waited
+            // to be written and whose free waits for the events recorded
+            // below (or, when this fails, for the stream).
+            unsafe {
+                cudarc::driver::result::memcpy_dtod_async(
+                    base + *at as u64,
+                    pixels.device_ptr(),
+                    pixels.len(),
+                    stream.cu_stream(),
+                )
+            }
+            .map_err(driver("cuMemcpyDtoDAsync of an image left on the device"))?;
+        }
+        for output in &outputs {
+            let copied = stream
+                .record_event(None)
+                .map_err(driver("cuEventRecord after the copies of images left on the device"))?;
+            output.used_until(copied);
+        }
+        Ok(())
+    })();
+    if queued.is_err()
+        && let Err(e) = stream.synchronize()
+    {
+        tracing::warn!(device = ordinal, error = %e, "waiting for the stream after a failed copy failed");
+    }
+    queued
+}
+
 /// Where one loader takes the samples left on its device, by ticket.
 ///
 /// Each work item attempt gets a tag ([`Sink::offer`]); the worker leaves

@@ -63,7 +63,7 @@ impl Kernels {
     /// writes, both alive and otherwise unused until the launch has
     /// finished on `stream`. The fields are checked ([`WarpParams::check`]);
     /// the addresses cannot be.
-    pub unsafe fn affine_filter_batch_u8_hwc(
+    pub(crate) unsafe fn affine_filter_batch_u8_hwc(
         &self,
         stream: &Arc<CudaStream>,
         params: &[WarpParams],
@@ -138,7 +138,7 @@ impl Kernels {
     /// rows, that stays alive and unwritten until the launch has finished
     /// on `stream`. The boxes ([`RrcParams::check`]: inside the source, or
     /// padded) and the pitches are checked.
-    pub unsafe fn rrc_flip_u8_hwc(
+    pub(crate) unsafe fn rrc_flip_u8_hwc(
         &self,
         stream: &Arc<CudaStream>,
         params: &[RrcParams],
