@@ -8,7 +8,7 @@ keys, nested dicts included, in the three places that name them:
   device upload, local workers, a field and a view, so that every nested
   dict is there);
 - the extension: without any one key, ``Client`` refuses the dict naming
-  it; with all of them it reads the dict whole and only then checks the
+  it (a ``KeyError``); with all of them it reads the dict whole and only then checks the
   values (a bad ``last_batch`` is a ``ConfigError`` naming it).
 
 No worker is contacted.
@@ -123,9 +123,11 @@ def main() -> None:
                 del d[key]
             try:
                 _stoker.Client(less)
-            except TypeError as e:
+            except (KeyError, TypeError) as e:
+                # KeyError('seed'), or a nested dict's TypeError("failed to
+                # extract field LoaderOptions.fields") caused by its KeyError.
                 told = messages(e)
-                assert f".{key}" in told, f"without {path}/{key} Client refused the dict, but not naming it: {told}"
+                assert f"'{key}'" in told, f"without {path}/{key} Client refused the dict, but not naming it: {told}"
             else:
                 raise AssertionError(f"Client took the dict without {path}/{key}")
             keys += 1
