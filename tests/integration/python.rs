@@ -443,6 +443,21 @@ fn the_stubs_match_the_built_module_by_stubtest() {
     assert!(stdout.contains("Success: no issues found"), "{stdout}");
 }
 
+/// The Loader's settings cross into the extension as one dict
+/// (client/python/src/options.rs): its keys, nested dicts included, are
+/// the same in `_stoker.pyi`'s `TypedDict`s (which stubtest cannot see),
+/// in the dict the Loader builds and in what the extension reads, which
+/// refuses the dict without any one of them, naming it.
+#[test]
+fn the_loaders_options_name_the_same_keys_in_the_stub_the_loader_and_the_extension() {
+    let out = run_ok(python().arg(python_script("options_check.py")));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("agree in the stub, the Loader and the extension"),
+        "{stdout}"
+    );
+}
+
 /// Reads `child`'s stdout on a thread up to a line that starts with
 /// `prefix`, for at most 30 s, and returns the rest of it; on its end or
 /// the deadline first, kills `child` and fails with what came.

@@ -1,7 +1,9 @@
 //! `stoker._stoker`: the Rust client (`stoker-client`) behind a small
 //! Python class. The Python package (`python/stoker/__init__.py`) builds
 //! the user-facing `stoker.Loader` on it: epochs, last-batch policy,
-//! rank and world size, numpy or torch output.
+//! rank and world size, numpy or torch output. The Loader's settings
+//! cross as one dict, `options.rs`'s `LoaderOptions`, which becomes the
+//! client's `LoaderConfig` there.
 //!
 //! The client runs on its own tokio runtime; Python threads wait for a
 //! batch with the GIL released and check for signals (Ctrl-C) every
@@ -10,6 +12,7 @@
 mod dlpack;
 mod inprocess;
 mod logs;
+mod options;
 mod state;
 
 use std::sync::Mutex;
@@ -19,14 +22,11 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
-use stoker_client::device::{DType, Layout, UploadSpec};
-use stoker_client::{
-    DeviceTarget, EpochState, EpochStream, EpochWatch, ErrorBudget, FormatChoice, LastBatch, Loader, LoaderConfig,
-    RecordFields, Secret, TransformSpec,
-};
+use stoker_client::{EpochState, EpochStream, EpochWatch, Loader, TransformSpec};
 
 use crate::dlpack::DeviceTensor;
 use crate::inprocess::InProcessWorker;
+use crate::options::LoaderOptions;
 use crate::state::{state_from_py, state_to_py};
 
 create_exception!(
@@ -165,137 +165,13 @@ impl Client {
 
 #[pymethods]
 impl Client {
+    /// Connects a loader configured by `options` (the Loader's settings,
+    /// checked in `options.rs`), waiting for the workers in slices that
+    /// Ctrl-C interrupts.
     #[new]
-    #[pyo3(signature = (
-        workers, dataset, batch_size, image_size, transform, seed, rank, world_size,
-        prefetch, last_batch, max_errors=None, token=None, progress_timeout=60.0,
-        deterministic=false, upload=None, mean=None, std=None, metrics_port=None, dns_server=None, resolve_interval=10.0,
-        format="auto", image_key=None, label_key=None, label_offset=0, fields=Vec::new(), views=Vec::new(),
-        shared_memory=stoker_client::DEFAULT_SHARED_MEMORY, connect_timeout=10.0, local=None
-    ))]
-    #[allow(clippy::too_many_arguments, reason = "mirrors the Python constructor's keywords")]
-    fn new(
-        py: Python<'_>,
-        workers: Vec<String>,
-        dataset: String,
-        batch_size: usize,
-        image_size: Option<u32>,
-        transform: &str,
-        seed: u64,
-        rank: u32,
-        world_size: u32,
-        prefetch: usize,
-        last_batch: &str,
-        max_errors: Option<&str>,
-        token: Option<String>,
-        progress_timeout: f64,
-        deterministic: bool,
-        upload: Option<(usize, String, String)>,
-        mean: Option<[f32; 3]>,
-        std: Option<[f32; 3]>,
-        metrics_port: Option<String>,
-        dns_server: Option<String>,
-        resolve_interval: f64,
-        format: &str,
-        image_key: Option<String>,
-        label_key: Option<String>,
-        label_offset: i64,
-        fields: Vec<(String, String, String, bool)>,
-        views: Vec<(String, String)>,
-        shared_memory: usize,
-        connect_timeout: f64,
-        local: Option<(Vec<String>, Option<usize>, Option<usize>)>,
-    ) -> PyResult<Self> {
+    fn new(py: Python<'_>, options: LoaderOptions) -> PyResult<Self> {
         logs::install();
-        let spec = TransformSpec::parse(transform, image_size).map_err(config_err)?;
-        let mut config = LoaderConfig::new(workers, dataset, batch_size, spec);
-        config.seed = seed;
-        config.shared_memory = shared_memory;
-        if !(connect_timeout.is_finite() && connect_timeout > 0.0) {
-            return Err(config_err(format!(
-                "connect_timeout must be a positive number of seconds, got {connect_timeout}"
-            )));
-        }
-        config.connect_timeout = Duration::from_secs_f64(connect_timeout);
-        config.rank = rank;
-        config.world_size = world_size;
-        config.prefetch = prefetch;
-        config.last_batch = last_batch.parse::<LastBatch>().map_err(config_err)?;
-        config.deterministic = deterministic;
-        config.format = format.parse::<FormatChoice>().map_err(config_err)?;
-        if let Some((command, threads, gpu)) = local {
-            if threads == Some(0) {
-                return Err(config_err("local_threads must be at least 1"));
-            }
-            let mut how = stoker_client::LocalWorkers::new(command.into_iter().map(Into::into).collect());
-            how.threads = threads;
-            how.gpu = gpu;
-            // The GPU worker in this process: its lanes share the trainer's
-            // CUDA context instead of taking turns with it.
-            how.in_process = Some(inprocess::local_start());
-            config.local = Some(how);
-        }
-        config.fields = RecordFields {
-            image: image_key,
-            label: label_key,
-            label_offset,
-        };
-        config.extra_fields = fields
-            .into_iter()
-            .map(|(name, source, kind, optional)| {
-                let kind = stoker_client::FieldKind::parse(&kind).map_err(config_err)?;
-                Ok(stoker_client::FieldSpec {
-                    optional,
-                    ..stoker_client::FieldSpec::new(&name, &source, kind)
-                })
-            })
-            .collect::<PyResult<Vec<_>>>()?;
-        stoker_client::validate_fields(&config.extra_fields, None).map_err(config_err)?;
-        config.views = views
-            .into_iter()
-            .map(|(name, transform)| {
-                let transform =
-                    TransformSpec::parse(&transform, None).map_err(|e| config_err(format!("view {name:?}: {e}")))?;
-                Ok(stoker_client::ViewSpec { name, transform })
-            })
-            .collect::<PyResult<Vec<_>>>()?;
-        stoker_client::validate_views(&config.views, &config.extra_fields).map_err(config_err)?;
-        if let Some((ordinal, dtype, layout)) = upload {
-            let dtype = dtype.parse::<DType>().map_err(config_err)?;
-            let layout = layout.parse::<Layout>().map_err(config_err)?;
-            let mut spec = UploadSpec::new(layout, dtype);
-            if let (Some(mean), Some(std)) = (mean, std) {
-                spec = spec.with_mean_std(mean, std);
-            }
-            spec.conversion().map_err(err)?;
-            config.device = Some(DeviceTarget { ordinal, spec });
-        }
-        config.max_errors = max_errors
-            .map(|m| m.parse::<ErrorBudget>())
-            .transpose()
-            .map_err(|e| config_err(format!("max_errors: {e}")))?;
-        config.token = token.map(Secret::new);
-        config.dns_server = dns_server
-            .map(|s| s.parse())
-            .transpose()
-            .map_err(|e| config_err(format!("dns_server must be IP:PORT: {e}")))?;
-        if !(resolve_interval.is_finite() && resolve_interval >= 0.1) {
-            return Err(config_err(format!(
-                "resolve_interval must be at least 0.1 seconds, got {resolve_interval}"
-            )));
-        }
-        config.resolve_interval = Duration::from_secs_f64(resolve_interval);
-        config.metrics_listen = metrics_port
-            .as_deref()
-            .map(stoker_client::metrics::listen_addr)
-            .transpose()
-            .map_err(|e| config_err(format!("metrics_port: {e}")))?;
-        if !(progress_timeout.is_finite() && progress_timeout > 0.0) {
-            return Err(config_err(format!(
-                "progress_timeout must be positive, got {progress_timeout}"
-            )));
-        }
-        config.progress_timeout = Duration::from_secs_f64(progress_timeout);
+        let config = options.into_config()?;
         // Receiving, checking and assembling take about 0.7 s of CPU per GB
         // (docs/benchmarks.md): 3 GB/s needs more than two cores. Four threads by
         // default (fewer on smaller hosts); STOKER_CLIENT_THREADS sets it.

@@ -1,5 +1,6 @@
 # The extension's types, written from its PyO3 signatures and what they
-# return (client/python/src: lib.rs, dlpack.rs, inprocess.rs, state.rs):
+# take and return (client/python/src: lib.rs, dlpack.rs, inprocess.rs,
+# options.rs, state.rs):
 # PyO3 gives Python the names, order and defaults but no types. The tests
 # check this stub against the built module with mypy.stubtest
 # (client/python/stubtest_allowlist.txt lists what it cannot judge).
@@ -109,41 +110,73 @@ class _ArgKind(TypedDict):
     python_type: str
     python_value: str
 
+# The Loader's settings as Client takes them (options.rs's LoaderOptions):
+# LoaderConfig's fields in plain values, every key required.
+# tests/python/options_check.py checks these keys against the Loader's dict
+# and the extension's struct.
+class _RecordFieldsOptions(TypedDict):
+    image: str | None
+    label: str | None
+    label_offset: int
+
+class _FieldOptions(TypedDict):
+    name: str
+    source: str
+    kind: str
+    optional: bool
+
+class _ViewOptions(TypedDict):
+    name: str
+    # the pipeline's canonical JSON
+    transform: str
+
+class _DeviceOptions(TypedDict):
+    ordinal: int
+    dtype: str
+    layout: str
+    mean: list[float] | None
+    std: list[float] | None
+
+class _LocalOptions(TypedDict):
+    command: list[str]
+    threads: int | None
+    gpu: int | None
+
+class _LoaderOptions(TypedDict):
+    workers: list[str]
+    dataset: str
+    format: str
+    fields: _RecordFieldsOptions
+    extra_fields: list[_FieldOptions]
+    views: list[_ViewOptions]
+    batch_size: int
+    # "train", "eval" or a pipeline's JSON, at image_size
+    transform: str
+    image_size: int | None
+    seed: int
+    rank: int
+    world_size: int
+    prefetch: int
+    last_batch: str
+    deterministic: bool
+    # seconds
+    progress_timeout: float
+    connect_timeout: float
+    max_errors: str | None
+    token: str | None
+    device: _DeviceOptions | None
+    # "PORT" or "HOST:PORT"
+    metrics_listen: str | None
+    resolve_interval: float
+    # "IP:PORT"
+    dns_server: str | None
+    shared_memory: int
+    local: _LocalOptions | None
+
 # PyO3's classes: made by __new__ (#[new]), not subclassable.
 @final
 class Client:
-    def __new__(
-        cls,
-        workers: Sequence[str],
-        dataset: str,
-        batch_size: int,
-        image_size: int | None,
-        transform: str,
-        seed: int,
-        rank: int,
-        world_size: int,
-        prefetch: int,
-        last_batch: str,
-        max_errors: str | None = ...,
-        token: str | None = ...,
-        progress_timeout: float = ...,
-        deterministic: bool = ...,
-        upload: tuple[int, str, str] | None = ...,
-        mean: Sequence[float] | None = ...,
-        std: Sequence[float] | None = ...,
-        metrics_port: str | None = ...,
-        dns_server: str | None = ...,
-        resolve_interval: float = ...,
-        format: str = ...,
-        image_key: str | None = ...,
-        label_key: str | None = ...,
-        label_offset: int = ...,
-        fields: Sequence[tuple[str, str, str, bool]] = ...,
-        views: Sequence[tuple[str, str]] = ...,
-        shared_memory: int = ...,
-        connect_timeout: float = ...,
-        local: tuple[Sequence[str], int | None, int | None] | None = ...,
-    ) -> Client: ...
+    def __new__(cls, options: _LoaderOptions) -> Client: ...
     def batches_per_epoch(self) -> int | None: ...
     def doctor(self, samples: int, seconds: float, target_rate: float | None = ...) -> _Diagnosis: ...
     def epoch_ahead(self) -> int | None: ...

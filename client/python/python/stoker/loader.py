@@ -5,7 +5,7 @@ import json
 import os
 import sys
 import warnings
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -13,6 +13,9 @@ from . import transforms
 from ._stoker import Client, check_transform
 from .errors import ConfigError, StokerError
 from .fields import _RESERVED, _field_column, _fields
+
+if TYPE_CHECKING:  # the stub's TypedDicts, not at run time
+    from ._stoker import _LoaderOptions, _LocalOptions
 
 try:  # With torch, a Loader is an IterableDataset of whole batches.
     from torch.utils.data import IterableDataset as _Base
@@ -306,40 +309,51 @@ class Loader(_Base):
         self._mean = None if mean is None else np.asarray(mean, dtype=np.float32).reshape(1, 3, 1, 1)
         self._std = None if std is None else np.asarray(std, dtype=np.float32).reshape(1, 3, 1, 1)
         upload = self._upload_target()
-        local = None
+        local: "Optional[_LocalOptions]" = None
         if "local" in workers:
             local = self._local_workers(local_threads, local_gpu, upload)
-        self._client = Client(
-            workers,
-            str(dataset),
-            self.batch_size,
-            None if image_size is None else int(image_size),
-            spec,
-            int(seed),
-            self.rank,
-            self.world_size,
-            int(prefetch),
-            last_batch,
-            None if max_errors is None else str(max_errors),
-            token if token is not None else os.environ.get("STOKER_TOKEN"),
-            float(progress_timeout),
-            bool(deterministic),
-            upload,
-            None if mean is None else [float(x) for x in mean],
-            None if std is None else [float(x) for x in std],
-            None if metrics_port is None else str(metrics_port),
-            None if dns_server is None else str(dns_server),
-            float(resolve_interval),
-            str(format),
-            None if image_key is None else str(image_key),
-            None if label_key is None else str(label_key),
-            int(label_offset),
-            [(name, f.source, f.kind, f.optional) for name, f in self._fields],
-            [(name, canonical) for name, canonical, _ in self._views],
-            int(shared_memory),
-            float(connect_timeout),
-            local,
-        )
+        # The one object that crosses into Rust: LoaderConfig's fields as
+        # plain values (client/python/src/options.rs checks them).
+        options: "_LoaderOptions" = {
+            "workers": workers,
+            "dataset": str(dataset),
+            "format": str(format),
+            "fields": {
+                "image": None if image_key is None else str(image_key),
+                "label": None if label_key is None else str(label_key),
+                "label_offset": int(label_offset),
+            },
+            "extra_fields": [
+                {"name": name, "source": f.source, "kind": f.kind, "optional": f.optional} for name, f in self._fields
+            ],
+            "views": [{"name": name, "transform": canonical} for name, canonical, _ in self._views],
+            "batch_size": self.batch_size,
+            "transform": spec,
+            "image_size": None if image_size is None else int(image_size),
+            "seed": int(seed),
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "prefetch": int(prefetch),
+            "last_batch": last_batch,
+            "deterministic": bool(deterministic),
+            "progress_timeout": float(progress_timeout),
+            "connect_timeout": float(connect_timeout),
+            "max_errors": None if max_errors is None else str(max_errors),
+            "token": token if token is not None else os.environ.get("STOKER_TOKEN"),
+            "device": None if upload is None else {
+                "ordinal": upload[0],
+                "dtype": upload[1],
+                "layout": upload[2],
+                "mean": None if mean is None else [float(x) for x in mean],
+                "std": None if std is None else [float(x) for x in std],
+            },
+            "metrics_listen": None if metrics_port is None else str(metrics_port),
+            "resolve_interval": float(resolve_interval),
+            "dns_server": None if dns_server is None else str(dns_server),
+            "shared_memory": int(shared_memory),
+            "local": local,
+        }
+        self._client = Client(options)
         if upload is not None and not self._client.uploads():
             warnings.warn(
                 f"stoker: the client cannot upload ({self._client.upload_error()}); "
@@ -354,9 +368,10 @@ class Loader(_Base):
         # The position after each of the epoch's last batches, by index.
         self._positions = collections.OrderedDict()
 
-    def _local_workers(self, threads, gpu, upload):
-        """How the client starts ``"local"`` workers: (command, CPU threads,
-        GPU ordinal or None)."""
+    def _local_workers(self, threads, gpu, upload) -> "_LocalOptions":
+        """How the client starts ``"local"`` workers: the command that is
+        ``stoker``, the CPU worker's threads, and the GPU worker's ordinal
+        or None."""
         if threads is not None and int(threads) < 1:
             raise ConfigError(f"local_threads must be at least 1, got {threads}")
         if gpu is None:
@@ -370,8 +385,11 @@ class Loader(_Base):
                 gpu = torch.cuda.current_device()
         elif gpu is False:
             gpu = None
-        command = [sys.executable, "-m", "stoker"]
-        return command, None if threads is None else int(threads), None if gpu is None else int(gpu)
+        return {
+            "command": [sys.executable, "-m", "stoker"],
+            "threads": None if threads is None else int(threads),
+            "gpu": None if gpu is None else int(gpu),
+        }
 
     @property
     def local_workers(self) -> List[Dict[str, Any]]:
