@@ -5,7 +5,7 @@
 use std::io::Read;
 use std::path::Path;
 
-use stoker_formats::tar::{file_header, padding};
+use stoker_formats::tar::append_member;
 use stoker_image::decode::{ImageKind, header_dimensions};
 
 use crate::support::{
@@ -105,9 +105,7 @@ type Member = (String, Vec<u8>);
 fn tar(members: &[Member]) -> Vec<u8> {
     let mut out = Vec::new();
     for (name, data) in members {
-        out.extend_from_slice(&file_header(name, data.len() as u64, 0));
-        out.extend_from_slice(data);
-        out.resize(out.len() + padding(data.len() as u64) as usize, 0);
+        append_member(&mut out, name, data);
     }
     out.resize(out.len() + 1024, 0);
     out
