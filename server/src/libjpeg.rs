@@ -106,8 +106,8 @@ mod tests {
 
     #[test]
     fn region_matches_the_same_box_of_a_full_decode() {
-        let img = crate::synth::procedural(203, 157, 9);
-        let jpeg = crate::synth::encode_jpeg(&img, 92).unwrap();
+        let img = stoker_synth::procedural(203, 157, 9);
+        let jpeg = stoker_synth::encode_jpeg(&img, 92).unwrap();
         let full = decode_region(&jpeg, 0, 0, 203, 157).unwrap();
         let zune = decode(ImageKind::Jpeg, &jpeg, 1 << 30).unwrap();
         let mad = full
@@ -134,7 +134,7 @@ mod tests {
 
     #[test]
     fn bad_regions_and_garbage_are_errors() {
-        let jpeg = crate::synth::encode_jpeg(&crate::synth::procedural(32, 32, 1), 80).unwrap();
+        let jpeg = stoker_synth::encode_jpeg(&stoker_synth::procedural(32, 32, 1), 80).unwrap();
         assert!(decode_region(&jpeg, 20, 0, 20, 10).is_err());
         assert!(decode_region(&jpeg, 0, 0, 0, 10).is_err());
         let err = decode_region(b"not a jpeg", 0, 0, 1, 1).unwrap_err();

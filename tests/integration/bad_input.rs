@@ -335,7 +335,7 @@ fn shard_of(keys: &[String], labels: &[i64], jpeg: &[u8]) -> Vec<u8> {
 fn resize_bombs_are_skipped_as_too_large_before_any_allocation() {
     // 65000x1 and 1x65000: tiny files, far under the pixel limit, but
     // `eval` resizes the shorter side to 256, which makes 16.6 M x 256.
-    use stoker_server::synth::{encode_jpeg, procedural};
+    use stoker_synth::{encode_jpeg, procedural};
     let dir = tempfile::tempdir().unwrap();
     let good = jpegs(&dir.path().join("images"), 24);
     let wide = encode_jpeg(&procedural(65000, 1, 1), 90).unwrap();
