@@ -18,8 +18,8 @@ use stoker_core::TransformSpec;
 
 use stoker_formats::image::ImageKind;
 use stoker_formats::sample::RawSample;
+use stoker_pack::{SourceImage, pack_images};
 use stoker_server::metrics::WorkerMetrics;
-use stoker_server::pack::{SourceImage, pack_images};
 use stoker_server::pipeline::process_sample;
 
 #[derive(Debug, Args)]

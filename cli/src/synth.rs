@@ -8,12 +8,12 @@ use stoker_core::{DatasetUri, FormatChoice, RecordFields, ShardFormat};
 
 use crate::progress::Progress;
 use crate::{human_bytes, parse_bytes};
-use stoker_server::pack::{
+use stoker_pack::{
     ConvertFrom, PackError, PackSummary, check_image_folder, convert, layout_error, pack, scan_image_folder,
 };
 use stoker_server::pool::CpuPool;
-use stoker_server::synth::{encode_jpeg, imagenet_like_from_photo, procedural};
 use stoker_storage::Storage;
+use stoker_synth::{encode_jpeg, imagenet_like_from_photo, procedural};
 
 #[derive(Debug, Args)]
 pub struct PackArgs {
@@ -237,7 +237,7 @@ pub async fn write_image_folder(args: &SynthArgs) -> anyhow::Result<(usize, bool
         Box<
             dyn Future<
                     Output = Result<
-                        Result<(usize, Vec<Vec<u8>>), stoker_server::synth::SynthError>,
+                        Result<(usize, Vec<Vec<u8>>), stoker_synth::SynthError>,
                         stoker_server::pool::PoolError,
                     >,
                 > + Send,

@@ -134,7 +134,7 @@ pub fn run_augment(args: AugmentArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot transform {}", args.input.display()))?;
     let bytes = match format {
         OutputFormat::Png => encode_png(&out, &args.output)?,
-        OutputFormat::Jpeg => stoker_server::synth::encode_jpeg(&out, 95)
+        OutputFormat::Jpeg => stoker_synth::encode_jpeg(&out, 95)
             .map_err(|e| anyhow::anyhow!("cannot encode {}: {e}", args.output.display()))?,
     };
     std::fs::write(&args.output, bytes).with_context(|| format!("cannot write {}", args.output.display()))?;

@@ -104,28 +104,10 @@ mod tests {
     use stoker_formats::image::ImageKind;
     use stoker_image::decode::decode;
 
-    /// A `w`x`h` JPEG of smooth gradients and edges (what the region's
-    /// block boundaries and upsampling must get right), at `quality`.
-    fn jpeg(w: u16, h: u16, quality: u8) -> Result<Vec<u8>, jpeg_encoder::EncodingError> {
-        let mut pixels = Vec::with_capacity(usize::from(w) * usize::from(h) * 3);
-        for y in 0..u32::from(h) {
-            for x in 0..u32::from(w) {
-                let edge = if (x / 13 + y / 7) % 2 == 0 { 60 } else { 0 };
-                pixels.extend([
-                    (x * 255 / u32::from(w)) as u8,
-                    (y * 255 / u32::from(h)) as u8,
-                    ((x ^ y) & 0x7f) as u8 + edge,
-                ]);
-            }
-        }
-        let mut out = Vec::new();
-        jpeg_encoder::Encoder::new(&mut out, quality).encode(&pixels, w, h, jpeg_encoder::ColorType::Rgb)?;
-        Ok(out)
-    }
-
     #[test]
     fn region_matches_the_same_box_of_a_full_decode() {
-        let jpeg = jpeg(203, 157, 92).unwrap();
+        let img = stoker_synth::procedural(203, 157, 9);
+        let jpeg = stoker_synth::encode_jpeg(&img, 92).unwrap();
         let full = decode_region(&jpeg, 0, 0, 203, 157).unwrap();
         let zune = decode(ImageKind::Jpeg, &jpeg, 1 << 30).unwrap();
         let mad = full
@@ -152,7 +134,7 @@ mod tests {
 
     #[test]
     fn bad_regions_and_garbage_are_errors() {
-        let jpeg = jpeg(32, 32, 80).unwrap();
+        let jpeg = stoker_synth::encode_jpeg(&stoker_synth::procedural(32, 32, 1), 80).unwrap();
         assert!(decode_region(&jpeg, 20, 0, 20, 10).is_err());
         assert!(decode_region(&jpeg, 0, 0, 0, 10).is_err());
         let err = decode_region(b"not a jpeg", 0, 0, 1, 1).unwrap_err();

@@ -23,15 +23,16 @@
 //!   [`scrape`]: what a scrape reads (the registry and a snapshot of the
 //!   pipeline's counters).
 //! - [`parquet`]: Parquet shards, read by row groups over ranged reads.
-//! - [`pack`]: ImageFolder trees, or datasets in any format, to shards of
-//!   any format (its `convert` reads through the pipeline's readers).
+//! - `failpoint` (feature `failpoints`, tests only): fault injection.
 //!
 //! No two modules import each other: `catalog` → `parquet` → storage;
 //! `outcome` sits below `pipeline` and `gpu`, so `pipeline` → `gpu` runs
 //! one way; `pipeline` updates `metrics`, and `scrape`, above both, reads
 //! them.
-//! - [`synth`]: procedural images for the demo and benchmarks.
-//! - `failpoint` (feature `failpoints`, tests only): fault injection.
+//!
+//! Tools that write datasets sit above the worker in crates of their own:
+//! `stoker-pack` (which reads through [`pipeline::ItemSamples`]) and
+//! `stoker-synth` (test images, a dev-dependency here).
 
 // No `unsafe` here: FFI lives in the FFI crates (stoker-cuda,
 // stoker-libjpeg, stoker-shm, the Python extension) behind safe types.
@@ -50,14 +51,12 @@ pub mod listen;
 pub mod memory;
 pub mod metrics;
 pub mod outcome;
-pub mod pack;
 pub mod parquet;
 pub mod pipeline;
 pub mod pool;
 mod rings;
 pub mod scrape;
 pub mod service;
-pub mod synth;
 pub mod tls;
 
 pub use pipeline::{WorkerConfig, WorkerContext};

@@ -13,10 +13,42 @@ use crate::module_graph;
 /// For each workspace crate, the crates it may never reach through its
 /// normal (non-dev, non-build) dependencies, directly or transitively.
 const FORBIDDEN: &[(&str, &[&str])] = &[
-    // The worker library: no client, no command-line or logging set-up.
+    // The worker library: no client, no command-line or logging set-up,
+    // none of the tools that write datasets (its tests take stoker-synth
+    // as a dev-dependency, never stoker-pack: checked below).
     (
         "stoker-server",
-        &["stoker-client", "stoker", "clap", "tracing-subscriber"],
+        &[
+            "stoker-client",
+            "stoker",
+            "stoker-pack",
+            "stoker-synth",
+            "clap",
+            "tracing-subscriber",
+        ],
+    ),
+    // `stoker pack` sits above the worker (it reads through the worker's
+    // readers) and below the command line: no client, no CLI.
+    (
+        "stoker-pack",
+        &["stoker-client", "stoker", "stoker-synth", "clap", "tracing-subscriber"],
+    ),
+    // Test images: above the CPU image path only, never the worker or its
+    // I/O.
+    (
+        "stoker-synth",
+        &[
+            "stoker-server",
+            "stoker-pack",
+            "stoker-client",
+            "stoker-proto",
+            "stoker-storage",
+            "stoker-cuda",
+            "stoker",
+            "parquet",
+            "tonic",
+            "aws-sdk-s3",
+        ],
     ),
     // The client (and through it the Python package): no worker code, and
     // none of the worker's shard readers (the parquet crate and arrow).
@@ -147,6 +179,12 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
 
 /// Package name -> the package names of its normal dependencies.
 fn normal_dependency_graph(metadata: &Value) -> BTreeMap<String, BTreeSet<String>> {
+    dependency_graph(metadata, |kind| kind.is_null())
+}
+
+/// Package name -> the package names of its dependencies of the kinds
+/// `keep` takes (`null` normal, `"dev"`, `"build"`).
+fn dependency_graph(metadata: &Value, keep: impl Fn(&Value) -> bool) -> BTreeMap<String, BTreeSet<String>> {
     let names: BTreeMap<&str, &str> = metadata["packages"]
         .as_array()
         .unwrap()
@@ -159,7 +197,7 @@ fn normal_dependency_graph(metadata: &Value) -> BTreeMap<String, BTreeSet<String
             .as_array()
             .unwrap()
             .iter()
-            .filter(|d| d["dep_kinds"].as_array().unwrap().iter().any(|k| k["kind"].is_null()))
+            .filter(|d| d["dep_kinds"].as_array().unwrap().iter().any(|k| keep(&k["kind"])))
             .map(|d| names[d["pkg"].as_str().unwrap()].to_owned())
             .collect();
         graph.insert(names[node["id"].as_str().unwrap()].to_owned(), deps);
@@ -255,6 +293,19 @@ fn workspace_dependencies_point_one_way() {
         cli.contains("stoker-server") && cli.contains("stoker-client"),
         "{cli:?}"
     );
+    // The worker's tests write their shards by hand: a dev-dependency on
+    // stoker-pack, which depends on the worker, would build a second copy
+    // of the worker into them, whose types are not the worker's own.
+    let any_kind = dependency_graph(&metadata, |_| true);
+    assert!(
+        !any_kind["stoker-server"].contains("stoker-pack"),
+        "stoker-server depends on stoker-pack: write test shards with stoker-formats or the parquet crate"
+    );
+    assert!(
+        any_kind["stoker-pack"].contains("stoker-server"),
+        "{:?}",
+        any_kind["stoker-pack"]
+    );
 }
 
 /// Every `.rs` file under `dir`, into `out`.
@@ -281,6 +332,8 @@ const CRATE_SOURCES: &[&str] = &[
     "server/image/src",
     "server/storage/src",
     "server/src",
+    "synth/src",
+    "pack/src",
     "client/src",
     "cli/src",
 ];

@@ -5,7 +5,7 @@
 use std::io::Read;
 use std::path::Path;
 
-use stoker_formats::tar::{file_header, padding};
+use stoker_formats::tar::append_member;
 use stoker_image::decode::{ImageKind, header_dimensions};
 
 use crate::support::{
@@ -105,9 +105,7 @@ type Member = (String, Vec<u8>);
 fn tar(members: &[Member]) -> Vec<u8> {
     let mut out = Vec::new();
     for (name, data) in members {
-        out.extend_from_slice(&file_header(name, data.len() as u64, 0));
-        out.extend_from_slice(data);
-        out.resize(out.len() + padding(data.len() as u64) as usize, 0);
+        append_member(&mut out, name, data);
     }
     out.resize(out.len() + 1024, 0);
     out
@@ -337,7 +335,7 @@ fn shard_of(keys: &[String], labels: &[i64], jpeg: &[u8]) -> Vec<u8> {
 fn resize_bombs_are_skipped_as_too_large_before_any_allocation() {
     // 65000x1 and 1x65000: tiny files, far under the pixel limit, but
     // `eval` resizes the shorter side to 256, which makes 16.6 M x 256.
-    use stoker_server::synth::{encode_jpeg, procedural};
+    use stoker_synth::{encode_jpeg, procedural};
     let dir = tempfile::tempdir().unwrap();
     let good = jpegs(&dir.path().join("images"), 24);
     let wide = encode_jpeg(&procedural(65000, 1, 1), 90).unwrap();

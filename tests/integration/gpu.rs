@@ -13,7 +13,7 @@ use stoker_core::{ItemSeed, SampleRng, TransformSpec, resolve_steps};
 use stoker_image::augment::Augmenter;
 use stoker_image::decode::{ImageKind, RgbImage, decode};
 use stoker_server::gpu::{self, Backend, Gpu, GpuCrop, SmShare};
-use stoker_server::synth;
+use stoker_synth as synth;
 
 use stoker_client::{Loader, LoaderConfig};
 

@@ -27,8 +27,8 @@ fn images() -> Vec<RgbImage> {
         .into_iter()
         .enumerate()
         .map(|(i, (w, h))| {
-            let img = stoker_server::synth::procedural(w, h, i as u64);
-            let jpeg = stoker_server::synth::encode_jpeg(&img, 90).unwrap();
+            let img = stoker_synth::procedural(w, h, i as u64);
+            let jpeg = stoker_synth::encode_jpeg(&img, 90).unwrap();
             decode(ImageKind::Jpeg, &jpeg, 1 << 30).unwrap()
         })
         .collect()

@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use stoker_image::decode::{ImageKind, decode};
-use stoker_server::synth;
+use stoker_synth as synth;
 
 use crate::gpu::{epoch_pixels, gpu_or_skip, mad, photos};
 use crate::support::{Worker, pack};

@@ -15,7 +15,7 @@ use stoker_core::{Enhance, EraseFill, Rect, Step};
 use stoker_image::augment::Augmenter;
 use stoker_image::decode::{ImageKind, RgbImage, decode};
 use stoker_server::gpu::{DeviceImage, Gpu, GpuError};
-use stoker_server::synth;
+use stoker_synth as synth;
 
 use crate::gpu::gpu_or_skip;
 

@@ -318,6 +318,16 @@ pub fn padding(size: u64) -> u64 {
     (BLOCK as u64 - size % BLOCK as u64) % BLOCK as u64
 }
 
+/// Appends a regular file member to a tar being written: its header
+/// ([`file_header`], mtime 0), `data`, and the zeros to its last block's
+/// end. The writers' one framing of a member (`stoker pack`, test shards);
+/// the archive's two zero end blocks are the caller's.
+pub fn append_member(out: &mut Vec<u8>, name: &str, data: &[u8]) {
+    out.extend_from_slice(&file_header(name, data.len() as u64, 0));
+    out.extend_from_slice(data);
+    out.resize(out.len() + padding(data.len() as u64) as usize, 0);
+}
+
 /// The `path` record of a pax extended header ("<len> path=<value>\n").
 fn pax_path(data: &[u8]) -> Option<String> {
     let mut rest = data;

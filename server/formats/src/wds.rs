@@ -296,14 +296,12 @@ impl<R: AsyncRead + Unpin> SampleReader<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tar::{BLOCK, file_header, padding, parse_header};
+    use crate::tar::{BLOCK, append_member, file_header, parse_header};
 
     pub(crate) fn tar_bytes(members: &[(&str, &[u8])]) -> Vec<u8> {
         let mut out = Vec::new();
         for (name, data) in members {
-            out.extend_from_slice(&file_header(name, data.len() as u64, 0));
-            out.extend_from_slice(data);
-            out.resize(out.len() + padding(data.len() as u64) as usize, 0);
+            append_member(&mut out, name, data);
         }
         out.extend_from_slice(&[0u8; 2 * BLOCK]);
         out

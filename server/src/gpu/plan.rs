@@ -214,8 +214,8 @@ mod tests {
 
     /// A `w` x `h` JPEG planned with `r`, as the router plans it.
     fn sample(w: u32, h: u32, mask: Option<&[u8]>, r: &Recipe) -> GpuSample {
-        let img = crate::synth::procedural(w, h, 3);
-        let data = Bytes::from(crate::synth::encode_jpeg(&img, 90).unwrap());
+        let img = stoker_synth::procedural(w, h, 3);
+        let data = Bytes::from(stoker_synth::encode_jpeg(&img, 90).unwrap());
         let rng = ItemSeed::new(3, 1, "shard").sample(5);
         let plan = SamplePlan::new(ImageKind::Jpeg, &data, &r.spec, &r.views, &rng, LIMITS.max_image_pixels).unwrap();
         GpuSample {

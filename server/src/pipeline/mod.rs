@@ -31,6 +31,8 @@ mod replay;
 mod route;
 mod samples;
 mod sink;
+#[cfg(test)]
+mod test_shards;
 mod types;
 
 pub use context::{
@@ -40,7 +42,7 @@ pub use context::{
 pub use cpu::process_sample;
 pub use item::run_item;
 pub use replay::ReplayCache;
-pub(crate) use samples::{ItemSamples, ShardRead};
+pub use samples::{ItemSamples, ShardRead};
 pub(crate) use types::SkipTally;
 pub use types::{Chunk, Item, ItemError, SampleError};
 

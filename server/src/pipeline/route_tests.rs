@@ -12,46 +12,34 @@ use std::time::Duration;
 use stoker_core::{DatasetUri, TransformSpec};
 use tokio::sync::mpsc;
 
+use super::super::test_shards::{FIRST_TAR, image_folder_shard, tar_dataset};
 use super::super::{Item, SkipKind, WorkerConfig, WorkerContext, run_item};
 use crate::gpu::{GpuResult, GpuRunner, GpuRunnerConfig, GpuSample, Recipe};
-use crate::synth;
-use stoker_storage::Storage;
+use stoker_synth as synth;
 
 /// An ImageFolder of 60 JPEGs plus a PNG named .jpg, a grey JPEG and a
 /// truncated JPEG, packed into one shard.
 async fn dataset(dir: &std::path::Path) -> DatasetUri {
-    let class = dir.join("images/a");
-    std::fs::create_dir_all(&class).unwrap();
-    for i in 0..60u64 {
-        let img = synth::procedural(96 + (i as u32 % 5) * 16, 80, i);
-        std::fs::write(class.join(format!("{i:03}.jpg")), synth::encode_jpeg(&img, 90).unwrap()).unwrap();
-    }
-    std::fs::write(
-        class.join("050png.jpg"),
-        include_bytes!("../../formats/testdata/tiny.png"),
-    )
-    .unwrap();
+    let mut images: Vec<(String, Vec<u8>)> = (0..60u64)
+        .map(|i| {
+            let img = synth::procedural(96 + (i as u32 % 5) * 16, 80, i);
+            (format!("{i:03}"), synth::encode_jpeg(&img, 90).unwrap())
+        })
+        .collect();
+    images.push((
+        "050png".to_owned(),
+        include_bytes!("../../formats/testdata/tiny.png").to_vec(),
+    ));
     let img = synth::procedural(64, 48, 99);
     let grey: Vec<u8> = img.pixels.chunks(3).map(|p| p[1]).collect();
     let mut out = Vec::new();
     jpeg_encoder::Encoder::new(&mut out, 90)
         .encode(&grey, 64, 48, jpeg_encoder::ColorType::Luma)
         .unwrap();
-    std::fs::write(class.join("020grey.jpg"), out).unwrap();
+    images.push(("020grey".to_owned(), out));
     let good = synth::encode_jpeg(&img, 90).unwrap();
-    std::fs::write(class.join("040truncated.jpg"), &good[..good.len() / 2]).unwrap();
-    let uri = DatasetUri::Local(dir.join("shards"));
-    crate::pack::pack(
-        &Storage::new(),
-        &dir.join("images"),
-        &uri,
-        stoker_core::ShardFormat::WebDataset,
-        64 << 20,
-        |_, _| {},
-    )
-    .await
-    .unwrap();
-    uri
+    images.push(("040truncated".to_owned(), good[..good.len() / 2].to_vec()));
+    image_folder_shard(dir, images)
 }
 
 /// Every delivered sample by key (failing on a second delivery), and
@@ -317,27 +305,18 @@ async fn the_pool_takes_no_jpeg_the_policy_keeps_for_the_lanes() {
 /// A shard of 12 JPEGs, one of which panics when decoded (its key
 /// ends in `TEST_PANIC_SUFFIX`); returns the shard and that key.
 async fn dataset_with_a_panic(dir: &std::path::Path) -> (DatasetUri, String) {
-    let class = dir.join("images/a");
-    std::fs::create_dir_all(&class).unwrap();
-    for i in 0..11u64 {
-        let img = synth::procedural(96, 80, i);
-        std::fs::write(class.join(format!("{i:03}.jpg")), synth::encode_jpeg(&img, 90).unwrap()).unwrap();
-    }
+    let mut images: Vec<(String, Vec<u8>)> = (0..11u64)
+        .map(|i| {
+            (
+                format!("{i:03}"),
+                synth::encode_jpeg(&synth::procedural(96, 80, i), 90).unwrap(),
+            )
+        })
+        .collect();
     let img = synth::procedural(96, 80, 42);
     let name = format!("005{}", super::super::cpu::TEST_PANIC_SUFFIX);
-    std::fs::write(class.join(format!("{name}.jpg")), synth::encode_jpeg(&img, 90).unwrap()).unwrap();
-    let uri = DatasetUri::Local(dir.join("shards"));
-    crate::pack::pack(
-        &Storage::new(),
-        &dir.join("images"),
-        &uri,
-        stoker_core::ShardFormat::WebDataset,
-        64 << 20,
-        |_, _| {},
-    )
-    .await
-    .unwrap();
-    (uri, format!("a/{name}"))
+    images.push((name.clone(), synth::encode_jpeg(&img, 90).unwrap()));
+    (image_folder_shard(dir, images), format!("a/{name}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -407,23 +386,15 @@ async fn a_panic_in_a_lanes_host_work_hands_the_sample_to_the_cpu_and_the_lane_g
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn items_sharing_a_small_budget_read_and_wait_without_deadlock() {
     let dir = tempfile::tempdir().unwrap();
-    let class = dir.path().join("images/a");
-    std::fs::create_dir_all(&class).unwrap();
-    for i in 0..40u64 {
-        let img = synth::procedural(320, 240, i);
-        std::fs::write(class.join(format!("{i:03}.jpg")), synth::encode_jpeg(&img, 95).unwrap()).unwrap();
-    }
-    let uri = DatasetUri::Local(dir.path().join("shards"));
-    crate::pack::pack(
-        &Storage::new(),
-        &dir.path().join("images"),
-        &uri,
-        stoker_core::ShardFormat::WebDataset,
-        64 << 20,
-        |_, _| {},
-    )
-    .await
-    .unwrap();
+    let images = (0..40u64)
+        .map(|i| {
+            (
+                format!("{i:03}"),
+                synth::encode_jpeg(&synth::procedural(320, 240, i), 95).unwrap(),
+            )
+        })
+        .collect();
+    let uri = image_folder_shard(dir.path(), images);
     // Room for about three samples at once (each holds its bytes and
     // twice its 230 KB decoded image), shared by four items: members
     // wait to be read, samples wait for the rest of their estimate.
@@ -497,29 +468,23 @@ async fn a_sample_with_a_cpu_step_never_reaches_the_lanes() {
 /// and a caption, but sample 4, whose image is 20x10 (its mask the wrong
 /// size).
 fn masked_dataset(dir: &std::path::Path) -> DatasetUri {
-    use stoker_formats::tar::{file_header, padding};
     let mask: &[u8] = include_bytes!("../../formats/testdata/tiny.png");
-    let mut tar = Vec::new();
+    let mut members: Vec<(String, Vec<u8>)> = Vec::new();
     for i in 0..24u64 {
         let (w, h) = if i == 4 { (20, 10) } else { (16, 8) };
         let jpeg = synth::encode_jpeg(&synth::procedural(w, h, i), 90).unwrap();
         let caption = format!("sample {i}");
         for (ext, body) in [
-            ("jpg", &jpeg[..]),
-            ("seg.png", mask),
-            ("txt", caption.as_bytes()),
-            ("cls", b"1".as_slice()),
+            ("jpg", jpeg),
+            ("seg.png", mask.to_vec()),
+            ("txt", caption.into_bytes()),
+            ("cls", b"1".to_vec()),
         ] {
-            tar.extend_from_slice(&file_header(&format!("s{i:03}.{ext}"), body.len() as u64, 0));
-            tar.extend_from_slice(body);
-            tar.resize(tar.len() + padding(body.len() as u64) as usize, 0);
+            members.push((format!("s{i:03}.{ext}"), body));
         }
     }
-    tar.resize(tar.len() + 1024, 0);
-    let shards = dir.join("shards");
-    std::fs::create_dir_all(&shards).unwrap();
-    std::fs::write(shards.join("shard-000000.tar"), tar).unwrap();
-    DatasetUri::Local(shards)
+    let members: Vec<(&str, &[u8])> = members.iter().map(|(n, b)| (n.as_str(), b.as_slice())).collect();
+    tar_dataset(dir, &members)
 }
 
 /// An item of [`masked_dataset`]: a rotation and a crop, the mask and the
@@ -548,7 +513,7 @@ fn masked_item(uri: DatasetUri) -> Item {
 fn item(uri: DatasetUri, spec: TransformSpec) -> Item {
     Item {
         dataset: uri,
-        shard: "shard-000000.tar".to_owned(),
+        shard: FIRST_TAR.to_owned(),
         seed: 3,
         epoch: 1,
         spec: Arc::new(spec),

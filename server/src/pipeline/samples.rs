@@ -32,7 +32,7 @@ use stoker_core::{DatasetUri, FieldSpec, RecordFields, ShardFormat};
 use stoker_storage::{ShardReader, Storage, StorageError};
 
 /// An item's samples, in shard order, with the budget they hold.
-pub(crate) struct ItemSamples {
+pub struct ItemSamples {
     source: Source,
     /// Reserved for the sample being read (its image member), handed out
     /// with it.
@@ -40,6 +40,21 @@ pub(crate) struct ItemSamples {
     /// Reserved by the item for what the reader said it was blocked on
     /// ([`ItemSamples::grant`]), used at the reader's next ask.
     granted: Reservation,
+}
+
+impl std::fmt::Debug for ItemSamples {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let source = match &self.source {
+            Source::Stream(_) => "stream",
+            Source::Parquet(_) => "parquet",
+            Source::Unreadable(_) => "unreadable",
+        };
+        f.debug_struct("ItemSamples")
+            .field("source", &source)
+            .field("held", &self.held.bytes())
+            .field("granted", &self.granted.bytes())
+            .finish()
+    }
 }
 
 enum Source {
@@ -67,7 +82,7 @@ pub(crate) enum Read {
 
 /// Which samples of which shard to read, and how.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct ShardRead<'a> {
+pub struct ShardRead<'a> {
     pub dataset: &'a DatasetUri,
     pub shard: &'a str,
     pub format: ShardFormat,
@@ -121,7 +136,7 @@ impl ItemSamples {
     /// indexed TFRecord) is read from its first record's byte to the byte
     /// after its last one; anything else from the shard's beginning, the
     /// samples before `start` read past.
-    pub(crate) async fn open_shard(read: ShardRead<'_>, storage: &Storage) -> Result<Self, StorageError> {
+    pub async fn open_shard(read: ShardRead<'_>, storage: &Storage) -> Result<Self, StorageError> {
         let fields = read.fields;
         let sources = || read.extra.iter().map(|f| f.source.clone()).collect();
         let kind = match read.format {
@@ -204,7 +219,7 @@ impl ItemSamples {
     /// The next sample, or `None` at the end of what the item reads, read
     /// outside any budget (`pack`, and `Read` items, which hold one sample
     /// at a time).
-    pub(crate) async fn next_sample(&mut self) -> Result<Option<RawSample>, SampleError> {
+    pub async fn next_sample(&mut self) -> Result<Option<RawSample>, SampleError> {
         let mut admit = |_| Some(Reservation::default());
         loop {
             match read(&mut self.source, &mut self.held, &mut admit).await? {
@@ -273,19 +288,7 @@ mod tests {
     use super::*;
     use crate::memory::RESERVE;
     use crate::parquet::MAX_ROW_GROUP_BYTES;
-    use crate::synth;
-    use stoker_formats::tar::{file_header, padding};
-
-    fn tar(members: &[(&str, &[u8])]) -> Vec<u8> {
-        let mut out = Vec::new();
-        for (name, data) in members {
-            out.extend_from_slice(&file_header(name, data.len() as u64, 0));
-            out.extend_from_slice(data);
-            out.resize(out.len() + padding(data.len() as u64) as usize, 0);
-        }
-        out.extend_from_slice(&[0u8; 1024]);
-        out
-    }
+    use crate::pipeline::test_shards::{parquet_shard as write_parquet, tar};
 
     async fn open(dataset: &DatasetUri, shard: &str, format: ShardFormat, budget: &MemoryBudget) -> ItemSamples {
         let fields = RecordFields::default();
@@ -340,38 +343,25 @@ mod tests {
         assert_eq!(budget.used(), 0);
     }
 
-    /// 250 JPEGs of about 10 KB packed as Parquet: three row groups (100
-    /// rows each, the last 50), each needing about 2 MB to read.
-    async fn parquet_shard(dir: &std::path::Path) -> (DatasetUri, String) {
-        let class = dir.join("images/a");
-        std::fs::create_dir_all(&class).unwrap();
-        for i in 0..250u64 {
-            let img = synth::procedural(96, 96, i);
-            std::fs::write(class.join(format!("{i:03}.jpg")), synth::encode_jpeg(&img, 95).unwrap()).unwrap();
-        }
-        let uri = DatasetUri::Local(dir.join("pq"));
-        crate::pack::pack(
-            &Storage::new(),
-            &dir.join("images"),
-            &uri,
-            ShardFormat::Parquet,
-            1 << 30,
-            |_, _| {},
-        )
-        .await
-        .unwrap();
-        let name = std::fs::read_dir(dir.join("pq"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .find(|n| n.ends_with(".parquet"))
-            .unwrap();
-        (uri, name)
+    /// 250 JPEGs of about 10 KB as Parquet, as `stoker pack` writes them:
+    /// three row groups (100 rows each, the last 50), each needing about
+    /// 2 MB to read.
+    fn parquet_shard(dir: &std::path::Path) -> (DatasetUri, String) {
+        let images: Vec<(String, Vec<u8>)> = (0..250u64)
+            .map(|i| {
+                let img = stoker_synth::procedural(96, 96, i);
+                (format!("a/{i:03}"), stoker_synth::encode_jpeg(&img, 95).unwrap())
+            })
+            .collect();
+        let name = "shard-000000.parquet";
+        write_parquet(&dir.join(name), &images, 100);
+        (DatasetUri::Local(dir.to_owned()), name.to_owned())
     }
 
     #[tokio::test]
     async fn a_parquet_row_group_is_held_in_the_budget_while_its_rows_are_read() {
         let dir = tempfile::tempdir().unwrap();
-        let (uri, shard) = parquet_shard(dir.path()).await;
+        let (uri, shard) = parquet_shard(dir.path());
         let budget = MemoryBudget::for_limit(RESERVE + (64 << 20));
         let mut samples = open(&uri, &shard, ShardFormat::Parquet, &budget).await;
         // All but 1 MiB of the budget taken: no row group fits.
@@ -410,7 +400,7 @@ mod tests {
     #[tokio::test]
     async fn a_parquet_row_group_larger_than_the_whole_budget_is_the_shards_error() {
         let dir = tempfile::tempdir().unwrap();
-        let (uri, shard) = parquet_shard(dir.path()).await;
+        let (uri, shard) = parquet_shard(dir.path());
         let budget = MemoryBudget::for_limit(RESERVE + (1 << 20));
         let mut samples = open(&uri, &shard, ShardFormat::Parquet, &budget).await;
         let err = match samples.next_within(&budget).await {

@@ -4,6 +4,11 @@
 //! The procedural images are smooth gradients with shapes and grain, so
 //! their JPEGs have realistic sizes (tens of KB at 500x375) rather than the
 //! few KB of a flat colour.
+//!
+//! A crate of its own above `stoker-image` (its decoder and `RgbImage`),
+//! not in the worker: the command line (`stoker synth`, `demo`, `bench`),
+//! the integration tests and the worker's own unit tests (a
+//! dev-dependency) share it, and the worker library does not carry it.
 
 use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};

@@ -16,16 +16,21 @@
 //! `stoker pack --strict`.
 //!
 //! [`convert`] reads through the worker's own readers
-//! (`pipeline::ItemSamples::open_shard`). The [`PackReport`] type lives
-//! beside the dataset index (`stoker-storage`'s `index.rs`);
-//! `DescribeDataset` carries its lines to clients.
+//! (`stoker_server::pipeline::ItemSamples::open_shard`, `catalog`,
+//! `parquet`), so that a dataset converts exactly as workers read it: this
+//! crate is a tool above the worker, never below it. The worker does not
+//! depend on it, not even in its tests, which write their shard fixtures
+//! by hand (`stoker-formats`' tar framing, the parquet crate), so a reader
+//! is checked against bytes that this crate's [`writer`] did not make. The
+//! [`PackReport`] type lives beside the dataset index (`stoker-storage`'s
+//! `index.rs`); `DescribeDataset` carries its lines to clients.
 
 use std::path::Path;
 
 use stoker_core::{DatasetUri, FormatChoice, RecordFields, ShardFormat};
 use stoker_formats::image::ImageKind;
 
-use crate::pipeline::{ItemSamples, ShardRead};
+use stoker_server::pipeline::{ItemSamples, ShardRead};
 
 use error::io_err;
 use stoker_storage::{INDEX_FILE, Index, IndexEntry, PackReport, Storage};
@@ -339,7 +344,7 @@ pub async fn convert(
     shard_size: u64,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<PackSummary, PackError> {
-    let listing = crate::catalog::list_shards(storage, &from.dataset, from.format).await?;
+    let listing = stoker_server::catalog::list_shards(storage, &from.dataset, from.format).await?;
     let mut sink = ShardSink::new(storage, output, format, shard_size, listing.classes.clone()).await?;
     let mut pending: Vec<OwnedSample> = Vec::new();
     let mut pending_bytes = 0u64;
@@ -353,8 +358,8 @@ pub async fn convert(
             extra: &[],
             start: 0,
             end: None,
-            max_member_bytes: crate::pipeline::DEFAULT_MAX_MEMBER_BYTES,
-            row_group_limit: crate::parquet::RowGroupLimit::Fixed(crate::parquet::MAX_ROW_GROUP_BYTES),
+            max_member_bytes: stoker_server::pipeline::DEFAULT_MAX_MEMBER_BYTES,
+            row_group_limit: stoker_server::parquet::RowGroupLimit::Fixed(stoker_server::parquet::MAX_ROW_GROUP_BYTES),
         };
         let mut samples = ItemSamples::open_shard(read, storage).await?;
         loop {
@@ -422,7 +427,7 @@ mod tests {
 
     /// A real JPEG of about 3 KB.
     fn jpeg(seed: u64) -> Vec<u8> {
-        crate::synth::encode_jpeg(&crate::synth::procedural(64, 48, seed), 90).unwrap()
+        stoker_synth::encode_jpeg(&stoker_synth::procedural(64, 48, seed), 90).unwrap()
     }
 
     #[tokio::test]
@@ -457,7 +462,7 @@ mod tests {
         assert_eq!(summary.samples, 7);
         assert_eq!(summary.classes, ["cat", "dog"]);
         assert!(summary.shards >= 3, "{} shards", summary.shards);
-        let listing = crate::catalog::list_shards(&storage, &uri, stoker_core::FormatChoice::Auto)
+        let listing = stoker_server::catalog::list_shards(&storage, &uri, stoker_core::FormatChoice::Auto)
             .await
             .unwrap();
         let (shards, indexed) = (listing.shards, listing.indexed);
@@ -579,7 +584,7 @@ mod tests {
             "{lines:?}"
         );
         // The index says the same, for workers and `stoker doctor`.
-        let listing = crate::catalog::list_shards(&storage, &uri, FormatChoice::Auto)
+        let listing = stoker_server::catalog::list_shards(&storage, &uri, FormatChoice::Auto)
             .await
             .unwrap();
         assert_eq!(&listing.pack_report, report);

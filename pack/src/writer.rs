@@ -29,7 +29,7 @@ use stoker_core::ShardFormat;
 use stoker_formats::tfrecord::proto;
 
 use super::error::{PackError, io_err};
-use stoker_formats::tar::{file_header, padding};
+use stoker_formats::tar::{append_member, padding};
 
 /// Rows per Parquet row group: what Hugging Face `datasets` writes for
 /// image datasets.
@@ -181,9 +181,7 @@ impl ShardWriter {
                     (format!("{}.{}", s.key, s.ext), s.data),
                     (format!("{}.cls", s.key), cls.as_slice()),
                 ] {
-                    tar.extend_from_slice(&file_header(&name, body.len() as u64, 0));
-                    tar.extend_from_slice(body);
-                    tar.resize(tar.len() + padding(body.len() as u64) as usize, 0);
+                    append_member(&mut tar, &name, body);
                 }
                 tar
             }
