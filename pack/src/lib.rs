@@ -25,6 +25,10 @@
 //! [`PackReport`] type lives beside the dataset index (`stoker-storage`'s
 //! `index.rs`); `DescribeDataset` carries its lines to clients.
 
+// No `unsafe` here: FFI lives in the FFI crates (stoker-cuda,
+// stoker-libjpeg, stoker-shm, the Python extension) behind safe types.
+#![forbid(unsafe_code)]
+
 use std::path::Path;
 
 use stoker_core::{DatasetUri, FormatChoice, RecordFields, ShardFormat};

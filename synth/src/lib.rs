@@ -10,6 +10,10 @@
 //! the integration tests and the worker's own unit tests (a
 //! dev-dependency) share it, and the worker library does not carry it.
 
+// No `unsafe` here: FFI lives in the FFI crates (stoker-cuda,
+// stoker-libjpeg, stoker-shm, the Python extension) behind safe types.
+#![forbid(unsafe_code)]
+
 use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 use jpeg_encoder::{ColorType, Encoder};
