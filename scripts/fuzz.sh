@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes the parsers that read untrusted shard bytes (the stoker-formats
-# crate, server/formats) and the CPU decode and transforms (stoker-image,
-# server/image: target image_transform, which also fails on memory over the
+# crate, worker/formats) and the CPU decode and transforms (stoker-image,
+# worker/image: target image_transform, which also fails on memory over the
 # per-sample bound) for a bounded time, and fails on any crash.
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET [TARGET...]]   (default: 20 s, every target)
@@ -15,12 +15,12 @@
 # several times the cost per run. Overflow checks and debug assertions stay
 # on (--debug-assertions).
 #
-# Each target starts from its committed seeds (server/formats/fuzz/corpus/T)
-# and keeps what it discovers in server/formats/fuzz/target/corpus/T (not
+# Each target starts from its committed seeds (worker/formats/fuzz/corpus/T)
+# and keeps what it discovers in worker/formats/fuzz/target/corpus/T (not
 # committed), which later runs on the same machine start from too. A crash,
 # a hang (10 s on one input) or more than 512 MB of memory fails the script
-# and leaves the input in server/formats/fuzz/artifacts/T/; reproduce it with
-#   RUSTC_BOOTSTRAP=1 cargo fuzz run --fuzz-dir server/formats/fuzz -s none -a T FILE
+# and leaves the input in worker/formats/fuzz/artifacts/T/; reproduce it with
+#   RUSTC_BOOTSTRAP=1 cargo fuzz run --fuzz-dir worker/formats/fuzz -s none -a T FILE
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,7 +37,7 @@ if ! cargo fuzz --version 2>/dev/null | grep -qF "$CARGO_FUZZ_VERSION"; then
 fi
 
 export RUSTC_BOOTSTRAP=1
-FUZZ_DIR=server/formats/fuzz
+FUZZ_DIR=worker/formats/fuzz
 FLAGS=(--fuzz-dir "$FUZZ_DIR" --sanitizer none --debug-assertions)
 
 echo "==> building the fuzz targets"

@@ -19,8 +19,8 @@ use stoker_core::TransformSpec;
 use stoker_formats::image::ImageKind;
 use stoker_formats::sample::RawSample;
 use stoker_pack::{SourceImage, pack_images};
-use stoker_server::metrics::WorkerMetrics;
-use stoker_server::pipeline::process_sample;
+use stoker_worker::metrics::WorkerMetrics;
+use stoker_worker::pipeline::process_sample;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -47,14 +47,14 @@ pub struct BenchArgs {
     #[arg(long)]
     pub gpu_only: bool,
     /// cuda: images per batch an item hands the GPU (the worker's --gpu-batch).
-    #[arg(long, default_value_t = stoker_server::gpu::DEFAULT_MAX_BATCH)]
+    #[arg(long, default_value_t = stoker_worker::gpu::DEFAULT_MAX_BATCH)]
     pub gpu_batch: usize,
     /// cuda: threads driving the GPU (the worker's --gpu-lanes).
-    #[arg(long, default_value_t = stoker_server::gpu::DEFAULT_LANES)]
+    #[arg(long, default_value_t = stoker_worker::gpu::DEFAULT_LANES)]
     pub gpu_lanes: usize,
     /// cuda: the SMs the lanes run on (the worker's --gpu-sms).
     #[arg(long, default_value = "all", value_name = "SHARE")]
-    pub gpu_sms: stoker_server::gpu::SmShare,
+    pub gpu_sms: stoker_worker::gpu::SmShare,
 }
 
 #[derive(Debug, Serialize)]
@@ -153,8 +153,8 @@ fn report(args: &BenchArgs, result: &BenchResult) -> anyhow::Result<()> {
 fn run_gpu(args: &BenchArgs, spec: TransformSpec, images: &[(String, ImageKind, Bytes)]) -> anyhow::Result<()> {
     use std::sync::Arc;
     use std::sync::atomic::Ordering;
-    use stoker_server::gpu::{Gpu, GpuRunner, GpuRunnerConfig};
-    use stoker_server::pipeline::{WorkerConfig, WorkerContext};
+    use stoker_worker::gpu::{Gpu, GpuRunner, GpuRunnerConfig};
+    use stoker_worker::pipeline::{WorkerConfig, WorkerContext};
     anyhow::ensure!(args.gpu_batch > 0, "--gpu-batch must be at least 1");
     let mut gpu = Gpu::open(0).map_err(|e| anyhow::anyhow!("--device cuda: no usable gpu: {e}"))?;
     let confined = gpu
@@ -202,7 +202,7 @@ fn run_gpu(args: &BenchArgs, spec: TransformSpec, images: &[(String, ImageKind, 
             |_, _| {},
         )
         .await?;
-        let shards = stoker_server::catalog::list_shards(&ctx.storage, &dataset, stoker_core::FormatChoice::Auto)
+        let shards = stoker_worker::catalog::list_shards(&ctx.storage, &dataset, stoker_core::FormatChoice::Auto)
             .await?
             .shards;
         let per_shard = (sources.len() as u64).div_ceil(shards.len().max(1) as u64).max(1);
@@ -289,7 +289,7 @@ fn run_gpu(args: &BenchArgs, spec: TransformSpec, images: &[(String, ImageKind, 
 /// items at a time, through the worker's own `run_item`; returns samples
 /// delivered and skipped.
 async fn run_items(
-    ctx: &std::sync::Arc<stoker_server::pipeline::WorkerContext>,
+    ctx: &std::sync::Arc<stoker_worker::pipeline::WorkerContext>,
     dataset: &stoker_core::DatasetUri,
     names: &[String],
     spec: &std::sync::Arc<TransformSpec>,
@@ -297,7 +297,7 @@ async fn run_items(
     concurrency: usize,
 ) -> anyhow::Result<(u64, u64)> {
     use std::sync::{Arc, Mutex};
-    use stoker_server::pipeline::{Item, run_item};
+    use stoker_worker::pipeline::{Item, run_item};
     let queue: Vec<(u64, String)> = epochs.flat_map(|e| names.iter().map(move |n| (e, n.clone()))).collect();
     let queue = Arc::new(Mutex::new(queue.into_iter()));
     let mut tasks = tokio::task::JoinSet::new();

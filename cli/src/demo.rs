@@ -15,8 +15,8 @@ use tokio::sync::oneshot;
 use crate::human_bytes;
 use crate::stream::{print_summary, stream_epochs};
 use crate::synth::{SynthArgs, pack_with_progress, write_image_folder};
-use stoker_server::{ServeOptions, WorkerConfig, WorkerContext, serve};
 use stoker_storage::Storage;
+use stoker_worker::{ServeOptions, WorkerConfig, WorkerContext, serve};
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {

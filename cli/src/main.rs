@@ -1,6 +1,6 @@
 //! The `stoker` binary: parse arguments, run the subcommand, report errors
 //! on one line (`stoker_cli::main_with`). The work lives in the
-//! `stoker_server` and `stoker_client` libraries.
+//! `stoker_worker` and `stoker_client` libraries.
 
 // No `unsafe` here: FFI lives in the FFI crates (stoker-cuda,
 // stoker-libjpeg, stoker-shm, the Python extension) behind safe types.

@@ -11,9 +11,9 @@ use crate::{human_bytes, parse_bytes};
 use stoker_pack::{
     ConvertFrom, PackError, PackSummary, check_image_folder, convert, layout_error, pack, scan_image_folder,
 };
-use stoker_server::pool::CpuPool;
 use stoker_storage::Storage;
 use stoker_synth::{encode_jpeg, imagenet_like_from_photo, procedural};
+use stoker_worker::pool::CpuPool;
 
 #[derive(Debug, Args)]
 pub struct PackArgs {
@@ -238,7 +238,7 @@ pub async fn write_image_folder(args: &SynthArgs) -> anyhow::Result<(usize, bool
             dyn Future<
                     Output = Result<
                         Result<(usize, Vec<Vec<u8>>), stoker_synth::SynthError>,
-                        stoker_server::pool::PoolError,
+                        stoker_worker::pool::PoolError,
                     >,
                 > + Send,
         >,

@@ -10,12 +10,12 @@ use tracing::{info, warn};
 
 use crate::ByteSize;
 use stoker_proto::transport::MAX_CHUNK_BYTES;
-use stoker_server::allow::AllowList;
-use stoker_server::gpu::{self, GpuRunner, GpuRunnerConfig, SmShare};
-use stoker_server::listen::{ListenAddr, Listener};
-use stoker_server::tls::ServerTls;
-use stoker_server::{ServeOptions, WorkerConfig, WorkerContext, serve};
-use stoker_server::{pipeline, service};
+use stoker_worker::allow::AllowList;
+use stoker_worker::gpu::{self, GpuRunner, GpuRunnerConfig, SmShare};
+use stoker_worker::listen::{ListenAddr, Listener};
+use stoker_worker::tls::ServerTls;
+use stoker_worker::{ServeOptions, WorkerConfig, WorkerContext, serve};
+use stoker_worker::{pipeline, service};
 
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
@@ -157,9 +157,9 @@ impl WorkerArgs {
         config.max_member_bytes = self.max_member_bytes.0;
         config.max_image_pixels = self.max_image_pixels;
         anyhow::ensure!(
-            self.memory_limit.0 >= stoker_server::memory::MIN_LIMIT,
+            self.memory_limit.0 >= stoker_worker::memory::MIN_LIMIT,
             "--memory-limit must be at least {}, got {}",
-            ByteSize(stoker_server::memory::MIN_LIMIT),
+            ByteSize(stoker_worker::memory::MIN_LIMIT),
             self.memory_limit
         );
         config.memory_limit = self.memory_limit.0;
@@ -232,7 +232,7 @@ fn start_gpu(args: &WorkerArgs, config: &WorkerConfig) -> anyhow::Result<Option<
         "--gpu-batch-memory must be at least 16M, got {}",
         args.gpu_batch_memory
     );
-    let started = stoker_server::gpu::Gpu::open(args.gpu_ordinal)
+    let started = stoker_worker::gpu::Gpu::open(args.gpu_ordinal)
         .map_err(|e| e.to_string())
         .and_then(|mut gpu| {
             let confined = gpu
@@ -326,7 +326,7 @@ pub async fn run_until(
     let allow = AllowList::new(&args.allow_dataset)?;
     let config = args.config()?;
     #[cfg(feature = "failpoints")]
-    for point in stoker_server::failpoint::configure_from_env().map_err(anyhow::Error::msg)? {
+    for point in stoker_worker::failpoint::configure_from_env().map_err(anyhow::Error::msg)? {
         warn!(%point, "failpoint set: this worker injects faults (tests only)");
     }
     let gpu = start_gpu(&args, &config)?;
@@ -346,9 +346,9 @@ pub async fn run_until(
         None => WorkerContext::new(config),
     };
     let ctx = Arc::new(ctx.context("cannot start the cpu pool")?);
-    let jpeg_decoder = if stoker_server::libjpeg::enabled() {
+    let jpeg_decoder = if stoker_worker::libjpeg::enabled() {
         "libjpeg-turbo region decode, zune-jpeg fallback"
-    } else if stoker_server::libjpeg::AVAILABLE {
+    } else if stoker_worker::libjpeg::AVAILABLE {
         "zune-jpeg (STOKER_JPEG_DECODER=zune)"
     } else {
         "zune-jpeg (built without libjpeg-turbo)"
@@ -363,7 +363,7 @@ pub async fn run_until(
         let metrics_addr = listener.local_addr().context("metrics listener has no local address")?;
         info!(addr = %metrics_addr, "serving metrics at /metrics");
         println!("stoker worker metrics on http://{metrics_addr}/metrics");
-        stoker_metrics::spawn(listener, Arc::new(stoker_server::scrape::registry(&ctx)));
+        stoker_metrics::spawn(listener, Arc::new(stoker_worker::scrape::registry(&ctx)));
     }
     let _ = std::io::stdout().flush();
     anyhow::ensure!(

@@ -5,7 +5,7 @@
 // each image's histogram), channel permutations, hue, the ImageEnhance
 // blends (brightness, contrast, saturation, sharpness), and erasing.
 //
-// Each reproduces the CPU path (server/image/src/augment/color.rs and
+// Each reproduces the CPU path (worker/image/src/augment/color.rs and
 // filter.rs, themselves Pillow's C code) operation for operation, with the
 // rounding intrinsics (__fmul_rn, __fadd_rn, __dmul_rn...) wherever the
 // compiler could otherwise fuse a multiply and an add: the CPU rounds each

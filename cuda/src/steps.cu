@@ -3,7 +3,7 @@
 // launch per step round (a resampling pass per axis); Gaussian blur, one
 // image per launch; uint8 HWC.
 //
-// Each follows the CPU path (server/image/src/augment/) operation for operation,
+// Each follows the CPU path (worker/image/src/augment/) operation for operation,
 // with the rounding intrinsics (__fmul_rn, __fadd_rn...) where the compiler
 // would otherwise fuse a multiply and an add: the CPU rounds each one, so
 // the same inputs give the same bytes.
@@ -15,7 +15,7 @@
 // bilinear_filter32RGB / bicubic_filter32RGB), of a batch: output pixel
 // (x, y) samples the input at the matrix applied to (x + 0.5, y + 0.5);
 // outside the input it takes the fill colour. The arithmetic is the CPU
-// path's (server/image/src/augment/geometry.rs), in double, each multiply
+// path's (worker/image/src/augment/geometry.rs), in double, each multiply
 // and add rounded on its own (no fused multiply-add), so the bytes are the
 // same. Nearest warps are chains (resize.cu).
 // One image's warp: the layout of `WarpParams` in worker.rs.
@@ -188,7 +188,7 @@ extern "C" __global__ void stoker_blur_cols_u8_hwc(
     }
 }
 
-// Pillow's resampling (Resample.c, as server/image/src/augment/resample.rs
+// Pillow's resampling (Resample.c, as worker/image/src/augment/resample.rs
 // ports it) of a batch, one pass along one axis per launch: each output
 // pixel is the fixed-point sum of its input run times its 8-bit weights
 // (22 fractional bits, computed on the host by that port), rounded by

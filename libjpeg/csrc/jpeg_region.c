@@ -1,6 +1,6 @@
 /*
  * Region-of-interest JPEG decoding with libjpeg-turbo, for the worker's
- * CPU path (see server/src/libjpeg.rs).
+ * CPU path (see worker/src/libjpeg.rs).
  *
  * A random-resized crop only needs the pixels inside its box. libjpeg-turbo
  * can skip the inverse DCT and colour conversion of the rows above the box

@@ -16,7 +16,7 @@
 //! `stoker pack --strict`.
 //!
 //! [`convert`] reads through the worker's own readers
-//! (`stoker_server::pipeline::ItemSamples::open_shard`, `catalog`,
+//! (`stoker_worker::pipeline::ItemSamples::open_shard`, `catalog`,
 //! `parquet`), so that a dataset converts exactly as workers read it: this
 //! crate is a tool above the worker, never below it. The worker does not
 //! depend on it, not even in its tests, which write their shard fixtures
@@ -34,7 +34,7 @@ use std::path::Path;
 use stoker_core::{DatasetUri, FormatChoice, RecordFields, ShardFormat};
 use stoker_formats::image::ImageKind;
 
-use stoker_server::pipeline::{ItemSamples, ShardRead};
+use stoker_worker::pipeline::{ItemSamples, ShardRead};
 
 use error::io_err;
 use stoker_storage::{INDEX_FILE, Index, IndexEntry, PackReport, Storage};
@@ -348,7 +348,7 @@ pub async fn convert(
     shard_size: u64,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<PackSummary, PackError> {
-    let listing = stoker_server::catalog::list_shards(storage, &from.dataset, from.format).await?;
+    let listing = stoker_worker::catalog::list_shards(storage, &from.dataset, from.format).await?;
     let mut sink = ShardSink::new(storage, output, format, shard_size, listing.classes.clone()).await?;
     let mut pending: Vec<OwnedSample> = Vec::new();
     let mut pending_bytes = 0u64;
@@ -362,8 +362,8 @@ pub async fn convert(
             extra: &[],
             start: 0,
             end: None,
-            max_member_bytes: stoker_server::pipeline::DEFAULT_MAX_MEMBER_BYTES,
-            row_group_limit: stoker_server::parquet::RowGroupLimit::Fixed(stoker_server::parquet::MAX_ROW_GROUP_BYTES),
+            max_member_bytes: stoker_worker::pipeline::DEFAULT_MAX_MEMBER_BYTES,
+            row_group_limit: stoker_worker::parquet::RowGroupLimit::Fixed(stoker_worker::parquet::MAX_ROW_GROUP_BYTES),
         };
         let mut samples = ItemSamples::open_shard(read, storage).await?;
         loop {
@@ -466,7 +466,7 @@ mod tests {
         assert_eq!(summary.samples, 7);
         assert_eq!(summary.classes, ["cat", "dog"]);
         assert!(summary.shards >= 3, "{} shards", summary.shards);
-        let listing = stoker_server::catalog::list_shards(&storage, &uri, stoker_core::FormatChoice::Auto)
+        let listing = stoker_worker::catalog::list_shards(&storage, &uri, stoker_core::FormatChoice::Auto)
             .await
             .unwrap();
         let (shards, indexed) = (listing.shards, listing.indexed);
@@ -588,7 +588,7 @@ mod tests {
             "{lines:?}"
         );
         // The index says the same, for workers and `stoker doctor`.
-        let listing = stoker_server::catalog::list_shards(&storage, &uri, FormatChoice::Auto)
+        let listing = stoker_worker::catalog::list_shards(&storage, &uri, FormatChoice::Auto)
             .await
             .unwrap();
         assert_eq!(&listing.pack_report, report);

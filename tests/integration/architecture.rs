@@ -17,7 +17,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     // none of the tools that write datasets (its tests take stoker-synth
     // as a dev-dependency, never stoker-pack: checked below).
     (
-        "stoker-server",
+        "stoker-worker",
         &[
             "stoker-client",
             "stoker",
@@ -38,7 +38,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     (
         "stoker-synth",
         &[
-            "stoker-server",
+            "stoker-worker",
             "stoker-pack",
             "stoker-client",
             "stoker-proto",
@@ -55,7 +55,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     (
         "stoker-client",
         &[
-            "stoker-server",
+            "stoker-worker",
             "stoker-storage",
             "stoker-formats",
             "stoker-image",
@@ -70,7 +70,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     (
         "stoker-proto",
         &[
-            "stoker-server",
+            "stoker-worker",
             "stoker-client",
             "stoker-cuda",
             "stoker-formats",
@@ -83,7 +83,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
         &[
             "stoker-core",
             "stoker-proto",
-            "stoker-server",
+            "stoker-worker",
             "stoker-client",
             "stoker-image",
             "stoker",
@@ -95,7 +95,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
         "stoker-image",
         &[
             "stoker-proto",
-            "stoker-server",
+            "stoker-worker",
             "stoker-client",
             "stoker-cuda",
             "stoker",
@@ -112,7 +112,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
         "stoker-storage",
         &[
             "stoker-proto",
-            "stoker-server",
+            "stoker-worker",
             "stoker-client",
             "stoker-cuda",
             "stoker-image",
@@ -130,7 +130,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
         "stoker-libjpeg",
         &[
             "stoker-proto",
-            "stoker-server",
+            "stoker-worker",
             "stoker-client",
             "stoker-cuda",
             "stoker-storage",
@@ -142,7 +142,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
         &[
             "stoker-core",
             "stoker-proto",
-            "stoker-server",
+            "stoker-worker",
             "stoker-client",
             "stoker-image",
             "stoker",
@@ -155,7 +155,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
         &[
             "stoker-core",
             "stoker-proto",
-            "stoker-server",
+            "stoker-worker",
             "stoker-client",
             "stoker-cuda",
             "stoker-formats",
@@ -167,7 +167,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
         "stoker-core",
         &[
             "stoker-proto",
-            "stoker-server",
+            "stoker-worker",
             "stoker-client",
             "stoker-cuda",
             "stoker-formats",
@@ -290,7 +290,7 @@ fn workspace_dependencies_point_one_way() {
     // Only the command line joins the two halves.
     let cli = reachable(&graph, "stoker");
     assert!(
-        cli.contains("stoker-server") && cli.contains("stoker-client"),
+        cli.contains("stoker-worker") && cli.contains("stoker-client"),
         "{cli:?}"
     );
     // The worker's tests write their shards by hand: a dev-dependency on
@@ -298,11 +298,11 @@ fn workspace_dependencies_point_one_way() {
     // of the worker into them, whose types are not the worker's own.
     let any_kind = dependency_graph(&metadata, |_| true);
     assert!(
-        !any_kind["stoker-server"].contains("stoker-pack"),
-        "stoker-server depends on stoker-pack: write test shards with stoker-formats or the parquet crate"
+        !any_kind["stoker-worker"].contains("stoker-pack"),
+        "stoker-worker depends on stoker-pack: write test shards with stoker-formats or the parquet crate"
     );
     assert!(
-        any_kind["stoker-pack"].contains("stoker-server"),
+        any_kind["stoker-pack"].contains("stoker-worker"),
         "{:?}",
         any_kind["stoker-pack"]
     );
@@ -328,10 +328,10 @@ const CRATE_SOURCES: &[&str] = &[
     "cuda/src",
     "libjpeg/src",
     "shm/src",
-    "server/formats/src",
-    "server/image/src",
-    "server/storage/src",
-    "server/src",
+    "worker/formats/src",
+    "worker/image/src",
+    "worker/storage/src",
+    "worker/src",
     "synth/src",
     "pack/src",
     "client/src",
@@ -484,12 +484,12 @@ fn modules_depend_on_each_other_one_way_finds_an_injected_circle() {
 /// (the worker, its image path, the lanes' kernels) only the sample's plan
 /// (`stoker_image::plan`) resolves draws into steps; the router makes it
 /// once, and the CPU pool and the GPU lanes run it as it is (tests in
-/// `server/src/pipeline/route_tests.rs` check they receive that one).
+/// `worker/src/pipeline/route_tests.rs` check they receive that one).
 #[test]
 fn only_the_sample_plan_resolves_steps_in_the_worker() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut files = Vec::new();
-    for dir in ["server/src", "server/image/src", "cuda/src"] {
+    for dir in ["worker/src", "worker/image/src", "cuda/src"] {
         rust_files(&root.join(dir), &mut files);
     }
     let resolvers: Vec<String> = files
@@ -500,7 +500,7 @@ fn only_the_sample_plan_resolves_steps_in_the_worker() {
         .collect();
     assert_eq!(
         resolvers,
-        ["server/image/src/plan.rs"],
+        ["worker/image/src/plan.rs"],
         "files that resolve a sample's steps"
     );
     // The check sees a call where there is one.
@@ -605,13 +605,13 @@ fn unsafe_code_lives_only_in_the_ffi_crates() {
 fn protobuf_types_stay_at_the_grpc_edges() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let edges = [
-        "server/src/service.rs",
-        "server/src/chained.rs",
+        "worker/src/service.rs",
+        "worker/src/chained.rs",
         "client/src/wire.rs",
         "client/src/wire/chunks.rs",
     ];
     let mut files = Vec::new();
-    for krate in ["core/src", "server/src", "client/src", "cli/src"] {
+    for krate in ["core/src", "worker/src", "client/src", "cli/src"] {
         rust_files(&root.join(krate), &mut files);
     }
     let mut found_at_edges = 0;

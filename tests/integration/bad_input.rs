@@ -96,7 +96,7 @@ fn bad_images_are_skipped_and_named_and_the_rest_arrives() {
 }
 
 /// A 16x8 PNG, the seed of the formats crate's tests and fuzz corpus.
-const TINY_PNG: &[u8] = include_bytes!("../../server/formats/testdata/tiny.png");
+const TINY_PNG: &[u8] = include_bytes!("../../worker/formats/testdata/tiny.png");
 
 /// A tar member: path and data.
 type Member = (String, Vec<u8>);

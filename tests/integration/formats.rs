@@ -712,7 +712,7 @@ async fn parquet_ranks_get_equal_batches_and_a_share_reads_only_its_row_groups_f
     let shard = &one[0];
     let whole = bytes_for_share(&w, "s3://data/one/", FormatChoice::Auto, 0, 1).await;
     let share = bytes_for_share(&w, "s3://data/one/", FormatChoice::Auto, 0, 8).await;
-    let footer = shard.size.min(stoker_server::parquet::FOOTER_PREFETCH as u64);
+    let footer = shard.size.min(stoker_worker::parquet::FOOTER_PREFETCH as u64);
     let data: u64 = shard.group_bytes.iter().sum();
     eprintln!(
         "parquet: a 1/8 share read {share} bytes, the whole shard {whole} ({} bytes, {} row groups, footer read {footer} bytes)",

@@ -12,8 +12,8 @@ use std::time::Instant;
 use stoker_core::{ItemSeed, SampleRng, TransformSpec, resolve_steps};
 use stoker_image::augment::Augmenter;
 use stoker_image::decode::{ImageKind, RgbImage, decode};
-use stoker_server::gpu::{self, Backend, Gpu, GpuCrop, SmShare};
 use stoker_synth as synth;
+use stoker_worker::gpu::{self, Backend, Gpu, GpuCrop, SmShare};
 
 use stoker_client::{Loader, LoaderConfig};
 
@@ -613,7 +613,7 @@ pub(crate) fn gpu_dataset(dir: &Path, per_class: usize) -> String {
     .unwrap();
     std::fs::write(
         odd.join("png.jpg"),
-        include_bytes!("../../server/formats/testdata/tiny.png"),
+        include_bytes!("../../worker/formats/testdata/tiny.png"),
     )
     .unwrap();
     let good = synth::encode_jpeg(&img, 90).unwrap();

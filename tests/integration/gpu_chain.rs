@@ -8,7 +8,7 @@
 use stoker_core::{SampleRng, Step, TransformSpec, resolve_steps};
 use stoker_image::augment::{Augmenter, Chain};
 use stoker_image::decode::{ImageKind, RgbImage, decode};
-use stoker_server::gpu::{DeviceImage, Gpu, fused};
+use stoker_worker::gpu::{DeviceImage, Gpu, fused};
 
 use crate::gpu::gpu_or_skip;
 
@@ -256,7 +256,7 @@ fn gpu_resizes_with_pillows_filters_match_the_cpu() {
                         resolve_steps(&spec, &rng, img.width, img.height).unwrap()
                     })
                     .collect();
-                assert!(steps.iter().flatten().all(stoker_server::gpu::gpu_runs), "{steps:?}");
+                assert!(steps.iter().flatten().all(stoker_worker::gpu::gpu_runs), "{steps:?}");
                 let refs: Vec<&[Step]> = steps.iter().map(Vec::as_slice).collect();
                 let device: Vec<DeviceImage> = images.iter().map(|img| upload(&gpu, img)).collect();
                 for ((img, s), got) in images.iter().zip(&steps).zip(gpu.run_steps_batch(device, &refs)) {

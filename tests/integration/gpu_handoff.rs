@@ -146,7 +146,7 @@ async fn gpu_handoff_leaves_the_lanes_images_on_the_loaders_device() {
 #[cfg(feature = "failpoints")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn gpu_handoff_a_panic_in_the_lanes_host_work_costs_no_sample() {
-    use stoker_server::failpoint::{GPU_PLAN_PANIC, clear, configure};
+    use stoker_worker::failpoint::{GPU_PLAN_PANIC, clear, configure};
     if gpu_or_skip("gpu_handoff_a_panic_in_the_lanes_host_work_costs_no_sample").is_none() {
         return;
     }

@@ -146,7 +146,7 @@ fn gpu_single_decodes_on_busy_lanes_match_each_decoded_alone() {
                         for (&i, (r, path)) in order.iter().zip(&decoded) {
                             let img = r.as_ref().unwrap_or_else(|e| panic!("{}: {e}", jpegs[i].0));
                             let host = gpu.to_host(&img.buf).unwrap();
-                            if *path == stoker_server::gpu::DecodePath::Single {
+                            if *path == stoker_worker::gpu::DecodePath::Single {
                                 singles += 1;
                             }
                             if host != alone[&i] {
@@ -230,7 +230,7 @@ async fn gpu_workers_match_the_cpu_worker_in_every_round() {
     let cpu = Worker::start_with(8, &["--device", "cpu"], &[]);
     let trace = [(
         "STOKER_LOG",
-        "info,stoker_server::gpu::lane=trace,stoker_server::pipeline::route=trace",
+        "info,stoker_worker::gpu::lane=trace,stoker_worker::pipeline::route=trace",
     )];
     let logs = [dir.path().join("whole-host.log"), dir.path().join("gpu-only.log")];
     let modes: [(&str, &[&str]); 2] = [

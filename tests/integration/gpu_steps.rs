@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use stoker_core::{Enhance, EraseFill, Rect, Step};
 use stoker_image::augment::Augmenter;
 use stoker_image::decode::{ImageKind, RgbImage, decode};
-use stoker_server::gpu::{DeviceImage, Gpu, GpuError};
 use stoker_synth as synth;
+use stoker_worker::gpu::{DeviceImage, Gpu, GpuError};
 
 use crate::gpu::gpu_or_skip;
 

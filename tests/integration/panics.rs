@@ -77,7 +77,7 @@ fn a_decode_panic_skips_its_sample_as_internal_and_the_worker_serves_on() {
 /// GPU (scripts/gpu-check.sh runs it on one).
 #[test]
 fn a_panic_in_a_gpu_lanes_host_work_hands_the_sample_to_the_cpu() {
-    if let Err(reason) = stoker_server::gpu::probe() {
+    if let Err(reason) = stoker_worker::gpu::probe() {
         crate::support::Need::Gpu.skip("a_panic_in_a_gpu_lanes_host_work_hands_the_sample_to_the_cpu", reason);
         return;
     }
@@ -88,7 +88,7 @@ fn a_panic_in_a_gpu_lanes_host_work_hands_the_sample_to_the_cpu() {
     // is the one that panics there.
     std::fs::write(
         images.join("class_000/zz_png.png"),
-        include_bytes!("../../server/formats/testdata/tiny.png"),
+        include_bytes!("../../worker/formats/testdata/tiny.png"),
     )
     .unwrap();
     let all = image_folder_keys(&images);

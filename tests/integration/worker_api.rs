@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use stoker_proto::pb;
 use stoker_proto::pb::worker_client::WorkerClient;
-use stoker_server::{ServeOptions, WorkerConfig, WorkerContext, serve};
+use stoker_worker::{ServeOptions, WorkerConfig, WorkerContext, serve};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 

@@ -1,7 +1,7 @@
 //! Where the worker's shards come from: S3 (through aws-sdk-s3) or a local
 //! folder. A crate of its own: it imports no other Stoker crate but
 //! `stoker-core` (dataset URIs, shard references) and `stoker-formats`
-//! (record indexes), and the worker (`stoker-server`) builds on it.
+//! (record indexes), and the worker (`stoker-worker`) builds on it.
 //!
 //! Shards are read as streams, never whole: an S3 object body is consumed as
 //! it arrives, a file through a buffered reader.
@@ -28,7 +28,7 @@
 //!
 //! Storage lists files and reads bytes. Which files are shards and how many
 //! samples each holds (record indexes, Parquet footers) is the worker's
-//! catalog's work (`stoker_server::catalog`).
+//! catalog's work (`stoker_worker::catalog`).
 
 // No `unsafe` here: FFI lives in the FFI crates (stoker-cuda,
 // stoker-libjpeg, stoker-shm, the Python extension) behind safe types.
@@ -115,7 +115,7 @@ impl Storage {
     }
 
     /// The files under `uri`, in no order, whatever they are: the
-    /// catalog (`stoker_server::catalog`) keeps the shards among them.
+    /// catalog (`stoker_worker::catalog`) keeps the shards among them.
     pub async fn list_files(&self, uri: &DatasetUri) -> Result<Vec<ShardRef>, StorageError> {
         match uri {
             DatasetUri::S3 { bucket, prefix } => self.s3.list_s3(bucket, prefix).await,

@@ -9,9 +9,9 @@
 //! [`decode_and_transform`] is what the worker does to a whole image: the
 //! header, the transform's footprint (refused over the pixel limit before a
 //! byte is decoded), decode, the sample's steps, augment. The crate is
-//! small so that the fuzz target `image_transform` (server/formats/fuzz)
+//! small so that the fuzz target `image_transform` (worker/formats/fuzz)
 //! builds it with libFuzzer's instrumentation, which the worker library
-//! (aws-sdk, parquet) is too heavy for. The worker (`stoker-server`)
+//! (aws-sdk, parquet) is too heavy for. The worker (`stoker-worker`)
 //! re-exports [`decode`] and [`augment`]; its region decode with
 //! libjpeg-turbo stays there.
 
@@ -53,7 +53,7 @@ pub fn transform(
 /// header shows a transform step over `max_pixels`.
 ///
 /// The whole image is decoded; the worker decodes only a crop's box where
-/// libjpeg-turbo can (`stoker_server::pipeline`).
+/// libjpeg-turbo can (`stoker_worker::pipeline`).
 pub fn decode_and_transform(
     augmenter: &mut Augmenter,
     kind: ImageKind,
