@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 
 use crate::error::launch_err;
 use crate::{
@@ -124,6 +124,30 @@ fn check_regions(
     Ok(())
 }
 
+/// Image `i`, which a launch reads, and output `i`, a packed image of
+/// `dims` it writes: both checked, and their device addresses, with the
+/// guards that keep cudarc's view of the two until the launch is queued.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the pair, its checks' names and the launch's guards"
+)]
+fn read_write<'a>(
+    name: &'static str,
+    i: usize,
+    (img, packed): (&'a DeviceImage, bool),
+    out: &'a mut DeviceImage,
+    dims: (u32, u32),
+    stream: &'a CudaStream,
+    guards: &mut Vec<SyncOnDrop<'a>>,
+) -> Result<(u64, u64), KernelError> {
+    check_image(name, i, "image", img, stream, packed)?;
+    check_out(name, i, out, dims, stream)?;
+    let (src, g1) = img.buf.device_ptr(stream);
+    let (dst, g2) = out.buf.device_ptr_mut(stream);
+    guards.extend([g1, g2]);
+    Ok((src, dst))
+}
+
 /// Bytes of a `w`x`h` image of `channels` bytes a pixel.
 fn image_bytes(w: u32, h: u32, channels: u32) -> usize {
     w as usize * h as usize * channels as usize
@@ -190,19 +214,15 @@ impl Kernels {
         let mut params = Vec::with_capacity(jobs.len());
         let mut guards = Vec::with_capacity(jobs.len() * 2);
         for (i, ((img, p), out)) in jobs.iter().zip(outs.iter_mut()).enumerate() {
-            check_image(name, i, "image", img, stream, true)?;
-            check_out(name, i, out, (out.width, out.height), stream)?;
-            let (src, g1) = img.buf.device_ptr(stream);
-            let (dst, g2) = out.buf.device_ptr_mut(stream);
-            guards.push(g1);
-            guards.push(g2);
+            let (out_w, out_h) = (out.width, out.height);
+            let (src, dst) = read_write(name, i, (img, true), out, (out_w, out_h), stream, &mut guards)?;
             params.push(WarpParams {
                 src,
                 dst,
                 in_w: img.width,
                 in_h: img.height,
-                out_w: out.width,
-                out_h: out.height,
+                out_w,
+                out_h,
                 ..*p
             });
         }
@@ -235,12 +255,7 @@ impl Kernels {
         let mut params = Vec::with_capacity(jobs.len());
         let mut guards = Vec::with_capacity(jobs.len() * 2);
         for (i, ((img, p), out)) in jobs.iter().zip(outs.iter_mut()).enumerate() {
-            check_image(name, i, "image", img, stream, false)?;
-            check_out(name, i, out, (p.out_w, p.out_h), stream)?;
-            let (src, g1) = img.buf.device_ptr(stream);
-            let (dst, g2) = out.buf.device_ptr_mut(stream);
-            guards.push(g1);
-            guards.push(g2);
+            let (src, dst) = read_write(name, i, (img, false), out, (p.out_w, p.out_h), stream, &mut guards)?;
             params.push(ChainParams {
                 src,
                 dst,
@@ -336,12 +351,7 @@ impl Kernels {
         let mut sizes = Vec::with_capacity(jobs.len());
         let mut guards = Vec::with_capacity(jobs.len() * 2);
         for (i, ((img, p), out)) in jobs.iter().zip(outs.iter_mut()).enumerate() {
-            check_image(name, i, "image", img, stream, false)?;
-            check_out(name, i, out, (p.out_w, p.out_h), stream)?;
-            let (src, g1) = img.buf.device_ptr(stream);
-            let (dst, g2) = out.buf.device_ptr_mut(stream);
-            guards.push(g1);
-            guards.push(g2);
+            let (src, dst) = read_write(name, i, (img, false), out, (p.out_w, p.out_h), stream, &mut guards)?;
             params.push(ResampleParams {
                 src,
                 dst,
