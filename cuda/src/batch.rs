@@ -127,10 +127,6 @@ fn check_regions(
 /// Image `i`, which a launch reads, and output `i`, a packed image of
 /// `dims` it writes: both checked, and their device addresses, with the
 /// guards that keep cudarc's view of the two until the launch is queued.
-#[allow(
-    clippy::too_many_arguments,
-    reason = "the pair, its checks' names and the launch's guards"
-)]
 fn read_write<'a>(
     name: &'static str,
     i: usize,
