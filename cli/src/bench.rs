@@ -322,8 +322,8 @@ async fn run_items(
                     end: None,
                     mode: stoker_core::ItemMode::Process,
                     format: stoker_core::ShardFormat::WebDataset,
-                    fields: stoker_core::RecordFields::default(),
-                    extra: Arc::new([]),
+                    record: stoker_core::RecordFields::default(),
+                    fields: Arc::new([]),
                     views: Arc::new([]),
                     on_device: false,
                 };

@@ -433,8 +433,8 @@ impl Worker for WorkerService {
             end: (req.end != 0).then_some(req.end),
             mode,
             format,
-            fields: stoker_proto::fields_from_pb(req.fields),
-            extra: extra.into(),
+            record: stoker_proto::fields_from_pb(req.fields),
+            fields: extra.into(),
             views: views.into(),
             on_device: sink.is_some(),
         };

@@ -197,7 +197,7 @@ impl Lane {
                         // An image alone stays on the device when asked;
                         // masks and views come to the host.
                         let on_device = job.recipe.on_device && p.parts.len() == 1;
-                        planned.push((p, j, job.recipe.extra.len(), on_device));
+                        planned.push((p, j, job.recipe.fields.len(), on_device));
                     }
                     Ok(Err(back)) => results[j].push(back),
                     Err(message) => results[j].push(hand_back_after_panic(copy, "gpu host work", &message)),

@@ -121,7 +121,7 @@ fn parts(sample: &GpuSample, recipe: &Recipe, config: Limits) -> Result<Parts, S
         let (Ok(Some(RawValue::Bytes(data))), Some(chain)) = (field, &chain) else {
             continue;
         };
-        let name = recipe.extra.get(i).map_or("mask", |f| f.name.as_str());
+        let name = recipe.fields.get(i).map_or("mask", |f| f.name.as_str());
         // Decoded by a pool thread ahead of the batch, or here.
         let pixels = match sample.mask_pixels.iter().find(|(at, _)| *at == i) {
             Some((_, decoded)) => decoded.clone(),
@@ -239,7 +239,7 @@ mod tests {
             spec: Arc::new(spec(
                 r#"{"ops": [{"op": "RandomRotation", "degrees": 20}, {"op": "RandomResizedCrop", "size": 8}]}"#,
             )),
-            extra: Arc::new([
+            fields: Arc::new([
                 FieldSpec::new("caption", "txt", FieldKind::Text),
                 FieldSpec::new("seg", "seg.png", FieldKind::Mask),
             ]),

@@ -136,7 +136,7 @@ impl GpuSample {
 #[derive(Clone, Debug)]
 pub struct Recipe {
     pub spec: Arc<TransformSpec>,
-    pub extra: Arc<[FieldSpec]>,
+    pub fields: Arc<[FieldSpec]>,
     pub views: Arc<[ViewSpec]>,
     /// Leave finished images on the device (`Processed::device`) where the
     /// sample is an image alone (no masks, no views); see `Item::on_device`.
@@ -148,7 +148,7 @@ impl Recipe {
     pub fn new(spec: Arc<TransformSpec>) -> Self {
         Self {
             spec,
-            extra: Arc::new([]),
+            fields: Arc::new([]),
             views: Arc::new([]),
             on_device: false,
         }

@@ -294,8 +294,8 @@ impl<'a> ItemRun<'a> {
                     if raw.position < self.item.start || self.item.skip.contains(raw.position) {
                         continue;
                     }
-                    if !self.item.extra.is_empty() && raw.image.is_ok() {
-                        match read_fields(&self.item.extra, &mut raw) {
+                    if !self.item.fields.is_empty() && raw.image.is_ok() {
+                        match read_fields(&self.item.fields, &mut raw) {
                             Ok(fields) => {
                                 self.fields.insert(raw.position, fields);
                             }

@@ -69,7 +69,7 @@ impl WorkerContext {
         if !gpu_jpeg(raw) {
             return RunsOn::Cpu("not a jpeg");
         }
-        let masks = item.extra.iter().any(|f| f.kind == FieldKind::Mask);
+        let masks = item.fields.iter().any(|f| f.kind == FieldKind::Mask);
         let (w, h) = plan.dims;
         // Masks ride the lanes only on a `--gpu-only` worker. Otherwise the
         // CPU pool takes their samples: on 640x480 JPEGs with PNG masks
@@ -147,7 +147,7 @@ fn steal_one(ctx: &Arc<WorkerContext>) {
         &recipe.spec,
         ctx.config.max_image_pixels,
         &ctx.metrics,
-        &recipe.extra,
+        &recipe.fields,
         &recipe.views,
     ) {
         Ok(p) => {
@@ -207,19 +207,19 @@ fn on_pool(
     raw: RawSample,
     plan: Arc<SamplePlan>,
     spec: &Arc<TransformSpec>,
-    (extra, views): (&Arc<[FieldSpec]>, &Arc<[ViewSpec]>),
+    (fields, views): (&Arc<[FieldSpec]>, &Arc<[ViewSpec]>),
 ) -> impl Future<Output = Result<Outcome, PoolError>> + Send + 'static {
     #[cfg(test)]
     ctx.plan_log.saw("cpu", &raw.key, &plan);
     let (spec, worker) = (Arc::clone(spec), Arc::clone(ctx));
-    let (extra, views) = (Arc::clone(extra), Arc::clone(views));
+    let (fields, views) = (Arc::clone(fields), Arc::clone(views));
     let max_pixels = ctx.config.max_image_pixels;
     // `process_sample` catches a panic in decode or transform itself; one
     // anywhere else in the job is caught by the pool, and is this sample's
     // internal skip too.
     let (key, position) = (raw.key.clone(), raw.position);
     let job = ctx.pool.spawn(move || {
-        let outcome = process_sample_with(raw, &plan, &spec, max_pixels, &worker.metrics, &extra, &views);
+        let outcome = process_sample_with(raw, &plan, &spec, max_pixels, &worker.metrics, &fields, &views);
         if outcome.is_ok() {
             worker.counters.cpu_samples.fetch_add(1, Ordering::Relaxed);
         }
@@ -245,7 +245,7 @@ pub(super) fn on_cpu(
 ) -> InFlight {
     let results: Results = match plan {
         Ok(plan) => {
-            let one = on_pool(ctx, raw, plan, &item.spec, (&item.extra, &item.views));
+            let one = on_pool(ctx, raw, plan, &item.spec, (&item.fields, &item.views));
             Box::pin(async move { Ok(vec![one.await?]) })
         }
         Err(skipped) => Box::pin(std::future::ready(Ok(vec![Err(skipped)]))),
@@ -270,7 +270,7 @@ pub(super) fn on_gpu(ctx: &Arc<WorkerContext>, item: &Item, samples: Vec<GpuSamp
     let ctx = Arc::clone(ctx);
     let recipe = Recipe {
         spec: Arc::clone(&item.spec),
-        extra: Arc::clone(&item.extra),
+        fields: Arc::clone(&item.fields),
         views: Arc::clone(&item.views),
         on_device: item.on_device,
     };
@@ -279,7 +279,7 @@ pub(super) fn on_gpu(ctx: &Arc<WorkerContext>, item: &Item, samples: Vec<GpuSamp
         // A lane panicked or the runner stopped: the item fails and the
         // client reassigns it.
         let queued = std::time::Instant::now();
-        let samples = match recipe.extra.iter().any(|f| f.kind == FieldKind::Mask) {
+        let samples = match recipe.fields.iter().any(|f| f.kind == FieldKind::Mask) {
             true => decode_masks(&ctx, samples).await,
             false => samples,
         };
@@ -295,7 +295,7 @@ pub(super) fn on_gpu(ctx: &Arc<WorkerContext>, item: &Item, samples: Vec<GpuSamp
                 GpuResult::Skipped(s) => out.push(Err(s)),
                 GpuResult::Cpu { sample, reason } => {
                     debug!(key = %sample.key, reason, "gpu handed the sample to the cpu");
-                    let fields = (&recipe.extra, &recipe.views);
+                    let fields = (&recipe.fields, &recipe.views);
                     let plan = Arc::clone(&sample.plan);
                     back.push(on_pool(&ctx, sample.into_raw(), plan, &recipe.spec, fields));
                 }

@@ -120,7 +120,7 @@ fn as_a_lane(sample: &GpuSample, r: &Recipe) -> Result<crate::outcome::Processed
         &r.spec,
         100_000_000,
         &metrics,
-        &r.extra,
+        &r.fields,
         &r.views,
     )
 }
@@ -493,7 +493,7 @@ fn masked_item(uri: DatasetUri) -> Item {
     use stoker_core::{FieldKind, FieldSpec, ViewSpec};
     let spec = |json: &str| TransformSpec::from_json(json).unwrap();
     Item {
-        extra: Arc::new([
+        fields: Arc::new([
             FieldSpec::new("seg", "seg.png", FieldKind::Mask),
             FieldSpec::new("caption", "txt", FieldKind::Text),
         ]),
@@ -523,8 +523,8 @@ fn item(uri: DatasetUri, spec: TransformSpec) -> Item {
         end: None,
         mode: stoker_core::ItemMode::Process,
         format: stoker_core::ShardFormat::WebDataset,
-        fields: stoker_core::RecordFields::default(),
-        extra: Arc::new([]),
+        record: stoker_core::RecordFields::default(),
+        fields: Arc::new([]),
         views: Arc::new([]),
         on_device: false,
     }

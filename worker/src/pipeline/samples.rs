@@ -86,9 +86,9 @@ pub struct ShardRead<'a> {
     pub dataset: &'a DatasetUri,
     pub shard: &'a str,
     pub format: ShardFormat,
-    pub fields: &'a RecordFields,
+    pub record: &'a RecordFields,
     /// The other fields to read with each sample (their sources).
-    pub extra: &'a [FieldSpec],
+    pub fields: &'a [FieldSpec],
     /// Samples from `start` up to `end` (or the shard's end).
     pub start: u64,
     pub end: Option<u64>,
@@ -113,8 +113,8 @@ impl ItemSamples {
             dataset: &item.dataset,
             shard: &item.shard,
             format: item.format,
+            record: &item.record,
             fields: &item.fields,
-            extra: &item.extra,
             start: item.start,
             end: item.end,
             max_member_bytes: max_member_bytes.min(budget.capacity()),
@@ -137,20 +137,20 @@ impl ItemSamples {
     /// after its last one; anything else from the shard's beginning, the
     /// samples before `start` read past.
     pub async fn open_shard(read: ShardRead<'_>, storage: &Storage) -> Result<Self, StorageError> {
-        let fields = read.fields;
-        let sources = || read.extra.iter().map(|f| f.source.clone()).collect();
+        let record = read.record;
+        let sources = || read.fields.iter().map(|f| f.source.clone()).collect();
         let kind = match read.format {
             ShardFormat::WebDataset => ShardKind::WebDataset { fields: sources() },
             ShardFormat::TfRecord => ShardKind::TfRecord(ExampleFields {
-                image: fields.image_for(read.format).to_owned(),
-                label: fields.label_for(read.format).to_owned(),
-                label_offset: fields.label_offset,
+                image: record.image_for(read.format).to_owned(),
+                label: record.label_for(read.format).to_owned(),
+                label_offset: record.label_offset,
                 key: stoker_core::format::DEFAULT_KEY_FIELD.to_owned(),
                 extra: sources(),
             }),
             ShardFormat::RecordIo => ShardKind::RecordIo {
-                label_offset: fields.label_offset,
-                label_fields: read.extra.len(),
+                label_offset: record.label_offset,
+                label_fields: read.fields.len(),
             },
             ShardFormat::Parquet => return Self::open_parquet(read, storage).await.map(Self::new),
         };
@@ -202,8 +202,8 @@ impl ItemSamples {
         let opened = ParquetSamples::open(
             object,
             read.shard,
-            read.fields,
-            &read.extra.iter().map(|f| f.source.clone()).collect::<Vec<_>>(),
+            read.record,
+            &read.fields.iter().map(|f| f.source.clone()).collect::<Vec<_>>(),
             range,
             read.max_member_bytes,
             read.row_group_limit,
@@ -296,8 +296,8 @@ mod tests {
             dataset,
             shard,
             format,
-            fields: &fields,
-            extra: &[],
+            record: &fields,
+            fields: &[],
             start: 0,
             end: None,
             max_member_bytes: 64 << 20,
@@ -421,8 +421,8 @@ mod tests {
             dataset: &uri,
             shard: &shard,
             format: ShardFormat::Parquet,
-            fields: &fields,
-            extra: &[],
+            record: &fields,
+            fields: &[],
             start: 0,
             end: None,
             max_member_bytes: 64 << 20,

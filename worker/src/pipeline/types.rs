@@ -38,12 +38,14 @@ pub struct Item {
     pub mode: ItemMode,
     /// How to read the shard.
     pub format: ShardFormat,
-    pub fields: RecordFields,
-    /// The sample's other fields to deliver, checked, with their kinds
-    /// resolved for `format` (never `auto` for WebDataset).
-    pub extra: Arc<[FieldSpec]>,
+    /// Where the record keeps the image and the label (the shard's own
+    /// columns, keys or features).
+    pub record: RecordFields,
+    /// The user's fields to deliver with each sample, checked, with their
+    /// kinds resolved for `format` (never `auto` for WebDataset).
+    pub fields: Arc<[FieldSpec]>,
     /// More views of each sample's image, each with its own pipeline,
-    /// delivered after `extra` as image fields.
+    /// delivered after `fields` as image fields.
     pub views: Arc<[ViewSpec]>,
     /// Whether the GPU lanes leave the item's finished images on the
     /// device (`Processed::device`): a loader in this process, uploading
