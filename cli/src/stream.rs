@@ -329,12 +329,12 @@ impl FormatArgs {
     /// Sets the loader's format and record fields.
     pub fn apply(&self, config: &mut LoaderConfig) {
         config.format = self.format;
-        config.fields = stoker_core::RecordFields {
+        config.record = stoker_core::RecordFields {
             image: self.image_key.clone(),
             label: self.label_key.clone(),
             label_offset: self.label_offset,
         };
-        config.extra_fields = self.fields.clone();
+        config.fields = self.fields.clone();
         config.views = self.views.clone();
     }
 }
@@ -539,7 +539,7 @@ pub async fn run(args: StreamArgs) -> anyhow::Result<()> {
         )),
         None => None,
     };
-    let names: Vec<String> = loader.config().extra_fields.iter().map(|f| f.name.clone()).collect();
+    let names: Vec<String> = loader.config().fields.iter().map(|f| f.name.clone()).collect();
     let cannot_write = || {
         let path = args.keys_out.as_ref().map(|p| p.display().to_string());
         format!("cannot write {}", path.unwrap_or_default())

@@ -109,7 +109,7 @@ pub async fn run_pack(args: PackArgs) -> anyhow::Result<()> {
             let from = ConvertFrom {
                 dataset: input.clone(),
                 format: args.input_format.unwrap_or_default(),
-                fields: RecordFields {
+                record: RecordFields {
                     image: args.image_key.clone(),
                     label: args.label_key.clone(),
                     label_offset: args.label_offset,

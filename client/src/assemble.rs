@@ -100,7 +100,7 @@ pub struct Batch<D> {
     pub device: Option<D>,
     pub labels: Vec<i64>,
     pub keys: Vec<String>,
-    /// Each sample's other fields (`LoaderConfig::extra_fields`, in that
+    /// Each sample's other fields (`LoaderConfig::fields`, in that
     /// order; `None` for an optional field the sample lacks). Empty rows
     /// when none were asked for.
     pub fields: Vec<Fields>,

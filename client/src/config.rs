@@ -46,10 +46,10 @@ pub struct LoaderConfig {
     /// The shards' format; `Auto` goes by the files' extensions.
     pub format: FormatChoice,
     /// Which fields of a record format hold the image and the label.
-    pub fields: RecordFields,
+    pub record: RecordFields,
     /// The sample's other fields to deliver with each image (captions,
     /// metadata, multi-labels, arrays): [`crate::Batch::fields`].
-    pub extra_fields: Vec<FieldSpec>,
+    pub fields: Vec<FieldSpec>,
     /// More augmented views of each sample's image, each with its own
     /// pipeline, from the same decode: [`crate::Batch::views`].
     pub views: Vec<ViewSpec>,
@@ -127,8 +127,8 @@ impl LoaderConfig {
             workers,
             dataset: dataset.into(),
             format: FormatChoice::Auto,
-            fields: RecordFields::default(),
-            extra_fields: Vec::new(),
+            record: RecordFields::default(),
+            fields: Vec::new(),
             views: Vec::new(),
             batch_size,
             transform,
@@ -186,8 +186,8 @@ impl LoaderConfig {
                 "items in flight per worker must be between 1 and {MAX_LANES_PER_WORKER}, got {n}"
             ));
         }
-        stoker_core::validate_fields(&self.extra_fields, None).map_err(|e| ClientError::Config(e.to_string()))?;
-        stoker_core::validate_views(&self.views, &self.extra_fields).map_err(|e| ClientError::Config(e.to_string()))?;
+        stoker_core::validate_fields(&self.fields, None).map_err(|e| ClientError::Config(e.to_string()))?;
+        stoker_core::validate_views(&self.views, &self.fields).map_err(|e| ClientError::Config(e.to_string()))?;
         if self.max_attempts == 0 {
             return bad("max attempts must be at least 1".into());
         }

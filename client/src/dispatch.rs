@@ -345,7 +345,7 @@ impl WorkerLane {
             let device_samples = chunk.device_samples();
             let received = chunk.take_samples(
                 self.config.transform.size,
-                &self.config.extra_fields,
+                &self.config.fields,
                 &self.config.views,
                 ring.as_ref(),
                 sink.as_ref(),

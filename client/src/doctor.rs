@@ -131,7 +131,7 @@ impl Loader {
         let template = |mode| {
             Arc::new(
                 ItemTemplate::new(&config.dataset, config.seed, 0, &config.transform, config.chunk_bytes)
-                    .with_format(self.format(), &config.fields)
+                    .with_format(self.format(), &config.record)
                     .with_mode(mode),
             )
         };

@@ -211,8 +211,7 @@ impl Loader {
         let format = described.format;
         // Each field's kind for this format (a WebDataset extension without
         // a decoder), before any work.
-        stoker_core::validate_fields(&config.extra_fields, Some(format))
-            .map_err(|e| ClientError::Config(e.to_string()))?;
+        stoker_core::validate_fields(&config.fields, Some(format)).map_err(|e| ClientError::Config(e.to_string()))?;
         info!(
             dataset = %config.dataset,
             shards = shards.len(),
@@ -448,8 +447,8 @@ impl Loader {
                 &self.config.transform,
                 self.config.chunk_bytes,
             )
-            .with_format(self.format, &self.config.fields)
-            .with_fields(&self.config.extra_fields)
+            .with_format(self.format, &self.config.record)
+            .with_fields(&self.config.fields)
             .with_views(&self.config.views)
             .with_device_sink(self.sink.clone()),
         );

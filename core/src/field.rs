@@ -181,6 +181,24 @@ impl FieldKind {
             .join(", ")
     }
 
+    /// The kinds as a Markdown table (name, aliases, what Python
+    /// receives, what it is): docs/fields.md's, checked by a test.
+    pub fn markdown_table() -> String {
+        let mut out = String::from("| kind | aliases | in Python | what it is |\n| --- | --- | --- | --- |\n");
+        for k in Self::ALL {
+            let aliases: Vec<String> = k.aliases().iter().map(|a| format!("`{a}`")).collect();
+            let doc = k.doc().split_whitespace().collect::<Vec<_>>().join(" ");
+            out.push_str(&format!(
+                "| `{}` | {} | {} | {} |\n",
+                k.as_str(),
+                aliases.join(", "),
+                k.python_type(),
+                doc.replace('|', "\\|")
+            ));
+        }
+        out
+    }
+
     /// The kind WebDataset's default decoders give a member by its last
     /// extension (`seg.png` is a `png`). Images, masks and the formats
     /// that need a Python runtime (pickle, torch, msgpack) have none here:
@@ -324,9 +342,10 @@ pub enum FieldValue {
     /// A JSON document that parsed, as its text.
     Json(String),
     Bytes(Bytes),
-    Npy(NpyArray),
-    /// A mask after the sample's geometric steps: `|u1`, `[1, H, W]`.
-    Mask(NpyArray),
+    /// An array: an `npy` field's (dtype and shape kept), or a mask's after
+    /// the sample's geometric steps (`|u1`, `[1, H, W]`). The request's
+    /// kind says which; the value's shape is the same.
+    Array(NpyArray),
     /// A view of the sample's image ([`ViewSpec`]): uint8 HWC RGB pixels,
     /// square, of its pipeline's size.
     Image(Bytes),
@@ -341,7 +360,7 @@ impl FieldValue {
             FieldValue::FloatList(v) => v.len() * 8,
             FieldValue::Text(s) | FieldValue::Json(s) => s.len(),
             FieldValue::Bytes(b) | FieldValue::Image(b) => b.len(),
-            FieldValue::Npy(a) | FieldValue::Mask(a) => a.data.len(),
+            FieldValue::Array(a) => a.data.len(),
         }
     }
 }
@@ -365,7 +384,7 @@ impl FieldValue {
                 serde_json::from_str::<serde::de::IgnoredAny>(&text).map_err(|e| format!("not JSON: {e}"))?;
                 FieldValue::Json(text)
             }
-            FieldKind::Npy => FieldValue::Npy(NpyArray::parse(b)?),
+            FieldKind::Npy => FieldValue::Array(NpyArray::parse(b)?),
             FieldKind::Int => FieldValue::Int(one(text_numbers(&b)?)?),
             FieldKind::IntList => FieldValue::IntList(text_numbers(&b)?),
             FieldKind::Float => FieldValue::Float(one(text_numbers(&b)?)?),
@@ -389,7 +408,7 @@ impl FieldValue {
             FieldValue::Text(s) => Value::from(s.as_str()),
             FieldValue::Json(s) => serde_json::from_str(s).unwrap_or_else(|_| Value::from(s.as_str())),
             FieldValue::Bytes(b) => Value::from(b.to_vec()),
-            FieldValue::Npy(a) | FieldValue::Mask(a) => {
+            FieldValue::Array(a) => {
                 serde_json::json!({"dtype": a.dtype, "shape": a.shape, "bytes": a.data.len()})
             }
             FieldValue::Image(b) => serde_json::json!({"bytes": b.len()}),
@@ -588,6 +607,22 @@ impl FieldError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// docs/fields.md's kinds table is [`FieldKind::markdown_table`]'s
+    /// output; `STOKER_BLESS=1` rewrites it. A new kind is its row in
+    /// `field_kinds!`, its number in the proto, and its reading in
+    /// [`FieldValue::from_bytes`]; this keeps the page with them.
+    #[test]
+    fn the_docs_field_kinds_table_is_generated_from_the_kinds() {
+        let table = FieldKind::markdown_table();
+        for k in FieldKind::ALL {
+            assert!(table.contains(&format!("| `{k}` |")), "{table}");
+        }
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/fields.md");
+        if let Err(e) = crate::docs::check_generated(&path, "field kinds", &table) {
+            panic!("{e}");
+        }
+    }
 
     #[test]
     fn cli_syntax() {

@@ -40,7 +40,7 @@ pub struct PlaneJob {
 /// `stream` reads and writes it, after the work queued on it before.
 pub(crate) fn same_context<T>(
     name: &'static str,
-    what: &str,
+    what: &dyn std::fmt::Display,
     buf: &CudaSlice<T>,
     stream: &CudaStream,
 ) -> Result<(), KernelError> {
@@ -57,7 +57,7 @@ pub(crate) fn same_context<T>(
 }
 
 /// [`DeviceImage::check_rows`], the context, and packed rows where
-/// `packed`, for image `i`.
+/// `packed`, for image `i`. Nothing is formatted unless a check fails.
 fn check_image(
     name: &'static str,
     i: usize,
@@ -77,7 +77,9 @@ fn check_image(
             ),
         ));
     }
-    same_context(name, &format!("{what} {i}"), &img.buf, stream)
+    // The name is formatted only on an error: this runs for every image
+    // of every launch.
+    same_context(name, &format_args!("{what} {i}"), &img.buf, stream)
 }
 
 /// That output `i` is a packed `w`x`h` image.
@@ -94,6 +96,14 @@ fn check_out(
             name,
             format!("output {i} is {}x{}, the launch writes {w}x{h}", out.width, out.height),
         ));
+    }
+    Ok(())
+}
+
+/// That a launch has as many outputs as `what` (its images or passes).
+fn same_count(name: &'static str, what: &str, jobs: usize, outs: usize) -> Result<(), KernelError> {
+    if jobs != outs {
+        return Err(launch_err(name, format!("{jobs} {what} into {outs} outputs")));
     }
     Ok(())
 }
@@ -163,7 +173,7 @@ impl Kernels {
         (out_w, out_h): (u32, u32),
     ) -> Result<(), KernelError> {
         let name = kernel::RRC_FLIP_U8_HWC;
-        same_context(name, "the output", dst, stream)?;
+        same_context(name, &"the output", dst, stream)?;
         let bytes = image_bytes(out_w, out_h, 3);
         let mut params = Vec::with_capacity(jobs.len());
         let mut guards = Vec::with_capacity(jobs.len());
@@ -201,12 +211,7 @@ impl Kernels {
         outs: &mut [&mut DeviceImage],
     ) -> Result<(), KernelError> {
         let name = kernel::AFFINE_FILTER_BATCH_U8_HWC;
-        if jobs.len() != outs.len() {
-            return Err(launch_err(
-                name,
-                format!("{} images into {} outputs", jobs.len(), outs.len()),
-            ));
-        }
+        same_count(name, "images", jobs.len(), outs.len())?;
         let mut params = Vec::with_capacity(jobs.len());
         let mut guards = Vec::with_capacity(jobs.len() * 2);
         for (i, ((img, p), out)) in jobs.iter().zip(outs.iter_mut()).enumerate() {
@@ -242,12 +247,7 @@ impl Kernels {
         chains: &Chains,
     ) -> Result<(), KernelError> {
         let name = kernel::CHAIN_BATCH_U8_HWC;
-        if jobs.len() != outs.len() {
-            return Err(launch_err(
-                name,
-                format!("{} images into {} outputs", jobs.len(), outs.len()),
-            ));
-        }
+        same_count(name, "images", jobs.len(), outs.len())?;
         let mut params = Vec::with_capacity(jobs.len());
         let mut guards = Vec::with_capacity(jobs.len() * 2);
         for (i, ((img, p), out)) in jobs.iter().zip(outs.iter_mut()).enumerate() {
@@ -289,8 +289,8 @@ impl Kernels {
         if jobs.is_empty() {
             return Ok(());
         }
-        same_context(name, "the source buffer", src, stream)?;
-        same_context(name, "the output", dst, stream)?;
+        same_context(name, &"the source buffer", src, stream)?;
+        same_context(name, &"the output", dst, stream)?;
         let mut reads = Vec::with_capacity(jobs.len());
         let mut writes = Vec::with_capacity(jobs.len());
         for j in jobs {
@@ -337,12 +337,7 @@ impl Kernels {
         coeffs: &ResampleCoeffs,
     ) -> Result<(), KernelError> {
         let name = kernel::RESAMPLE_BATCH_U8_HWC;
-        if jobs.len() != outs.len() {
-            return Err(launch_err(
-                name,
-                format!("{} passes into {} outputs", jobs.len(), outs.len()),
-            ));
-        }
+        same_count(name, "passes", jobs.len(), outs.len())?;
         let mut params = Vec::with_capacity(jobs.len());
         let mut sizes = Vec::with_capacity(jobs.len());
         let mut guards = Vec::with_capacity(jobs.len() * 2);
@@ -411,7 +406,7 @@ impl Kernels {
         if jobs.is_empty() {
             return Ok(());
         }
-        same_context(name, "the smoothing buffer", aux, stream)?;
+        same_context(name, &"the smoothing buffer", aux, stream)?;
         let mut regions: Vec<(usize, usize)> = jobs
             .iter()
             .map(|(img, _, at)| (*at, image_bytes(img.width, img.height, 3)))
@@ -457,7 +452,7 @@ impl Kernels {
         if jobs.is_empty() {
             return Ok(());
         }
-        same_context(name, "the smoothing buffer", aux, stream)?;
+        same_context(name, &"the smoothing buffer", aux, stream)?;
         let mut reads: Vec<(usize, usize)> = jobs
             .iter()
             .filter_map(|(img, _, at)| at.map(|at| (at, image_bytes(img.width, img.height, 3))))

@@ -330,7 +330,7 @@ struct WrittenShard {
 pub struct ConvertFrom {
     pub dataset: DatasetUri,
     pub format: FormatChoice,
-    pub fields: RecordFields,
+    pub record: RecordFields,
 }
 
 /// Converts the dataset `from` into `format` shards of about `shard_size`
@@ -358,7 +358,7 @@ pub async fn convert(
             dataset: &from.dataset,
             shard: &shard.name,
             format: listing.format,
-            record: &from.fields,
+            record: &from.record,
             fields: &[],
             start: 0,
             end: None,

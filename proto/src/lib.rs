@@ -243,8 +243,7 @@ pub fn value_to_pb(v: Option<FieldValue>) -> pb::FieldValue {
         FieldValue::Text(s) => Value::Text(s),
         FieldValue::Json(s) => Value::Json(s),
         FieldValue::Bytes(b) => Value::Bytes(b),
-        FieldValue::Npy(a) => Value::Npy(npy_to_pb(a)),
-        FieldValue::Mask(a) => Value::Mask(npy_to_pb(a)),
+        FieldValue::Array(a) => Value::Array(npy_to_pb(a)),
         FieldValue::Image(b) => Value::Image(b),
     });
     pb::FieldValue { value }
@@ -261,8 +260,7 @@ pub fn value_from_pb(v: pb::FieldValue) -> Option<FieldValue> {
         Value::Text(s) => FieldValue::Text(s),
         Value::Json(s) => FieldValue::Json(s),
         Value::Bytes(b) => FieldValue::Bytes(b),
-        Value::Npy(a) => FieldValue::Npy(npy_from_pb(a)),
-        Value::Mask(a) => FieldValue::Mask(npy_from_pb(a)),
+        Value::Array(a) => FieldValue::Array(npy_from_pb(a)),
         Value::Image(b) => FieldValue::Image(b),
     })
 }

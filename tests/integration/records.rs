@@ -332,14 +332,14 @@ pub(crate) async fn images_and_masks(
     use stoker_client::{FieldKind, FieldSpec, FieldValue, Loader, LoaderConfig, TransformSpec};
     let spec = TransformSpec::from_json(transform).unwrap();
     let mut config = LoaderConfig::new(vec![addr.to_owned()], dataset.to_str().unwrap(), 8, spec);
-    config.extra_fields = vec![FieldSpec::new("mask", "seg.png", FieldKind::Mask)];
+    config.fields = vec![FieldSpec::new("mask", "seg.png", FieldKind::Mask)];
     let loader = Loader::connect(config).await.unwrap();
     let mut stream = loader.epoch(0).unwrap();
     let mut out = BTreeMap::new();
     while let Some(batch) = stream.next_batch().await {
         let batch = batch.unwrap();
         for i in 0..batch.real() {
-            let Some(FieldValue::Mask(mask)) = &batch.fields[i][0] else {
+            let Some(FieldValue::Array(mask)) = &batch.fields[i][0] else {
                 panic!("{}: no mask: {:?}", batch.keys[i], batch.fields[i]);
             };
             let s = u64::from(batch.size);

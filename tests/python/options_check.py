@@ -26,8 +26,8 @@ from stoker import _stoker, loader
 # Where a nested dict sits in the Loader's dict: a key, or a list whose
 # entries are dicts ("[]"), and the stub's TypedDict for it.
 NESTED = {
-    ("fields",): "_RecordFieldsOptions",
-    ("extra_fields", "[]"): "_FieldOptions",
+    ("record",): "_RecordFieldsOptions",
+    ("fields", "[]"): "_FieldOptions",
     ("views", "[]"): "_ViewOptions",
     ("device",): "_DeviceOptions",
     ("local",): "_LocalOptions",

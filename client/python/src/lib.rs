@@ -373,7 +373,7 @@ impl Client {
             None => Ok(None),
             Some(Err(e)) => Err(err(e)),
             Some(Ok(mut batch)) => {
-                let fields = fields_to_py(py, &batch.fields, self.loader.config().extra_fields.len())?;
+                let fields = fields_to_py(py, &batch.fields, self.loader.config().fields.len())?;
                 let views = std::mem::take(&mut batch.views)
                     .into_iter()
                     .map(|v| (v.name, v.size, PyBytes::new(py, &v.pixels).into_any().unbind()))
@@ -488,7 +488,7 @@ fn fields_to_py(py: Python<'_>, rows: &[stoker_client::Fields], fields: usize) -
                 Some(V::FloatList(v)) => PyList::new(py, v)?.into_any().unbind(),
                 Some(V::Text(s) | V::Json(s)) => s.into_pyobject(py)?.into_any().unbind(),
                 Some(V::Bytes(b) | V::Image(b)) => PyBytes::new(py, b).into_any().unbind(),
-                Some(V::Npy(a) | V::Mask(a)) => (a.dtype.as_str(), a.shape.clone(), PyBytes::new(py, &a.data))
+                Some(V::Array(a)) => (a.dtype.as_str(), a.shape.clone(), PyBytes::new(py, &a.data))
                     .into_pyobject(py)?
                     .into_any()
                     .unbind(),

@@ -12,7 +12,7 @@
 //! (a `#[pyclass]` would, and a keyword it forgot would silently keep
 //! one), and a key the Loader does not give fails every construction,
 //! naming it. The dict's keys mirror `LoaderConfig`'s fields (a nested
-//! dict for `fields`, `device`, `local` and each entry of `extra_fields`
+//! dict for `record`, `device`, `local` and each entry of `fields`
 //! and `views`), so a new Loader option is a field here, its line in
 //! `into_config`, its key in `_stoker.pyi`'s `_LoaderOptions` (a
 //! `TypedDict`, as `_EpochState` is for `start_epoch`) and the Python
@@ -41,8 +41,8 @@ pub(crate) struct LoaderOptions {
     dataset: String,
     /// `auto`, `wds`, `tfrecord`, `recordio` or `parquet`.
     format: String,
-    fields: RecordFieldsOptions,
-    extra_fields: Vec<FieldOptions>,
+    record: RecordFieldsOptions,
+    fields: Vec<FieldOptions>,
     views: Vec<ViewOptions>,
     batch_size: usize,
     transform: String,
@@ -152,13 +152,13 @@ impl LoaderOptions {
             how.in_process = Some(inprocess::local_start());
             config.local = Some(how);
         }
-        config.fields = RecordFields {
-            image: self.fields.image,
-            label: self.fields.label,
-            label_offset: self.fields.label_offset,
+        config.record = RecordFields {
+            image: self.record.image,
+            label: self.record.label,
+            label_offset: self.record.label_offset,
         };
-        config.extra_fields = self
-            .extra_fields
+        config.fields = self
+            .fields
             .into_iter()
             .map(|f| {
                 let kind = FieldKind::parse(&f.kind).map_err(config_err)?;
@@ -168,7 +168,7 @@ impl LoaderOptions {
                 })
             })
             .collect::<PyResult<Vec<_>>>()?;
-        stoker_client::validate_fields(&config.extra_fields, None).map_err(config_err)?;
+        stoker_client::validate_fields(&config.fields, None).map_err(config_err)?;
         config.views = self
             .views
             .into_iter()
@@ -181,7 +181,7 @@ impl LoaderOptions {
                 })
             })
             .collect::<PyResult<Vec<_>>>()?;
-        stoker_client::validate_views(&config.views, &config.extra_fields).map_err(config_err)?;
+        stoker_client::validate_views(&config.views, &config.fields).map_err(config_err)?;
         if let Some(device) = self.device {
             let dtype = device.dtype.parse::<DType>().map_err(config_err)?;
             let layout = device.layout.parse::<Layout>().map_err(config_err)?;

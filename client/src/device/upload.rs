@@ -11,7 +11,7 @@ use stoker_cuda::{
 };
 
 use super::{DeviceError, DeviceUnavailable, PinnedBuf, PinnedPool, driver};
-use stoker_cuda::handoff::DevicePixels;
+use stoker_cuda::handoff::{CopyError, DevicePixels};
 
 /// What a batch becomes on the device: layout, element type and
 /// normalisation `(x / 255 - mean[c]) / std[c]` (mean 0, std 1: plain
@@ -306,9 +306,12 @@ impl Uploader {
             .iter()
             .map(|(row, pixels)| (row * image_bytes, pixels))
             .collect();
-        stoker_cuda::handoff::copy_pixels(&self.stream, &rows, dst).map_err(|e| DeviceError::Invalid {
-            ordinal,
-            reason: e.to_string(),
+        stoker_cuda::handoff::copy_pixels(&self.stream, &rows, dst).map_err(|e| match e {
+            CopyError::Driver { what, source } => driver(what, ordinal)(source),
+            refused @ (CopyError::OutOfRange { .. } | CopyError::Device { .. }) => DeviceError::Invalid {
+                ordinal,
+                reason: refused.to_string(),
+            },
         })
     }
 }

@@ -208,6 +208,7 @@ impl Decoder {
         for (jpeg, img) in data.iter().zip(out.iter()) {
             self.check_output(call, jpeg, img, stream)?;
         }
+        bind(call, stream)?;
         let lib = self.handle.lib;
         if self.batch_size != Some(data.len()) {
             self.batch_size = None;
@@ -264,6 +265,7 @@ impl Decoder {
     ) -> Result<(), NvjpegError> {
         let call = "nvjpegDecode";
         self.check_output(call, data, out, stream)?;
+        bind(call, stream)?;
         let pitch = out.pitch as usize;
         let (ptr, guard) = out.buf.device_ptr_mut(stream);
         let mut raw = nvjpegImage_t::default();
@@ -289,8 +291,9 @@ impl Decoder {
     /// That `img` holds the interleaved RGB decode of `jpeg` (the size
     /// its header gives, rows of at least 3 x width bytes in its buffer)
     /// and is of `stream`'s context (and of `stream` where the context
-    /// tracks no events), then binds that context: nvJPEG
-    /// writes through the current one.
+    /// tracks no events). The header is read here, from the bytes the
+    /// decode gets, rather than taken from the caller: a size the caller
+    /// could get wrong would let nvJPEG write past the buffer.
     fn check_output(
         &self,
         call: &'static str,
@@ -301,12 +304,18 @@ impl Decoder {
         let info = self.handle.image_info(jpeg)?;
         if (info.width, info.height) != (img.width, img.height)
             || img.check_rows().is_err()
-            || crate::batch::same_context(call, "the output", &img.buf, stream).is_err()
+            || crate::batch::same_context(call, &"the output", &img.buf, stream).is_err()
         {
             return Err(invalid(call));
         }
-        stream.context().bind_to_thread().map_err(|_| invalid(call))
+        Ok(())
     }
+}
+
+/// Binds `stream`'s context to this thread, once per call: nvJPEG writes
+/// through the current one.
+fn bind(call: &'static str, stream: &CudaStream) -> Result<(), NvjpegError> {
+    stream.context().bind_to_thread().map_err(|_| invalid(call))
 }
 
 /// A call refused before it was made: its arguments would not do.

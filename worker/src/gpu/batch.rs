@@ -267,7 +267,7 @@ fn processed(s: &Awaiting, parts: Vec<Option<Output>>) -> Result<Processed, Stri
             Role::Image => image = Some((w, h, pixels)),
             Role::View(_) => fields.push(Some(FieldValue::Image(pixels.host("view")?))),
             Role::Mask(index) if index < s.fields => {
-                fields[index] = Some(FieldValue::Mask(NpyArray::mask(w, h, pixels.host("mask")?)));
+                fields[index] = Some(FieldValue::Array(NpyArray::mask(w, h, pixels.host("mask")?)));
             }
             Role::Mask(index) => return Err(format!("mask index {index} is past the {} fields", s.fields)),
         }
@@ -344,7 +344,7 @@ mod tests {
             p.fields,
             vec![
                 None,
-                Some(FieldValue::Mask(NpyArray::mask(4, 4, bytes(16, 9)))),
+                Some(FieldValue::Array(NpyArray::mask(4, 4, bytes(16, 9)))),
                 None,
                 Some(FieldValue::Image(bytes(12, 2))),
                 Some(FieldValue::Image(bytes(27, 3))),

@@ -164,7 +164,7 @@ pub(crate) fn process_sample_with(
             .time(Stage::Transform, || catch_panic(|| plan.run_mask(&bytes, max_pixels)))
             .map_err(|message| Skipped::panicked(&raw.key, position, "mask transform", &message))?
             .map_err(|why| skip(&raw.key, SkipKind::BadField, format!("mask {name:?}: {why}")))?;
-        fields.push(Some(FieldValue::Mask(NpyArray::mask(w, h, Bytes::from(pixels)))));
+        fields.push(Some(FieldValue::Array(NpyArray::mask(w, h, Bytes::from(pixels)))));
     }
     if let Some(source) = source {
         fields.resize(extra.len(), None);

@@ -550,7 +550,7 @@ async fn masks_and_views_reach_the_lanes_and_come_back_as_on_the_cpu() {
     );
     let fields = &want.fields["s001"];
     assert!(
-        matches!(&fields[..], [Some(FieldValue::Mask(m)), Some(FieldValue::Text(t)), Some(FieldValue::Image(v))]
+        matches!(&fields[..], [Some(FieldValue::Array(m)), Some(FieldValue::Text(t)), Some(FieldValue::Image(v))]
             if m.shape == [1, 8, 8] && t == "sample 1" && v.len() == 4 * 4 * 3),
         "{fields:?}"
     );

@@ -146,8 +146,8 @@ class _LoaderOptions(TypedDict):
     workers: list[str]
     dataset: str
     format: str
-    fields: _RecordFieldsOptions
-    extra_fields: list[_FieldOptions]
+    record: _RecordFieldsOptions
+    fields: list[_FieldOptions]
     views: list[_ViewOptions]
     batch_size: int
     # "train", "eval" or a pipeline's JSON, at image_size

@@ -318,12 +318,12 @@ class Loader(_Base):
             "workers": workers,
             "dataset": str(dataset),
             "format": str(format),
-            "fields": {
+            "record": {
                 "image": None if image_key is None else str(image_key),
                 "label": None if label_key is None else str(label_key),
                 "label_offset": int(label_offset),
             },
-            "extra_fields": [
+            "fields": [
                 {"name": name, "source": f.source, "kind": f.kind, "optional": f.optional} for name, f in self._fields
             ],
             "views": [{"name": name, "transform": canonical} for name, canonical, _ in self._views],
