@@ -9,6 +9,8 @@
 //!   position) only.
 //! - [`params`]: a transform spec resolved into concrete steps for one sample.
 //! - [`format`]: shard formats, `--format auto`'s rule, record fields.
+//! - [`targets`]: detection targets (boxes, labels, keypoints) and how
+//!   they follow a sample's geometry, as torchvision v2 moves them.
 //! - [`field`]: a sample's fields beyond image and label (captions,
 //!   metadata, multi-labels, arrays): what a request asks, what arrives.
 //! - [`mode`]: what a worker does with an item's samples ([`ItemMode`]).
@@ -36,6 +38,7 @@ pub mod plan;
 pub mod positions;
 pub mod rng;
 pub mod secret;
+pub mod targets;
 pub mod transform;
 pub mod uri;
 
@@ -52,5 +55,6 @@ pub use plan::{EpochPlan, PlanItem, ShardRef, indexed_samples};
 pub use positions::PositionSet;
 pub use rng::{ItemSeed, SampleRng};
 pub use secret::Secret;
-pub use transform::{Op, OutputConversion, SPEC_VERSION, SpecError, TransformSpec, footprint, resolve_steps};
+pub use transform::{Op, OutputConversion, SPEC_VERSION, SpecError, TransformSpec, footprint, resolve_steps, resolve_with_targets,
+};
 pub use uri::DatasetUri;

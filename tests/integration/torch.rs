@@ -260,3 +260,18 @@ fn transforms_convert_torchvision_objects_as_torchvision_defines_them() {
         "{stdout}"
     );
 }
+
+/// Boxes and keypoints through every geometric op against torchvision
+/// v2's own kernels, over random sizes, boxes, keypoints and arguments
+/// (tests/python/targets_oracle.py): the coordinates a worker delivers
+/// are torchvision's.
+#[test]
+fn boxes_and_keypoints_follow_every_geometric_op_as_torchvision_moves_them() {
+    let out = run_ok(torch_python().arg(python_script("targets_oracle.py")).arg("600"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        stdout.contains("targets oracle: 600 draws") && stdout.contains("all within bounds"),
+        "{stdout}"
+    );
+}

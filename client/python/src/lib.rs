@@ -14,6 +14,7 @@ mod inprocess;
 mod logs;
 mod options;
 mod state;
+mod targets;
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -572,6 +573,7 @@ fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(op_schema, m)?)?;
     m.add_function(wrap_pyfunction!(arg_kinds, m)?)?;
     m.add_function(wrap_pyfunction!(field_kinds, m)?)?;
+    m.add_function(wrap_pyfunction!(targets::follow_targets, m)?)?;
     m.add_class::<DeviceTensor>()?;
     m.add("StokerError", m.py().get_type::<StokerError>())?;
     Ok(())

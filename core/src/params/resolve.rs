@@ -5,6 +5,7 @@
 
 use super::step::Step;
 use crate::rng::SampleRng;
+use crate::targets::TargetStep;
 
 /// What the pixel values mean at this point of a pipeline, for ops that
 /// write values (RandomErasing):
@@ -61,13 +62,62 @@ pub struct Cx<'a> {
     pub scale: PixelScale,
     /// The op being resolved, for errors.
     pub op: &'static str,
+    /// The targets' steps, recorded with the pixels' when the sample has
+    /// boxes or keypoints ([`crate::targets`]); `None` otherwise.
+    pub targets: Option<Vec<TargetStep>>,
+    /// The first step targets could not follow, with its op.
+    pub refused: Option<ResolveError>,
+}
+
+impl<'a> Cx<'a> {
+    /// A context at the start of a sample of `w` x `h`, recording target
+    /// steps when `targets`.
+    pub fn new(rng: SampleRng, w: u32, h: u32, steps: &'a mut Vec<Step>, targets: bool) -> Self {
+        Self {
+            rng,
+            w,
+            h,
+            steps,
+            scale: PixelScale::Uint8,
+            op: "",
+            targets: targets.then(Vec::new),
+            refused: None,
+        }
+    }
 }
 
 impl Cx<'_> {
-    /// Appends a step, updating the size.
+    /// Appends a step, updating the size, and its target steps.
     pub fn push(&mut self, step: Step) {
+        if let Some(targets) = &mut self.targets
+            && let Err(e) = TargetStep::steps_of(&step, self.w, self.h, targets)
+            && self.refused.is_none()
+        {
+            self.refused = Some(ResolveError {
+                op: self.op,
+                reason: e.0,
+            });
+        }
         (self.w, self.h) = step.output_size(self.w, self.h);
         self.steps.push(step);
+    }
+
+    /// Appends a step whose targets move as `target` says rather than as
+    /// the step's pixels do (a rotation with `expand`).
+    pub fn push_with_target(&mut self, step: Step, target: TargetStep) {
+        if let Some(targets) = &mut self.targets {
+            targets.push(target);
+        }
+        (self.w, self.h) = step.output_size(self.w, self.h);
+        self.steps.push(step);
+    }
+
+    /// Appends a step that only moves targets (clamping, sanitizing,
+    /// converting the format).
+    pub fn push_target(&mut self, target: TargetStep) {
+        if let Some(targets) = &mut self.targets {
+            targets.push(target);
+        }
     }
 
     pub fn err(&self, reason: impl Into<String>) -> ResolveError {

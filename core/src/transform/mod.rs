@@ -30,6 +30,7 @@ pub use ops::*;
 
 use crate::params::{Bounds, Cx, PixelScale, ResolveError, Step, TooLarge, Walk};
 use crate::rng::SampleRng;
+use crate::targets::TargetStep;
 
 /// The spec version this build writes and reads. A version changes when
 /// an existing pipeline's pixels would change; adding an op does not.
@@ -255,14 +256,7 @@ fn check(ops: &[Op]) -> Result<u32, SpecError> {
     let mut stage = PixelScale::Uint8;
     let mut output_seen = false;
     let mut steps = Vec::new();
-    let mut cx = Cx {
-        rng: crate::SampleRng::from_seed(0),
-        w: 1,
-        h: 1,
-        steps: &mut steps,
-        scale: stage,
-        op: "",
-    };
+    let mut cx = Cx::new(crate::SampleRng::from_seed(0), 1, 1, &mut steps, false);
     for (i, op) in ops.iter().enumerate() {
         let is_output = op.imp().is_output();
         if output_seen && !is_output && !matches!(op, Op::RandomErasing(_)) {
@@ -345,19 +339,34 @@ pub fn resolve_steps(
     height: u32,
 ) -> Result<Vec<Step>, ResolveError> {
     let mut steps = Vec::with_capacity(spec.ops.len());
-    let mut cx = Cx {
-        rng: base.clone(),
-        w: width,
-        h: height,
-        steps: &mut steps,
-        scale: PixelScale::Uint8,
-        op: "",
-    };
+    let mut cx = Cx::new(base.clone(), width, height, &mut steps, false);
     for (i, op) in spec.ops.iter().enumerate() {
         cx.rng = base.fork(i as u64);
         op.resolve(&mut cx)?;
     }
     Ok(steps)
+}
+
+/// [`resolve_steps`], with the steps the sample's boxes and keypoints
+/// take through the same draws ([`crate::targets`]). The pixels' steps
+/// are the same as without targets.
+pub fn resolve_with_targets(
+    spec: &TransformSpec,
+    base: &SampleRng,
+    width: u32,
+    height: u32,
+) -> Result<(Vec<Step>, Vec<TargetStep>), ResolveError> {
+    let mut steps = Vec::with_capacity(spec.ops.len());
+    let mut cx = Cx::new(base.clone(), width, height, &mut steps, true);
+    for (i, op) in spec.ops.iter().enumerate() {
+        cx.rng = base.fork(i as u64);
+        op.resolve(&mut cx)?;
+    }
+    if let Some(refused) = cx.refused.take() {
+        return Err(refused);
+    }
+    let targets = cx.targets.take().unwrap_or_default();
+    Ok((steps, targets))
 }
 
 /// A small builder: `TransformSpec::builder().then(RandomResizedCrop::new(224)).build()`.

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::op_impl::OpImpl;
 use crate::params::{Bounds, Cx, ResolveError, Step};
+use crate::targets::TargetStep;
 use crate::transform::args::{Fill, Interpolation, Range, check_fill, check_range, fill_rgb};
 use crate::transform::schema::{ArgKind, Described, OpSchema, Origin, Role, construct, optional, required};
 
@@ -123,15 +124,40 @@ pub(crate) fn push_rotation(
     center: Option<[f64; 2]>,
     fill: [u8; 3],
 ) {
-    if let Some((matrix, out_w, out_h)) = pil_rotate(angle, cx.w, cx.h, expand, center) {
-        cx.push(Step::Affine {
-            matrix,
-            out_w,
-            out_h,
-            warp: interpolation.warp(),
-            fill,
-        });
+    let Some((matrix, out_w, out_h)) = pil_rotate(angle, cx.w, cx.h, expand, center) else {
+        return;
+    };
+    let step = Step::Affine {
+        matrix,
+        out_w,
+        out_h,
+        warp: interpolation.warp(),
+        fill,
+    };
+    if !expand {
+        return cx.push(step);
     }
+    // torchvision moves boxes through the rotation about the centre, then
+    // by the rotated image's top-left corner, where PIL centres the
+    // rotated image in its canvas (`_affine_bounding_boxes_with_expand`):
+    // up to half a pixel apart, and the boxes follow torchvision's rule.
+    let (w, h) = (f64::from(cx.w), f64::from(cx.h));
+    let about_centre = pil_rotate(angle, cx.w, cx.h, false, center).map_or([1.0, 0.0, 0.0, 0.0, 1.0, 0.0], |r| r.0);
+    let forward = crate::targets::invert_affine(about_centre);
+    let corners = [(0.0, 0.0), (0.0, h), (w, h), (w, 0.0)]
+        .map(|(x, y)| (forward[0] * x + forward[1] * y + forward[2], forward[3] * x + forward[4] * y + forward[5]));
+    let shift = [
+        corners.iter().map(|c| c.0).fold(f64::INFINITY, f64::min),
+        corners.iter().map(|c| c.1).fold(f64::INFINITY, f64::min),
+    ];
+    cx.push_with_target(
+        step,
+        TargetStep::Affine {
+            forward,
+            shift,
+            canvas: (out_w, out_h),
+        },
+    );
 }
 
 impl OpImpl for RandomRotation {

@@ -1,0 +1,81 @@
+//! `_stoker.follow_targets`: a sample's boxes and keypoints through a
+//! transform, as a worker moves them (`stoker_core::targets`), with the
+//! geometric steps it resolved. tests/python/targets_oracle.py checks the
+//! coordinates against torchvision v2's kernels.
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use stoker_core::targets::{BoxFormat, Targets};
+use stoker_core::{SampleRng, Step, TransformSpec, resolve_with_targets};
+
+use crate::config_err;
+
+/// Resolves `transform` (at `image_size`) for an image of `width` x
+/// `height` with the generator of `seed`, and moves `boxes` (in `format`)
+/// and `keypoints` (`[instance][point] = (x, y, visibility)`) through it.
+/// Returns `{"canvas": (w, h), "boxes", "keypoints", "labels", "steps"}`,
+/// the steps being the geometric ones: `("crop_resize", (left, top, w,
+/// h), (out_w, out_h))`, `("pad", (l, t, r, b))`, `("flip_horizontal",)`,
+/// `("flip_vertical",)`, `("affine", matrix, (out_w, out_h))`. Raises
+/// `ValueError` on a bad spec, a bad box, or a step boxes cannot follow.
+#[pyfunction]
+#[pyo3(signature = (transform, image_size, width, height, seed, boxes, format="XYXY", keypoints=None, flip_idx=None))]
+#[allow(clippy::too_many_arguments, reason = "a test entry point, with Python's keywords")]
+pub(crate) fn follow_targets<'py>(
+    py: Python<'py>,
+    transform: &str,
+    image_size: Option<u32>,
+    width: u32,
+    height: u32,
+    seed: u64,
+    boxes: Vec<[f64; 4]>,
+    format: &str,
+    keypoints: Option<Vec<Vec<[f64; 3]>>>,
+    flip_idx: Option<Vec<usize>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let spec = TransformSpec::parse(transform, image_size).map_err(config_err)?;
+    let format = BoxFormat::parse(format).map_err(config_err)?;
+    let labels = (0..boxes.len() as i64).collect();
+    let mut targets = Targets::new((width, height), format, &boxes, labels).map_err(config_err)?;
+    if let Some(points) = keypoints {
+        let per_instance = points.first().map_or(0, Vec::len);
+        if points.iter().any(|p| p.len() != per_instance) {
+            return Err(config_err("every instance needs as many keypoints as the first"));
+        }
+        targets = targets
+            .with_keypoints(per_instance, points.concat(), flip_idx.unwrap_or_default())
+            .map_err(config_err)?;
+    }
+    let (steps, target_steps) =
+        resolve_with_targets(&spec, &SampleRng::from_seed(seed), width, height).map_err(config_err)?;
+    targets.follow(&target_steps);
+    let out = PyDict::new(py);
+    out.set_item("canvas", targets.canvas)?;
+    out.set_item("boxes", targets.boxes_out())?;
+    out.set_item("labels", &targets.labels)?;
+    let per = targets.per_instance.max(1);
+    let points: Vec<Vec<[f64; 3]>> = targets.keypoints.chunks(per).map(<[_]>::to_vec).collect();
+    out.set_item("keypoints", points)?;
+    let geometric = pyo3::types::PyList::empty(py);
+    for s in &steps {
+        let item = match s {
+            Step::CropResize { crop, out_w, out_h, .. } => (
+                "crop_resize",
+                (crop.left, crop.top, crop.width, crop.height),
+                (*out_w, *out_h),
+            )
+                .into_pyobject(py)?
+                .into_any(),
+            Step::Pad { ltrb, .. } => ("pad", ltrb.to_vec()).into_pyobject(py)?.into_any(),
+            Step::FlipHorizontal => ("flip_horizontal",).into_pyobject(py)?.into_any(),
+            Step::FlipVertical => ("flip_vertical",).into_pyobject(py)?.into_any(),
+            Step::Affine {
+                matrix, out_w, out_h, ..
+            } => ("affine", matrix.to_vec(), (*out_w, *out_h)).into_pyobject(py)?.into_any(),
+            _ => continue,
+        };
+        geometric.append(item)?;
+    }
+    out.set_item("steps", geometric)?;
+    Ok(out)
+}

@@ -1,0 +1,177 @@
+//! Targets through each step, against coordinates worked out by hand
+//! from torchvision's kernels. tests/python/targets_oracle.py checks them
+//! against torchvision itself.
+
+use super::*;
+use crate::params::{Interpolation, PaddingMode, Rect, Step};
+use crate::transform::{RandomRotation, TransformSpec, resolve_with_targets};
+use crate::{SampleRng, resolve_steps};
+
+fn targets(canvas: (u32, u32), boxes: &[[f64; 4]]) -> Targets {
+    Targets::new(canvas, BoxFormat::Xyxy, boxes, vec![1; boxes.len()]).unwrap()
+}
+
+fn follow(t: &mut Targets, step: Step) {
+    let mut out = Vec::new();
+    TargetStep::steps_of(&step, t.canvas.0, t.canvas.1, &mut out).unwrap();
+    t.follow(&out);
+}
+
+fn close(a: [f64; 4], b: [f64; 4]) -> bool {
+    a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-9)
+}
+
+#[test]
+fn formats_convert_both_ways() {
+    let xyxy = [10.0, 20.0, 50.0, 80.0];
+    assert_eq!(BoxFormat::Xywh.from_xyxy(xyxy), [10.0, 20.0, 40.0, 60.0]);
+    assert_eq!(BoxFormat::Cxcywh.from_xyxy(xyxy), [30.0, 50.0, 40.0, 60.0]);
+    for f in BoxFormat::ALL {
+        assert_eq!(f.to_xyxy(f.from_xyxy(xyxy)), xyxy, "{f}");
+        assert_eq!(BoxFormat::parse(&f.name().to_lowercase()), Ok(f));
+    }
+    assert!(BoxFormat::parse("xyxyxyxy").unwrap_err().to_string().contains("XYWH"));
+}
+
+#[test]
+fn bad_boxes_are_refused_naming_the_box() {
+    let bad = |b: [f64; 4], why: &str| {
+        let e = Targets::new((100, 50), BoxFormat::Xyxy, &[[0.0, 0.0, 1.0, 1.0], b], vec![0, 1]).unwrap_err();
+        assert!(e.to_string().starts_with("box 1 ") && e.to_string().contains(why), "{e}");
+    };
+    bad([f64::NAN, 0.0, 1.0, 1.0], "finite");
+    bad([5.0, 0.0, 4.0, 1.0], "negative");
+    bad([0.0, 0.0, 101.0, 1.0], "outside");
+    bad([-1.0, 0.0, 10.0, 1.0], "outside");
+    let e = Targets::new((10, 10), BoxFormat::Xyxy, &[[0.0; 4]], vec![]).unwrap_err();
+    assert_eq!(e.to_string(), "labels has 0 values for 1 boxes");
+    // XYWH is read as XYWH: a width that reaches past the image.
+    assert!(Targets::new((10, 10), BoxFormat::Xywh, &[[5.0, 5.0, 6.0, 1.0]], vec![0]).is_err());
+    let t = targets((10, 10), &[[0.0; 4]]);
+    assert!(matches!(
+        t.clone().with_keypoints(2, vec![[0.0; 3]; 2], vec![1, 1]),
+        Err(TargetError::FlipIndex(_))
+    ));
+    assert!(matches!(
+        t.with_keypoints(2, vec![[0.0; 3]; 3], vec![]),
+        Err(TargetError::Length { .. })
+    ));
+}
+
+#[test]
+fn flips_mirror_boxes_about_the_width_and_keypoints_about_width_less_one() {
+    let mut t = targets((100, 50), &[[10.0, 5.0, 30.0, 20.0]])
+        .with_keypoints(2, vec![[10.0, 5.0, 2.0], [30.0, 20.0, 1.0]], vec![1, 0])
+        .unwrap();
+    follow(&mut t, Step::FlipHorizontal);
+    assert_eq!(t.boxes, [[70.0, 5.0, 90.0, 20.0]]);
+    // Mirrored (99 - x), then left and right swap places.
+    assert_eq!(t.keypoints, [[69.0, 20.0, 1.0], [89.0, 5.0, 2.0]]);
+    follow(&mut t, Step::FlipVertical);
+    assert_eq!(t.boxes, [[70.0, 30.0, 90.0, 45.0]]);
+    assert_eq!(t.keypoints, [[69.0, 29.0, 1.0], [89.0, 44.0, 2.0]]);
+}
+
+#[test]
+fn a_resized_crop_translates_clamps_then_scales() {
+    let mut t = targets((100, 100), &[[10.0, 10.0, 60.0, 40.0], [0.0, 0.0, 5.0, 5.0]])
+        .with_keypoints(1, vec![[20.0, 20.0, 2.0], [2.0, 2.0, 2.0]], vec![])
+        .unwrap();
+    follow(
+        &mut t,
+        Step::CropResize {
+            crop: Rect::new(20, 0, 50, 50),
+            out_w: 100,
+            out_h: 25,
+            filter: Interpolation::Bilinear,
+        },
+    );
+    assert_eq!(t.canvas, (100, 25));
+    // x: 10-20 → -10 → clamp 0, 60-20 = 40; scaled by 2; y by 0.5.
+    assert_eq!(t.boxes[0], [0.0, 5.0, 80.0, 20.0]);
+    // Wholly outside: a zero-width box, left for Sanitize to drop.
+    assert_eq!(t.boxes[1], [0.0, 0.0, 0.0, 2.5]);
+    // Keypoints are not clamped.
+    assert_eq!(t.keypoints[1], [-36.0, 1.0, 2.0]);
+    follow(&mut t, Step::FlipHorizontal);
+    let mut s = Vec::new();
+    TargetStep::steps_of(
+        &Step::CropResize {
+            crop: Rect::whole(100, 25),
+            out_w: 100,
+            out_h: 25,
+            filter: Interpolation::Bilinear,
+        },
+        100,
+        25,
+        &mut s,
+    )
+    .unwrap();
+    assert!(s.is_empty(), "{s:?}");
+    t.follow(&[TargetStep::Sanitize {
+        min_size: 1.0,
+        min_area: 1.0,
+    }]);
+    assert_eq!((t.boxes.len(), t.labels.len(), t.keypoints.len()), (1, 1, 1));
+}
+
+#[test]
+fn a_pad_translates_and_only_constant_padding_moves_targets() {
+    let mut t = targets((10, 10), &[[1.0, 2.0, 3.0, 4.0]]);
+    follow(
+        &mut t,
+        Step::Pad {
+            ltrb: [5, 6, 7, 8],
+            mode: PaddingMode::Constant,
+            fill: [0; 3],
+        },
+    );
+    assert_eq!((t.canvas, t.boxes[0]), ((22, 24), [6.0, 8.0, 8.0, 10.0]));
+    let reflect = Step::Pad {
+        ltrb: [1; 4],
+        mode: PaddingMode::Reflect,
+        fill: [0; 3],
+    };
+    let e = TargetStep::steps_of(&reflect, 10, 10, &mut Vec::new()).unwrap_err();
+    assert!(e.0.contains("Reflect") && e.0.contains("constant"), "{e}");
+}
+
+#[test]
+fn a_quarter_turn_maps_corners_and_expand_places_boxes_by_the_rotated_corner() {
+    // 90 degrees counter-clockwise about the centre of a 100 x 50 image.
+    let rotation = |expand: bool| {
+        let mut op = RandomRotation::new(0.0);
+        op.degrees = crate::transform::args::Range::Pair([90.0, 90.0]);
+        op.expand = expand;
+        // Resolved as it stands (a whole spec ends at a fixed size).
+        TransformSpec {
+            size: 50,
+            ops: vec![op.into()],
+        }
+    };
+    let spec90 = rotation(false);
+    let rng = SampleRng::from_seed(1);
+    let (steps, target_steps) = resolve_with_targets(&spec90, &rng, 100, 50).unwrap();
+    assert_eq!(steps, resolve_steps(&spec90, &rng, 100, 50).unwrap());
+    let mut t = targets((100, 50), &[[40.0, 20.0, 60.0, 30.0]]);
+    t.follow(&target_steps);
+    // Centre (50, 25): (x, y) → (50 + (y - 25), 25 - (x - 50)).
+    assert!(close(t.boxes[0], [45.0, 15.0, 55.0, 35.0]), "{:?}", t.boxes);
+    let (steps, target_steps) = resolve_with_targets(&rotation(true), &rng, 100, 50).unwrap();
+    assert!(matches!(steps[0], Step::Affine { out_w: 50, out_h: 100, .. }), "{steps:?}");
+    let mut t = targets((100, 50), &[[40.0, 20.0, 60.0, 30.0]]);
+    t.follow(&target_steps);
+    // The rotated image's corners span x 25..75, y -25..75: less (25, -25).
+    assert_eq!(t.canvas, (50, 100));
+    assert!(close(t.boxes[0], [20.0, 40.0, 30.0, 60.0]), "{:?}", t.boxes);
+}
+
+#[test]
+fn colour_steps_leave_targets_alone_and_formats_convert_on_delivery() {
+    let mut out = Vec::new();
+    TargetStep::steps_of(&Step::Equalize, 10, 10, &mut out).unwrap();
+    assert!(out.is_empty());
+    let mut t = targets((10, 10), &[[1.0, 2.0, 5.0, 8.0]]);
+    t.follow(&[TargetStep::Format(BoxFormat::Cxcywh)]);
+    assert_eq!(t.boxes_out(), [[3.0, 5.0, 4.0, 6.0]]);
+}

@@ -1,0 +1,172 @@
+"""Boxes and keypoints through Stoker's geometric ops against torchvision v2.
+
+For many draws (an image size, random boxes and keypoints, an op with
+random arguments), Stoker moves the targets (`_stoker.follow_targets`, the
+worker's own code) and torchvision moves the same targets
+(`tv_tensors.BoundingBoxes` and `tv_tensors.KeyPoints`, float64):
+
+- ops whose outcome the arguments fix (Resize, CenterCrop, Pad, the flips
+  with p=1, RandomRotation and RandomAffine with one-value ranges) run as
+  torchvision's own transform classes;
+- ops that draw a box (RandomResizedCrop, RandomCrop) run as torchvision's
+  functional kernels at the box Stoker drew (its resolved steps).
+
+Every pipeline ends with Resize([S, S]) (a spec ends at a fixed size),
+which torchvision applies too. Coordinates must agree within 1e-6 pixels
+(1e-9 where no rotation is involved) and the canvases exactly; the limit
+the issue sets is 1e-4 of the canvas.
+
+usage: targets_oracle.py [DRAWS]; ends with
+`targets oracle: N draws, M boxes, K keypoints, all within bounds`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+
+import torch
+from torchvision import tv_tensors
+from torchvision.transforms import v2
+from torchvision.transforms.v2 import functional as F
+
+from stoker import _stoker
+
+S = 64  # the final Resize([S, S])
+
+
+def draw_targets(rng: random.Random, w: int, h: int):
+    n = rng.randint(0, 6)
+    boxes = []
+    for _ in range(n):
+        # On a quarter-pixel grid: exact in float32 and float64 alike.
+        x1, x2 = sorted(rng.randint(0, 4 * w) / 4 for _ in range(2))
+        y1, y2 = sorted(rng.randint(0, 4 * h) / 4 for _ in range(2))
+        boxes.append([x1, y1, x2, y2])
+    k = rng.choice([0, 3])
+    points = [[[rng.randint(0, 4 * w) / 4, rng.randint(0, 4 * h) / 4, 2.0] for _ in range(k)] for _ in boxes]
+    return boxes, points if k else None
+
+
+def draw_op(rng: random.Random, w: int, h: int):
+    """(stoker op JSON, torchvision transform or None, needs Stoker's steps)."""
+    kind = rng.choice(
+        ["hflip", "vflip", "resize", "center_crop", "pad", "rotate", "rotate_expand", "affine", "rrc", "crop"]
+    )
+    if kind == "hflip":
+        return {"op": "RandomHorizontalFlip", "p": 1.0}, v2.RandomHorizontalFlip(p=1.0)
+    if kind == "vflip":
+        return {"op": "RandomVerticalFlip", "p": 1.0}, v2.RandomVerticalFlip(p=1.0)
+    if kind == "resize":
+        size = [rng.randint(8, 300), rng.randint(8, 300)]
+        return {"op": "Resize", "size": size}, v2.Resize(size)
+    if kind == "center_crop":
+        size = [rng.randint(4, h + 40), rng.randint(4, w + 40)]
+        return {"op": "CenterCrop", "size": size}, v2.CenterCrop(size)
+    if kind == "pad":
+        padding = [rng.randint(0, 30) for _ in range(4)]
+        return {"op": "Pad", "padding": padding}, v2.Pad(padding)
+    if kind in ("rotate", "rotate_expand"):
+        angle = rng.uniform(-180, 180)
+        expand = kind == "rotate_expand"
+        center = None if rng.random() < 0.5 or expand else [rng.uniform(0, w), rng.uniform(0, h)]
+        op = {"op": "RandomRotation", "degrees": [angle, angle], "expand": expand, "center": center}
+        return op, v2.RandomRotation([angle, angle], expand=expand, center=center)
+    if kind == "affine":
+        angle = rng.uniform(-90, 90)
+        scale = rng.uniform(0.5, 1.5)
+        sx, sy = rng.uniform(-30, 30), rng.uniform(-30, 30)
+        op = {"op": "RandomAffine", "degrees": [angle, angle], "scale": [scale, scale], "shear": [sx, sx, sy, sy]}
+        return op, v2.RandomAffine([angle, angle], scale=(scale, scale), shear=[sx, sx, sy, sy])
+    if kind == "rrc":
+        return {"op": "RandomResizedCrop", "size": rng.randint(8, 200)}, None
+    size = [rng.randint(4, h + 20), rng.randint(4, w + 20)]
+    padding = rng.choice([None, rng.randint(1, 12)])
+    return {"op": "RandomCrop", "size": size, "padding": padding, "pad_if_needed": True}, None
+
+
+def from_steps(steps, boxes, points):
+    """torchvision's kernels at the steps Stoker resolved (crops and pads)."""
+    out = [boxes, points]
+    for step in steps:
+        name = step[0]
+        for i, t in enumerate(out):
+            if t is None:
+                continue
+            if name == "crop_resize":
+                (left, top, cw, ch), (ow, oh) = step[1], step[2]
+                if (left, top, cw, ch) != (0, 0, *reversed(t.canvas_size)):
+                    t = F.crop(t, top=top, left=left, height=ch, width=cw)
+                if (ow, oh) != (cw, ch):
+                    t = F.resize(t, [oh, ow])
+            elif name == "pad":
+                t = F.pad(t, list(step[1]))
+            elif name == "flip_horizontal":
+                t = F.horizontal_flip(t)
+            elif name == "flip_vertical":
+                t = F.vertical_flip(t)
+            else:
+                raise AssertionError(f"unexpected step {step}")
+            out[i] = t
+    return out
+
+
+def main() -> int:
+    draws = int(sys.argv[1]) if len(sys.argv) > 1 else 400
+    rng = random.Random(20261129)
+    failures = []
+    n_boxes = n_points = 0
+    for draw in range(draws):
+        w, h = rng.randint(8, 240), rng.randint(8, 240)
+        boxes, points = draw_targets(rng, w, h)
+        op, reference = draw_op(rng, w, h)
+        spec = json.dumps({"ops": [op, {"op": "Resize", "size": [S, S]}]})
+        seed = rng.getrandbits(63)
+        ours = _stoker.follow_targets(spec, S, w, h, seed, boxes, "XYXY", points)
+        tb = tv_tensors.BoundingBoxes(
+            torch.tensor(boxes, dtype=torch.float64).reshape(-1, 4), format="XYXY", canvas_size=(h, w)
+        )
+        tk = None
+        if points is not None:
+            xy = [[p[:2] for p in inst] for inst in points]
+            tk = tv_tensors.KeyPoints(
+                torch.tensor(xy, dtype=torch.float64).reshape(len(points), -1, 2), canvas_size=(h, w)
+            )
+        if reference is None:
+            # Every geometric step Stoker resolved, the final resize included.
+            tb, tk = from_steps(ours["steps"], tb, tk)
+        else:
+            tb, tk = (reference(tb), None) if tk is None else reference(tb, tk)
+            if tuple(tb.canvas_size) != (S, S):
+                tb = F.resize(tb, [S, S])
+                tk = None if tk is None else F.resize(tk, [S, S])
+        rotated = op["op"] in ("RandomRotation", "RandomAffine")
+        bound = 1e-6 if rotated else 1e-9
+        got_canvas = tuple(ours["canvas"])
+        if got_canvas != (S, S):
+            failures.append(f"draw {draw} {op}: canvas {got_canvas}")
+        got = torch.tensor(ours["boxes"], dtype=torch.float64).reshape(-1, 4)
+        want = tb.as_subclass(torch.Tensor).reshape(-1, 4)
+        err = (got - want).abs().max().item() if len(boxes) else 0.0
+        if err > bound:
+            failures.append(f"draw {draw} {op} on {w}x{h}: boxes differ by {err:.3g}\n  stoker {got.tolist()}\n  tv     {want.tolist()}")
+        n_boxes += len(boxes)
+        if points is not None:
+            gotk = torch.tensor([[p[:2] for p in inst] for inst in ours["keypoints"]], dtype=torch.float64)
+            wantk = tk.as_subclass(torch.Tensor).reshape(gotk.shape)
+            errk = (gotk - wantk).abs().max().item() if gotk.numel() else 0.0
+            if errk > bound:
+                failures.append(f"draw {draw} {op} on {w}x{h}: keypoints differ by {errk:.3g}")
+            n_points += gotk.numel() // 2
+    for f in failures[:20]:
+        print(f)
+    if failures:
+        print(f"targets oracle: {len(failures)} of {draws} draws outside their bounds")
+        return 1
+    print(f"targets oracle: {draws} draws, {n_boxes} boxes, {n_points} keypoints, all within bounds")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
