@@ -55,6 +55,7 @@ pub use plan::{EpochPlan, PlanItem, ShardRef, indexed_samples};
 pub use positions::PositionSet;
 pub use rng::{ItemSeed, SampleRng};
 pub use secret::Secret;
-pub use transform::{Op, OutputConversion, SPEC_VERSION, SpecError, TransformSpec, footprint, resolve_steps, resolve_with_targets,
+pub use transform::{
+    Op, OutputConversion, SPEC_VERSION, SpecError, TransformSpec, footprint, resolve_steps, resolve_with_targets,
 };
 pub use uri::DatasetUri;

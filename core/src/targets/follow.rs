@@ -128,7 +128,9 @@ impl TargetStep {
                     p[1] *= sy;
                 }
             }
-            TargetStep::Pad { ltrb: [l, top, r, bottom] } => {
+            TargetStep::Pad {
+                ltrb: [l, top, r, bottom],
+            } => {
                 let (dx, dy) = (f64::from(l), f64::from(top));
                 t.canvas = (t.canvas.0 + l + r, t.canvas.1 + top + bottom);
                 for b in &mut t.boxes {
@@ -204,7 +206,12 @@ impl TargetStep {
 fn clamp(t: &mut Targets) {
     let (w, h) = (f64::from(t.canvas.0), f64::from(t.canvas.1));
     for b in &mut t.boxes {
-        *b = [b[0].clamp(0.0, w), b[1].clamp(0.0, h), b[2].clamp(0.0, w), b[3].clamp(0.0, h)];
+        *b = [
+            b[0].clamp(0.0, w),
+            b[1].clamp(0.0, h),
+            b[2].clamp(0.0, w),
+            b[3].clamp(0.0, h),
+        ];
     }
 }
 
@@ -229,10 +236,10 @@ fn max4(v: [f64; 4]) -> f64 {
     v.into_iter().fold(f64::NEG_INFINITY, f64::max)
 }
 
-/// The inverse of the affine map `m` (`x' = m0 x + m1 y + m2`, `y' = m3 x
-/// + m4 y + m5`). The matrices here come from rotations, shears and
-/// scales torchvision accepts (scale > 0, shear under 90 degrees), never
-/// singular.
+/// The inverse of the affine map `m`, which takes (x, y) to
+/// (`m0 x + m1 y + m2`, `m3 x + m4 y + m5`). The matrices here come from
+/// the rotations, shears and scales torchvision accepts (scale above 0,
+/// shear under 90 degrees): never singular.
 pub fn invert_affine(m: [f64; 6]) -> [f64; 6] {
     let det = m[0] * m[4] - m[1] * m[3];
     let (a, b, d, e) = (m[4] / det, -m[1] / det, -m[3] / det, m[0] / det);

@@ -76,12 +76,7 @@ impl BoxFormat {
         match self {
             Self::Xyxy => b,
             Self::Xywh => [b[0], b[1], b[2] - b[0], b[3] - b[1]],
-            Self::Cxcywh => [
-                (b[0] + b[2]) / 2.0,
-                (b[1] + b[3]) / 2.0,
-                b[2] - b[0],
-                b[3] - b[1],
-            ],
+            Self::Cxcywh => [(b[0] + b[2]) / 2.0, (b[1] + b[3]) / 2.0, b[2] - b[0], b[3] - b[1]],
         }
     }
 }
@@ -118,9 +113,17 @@ pub enum TargetError {
         why: &'static str,
     },
     #[error("{what} has {got} values for {boxes} boxes")]
-    Length { what: &'static str, got: usize, boxes: usize },
+    Length {
+        what: &'static str,
+        got: usize,
+        boxes: usize,
+    },
     #[error("{got} {what}, over the limit of {limit}")]
-    TooMany { what: &'static str, got: usize, limit: usize },
+    TooMany {
+        what: &'static str,
+        got: usize,
+        limit: usize,
+    },
     #[error("flip_idx {0:?} is not a permutation of the keypoints that is its own inverse")]
     FlipIndex(Vec<usize>),
 }
@@ -155,7 +158,12 @@ impl Targets {
     /// Targets of `canvas` from boxes in `format`, checked: each box
     /// finite, of non-negative size and inside the canvas (a box outside
     /// its image is bad data, not something to clamp quietly).
-    pub fn new(canvas: (u32, u32), format: BoxFormat, boxes: &[[f64; 4]], labels: Vec<i64>) -> Result<Self, TargetError> {
+    pub fn new(
+        canvas: (u32, u32),
+        format: BoxFormat,
+        boxes: &[[f64; 4]],
+        labels: Vec<i64>,
+    ) -> Result<Self, TargetError> {
         if boxes.len() > MAX_INSTANCES {
             return Err(TargetError::TooMany {
                 what: "boxes",
@@ -227,7 +235,10 @@ impl Targets {
             }
         }
         let involution = flip_idx.len() == per_instance
-            && flip_idx.iter().enumerate().all(|(i, &j)| j < per_instance && flip_idx[j] == i);
+            && flip_idx
+                .iter()
+                .enumerate()
+                .all(|(i, &j)| j < per_instance && flip_idx[j] == i);
         if !flip_idx.is_empty() && !involution {
             return Err(TargetError::FlipIndex(flip_idx));
         }

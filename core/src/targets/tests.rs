@@ -37,7 +37,10 @@ fn formats_convert_both_ways() {
 fn bad_boxes_are_refused_naming_the_box() {
     let bad = |b: [f64; 4], why: &str| {
         let e = Targets::new((100, 50), BoxFormat::Xyxy, &[[0.0, 0.0, 1.0, 1.0], b], vec![0, 1]).unwrap_err();
-        assert!(e.to_string().starts_with("box 1 ") && e.to_string().contains(why), "{e}");
+        assert!(
+            e.to_string().starts_with("box 1 ") && e.to_string().contains(why),
+            "{e}"
+        );
     };
     bad([f64::NAN, 0.0, 1.0, 1.0], "finite");
     bad([5.0, 0.0, 4.0, 1.0], "negative");
@@ -158,7 +161,17 @@ fn a_quarter_turn_maps_corners_and_expand_places_boxes_by_the_rotated_corner() {
     // Centre (50, 25): (x, y) → (50 + (y - 25), 25 - (x - 50)).
     assert!(close(t.boxes[0], [45.0, 15.0, 55.0, 35.0]), "{:?}", t.boxes);
     let (steps, target_steps) = resolve_with_targets(&rotation(true), &rng, 100, 50).unwrap();
-    assert!(matches!(steps[0], Step::Affine { out_w: 50, out_h: 100, .. }), "{steps:?}");
+    assert!(
+        matches!(
+            steps[0],
+            Step::Affine {
+                out_w: 50,
+                out_h: 100,
+                ..
+            }
+        ),
+        "{steps:?}"
+    );
     let mut t = targets((100, 50), &[[40.0, 20.0, 60.0, 30.0]]);
     t.follow(&target_steps);
     // The rotated image's corners span x 25..75, y -25..75: less (25, -25).
@@ -174,4 +187,80 @@ fn colour_steps_leave_targets_alone_and_formats_convert_on_delivery() {
     let mut t = targets((10, 10), &[[1.0, 2.0, 5.0, 8.0]]);
     t.follow(&[TargetStep::Format(BoxFormat::Cxcywh)]);
     assert_eq!(t.boxes_out(), [[3.0, 5.0, 4.0, 6.0]]);
+}
+
+#[test]
+fn policies_and_non_constant_padding_are_refused_before_any_work_naming_the_op() {
+    let spec = |ops: &str| {
+        TransformSpec::from_json(&format!(r#"{{"ops": [{ops}, {{"op": "CenterCrop", "size": 32}}]}}"#)).unwrap()
+    };
+    let e = spec(
+        r#"{"op": "RandomHorizontalFlip"}, {"op": "RandomApply", "p": 0.5, "transforms": [{"op": "AutoAugment"}]}"#,
+    )
+    .check_targets()
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("transform ops[1][0] (AutoAugment) with boxes") && e.contains("policy"),
+        "{e}"
+    );
+    let e = spec(r#"{"op": "Pad", "padding": 2, "padding_mode": "edge"}"#)
+        .check_targets()
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("ops[0] (Pad)") && e.to_string().contains("Edge"),
+        "{e}"
+    );
+    // RandomCrop pads only with padding or pad_if_needed.
+    assert!(
+        spec(r#"{"op": "RandomCrop", "size": 8, "padding_mode": "reflect"}"#)
+            .check_targets()
+            .is_ok()
+    );
+    assert!(
+        spec(r#"{"op": "RandomCrop", "size": 8, "padding": 1, "padding_mode": "reflect"}"#)
+            .check_targets()
+            .is_err()
+    );
+    let s = spec(r#"{"op": "TrivialAugmentWide"}"#);
+    let r = resolve_with_targets(&s, &SampleRng::from_seed(3), 40, 40).unwrap_err();
+    assert!(r.to_string().contains("TrivialAugmentWide"), "{r}");
+    // Without targets the same spec resolves.
+    assert!(resolve_steps(&s, &SampleRng::from_seed(3), 40, 40).is_ok());
+}
+
+#[test]
+fn the_box_ops_clamp_sanitize_and_convert_after_the_output_conversion() {
+    let spec = TransformSpec::from_json(
+        r#"{"ops": [{"op": "RandomAffine", "degrees": [40, 40]}, {"op": "CenterCrop", "size": 32},
+            {"op": "ToDtype", "dtype": "float32", "scale": true}, {"op": "ClampBoundingBoxes"},
+            {"op": "SanitizeBoundingBoxes", "min_size": 2}, {"op": "ConvertBoundingBoxFormat", "format": "xywh"}]}"#,
+    )
+    .unwrap();
+    let (_, steps) = resolve_with_targets(&spec, &SampleRng::from_seed(5), 32, 32).unwrap();
+    let tail: Vec<_> = steps.iter().rev().take(3).rev().cloned().collect();
+    assert_eq!(
+        tail,
+        [
+            TargetStep::Clamp,
+            TargetStep::Sanitize {
+                min_size: 2.0,
+                min_area: 1.0
+            },
+            TargetStep::Format(BoxFormat::Xywh)
+        ]
+    );
+    let mut t = targets((32, 32), &[[0.0, 0.0, 1.0, 1.0], [4.0, 4.0, 20.0, 20.0]]);
+    t.follow(&steps);
+    // The corner box rotates out of the image: clamped to nothing, dropped.
+    assert_eq!((t.boxes.len(), t.labels.len(), t.format), (1, 1, BoxFormat::Xywh));
+    for bad in [
+        r#"{"op": "SanitizeBoundingBoxes", "min_size": 0.5}"#,
+        r#"{"op": "SanitizeBoundingBoxes", "labels_getter": "mine"}"#,
+        r#"{"op": "ClampBoundingBoxes", "clamping_mode": "loose"}"#,
+        r#"{"op": "ConvertBoundingBoxFormat", "format": "XYWHR"}"#,
+    ] {
+        let e = TransformSpec::from_json(&format!(r#"{{"ops": [{bad}, {{"op": "CenterCrop", "size": 8}}]}}"#));
+        assert!(e.is_err(), "{bad}");
+    }
 }

@@ -105,6 +105,7 @@ pub fn markdown_table() -> String {
         Role::Colour,
         Role::Policy,
         Role::Erase,
+        Role::Boxes,
         Role::Output,
     ] {
         let _ = writeln!(out, "### {} ops\n", capitalise(role.name()));
@@ -168,6 +169,7 @@ mod tests {
             ArgKind::Padding => json!(2),
             ArgKind::Str => json!("rand-m9-mstd0.5-inc1"),
             ArgKind::Dtype => json!("float32"),
+            ArgKind::BoxFormat => json!("XYWH"),
             ArgKind::PerChannel => json!([0.5, 0.5, 0.5]),
             other => panic!("no sample for a required {other:?}"),
         }

@@ -117,6 +117,18 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         "RandomErasing",
         r#"{"op": "CenterCrop", "size": SIZE}, {"op": "ToDtype", "dtype": "float32", "scale": true}, {"op": "Normalize", "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}, {"op": "RandomErasing", "p": 1.0}"#,
     ),
+    (
+        "ClampBoundingBoxes",
+        r#"{"op": "RandomAffine", "degrees": 20}, {"op": "ClampBoundingBoxes"}, {"op": "CenterCrop", "size": SIZE}"#,
+    ),
+    (
+        "SanitizeBoundingBoxes",
+        r#"{"op": "RandomResizedCrop", "size": SIZE}, {"op": "ToDtype", "dtype": "float32", "scale": true}, {"op": "SanitizeBoundingBoxes"}"#,
+    ),
+    (
+        "ConvertBoundingBoxFormat",
+        r#"{"op": "ConvertBoundingBoxFormat", "format": "CXCYWH"}, {"op": "CenterCrop", "size": SIZE}"#,
+    ),
     ("ToImage", r#"{"op": "CenterCrop", "size": SIZE}, {"op": "ToImage"}"#),
     (
         "PILToTensor",

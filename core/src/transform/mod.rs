@@ -77,6 +77,12 @@ pub enum SpecError {
     /// the wrong type.
     #[error("transform spec: {0}")]
     Shape(String),
+    #[error("transform ops{at} ({op}) with boxes or keypoints: {reason}")]
+    Targets {
+        at: String,
+        op: &'static str,
+        reason: String,
+    },
     #[error("transform spec version {got} is not supported by this build (it reads version {SPEC_VERSION})")]
     Version { got: u32 },
     #[error(
@@ -153,6 +159,25 @@ impl TransformSpec {
             Some(want) if want != spec.size => Err(SpecError::SizeMismatch { got: spec.size, want }),
             _ => Ok(spec),
         }
+    }
+
+    /// That every op can move a sample's boxes and keypoints
+    /// ([`crate::targets`]), checked before any work: the error names the
+    /// first op that cannot, by its position (`ops[2]`, or `ops[0][1]`
+    /// inside a container).
+    pub fn check_targets(&self) -> Result<(), SpecError> {
+        // The path is written only for a refusal: resolving checks this for
+        // every sample.
+        fn walk(ops: &[Op]) -> Result<(), (String, &'static str, String)> {
+            for (i, op) in ops.iter().enumerate() {
+                if let Some(why) = op.refuses_targets() {
+                    return Err((format!("[{i}]"), op.name(), why));
+                }
+                walk(op.children()).map_err(|(at, op, why)| (format!("[{i}]{at}"), op, why))?;
+            }
+            Ok(())
+        }
+        walk(&self.ops).map_err(|(at, op, reason)| SpecError::Targets { at, op, reason })
     }
 
     /// A spec from its JSON form, validated. Errors name the op by its
@@ -259,11 +284,13 @@ fn check(ops: &[Op]) -> Result<u32, SpecError> {
     let mut cx = Cx::new(crate::SampleRng::from_seed(0), 1, 1, &mut steps, false);
     for (i, op) in ops.iter().enumerate() {
         let is_output = op.imp().is_output();
-        if output_seen && !is_output && !matches!(op, Op::RandomErasing(_)) {
+        let boxes_only = op.schema().role == schema::Role::Boxes;
+        if output_seen && !is_output && !boxes_only && !matches!(op, Op::RandomErasing(_)) {
             return Err(err(
                 i,
                 op,
-                "comes after the output conversion (ToDtype, Normalize...); only RandomErasing may".to_owned(),
+                "comes after the output conversion (ToDtype, Normalize...); only RandomErasing and the box ops may"
+                    .to_owned(),
             ));
         }
         if let Op::Normalize(_) = op
@@ -356,6 +383,10 @@ pub fn resolve_with_targets(
     width: u32,
     height: u32,
 ) -> Result<(Vec<Step>, Vec<TargetStep>), ResolveError> {
+    spec.check_targets().map_err(|e| ResolveError {
+        op: "transform",
+        reason: e.to_string(),
+    })?;
     let mut steps = Vec::with_capacity(spec.ops.len());
     let mut cx = Cx::new(base.clone(), width, height, &mut steps, true);
     for (i, op) in spec.ops.iter().enumerate() {

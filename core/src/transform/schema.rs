@@ -161,6 +161,13 @@ arg_kinds! {
     /// An `AutoAugmentPolicy` or its value.
     Policy { name: "policy", accepts: "AutoAugmentPolicy", python: "Enum | str", value: "str" },
     Str { name: "str", accepts: "string", python: "str", value: "str" },
+    /// torchvision's `BoundingBoxFormat` or its name.
+    BoxFormat {
+        name: "box_format",
+        accepts: "XYXY, XYWH or CXCYWH",
+        python: "Enum | str",
+        value: "Literal['XYXY', 'XYWH', 'CXCYWH']",
+    },
     /// None or one weight per child.
     Weights {
         name: "weights",
@@ -228,6 +235,9 @@ pub enum Role {
     Policy,
     /// Only RandomErasing: after the output conversion.
     Erase,
+    /// On the boxes alone ([`crate::targets`]); may follow the output
+    /// conversion.
+    Boxes,
     /// The output conversion: the client's, on the delivered batch.
     Output,
 }
@@ -240,6 +250,7 @@ impl Role {
             Self::Colour => "colour",
             Self::Policy => "policy",
             Self::Erase => "erase",
+            Self::Boxes => "boxes",
             Self::Output => "output",
         }
     }

@@ -324,6 +324,19 @@ def _str(name, v):
     return v
 
 
+BOX_FORMATS = ("XYXY", "XYWH", "CXCYWH")
+
+
+@_converter("box_format")
+def _box_format(name, v):
+    """torchvision's ``BoundingBoxFormat`` (upright formats) or its name."""
+    if isinstance(v, enum.Enum):
+        v = v.name
+    if not isinstance(v, str) or v.upper() not in BOX_FORMATS:
+        raise _ArgError(f"{name} must be one of {', '.join(BOX_FORMATS)} (a BoundingBoxFormat or its name), got {v!r}")
+    return v.upper()
+
+
 @_converter("weights")
 def _weights(name, v):
     v = _plain(v)

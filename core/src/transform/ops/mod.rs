@@ -13,6 +13,7 @@
 
 mod affine;
 mod blur;
+mod boxes;
 mod color;
 mod crop;
 mod erase;
@@ -29,6 +30,7 @@ mod tree;
 
 pub use affine::RandomAffine;
 pub use blur::GaussianBlur;
+pub use boxes::{ClampBoundingBoxes, ConvertBoundingBoxFormat, SanitizeBoundingBoxes};
 pub use color::{
     ColorJitter, Grayscale, RandomAdjustSharpness, RandomAutocontrast, RandomEqualize, RandomGrayscale, RandomInvert,
     RandomPosterize, RandomSolarize,

@@ -144,8 +144,12 @@ pub(crate) fn push_rotation(
     let (w, h) = (f64::from(cx.w), f64::from(cx.h));
     let about_centre = pil_rotate(angle, cx.w, cx.h, false, center).map_or([1.0, 0.0, 0.0, 0.0, 1.0, 0.0], |r| r.0);
     let forward = crate::targets::invert_affine(about_centre);
-    let corners = [(0.0, 0.0), (0.0, h), (w, h), (w, 0.0)]
-        .map(|(x, y)| (forward[0] * x + forward[1] * y + forward[2], forward[3] * x + forward[4] * y + forward[5]));
+    let corners = [(0.0, 0.0), (0.0, h), (w, h), (w, 0.0)].map(|(x, y)| {
+        (
+            forward[0] * x + forward[1] * y + forward[2],
+            forward[3] * x + forward[4] * y + forward[5],
+        )
+    });
     let shift = [
         corners.iter().map(|c| c.0).fold(f64::INFINITY, f64::min),
         corners.iter().map(|c| c.1).fold(f64::INFINITY, f64::min),

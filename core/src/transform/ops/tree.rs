@@ -15,6 +15,7 @@ use super::{
     RandomPosterize, RandomResizedCrop, RandomRotation, RandomSolarize, RandomVerticalFlip, Resize, TimmRandAugment,
     ToDtype, ToImage, ToTensor, TrivialAugmentWide,
 };
+use super::{ClampBoundingBoxes, ConvertBoundingBoxFormat, SanitizeBoundingBoxes};
 use crate::params::{Bounds, Cx, ResolveError, Walk};
 use crate::rng::SampleRng;
 use crate::transform::args::check_p;
@@ -119,6 +120,9 @@ registry! {
     TrivialAugmentWide,
     TimmRandAugment,
     RandomErasing,
+    ClampBoundingBoxes,
+    SanitizeBoundingBoxes,
+    ConvertBoundingBoxFormat,
     ToImage,
     PILToTensor,
     ToTensor,
@@ -128,6 +132,43 @@ registry! {
 }
 
 impl Op {
+    /// A container's transforms; none for any other op.
+    pub fn children(&self) -> &[Op] {
+        match self {
+            Op::Compose(c) => &c.transforms,
+            Op::RandomApply(c) => &c.transforms,
+            Op::RandomChoice(c) => &c.transforms,
+            Op::RandomOrder(c) => &c.transforms,
+            _ => &[],
+        }
+    }
+
+    /// Why this op (not its children) cannot move boxes and keypoints,
+    /// where torchvision refuses them too: the policies, and padding that
+    /// is not constant.
+    pub fn refuses_targets(&self) -> Option<String> {
+        use crate::params::PaddingMode;
+        let padding = |mode: PaddingMode| {
+            format!(
+                "padding mode {mode:?} does not move boxes or keypoints (torchvision pads them only with constant padding)"
+            )
+        };
+        match self {
+            _ if self.schema().role == Role::Policy => Some(
+                "an augmentation policy does not move boxes or keypoints (torchvision refuses them too): \
+                 use the geometric and colour ops"
+                    .to_owned(),
+            ),
+            Op::Pad(p) if p.padding_mode != PaddingMode::Constant => Some(padding(p.padding_mode)),
+            Op::RandomCrop(c)
+                if c.padding_mode != PaddingMode::Constant && (c.padding.is_some() || c.pad_if_needed) =>
+            {
+                Some(padding(c.padding_mode))
+            }
+            _ => None,
+        }
+    }
+
     /// Checks this op's arguments, and its children's.
     pub fn validate(&self) -> Result<(), String> {
         self.imp().validate()
