@@ -188,6 +188,7 @@ impl LoaderConfig {
         }
         stoker_core::validate_fields(&self.fields, None).map_err(|e| ClientError::Config(e.to_string()))?;
         stoker_core::validate_views(&self.views, &self.fields).map_err(|e| ClientError::Config(e.to_string()))?;
+        stoker_core::validate_targets(&self.fields, &self.transform).map_err(|e| ClientError::Config(e.to_string()))?;
         if self.max_attempts == 0 {
             return bad("max attempts must be at least 1".into());
         }

@@ -156,6 +156,12 @@ field_kinds! {
     /// affine warps, with nearest-neighbour sampling and 0 where nothing
     /// is) and none of its colour ops. Delivered as `|u1` `[1, H, W]`.
     Mask = 9, "mask", [], "uint8 array [1, H, W]";
+    /// Detection targets: a JSON document of one image's boxes (in
+    /// torchvision's XYXY, XYWH or CXCYWH), labels, optional iscrowd,
+    /// area and keypoints (`stoker_core::targets::Targets::from_json`),
+    /// which follow the image's geometry as torchvision v2 moves boxes
+    /// and keypoints. Delivered as torchvision's target dict.
+    Targets = 10, "targets", ["detection"], "dict of tensors (boxes, labels, ...)";
 }
 
 impl FieldKind {
@@ -308,6 +314,16 @@ impl FieldSpec {
     }
 }
 
+/// That a request asking for detection targets has a transform that can
+/// move them ([`crate::TransformSpec::check_targets`]): refused before any
+/// work, naming the op.
+pub fn validate_targets(fields: &[FieldSpec], spec: &crate::TransformSpec) -> Result<(), crate::SpecError> {
+    if fields.iter().any(|f| f.kind == FieldKind::Targets) {
+        spec.check_targets()?;
+    }
+    Ok(())
+}
+
 /// Checks a request's fields: names unique and not reserved, each kind
 /// known for `format` (when known: `None` before the dataset is listed).
 pub fn validate_fields(fields: &[FieldSpec], format: Option<ShardFormat>) -> Result<(), FieldError> {
@@ -349,6 +365,9 @@ pub enum FieldValue {
     /// A view of the sample's image ([`ViewSpec`]): uint8 HWC RGB pixels,
     /// square, of its pipeline's size.
     Image(Bytes),
+    /// Detection targets: read, then (in the worker) placed on the image
+    /// and moved through its geometry.
+    Targets(Box<crate::targets::Targets>),
 }
 
 impl FieldValue {
@@ -361,6 +380,7 @@ impl FieldValue {
             FieldValue::Text(s) | FieldValue::Json(s) => s.len(),
             FieldValue::Bytes(b) | FieldValue::Image(b) => b.len(),
             FieldValue::Array(a) => a.data.len(),
+            FieldValue::Targets(t) => t.byte_len(),
         }
     }
 }
@@ -390,6 +410,7 @@ impl FieldValue {
             FieldKind::Float => FieldValue::Float(one(text_numbers(&b)?)?),
             FieldKind::FloatList => FieldValue::FloatList(text_numbers(&b)?),
             FieldKind::Mask => return Err("a mask is read with its image, not on its own".to_owned()),
+            FieldKind::Targets => FieldValue::Targets(Box::new(crate::targets::Targets::from_json(&b)?)),
         })
     }
 
@@ -412,6 +433,7 @@ impl FieldValue {
                 serde_json::json!({"dtype": a.dtype, "shape": a.shape, "bytes": a.data.len()})
             }
             FieldValue::Image(b) => serde_json::json!({"bytes": b.len()}),
+            FieldValue::Targets(t) => t.to_json(),
         }
     }
 }

@@ -44,7 +44,8 @@ pub mod uri;
 
 pub use error::error_chain;
 pub use field::{
-    FieldError, FieldKind, FieldSpec, FieldValue, Fields, NpyArray, ViewSpec, validate_fields, validate_views,
+    FieldError, FieldKind, FieldSpec, FieldValue, Fields, NpyArray, ViewSpec, validate_fields, validate_targets,
+    validate_views,
 };
 pub use format::{FormatChoice, RecordFields, ShardFormat};
 pub use mode::ItemMode;

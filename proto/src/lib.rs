@@ -25,6 +25,7 @@ use stoker_core::plan::ShardRef;
 use stoker_core::transform::{Op, SpecError, TransformSpec};
 use stoker_core::{
     FieldKind, FieldSpec, FieldValue, FormatChoice, ItemMode, NpyArray, RecordFields, ShardFormat, ViewSpec,
+    targets::{BoxFormat, Targets},
 };
 
 /// A wire transform spec converted to the domain type and validated: the
@@ -245,14 +246,19 @@ pub fn value_to_pb(v: Option<FieldValue>) -> pb::FieldValue {
         FieldValue::Bytes(b) => Value::Bytes(b),
         FieldValue::Array(a) => Value::Array(npy_to_pb(a)),
         FieldValue::Image(b) => Value::Image(b),
+        FieldValue::Targets(t) => Value::Targets(targets_to_pb(&t)),
     });
     pb::FieldValue { value }
 }
 
-/// A wire field value as the domain's.
-pub fn value_from_pb(v: pb::FieldValue) -> Option<FieldValue> {
+/// A wire field value as the domain's, or why it is not one (targets
+/// whose lists disagree with their boxes).
+pub fn value_from_pb(v: pb::FieldValue) -> Result<Option<FieldValue>, String> {
     use pb::field_value::Value;
-    Some(match v.value? {
+    let Some(value) = v.value else {
+        return Ok(None);
+    };
+    Ok(Some(match value {
         Value::Int(i) => FieldValue::Int(i),
         Value::IntList(l) => FieldValue::IntList(l.values),
         Value::Float(f) => FieldValue::Float(f),
@@ -262,7 +268,57 @@ pub fn value_from_pb(v: pb::FieldValue) -> Option<FieldValue> {
         Value::Bytes(b) => FieldValue::Bytes(b),
         Value::Array(a) => FieldValue::Array(npy_from_pb(a)),
         Value::Image(b) => FieldValue::Image(b),
-    })
+        Value::Targets(t) => FieldValue::Targets(Box::new(targets_from_pb(t)?)),
+    }))
+}
+
+fn targets_to_pb(t: &Targets) -> pb::Targets {
+    pb::Targets {
+        width: t.canvas.0,
+        height: t.canvas.1,
+        format: t.format.name().to_owned(),
+        boxes: t.boxes_out().concat(),
+        labels: t.labels.clone(),
+        iscrowd: t.iscrowd.clone(),
+        area: t.area.clone(),
+        keypoints: t.keypoints.concat(),
+        per_instance: t.per_instance as u32,
+        flip_idx: t.flip_idx.iter().map(|&i| i as u32).collect(),
+    }
+}
+
+/// Targets from the wire, checked as a dataset's are (sizes, lists that
+/// match their boxes, boxes on their canvas): the worker is across the
+/// network.
+fn targets_from_pb(t: pb::Targets) -> Result<Targets, String> {
+    let format = BoxFormat::parse(&t.format).map_err(|e| e.to_string())?;
+    if !t.boxes.len().is_multiple_of(4) || !t.keypoints.len().is_multiple_of(3) {
+        return Err(format!(
+            "targets of {} box and {} keypoint numbers: not whole boxes and points",
+            t.boxes.len(),
+            t.keypoints.len()
+        ));
+    }
+    let boxes: Vec<[f64; 4]> = t.boxes.chunks_exact(4).map(|b| [b[0], b[1], b[2], b[3]]).collect();
+    let mut out = Targets::new((t.width, t.height), format, &boxes, t.labels).map_err(|e| e.to_string())?;
+    for (what, got) in [("iscrowd", t.iscrowd.len()), ("area", t.area.len())] {
+        if got != 0 && got != boxes.len() {
+            return Err(format!("targets: {what} has {got} values for {} boxes", boxes.len()));
+        }
+    }
+    out.iscrowd = t.iscrowd;
+    out.area = t.area;
+    let points: Vec<[f64; 3]> = t.keypoints.chunks_exact(3).map(|p| [p[0], p[1], p[2]]).collect();
+    if !points.is_empty() || t.per_instance != 0 {
+        out = out
+            .with_keypoints(
+                t.per_instance as usize,
+                points,
+                t.flip_idx.into_iter().map(|i| i as usize).collect(),
+            )
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(out)
 }
 
 fn npy_to_pb(a: NpyArray) -> pb::NpyArray {

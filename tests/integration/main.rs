@@ -20,6 +20,7 @@ mod cluster;
 mod containers;
 mod delivery;
 mod deploy;
+mod detection;
 mod discovery;
 mod docs;
 mod doctor;

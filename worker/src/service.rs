@@ -421,6 +421,7 @@ impl Worker for WorkerService {
             .collect::<Result<Vec<ViewSpec>, String>>()
             .map_err(Status::invalid_argument)?;
         validate_views(&views, &extra).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        stoker_core::validate_targets(&extra, &spec).map_err(|e| Status::invalid_argument(e.to_string()))?;
         let item = Item {
             dataset,
             shard: req.shard,

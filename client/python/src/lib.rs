@@ -493,6 +493,7 @@ fn fields_to_py(py: Python<'_>, rows: &[stoker_client::Fields], fields: usize) -
                     .into_pyobject(py)?
                     .into_any()
                     .unbind(),
+                Some(V::Targets(t)) => targets::targets_to_py(py, t)?.into_any().unbind(),
             };
             column.push(value);
         }

@@ -4,7 +4,7 @@
 //! coordinates against torchvision v2's kernels.
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBytes, PyDict};
 use stoker_core::targets::{BoxFormat, Targets};
 use stoker_core::{SampleRng, Step, TransformSpec, resolve_with_targets};
 
@@ -77,5 +77,35 @@ pub(crate) fn follow_targets<'py>(
         geometric.append(item)?;
     }
     out.set_item("steps", geometric)?;
+    Ok(out)
+}
+
+/// One image's targets as the Python package builds torchvision's target
+/// dict from them: `{"boxes": ("<f4", [N, 4], bytes), "labels": ("<i8",
+/// [N], bytes), "iscrowd"?, "area"?, "keypoints"?: ("<f4", [N, K, 3],
+/// bytes), "format": "XYXY", "canvas_size": (h, w)}`, the optional lists
+/// only when the dataset gave them.
+pub(crate) fn targets_to_py<'py>(py: Python<'py>, t: &Targets) -> PyResult<Bound<'py, PyDict>> {
+    let n = t.boxes.len();
+    let array = |dtype: &'static str, shape: Vec<usize>, bytes: Vec<u8>| (dtype, shape, PyBytes::new(py, &bytes));
+    let f32s = |v: &mut dyn Iterator<Item = f64>| v.flat_map(|x| (x as f32).to_le_bytes()).collect::<Vec<u8>>();
+    let out = PyDict::new(py);
+    let boxes = t.boxes_out();
+    out.set_item("boxes", array("<f4", vec![n, 4], f32s(&mut boxes.iter().flatten().copied())))?;
+    let labels: Vec<u8> = t.labels.iter().flat_map(|l| l.to_le_bytes()).collect();
+    out.set_item("labels", array("<i8", vec![n], labels))?;
+    if !t.iscrowd.is_empty() {
+        let crowd: Vec<u8> = t.iscrowd.iter().flat_map(|&c| i64::from(c).to_le_bytes()).collect();
+        out.set_item("iscrowd", array("<i8", vec![n], crowd))?;
+    }
+    if !t.area.is_empty() {
+        out.set_item("area", array("<f4", vec![n], f32s(&mut t.area.iter().copied())))?;
+    }
+    if t.per_instance > 0 {
+        let points = f32s(&mut t.keypoints.iter().flatten().copied());
+        out.set_item("keypoints", array("<f4", vec![n, t.per_instance, 3], points))?;
+    }
+    out.set_item("format", t.format.name())?;
+    out.set_item("canvas_size", (t.canvas.1, t.canvas.0))?;
     Ok(out)
 }

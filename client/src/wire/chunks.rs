@@ -231,8 +231,12 @@ fn sample_from_pb(
             views.len()
         ));
     }
-    let mut values: Vec<Option<stoker_core::FieldValue>> =
-        s.fields.into_iter().map(stoker_proto::value_from_pb).collect();
+    let mut values: Vec<Option<stoker_core::FieldValue>> = s
+        .fields
+        .into_iter()
+        .map(stoker_proto::value_from_pb)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("sample {}: {e}", s.key))?;
     let mut view_pixels = Vec::with_capacity(views.len());
     for (j, (value, &side)) in values.drain(fields..).zip(views).enumerate() {
         let expected = side as usize * side as usize * 3;

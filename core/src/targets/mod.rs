@@ -178,29 +178,15 @@ impl Targets {
                 boxes: boxes.len(),
             });
         }
-        let (w, h) = (f64::from(canvas.0), f64::from(canvas.1));
-        let mut xyxy = Vec::with_capacity(boxes.len());
-        for (index, &b) in boxes.iter().enumerate() {
-            let bad = |why| TargetError::Box { index, values: b, why };
-            if !b.iter().all(|v| v.is_finite()) {
-                return Err(bad("not a finite number"));
-            }
-            let x = format.to_xyxy(b);
-            if x[2] < x[0] || x[3] < x[1] {
-                return Err(bad("negative width or height"));
-            }
-            if x[0] < 0.0 || x[1] < 0.0 || x[2] > w || x[3] > h {
-                return Err(bad("reaches outside the image"));
-            }
-            xyxy.push(x);
-        }
-        Ok(Self {
-            canvas,
-            boxes: xyxy,
+        let mut t = Self {
+            canvas: (0, 0),
+            boxes: read_boxes(format, boxes)?,
             format,
             labels,
             ..Self::default()
-        })
+        };
+        t.place(canvas)?;
+        Ok(t)
     }
 
     /// Adds `per_instance` keypoints per box, (x, y, visibility) each,
@@ -248,6 +234,124 @@ impl Targets {
         Ok(self)
     }
 
+    /// Targets as a dataset stores them for one image, in JSON (what
+    /// `stoker pack` writes, and a WebDataset `.json` may hold):
+    /// `{"boxes": [[x, y, w, h], ...], "format": "XYWH", "labels": [3, 1],
+    /// "iscrowd": [0, 0], "area": [...], "keypoints": [[[x, y, v], ...],
+    /// ...], "flip_idx": [...]}`; only `boxes` is required (`format`
+    /// defaults to XYXY, labels to 0); other keys are ignored. The result
+    /// is read, not yet placed: [`Targets::place`] checks it against its
+    /// image. Errors name the key and the instance.
+    pub fn from_json(bytes: &[u8]) -> Result<Targets, String> {
+        #[derive(serde::Deserialize)]
+        struct Doc {
+            boxes: Vec<[f64; 4]>,
+            #[serde(default)]
+            format: Option<String>,
+            #[serde(default)]
+            labels: Option<Vec<i64>>,
+            #[serde(default)]
+            iscrowd: Option<Vec<u8>>,
+            #[serde(default)]
+            area: Option<Vec<f64>>,
+            #[serde(default)]
+            keypoints: Option<Vec<Vec<[f64; 3]>>>,
+            #[serde(default)]
+            flip_idx: Option<Vec<usize>>,
+        }
+        let doc: Doc = serde_json::from_slice(bytes).map_err(|e| format!("not targets JSON: {e}"))?;
+        let n = doc.boxes.len();
+        if n > MAX_INSTANCES {
+            return Err(TargetError::TooMany {
+                what: "boxes",
+                got: n,
+                limit: MAX_INSTANCES,
+            }
+            .to_string());
+        }
+        let format = match &doc.format {
+            Some(f) => BoxFormat::parse(f).map_err(|e| e.to_string())?,
+            None => BoxFormat::Xyxy,
+        };
+        let per_box = |what: &'static str, got: usize| {
+            if got == n {
+                Ok(())
+            } else {
+                Err(TargetError::Length { what, got, boxes: n }.to_string())
+            }
+        };
+        let labels = doc.labels.unwrap_or_else(|| vec![0; n]);
+        per_box("labels", labels.len())?;
+        let iscrowd: Vec<bool> = doc.iscrowd.unwrap_or_default().into_iter().map(|c| c != 0).collect();
+        if !iscrowd.is_empty() {
+            per_box("iscrowd", iscrowd.len())?;
+        }
+        let area = doc.area.unwrap_or_default();
+        if !area.is_empty() {
+            per_box("area", area.len())?;
+        }
+        let boxes = read_boxes(format, &doc.boxes).map_err(|e| e.to_string())?;
+        let mut t = Targets {
+            canvas: (0, 0),
+            boxes,
+            format,
+            labels,
+            iscrowd,
+            area,
+            ..Targets::default()
+        };
+        if let Some(points) = doc.keypoints {
+            per_box("keypoints", points.len())?;
+            let k = points.first().map_or(0, Vec::len);
+            if let Some(i) = points.iter().position(|p| p.len() != k) {
+                return Err(format!(
+                    "keypoints: instance {i} has {} points, instance 0 has {k}",
+                    points[i].len()
+                ));
+            }
+            t = t
+                .with_keypoints(k, points.concat(), doc.flip_idx.unwrap_or_default())
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(t)
+    }
+
+    /// Places targets read by [`Targets::from_json`] on their image of
+    /// `canvas`: every box must lie inside it.
+    pub fn place(&mut self, canvas: (u32, u32)) -> Result<(), TargetError> {
+        let (w, h) = (f64::from(canvas.0), f64::from(canvas.1));
+        for (index, &b) in self.boxes.iter().enumerate() {
+            if b[0] < 0.0 || b[1] < 0.0 || b[2] > w || b[3] > h {
+                return Err(TargetError::Box {
+                    index,
+                    values: self.format.from_xyxy(b),
+                    why: "reaches outside the image",
+                });
+            }
+        }
+        self.canvas = canvas;
+        Ok(())
+    }
+
+    /// Bytes it holds, for chunk sizes.
+    pub fn byte_len(&self) -> usize {
+        self.boxes.len() * (32 + 8 + 1 + 8) + self.keypoints.len() * 24
+    }
+
+    /// As JSON (`stoker stream --fields-out`): the canvas, the boxes in
+    /// their format, and the per-instance lists.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "canvas": [self.canvas.0, self.canvas.1],
+            "format": self.format.name(),
+            "boxes": self.boxes_out(),
+            "labels": self.labels,
+            "iscrowd": self.iscrowd,
+            "area": self.area,
+            "keypoints": self.keypoints.chunks(self.per_instance.max(1)).collect::<Vec<_>>(),
+        })
+    }
+
     /// Follows `steps` (recorded with the pixels' steps) in order.
     pub fn follow(&mut self, steps: &[TargetStep]) {
         for s in steps {
@@ -282,6 +386,25 @@ impl Targets {
             self.keypoints.retain(|_| (pick(i / k), i += 1).0);
         }
     }
+}
+
+/// Boxes in `format` as XYXY, each finite and of non-negative size.
+fn read_boxes(format: BoxFormat, boxes: &[[f64; 4]]) -> Result<Vec<[f64; 4]>, TargetError> {
+    boxes
+        .iter()
+        .enumerate()
+        .map(|(index, &b)| {
+            let bad = |why| TargetError::Box { index, values: b, why };
+            if !b.iter().all(|v| v.is_finite()) {
+                return Err(bad("not a finite number"));
+            }
+            let x = format.to_xyxy(b);
+            if x[2] < x[0] || x[3] < x[1] {
+                return Err(bad("negative width or height"));
+            }
+            Ok(x)
+        })
+        .collect()
 }
 
 #[cfg(test)]

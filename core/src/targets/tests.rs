@@ -264,3 +264,40 @@ fn the_box_ops_clamp_sanitize_and_convert_after_the_output_conversion() {
         assert!(e.is_err(), "{bad}");
     }
 }
+
+#[test]
+fn targets_json_is_read_then_placed_on_its_image() {
+    let doc = br#"{"boxes": [[10, 20, 30, 40], [0, 0, 5, 5]], "format": "XYWH", "labels": [3, 7],
+        "iscrowd": [0, 1], "keypoints": [[[1, 2, 2]], [[3, 4, 1]]], "source": "ignored"}"#;
+    let mut t = Targets::from_json(doc).unwrap();
+    assert_eq!(t.boxes, [[10.0, 20.0, 40.0, 60.0], [0.0, 0.0, 5.0, 5.0]]);
+    assert_eq!(
+        (t.labels.clone(), t.iscrowd.clone(), t.per_instance),
+        (vec![3, 7], vec![false, true], 1)
+    );
+    let e = t.clone().place((39, 100)).unwrap_err().to_string();
+    assert_eq!(e, "box 0 [10.0, 20.0, 30.0, 40.0]: reaches outside the image");
+    t.place((40, 60)).unwrap();
+    assert_eq!(t.boxes_out()[0], [10.0, 20.0, 30.0, 40.0]);
+    let bad = |doc: &str, want: &str| {
+        let e = Targets::from_json(doc.as_bytes()).unwrap_err();
+        assert!(e.contains(want), "{doc}: {e}");
+    };
+    bad(r#"{"labels": [1]}"#, "missing field `boxes`");
+    bad(r#"{"boxes": [[0, 0, 1]]}"#, "not targets JSON");
+    bad(
+        r#"{"boxes": [[0, 0, 1, 1]], "labels": [1, 2]}"#,
+        "labels has 2 values for 1 boxes",
+    );
+    bad(
+        r#"{"boxes": [[0, 0, -1, 1]], "format": "XYWH"}"#,
+        "box 0 [0.0, 0.0, -1.0, 1.0]: negative width",
+    );
+    bad(r#"{"boxes": [[0, 0, 1, 1]], "format": "polar"}"#, "unknown box format");
+    bad(
+        r#"{"boxes": [[0, 0, 1, 1], [0, 0, 1, 1]], "keypoints": [[[0, 0, 2]], []]}"#,
+        "instance 1 has 0 points",
+    );
+    // No boxes is a valid image with nothing in it.
+    assert!(Targets::from_json(br#"{"boxes": []}"#).unwrap().boxes.is_empty());
+}

@@ -8,7 +8,8 @@
 //! steps (checked by `tests/integration/architecture.rs`), so a hand-back
 //! from the lanes to the CPU cannot draw differently.
 
-use stoker_core::{SampleRng, Step, TooLarge, TransformSpec, ViewSpec, footprint, resolve_steps};
+use stoker_core::targets::TargetStep;
+use stoker_core::{SampleRng, Step, TooLarge, TransformSpec, ViewSpec, footprint, resolve_steps, resolve_with_targets};
 
 use crate::augment::{AugmentError, Augmenter};
 use crate::decode::{self, DecodeError, ImageKind, RgbImage, check_jpeg, decode_mask, header_dimensions, sniff};
@@ -42,6 +43,10 @@ pub struct SamplePlan {
     /// Where it runs. [`SamplePlan::new`] says the CPU; the worker's router
     /// sends it to the GPU lanes when they run every step.
     pub runs_on: RunsOn,
+    /// How its detection targets move, from the image's draws
+    /// (`stoker_core::targets`): planned only for a request with a
+    /// targets field ([`SamplePlan::with_targets`]), empty otherwise.
+    pub targets: Vec<TargetStep>,
 }
 
 /// Why a sample cannot be planned: the sample is skipped with it.
@@ -80,6 +85,31 @@ impl SamplePlan {
         rng: &SampleRng,
         max_pixels: u64,
     ) -> Result<Self, PlanError> {
+        Self::from_header(kind, data, spec, views, rng, max_pixels, false)
+    }
+
+    /// [`SamplePlan::new`], with the steps its detection targets take
+    /// through the image's geometry (`targets`), from the same draws.
+    pub fn with_targets(
+        kind: ImageKind,
+        data: &[u8],
+        spec: &TransformSpec,
+        views: &[ViewSpec],
+        rng: &SampleRng,
+        max_pixels: u64,
+    ) -> Result<Self, PlanError> {
+        Self::from_header(kind, data, spec, views, rng, max_pixels, true)
+    }
+
+    fn from_header(
+        kind: ImageKind,
+        data: &[u8],
+        spec: &TransformSpec,
+        views: &[ViewSpec],
+        rng: &SampleRng,
+        max_pixels: u64,
+        targets: bool,
+    ) -> Result<Self, PlanError> {
         let kind = sniff(data).unwrap_or(kind);
         let dims = match kind {
             ImageKind::Jpeg => check_jpeg(data, max_pixels).map_err(ImageError::from)?,
@@ -89,18 +119,30 @@ impl SamplePlan {
                 (w, h)
             }
         };
-        Self::for_size(kind, dims, spec, views, rng, max_pixels)
+        Self::for_size_inner(kind, dims, spec, views, rng, max_pixels, targets)
     }
 
     /// Plans an image already known to be `dims` (decoded, or its header
     /// read): the footprints, then the steps.
     pub fn for_size(
         kind: ImageKind,
+        dims: (u32, u32),
+        spec: &TransformSpec,
+        views: &[ViewSpec],
+        rng: &SampleRng,
+        max_pixels: u64,
+    ) -> Result<Self, PlanError> {
+        Self::for_size_inner(kind, dims, spec, views, rng, max_pixels, false)
+    }
+
+    fn for_size_inner(
+        kind: ImageKind,
         (w, h): (u32, u32),
         spec: &TransformSpec,
         views: &[ViewSpec],
         rng: &SampleRng,
         max_pixels: u64,
+        with_targets: bool,
     ) -> Result<Self, PlanError> {
         let view_err = |v: &ViewSpec, source: ImageError| PlanError::View {
             name: v.name.clone(),
@@ -111,7 +153,11 @@ impl SamplePlan {
             let too_large = |e: TooLarge| view_err(v, e.into());
             working_bytes += footprint(&v.transform, w, h, max_pixels).map_err(too_large)?;
         }
-        let image = resolve_steps(spec, rng, w, h).map_err(ImageError::from)?;
+        let (image, targets) = if with_targets {
+            resolve_with_targets(spec, rng, w, h).map_err(ImageError::from)?
+        } else {
+            (resolve_steps(spec, rng, w, h).map_err(ImageError::from)?, Vec::new())
+        };
         let views = views
             .iter()
             .enumerate()
@@ -124,6 +170,7 @@ impl SamplePlan {
             views,
             working_bytes,
             runs_on: RunsOn::Cpu("planned for the cpu"),
+            targets,
         })
     }
 

@@ -77,6 +77,7 @@ pub(super) fn test_plan() -> Arc<SamplePlan> {
         views: Vec::new(),
         working_bytes: 0,
         runs_on: RunsOn::Gpu,
+        targets: Vec::new(),
     })
 }
 

@@ -46,7 +46,7 @@ pub fn process_sample(
     max_pixels: u64,
     metrics: &WorkerMetrics,
 ) -> Result<Processed, Skipped> {
-    let plan = plan_sample(&raw, spec, &[], seed, max_pixels)?;
+    let plan = plan_sample(&raw, spec, &[], seed, max_pixels, false)?;
     process_sample_with(raw, &plan, spec, max_pixels, metrics, &[], &[])
 }
 
@@ -61,6 +61,7 @@ pub(crate) fn plan_sample(
     views: &[ViewSpec],
     seed: ItemSeed,
     max_pixels: u64,
+    targets: bool,
 ) -> Result<SamplePlan, Skipped> {
     let skip = |kind: SkipKind, reason: String| Skipped {
         key: raw.key.clone(),
@@ -76,7 +77,12 @@ pub(crate) fn plan_sample(
         return Err(skip(SkipKind::Label, reason.clone()));
     }
     let rng = seed.sample(raw.position);
-    catch_panic(|| SamplePlan::new(*kind, data, spec, views, &rng, max_pixels))
+    let plan = if targets {
+        SamplePlan::with_targets
+    } else {
+        SamplePlan::new
+    };
+    catch_panic(|| plan(*kind, data, spec, views, &rng, max_pixels))
         .map_err(|message| Skipped::panicked(&raw.key, raw.position, "plan", &message))?
         .map_err(|e| match e {
             PlanError::Image(e) => skip(SkipKind::from(&e), e.to_string()),

@@ -13,6 +13,7 @@ use stoker_core::{FieldKind, FieldSpec, FieldValue, Fields};
 
 use super::{SkipKind, Skipped};
 use stoker_formats::sample::{MemberProblem, RawField, RawSample, RawValue};
+use stoker_image::SamplePlan;
 
 /// Reads `raw`'s fields (taken out of it) as `specs` ask. `Err` is the
 /// sample's skip: a required field missing (`missing_field`), over the
@@ -81,6 +82,31 @@ pub(super) fn read_fields(specs: &[FieldSpec], raw: &mut RawSample) -> Result<Fi
         raw.fields = masks;
     }
     Ok(out)
+}
+
+/// Places each detection-targets field of `fields` on the planned image
+/// and moves it through the image's geometry (the plan's target steps,
+/// from the same draws as its pixels), on the host, whichever executor
+/// then runs the pixels. `Err` is the sample's skip (`bad_field`): a box
+/// outside its image, naming the field and the box.
+pub(super) fn place_targets(
+    specs: &[FieldSpec],
+    fields: &mut Fields,
+    plan: &SamplePlan,
+    raw: &RawSample,
+) -> Result<(), Skipped> {
+    for (spec, value) in specs.iter().zip(fields.iter_mut()) {
+        if let Some(FieldValue::Targets(t)) = value {
+            t.place(plan.dims).map_err(|e| Skipped {
+                key: raw.key.clone(),
+                position: raw.position,
+                reason: format!("field {:?} ({}x{} image): {e}", spec.name, plan.dims.0, plan.dims.1),
+                kind: SkipKind::BadField,
+            })?;
+            t.follow(&plan.targets);
+        }
+    }
+    Ok(())
 }
 
 /// A stored value read as `kind`, or why it is not one: bytes as core

@@ -17,7 +17,7 @@ use stoker_core::{FieldValue, Fields, ItemMode, TransformSpec, ViewSpec};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use super::fields::read_fields;
+use super::fields::{place_targets, read_fields};
 use super::measure::{read_item, synthetic_item};
 use super::route::{InFlight, gpu_sample, on_cpu, on_gpu};
 use super::samples::{ItemSamples, Read};
@@ -305,7 +305,12 @@ impl<'a> ItemRun<'a> {
                             }
                         }
                     }
-                    let plan = self.ctx.plan(&raw, self.item);
+                    let plan = self.ctx.plan(&raw, self.item).and_then(|plan| {
+                        if let Some(fields) = self.fields.get_mut(&raw.position) {
+                            place_targets(&self.item.fields, fields, &plan, &raw)?;
+                        }
+                        Ok(plan)
+                    });
                     let need = memory_need(&raw, plan.as_deref(), &self.item.spec, &self.item.views);
                     return Ok(Some(ReadSample { raw, need, plan, held }));
                 }

@@ -49,7 +49,8 @@ impl WorkerContext {
     /// pool. `Err` is the sample's skip: nothing is queued for it.
     pub(super) fn plan(&self, raw: &RawSample, item: &Item) -> Result<Arc<SamplePlan>, Skipped> {
         let max_pixels = self.config.max_image_pixels;
-        let mut plan = plan_sample(raw, &item.spec, &item.views, item.item_seed(), max_pixels)?;
+        let targets = item.fields.iter().any(|f| f.kind == FieldKind::Targets);
+        let mut plan = plan_sample(raw, &item.spec, &item.views, item.item_seed(), max_pixels, targets)?;
         plan.runs_on = self.runs_on(raw, item, &plan);
         let plan = Arc::new(plan);
         #[cfg(test)]

@@ -70,6 +70,23 @@ def _fields(fields):
     return out
 
 
+def _target(value, torch, device):
+    """One image's targets as torchvision's detection models take them: a
+    dict of ``boxes`` (float32 ``[N, 4]``, in ``format``), ``labels``
+    (int64 ``[N]``), and ``iscrowd``, ``area`` and ``keypoints`` (``[N, K,
+    3]``: x, y, visibility) when the dataset has them, as tensors on the
+    loader's device (numpy arrays without torch); ``canvas_size`` is the
+    image's (height, width)."""
+    out = {}
+    for name, item in value.items():
+        if isinstance(item, tuple) and len(item) == 3 and isinstance(item[2], bytes):
+            arr = np.frombuffer(item[2], dtype=np.dtype(item[0])).reshape(item[1])
+            out[name] = _tensor(torch, arr.copy(), device) if torch is not None else arr.copy()
+        else:
+            out[name] = item
+    return out
+
+
 def _field_column(field, values, torch, device):
     """One field's values in a batch: lists for text, JSON and bytes,
     tensors (numpy without torch) for numbers and arrays, with a validity
@@ -86,6 +103,8 @@ def _field_column(field, values, torch, device):
         return [None if v is None else json.loads(v) for v in values], mask
     if isinstance(first, (str, bytes)):
         return list(values), mask
+    if isinstance(first, dict):  # detection targets
+        return [None if v is None else _target(v, torch, device) for v in values], mask
     if isinstance(first, tuple):  # .npy: (dtype, shape, data)
         arrays = [None if v is None else np.frombuffer(v[2], dtype=np.dtype(v[0])).reshape(v[1]) for v in values]
         same = all(a is not None and a.shape == arrays[0].shape and a.dtype == arrays[0].dtype for a in arrays)

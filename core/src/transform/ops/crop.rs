@@ -6,6 +6,7 @@ use super::op_impl::OpImpl;
 use crate::Rect;
 use crate::params::{Bounds, Cx, RESIZE_BYTES_PER_LINE, ResolveError, Step, round_half_even};
 use crate::rng::SampleRng;
+use crate::targets::TargetStep;
 use crate::transform::args::{CropSize, Fill, Interpolation, Padding, PaddingMode, check_range};
 use crate::transform::schema::{ArgKind, Described, OpSchema, Origin, Role, construct, optional, required};
 
@@ -214,12 +215,20 @@ impl OpImpl for CenterCrop {
             return Ok(());
         }
         let crop = Rect::new(center_offset(cx.w, cw), center_offset(cx.h, ch), cw, ch);
-        cx.push(Step::CropResize {
+        let step = Step::CropResize {
             crop,
             out_w: cw,
             out_h: ch,
             filter: Interpolation::Bilinear,
-        });
+        };
+        // torchvision places boxes and keypoints at `round((image - crop) /
+        // 2)` even where it pads the image (which it pads by `(crop -
+        // image) // 2`): with an odd difference, a crop larger than the
+        // image moves them a pixel further than its pixels
+        // (`center_crop_bounding_boxes`). They follow torchvision's rule.
+        let anchor = |image: u32, crop: u32| round_half_even((f64::from(image) - f64::from(crop)) / 2.0);
+        let boxes = Rect::new(anchor(cx.w, cw), anchor(cx.h, ch), cw, ch);
+        cx.push_with_target(step, TargetStep::Crop(boxes));
         Ok(())
     }
 }

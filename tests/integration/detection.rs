@@ -1,0 +1,179 @@
+//! Detection targets through a real worker: boxes read from a WebDataset
+//! sample's `.json`, moved with their image's geometry, delivered beside
+//! it. tests/python/targets_oracle.py checks the coordinates against
+//! torchvision's kernels; here they are checked against the pixels
+//! themselves.
+
+use std::path::Path;
+
+use stoker_client::{FieldKind, FieldSpec, FieldValue, Loader, LoaderConfig, TransformSpec};
+
+use crate::support::Worker;
+
+/// Distinct colours, one per box: label `i` is painted `COLOURS[i]`.
+const COLOURS: [[u8; 3]; 3] = [[230, 20, 20], [20, 220, 30], [240, 230, 20]];
+const GROUND: [u8; 3] = [20, 30, 200];
+
+/// A WebDataset shard of `n` JPEGs, each with up to three rectangles of
+/// its own colours and a `.json` of their boxes (XYWH, labels 0..3); the
+/// last sample's box reaches past its image.
+fn write_shard(dir: &Path, n: usize) {
+    let mut tar = Vec::new();
+    let mut state = 7u64;
+    let mut next = |m: u32| {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((state >> 33) % u64::from(m)) as u32
+    };
+    for i in 0..n {
+        let (w, h) = (120 + next(80), 90 + next(60));
+        let mut px = vec![0u8; (w * h * 3) as usize];
+        for p in px.chunks_exact_mut(3) {
+            p.copy_from_slice(&GROUND);
+        }
+        let mut boxes = Vec::new();
+        for (label, colour) in COLOURS.iter().enumerate().take(1 + i % 3) {
+            // Side by side in thirds of the width, so they never overlap.
+            let third = w / 3;
+            let bw = 8 + next(third - 12);
+            let bh = 8 + next(h - 12);
+            let x = third * label as u32 + next(third - bw);
+            let y = next(h - bh);
+            for yy in y..y + bh {
+                for xx in x..x + bw {
+                    let at = ((yy * w + xx) * 3) as usize;
+                    px[at..at + 3].copy_from_slice(colour);
+                }
+            }
+            boxes.push([x, y, bw, bh]);
+        }
+        if i == n - 1 {
+            boxes.push([w - 4, 0, 10, 10]);
+        }
+        let mut jpeg = Vec::new();
+        jpeg_encoder::Encoder::new(&mut jpeg, 100)
+            .encode(&px, w as u16, h as u16, jpeg_encoder::ColorType::Rgb)
+            .unwrap();
+        let labels: Vec<usize> = (0..boxes.len()).map(|l| l.min(2)).collect();
+        let doc = serde_json::json!({"boxes": boxes, "format": "XYWH", "labels": labels});
+        let key = format!("s{i:04}");
+        stoker_formats::tar::append_member(&mut tar, &format!("{key}.jpg"), &jpeg);
+        stoker_formats::tar::append_member(&mut tar, &format!("{key}.json"), doc.to_string().as_bytes());
+    }
+    tar.extend_from_slice(&[0; 1024]);
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("shard-000000.tar"), tar).unwrap();
+}
+
+/// The extent of the pixels of `colour` (within a JPEG's error) in an
+/// `s` x `s` RGB image, and how many there are.
+fn extent(img: &[u8], s: usize, colour: [u8; 3]) -> (usize, [f64; 4]) {
+    let (mut count, mut b) = (0, [f64::MAX, f64::MAX, f64::MIN, f64::MIN]);
+    for y in 0..s {
+        for x in 0..s {
+            let p = &img[(y * s + x) * 3..][..3];
+            if p.iter().zip(colour).all(|(&a, c)| a.abs_diff(c) < 60) {
+                count += 1;
+                b = [
+                    b[0].min(x as f64),
+                    b[1].min(y as f64),
+                    b[2].max(x as f64 + 1.0),
+                    b[3].max(y as f64 + 1.0),
+                ];
+            }
+        }
+    }
+    (count, b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boxes_follow_their_images_geometry_through_a_worker_and_bad_ones_are_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 24;
+    write_shard(dir.path(), n);
+    let w = Worker::start(2);
+    let s = 64usize;
+    let spec = TransformSpec::from_json(&format!(
+        r#"{{"ops": [{{"op": "RandomResizedCrop", "size": {s}, "scale": [0.4, 1.0], "interpolation": "nearest"}},
+            {{"op": "RandomHorizontalFlip"}}, {{"op": "RandomVerticalFlip"}},
+            {{"op": "RandomRotation", "degrees": 25}}, {{"op": "CenterCrop", "size": {s}}},
+            {{"op": "SanitizeBoundingBoxes"}}, {{"op": "ConvertBoundingBoxFormat", "format": "XYXY"}}]}}"#
+    ))
+    .unwrap();
+    let mut config = LoaderConfig::new(vec![w.addr.clone()], dir.path().to_str().unwrap(), 8, spec);
+    config.fields = vec![FieldSpec::new("targets", "json", FieldKind::Targets)];
+    let loader = Loader::connect(config).await.unwrap();
+    let mut stream = loader.epoch(0).unwrap();
+    let (mut samples, mut boxes) = (0, 0);
+    while let Some(batch) = stream.next_batch().await {
+        let batch = batch.unwrap();
+        for i in 0..batch.real() {
+            let Some(FieldValue::Targets(t)) = &batch.fields[i][0] else {
+                panic!("{}: no targets: {:?}", batch.keys[i], batch.fields[i]);
+            };
+            assert_eq!(t.canvas, (s as u32, s as u32), "{}", batch.keys[i]);
+            let img = batch.image(i);
+            let delivered: Vec<(i64, [f64; 4])> = t.labels.iter().copied().zip(t.boxes_out()).collect();
+            for (label, colour) in COLOURS.iter().enumerate() {
+                let (count, seen) = extent(img, s, *colour);
+                let got = delivered.iter().find(|(l, _)| *l == label as i64);
+                match got {
+                    // Nearest sampling and a rotation: within two pixels.
+                    // A sliver of a box may fall between the pixels
+                    // nearest sampling takes.
+                    Some((_, b)) if count == 0 => {
+                        let area = (b[2] - b[0]) * (b[3] - b[1]);
+                        assert!(
+                            area <= 6.0,
+                            "{} label {label}: box {b:?} kept, no pixels",
+                            batch.keys[i]
+                        );
+                    }
+                    Some((_, b)) => {
+                        let off = b.iter().zip(seen).map(|(a, c)| (a - c).abs()).fold(0.0, f64::max);
+                        assert!(
+                            off <= 2.0,
+                            "{} label {label}: box {b:?}, pixels at {seen:?}",
+                            batch.keys[i]
+                        );
+                        boxes += 1;
+                    }
+                    // Dropped by Sanitize (under a pixel a side), or never
+                    // in the image: at most a sliver of its colour.
+                    None => {
+                        let sliver = seen[2] - seen[0] <= 2.0 || seen[3] - seen[1] <= 2.0;
+                        assert!(
+                            count == 0 || sliver,
+                            "{} label {label}: pixels at {seen:?}, no box",
+                            batch.keys[i]
+                        );
+                    }
+                }
+            }
+            samples += 1;
+        }
+    }
+    let report = stream.report();
+    assert_eq!(samples, n - 1, "{:?}", report.skip_reasons);
+    let reasons: Vec<String> = report.skip_reasons.iter().map(|(k, r)| format!("{k}: {r}")).collect();
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    assert!(
+        reasons[0].starts_with(&format!("s{:04}: field \"targets\"", n - 1))
+            && reasons[0].contains("reaches outside the image"),
+        "{reasons:?}"
+    );
+    assert!(boxes >= n, "{boxes} boxes checked");
+    println!("detection: {samples} samples, {boxes} boxes on their pixels, the bad box skipped");
+
+    // A policy cannot move boxes: refused before any work, naming it.
+    let policy =
+        TransformSpec::from_json(r#"{"ops": [{"op": "AutoAugment"}, {"op": "CenterCrop", "size": 32}]}"#).unwrap();
+    let mut config = LoaderConfig::new(vec![w.addr.clone()], dir.path().to_str().unwrap(), 8, policy);
+    config.fields = vec![FieldSpec::new("targets", "json", FieldKind::Targets)];
+    let Err(e) = Loader::connect(config).await else {
+        panic!("a policy with targets was accepted");
+    };
+    let e = e.to_string();
+    assert!(e.contains("ops[0] (AutoAugment)") && e.contains("boxes"), "{e}");
+}
