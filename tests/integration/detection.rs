@@ -4,9 +4,11 @@
 //! torchvision's kernels; here they are checked against the pixels
 //! themselves.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use stoker_client::{FieldKind, FieldSpec, FieldValue, Loader, LoaderConfig, TransformSpec};
+use stoker_core::targets::Targets;
 
 use crate::support::Worker;
 
@@ -85,6 +87,69 @@ fn extent(img: &[u8], s: usize, colour: [u8; 3]) -> (usize, [f64; 4]) {
         }
     }
     (count, b)
+}
+
+/// Every delivered sample's targets by key, from the worker at `addr`
+/// with `spec`, and the skip reasons.
+async fn targets_by_key(addr: &str, dataset: &Path, spec: TransformSpec) -> (BTreeMap<String, Targets>, Vec<String>) {
+    let mut config = LoaderConfig::new(vec![addr.to_owned()], dataset.to_str().unwrap(), 8, spec);
+    config.fields = vec![FieldSpec::new("targets", "json", FieldKind::Targets)];
+    let loader = Loader::connect(config).await.unwrap();
+    let mut stream = loader.epoch(0).unwrap();
+    let mut out = BTreeMap::new();
+    while let Some(batch) = stream.next_batch().await {
+        let batch = batch.unwrap();
+        for i in 0..batch.real() {
+            let Some(FieldValue::Targets(t)) = &batch.fields[i][0] else {
+                panic!("{}: no targets: {:?}", batch.keys[i], batch.fields[i]);
+            };
+            out.insert(batch.keys[i].clone(), (**t).clone());
+        }
+    }
+    let reasons = stream
+        .report()
+        .skip_reasons
+        .iter()
+        .map(|(k, r)| format!("{k}: {r}"))
+        .collect();
+    (out, reasons)
+}
+
+const GEOMETRY: &str = r#"{"op": "RandomHorizontalFlip"}, {"op": "RandomVerticalFlip"},
+    {"op": "RandomRotation", "degrees": 25}, {"op": "CenterCrop", "size": 64},
+    {"op": "SanitizeBoundingBoxes"}, {"op": "ConvertBoundingBoxFormat", "format": "XYXY"}"#;
+
+/// A GPU worker's lanes run the pixels; the boxes are moved on the host
+/// from the same plan: they equal a CPU worker's, bit for bit, and the
+/// same bad sample is skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_worker_delivers_the_boxes_a_cpu_worker_delivers() {
+    let Some(gpu) = crate::gpu::gpu_or_skip("a_gpu_worker_delivers_the_boxes_a_cpu_worker_delivers") else {
+        return;
+    };
+    drop(gpu);
+    let dir = tempfile::tempdir().unwrap();
+    write_shard(dir.path(), 48);
+    let spec = || {
+        TransformSpec::from_json(&format!(
+            r#"{{"ops": [{{"op": "RandomResizedCrop", "size": 64, "scale": [0.4, 1.0]}}, {GEOMETRY}]}}"#
+        ))
+        .unwrap()
+    };
+    let cpu = Worker::start(2);
+    let gpu = Worker::start_with(2, &["--device", "cuda", "--gpu-only"], &[]);
+    let (on_cpu, cpu_skips) = targets_by_key(&cpu.addr, dir.path(), spec()).await;
+    let (on_gpu, gpu_skips) = targets_by_key(&gpu.addr, dir.path(), spec()).await;
+    assert_eq!(on_cpu.len(), 47, "{cpu_skips:?}");
+    assert_eq!(on_gpu, on_cpu);
+    assert_eq!(gpu_skips, cpu_skips);
+    let info = crate::gpu::worker_info(&gpu.addr).await;
+    assert!(info.gpu_samples > 0, "the images went through the gpu lanes: {info:?}");
+    let boxes: usize = on_gpu.values().map(|t| t.boxes.len()).sum();
+    println!(
+        "gpu detection: {} samples, {boxes} boxes equal to the cpu worker's",
+        on_gpu.len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -83,6 +83,7 @@ SAMPLES = {
     "str": ("rand-m9-mstd0.5-inc1", "rand-m9-mstd0.5-inc1"),
     "dtype": ("float32", "float32"),
     "per_channel": ((0.5, 0.5, 0.5), [0.5, 0.5, 0.5]),
+    "box_format": ("xywh", "XYWH"),
 }
 
 

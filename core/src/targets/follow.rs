@@ -2,8 +2,17 @@
 //! keypoints, as torchvision v2's kernels for `BoundingBoxes` and
 //! `KeyPoints` do (`transforms/v2/functional/_geometry.py`, `_misc.py`).
 
-use super::{BoxFormat, Targets};
+use super::instances::{BoxFormat, Targets};
 use crate::params::{PaddingMode, Rect, Step};
+
+impl Targets {
+    /// Follows `steps` (recorded with the pixels' steps) in order.
+    pub fn follow(&mut self, steps: &[TargetStep]) {
+        for s in steps {
+            s.apply(self);
+        }
+    }
+}
 
 /// One step of a sample's geometry as it applies to its targets.
 #[derive(Clone, Debug, PartialEq)]

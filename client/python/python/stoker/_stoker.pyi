@@ -15,6 +15,7 @@ __all__ = [
     "arg_kinds",
     "check_transform",
     "field_kinds",
+    "follow_targets",
     "main",
     "op_schema",
     "parse_field",
