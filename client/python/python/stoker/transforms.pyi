@@ -44,6 +44,9 @@ __all__ = [
     "TrivialAugmentWide",
     "TimmRandAugment",
     "RandomErasing",
+    "ClampBoundingBoxes",
+    "SanitizeBoundingBoxes",
+    "ConvertBoundingBoxFormat",
     "ToImage",
     "PILToTensor",
     "ToTensor",
@@ -103,6 +106,11 @@ class CenterCrop(Transform):
     size: int | list[int]
     def __init__(self, size: int | Sequence[int]) -> None: ...
 
+class ClampBoundingBoxes(Transform):
+    """Boxes clamped to the image."""
+    clamping_mode: str
+    def __init__(self, clamping_mode: str = ...) -> None: ...
+
 class ColorJitter(Transform):
     """Brightness, contrast, saturation and hue changed by random factors, in a random order."""
     brightness: float | list[float] | None
@@ -115,6 +123,11 @@ class Compose(Transform):
     """Its transforms, in order."""
     transforms: list[Transform]
     def __init__(self, transforms: Sequence[object]) -> None: ...
+
+class ConvertBoundingBoxFormat(Transform):
+    """Boxes delivered in another format."""
+    format: Literal['XYXY', 'XYWH', 'CXCYWH']
+    def __init__(self, format: Enum | str) -> None: ...
 
 class ConvertImageDtype(Transform):
     """Converted to dtype, floats scaled to [0, 1] (output conversion)."""
@@ -291,6 +304,13 @@ class Resize(Transform):
     max_size: int | None
     antialias: bool | None
     def __init__(self, size: int | Sequence[int] | None, interpolation: Enum | str | int = ..., max_size: int | None = ..., antialias: bool | None = ...) -> None: ...
+
+class SanitizeBoundingBoxes(Transform):
+    """Degenerate boxes dropped, with their labels and other per-instance values."""
+    min_size: float
+    min_area: float
+    labels_getter: str
+    def __init__(self, min_size: float = ..., min_area: float = ..., labels_getter: str = ...) -> None: ...
 
 class TimmRandAugment(Transform):
     """timm's RandAugment from its config string (rand-m9-mstd0.5-inc1): img_mean is the fill (timm's default 128 grey), interpolation random, bilinear or bicubic."""
