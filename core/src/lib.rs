@@ -32,6 +32,7 @@ pub mod field;
 pub mod format;
 pub mod jitter;
 pub mod mode;
+mod npy;
 pub mod params;
 pub mod pem;
 pub mod plan;

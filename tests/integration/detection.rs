@@ -1,8 +1,11 @@
 //! Detection targets through a real worker: boxes read from a WebDataset
 //! sample's `.json`, moved with their image's geometry, delivered beside
 //! it. tests/python/targets_oracle.py checks the coordinates against
-//! torchvision's kernels; here they are checked against the pixels
-//! themselves.
+//! torchvision's kernels, rotations included; here they are checked
+//! against the pixels themselves, through crops, resizes, flips and pads
+//! (after a rotation a box is its rotated corners' extent, larger than
+//! the pixels in view wherever the canvas cuts it), and a GPU worker's
+//! against a CPU worker's.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -162,7 +165,7 @@ async fn boxes_follow_their_images_geometry_through_a_worker_and_bad_ones_are_sk
     let spec = TransformSpec::from_json(&format!(
         r#"{{"ops": [{{"op": "RandomResizedCrop", "size": {s}, "scale": [0.4, 1.0], "interpolation": "nearest"}},
             {{"op": "RandomHorizontalFlip"}}, {{"op": "RandomVerticalFlip"}},
-            {{"op": "RandomRotation", "degrees": 25}}, {{"op": "CenterCrop", "size": {s}}},
+            {{"op": "Pad", "padding": [3, 5, 2, 4]}}, {{"op": "CenterCrop", "size": {s}}},
             {{"op": "SanitizeBoundingBoxes"}}, {{"op": "ConvertBoundingBoxFormat", "format": "XYXY"}}]}}"#
     ))
     .unwrap();
@@ -184,7 +187,6 @@ async fn boxes_follow_their_images_geometry_through_a_worker_and_bad_ones_are_sk
                 let (count, seen) = extent(img, s, *colour);
                 let got = delivered.iter().find(|(l, _)| *l == label as i64);
                 match got {
-                    // Nearest sampling and a rotation: within two pixels.
                     // A sliver of a box may fall between the pixels
                     // nearest sampling takes.
                     Some((_, b)) if count == 0 => {
@@ -195,6 +197,8 @@ async fn boxes_follow_their_images_geometry_through_a_worker_and_bad_ones_are_sk
                             batch.keys[i]
                         );
                     }
+                    // Crops, nearest resizes, flips and pads: the box is its
+                    // pixels' extent, within a pixel and a JPEG's edge.
                     Some((_, b)) => {
                         let off = b.iter().zip(seen).map(|(a, c)| (a - c).abs()).fold(0.0, f64::max);
                         assert!(
