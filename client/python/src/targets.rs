@@ -71,7 +71,9 @@ pub(crate) fn follow_targets<'py>(
             Step::FlipVertical => ("flip_vertical",).into_pyobject(py)?.into_any(),
             Step::Affine {
                 matrix, out_w, out_h, ..
-            } => ("affine", matrix.to_vec(), (*out_w, *out_h)).into_pyobject(py)?.into_any(),
+            } => ("affine", matrix.to_vec(), (*out_w, *out_h))
+                .into_pyobject(py)?
+                .into_any(),
             _ => continue,
         };
         geometric.append(item)?;
@@ -91,7 +93,10 @@ pub(crate) fn targets_to_py<'py>(py: Python<'py>, t: &Targets) -> PyResult<Bound
     let f32s = |v: &mut dyn Iterator<Item = f64>| v.flat_map(|x| (x as f32).to_le_bytes()).collect::<Vec<u8>>();
     let out = PyDict::new(py);
     let boxes = t.boxes_out();
-    out.set_item("boxes", array("<f4", vec![n, 4], f32s(&mut boxes.iter().flatten().copied())))?;
+    out.set_item(
+        "boxes",
+        array("<f4", vec![n, 4], f32s(&mut boxes.iter().flatten().copied())),
+    )?;
     let labels: Vec<u8> = t.labels.iter().flat_map(|l| l.to_le_bytes()).collect();
     out.set_item("labels", array("<i8", vec![n], labels))?;
     if !t.iscrowd.is_empty() {
