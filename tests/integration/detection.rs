@@ -13,7 +13,7 @@ use std::path::Path;
 use stoker_client::{FieldKind, FieldSpec, FieldValue, Loader, LoaderConfig, TransformSpec};
 use stoker_core::targets::Targets;
 
-use crate::support::Worker;
+use crate::support::{Worker, python, python_script, run_ok};
 
 /// Distinct colours, one per box: label `i` is painted `COLOURS[i]`.
 const COLOURS: [[u8; 3]; 3] = [[230, 20, 20], [20, 220, 30], [240, 230, 20]];
@@ -245,4 +245,23 @@ async fn boxes_follow_their_images_geometry_through_a_worker_and_bad_ones_are_sk
     };
     let e = e.to_string();
     assert!(e.contains("ops[0] (AutoAugment)") && e.contains("boxes"), "{e}");
+}
+
+/// The Python loader delivers a `targets` field as torchvision's list of
+/// dicts of arrays, each image's boxes as its JSON's through the
+/// transform (tests/python/targets_check.py).
+#[test]
+fn the_python_loader_delivers_targets_as_torchvision_dicts() {
+    let dir = tempfile::tempdir().unwrap();
+    write_shard(dir.path(), 13);
+    let w = Worker::start(2);
+    let out = run_ok(
+        python()
+            .arg(python_script("targets_check.py"))
+            .arg(&w.addr)
+            .arg(dir.path()),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(stdout.contains("targets check: 12 images' targets"), "{stdout}");
 }
