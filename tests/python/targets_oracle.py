@@ -8,8 +8,9 @@ worker's own code) and torchvision moves the same targets
 - ops whose outcome the arguments fix (Resize, CenterCrop, Pad, the flips
   with p=1, RandomRotation and RandomAffine with one-value ranges) run as
   torchvision's own transform classes;
-- ops that draw a box (RandomResizedCrop, RandomCrop) run as torchvision's
-  functional kernels at the box Stoker drew (its resolved steps).
+- ops that draw a box or an offset (RandomResizedCrop, RandomCrop,
+  RandomZoomOut) run as torchvision's functional kernels at what Stoker
+  drew (its resolved steps).
 
 Every pipeline ends with CenterCrop(S) (a spec ends at a fixed size),
 which torchvision applies too. Coordinates must agree exactly (within
@@ -53,7 +54,7 @@ def draw_targets(rng: random.Random, w: int, h: int):
 def draw_op(rng: random.Random, w: int, h: int):
     """(stoker op JSON, torchvision transform or None, needs Stoker's steps)."""
     kind = rng.choice(
-        ["hflip", "vflip", "resize", "center_crop", "pad", "rotate", "rotate_expand", "affine", "rrc", "crop"]
+        ["hflip", "vflip", "resize", "center_crop", "pad", "rotate", "rotate_expand", "affine", "rrc", "crop", "zoom_out"]
     )
     if kind == "hflip":
         return {"op": "RandomHorizontalFlip", "p": 1.0}, v2.RandomHorizontalFlip(p=1.0)
@@ -80,6 +81,9 @@ def draw_op(rng: random.Random, w: int, h: int):
         sx, sy = rng.uniform(-30, 30), rng.uniform(-30, 30)
         op = {"op": "RandomAffine", "degrees": [angle, angle], "scale": [scale, scale], "shear": [sx, sx, sy, sy]}
         return op, v2.RandomAffine([angle, angle], scale=(scale, scale), shear=[sx, sx, sy, sy])
+    if kind == "zoom_out":
+        lo = rng.uniform(1.0, 2.0)
+        return {"op": "RandomZoomOut", "side_range": [lo, lo + rng.uniform(0.0, 2.0)], "p": 1.0}, None
     if kind == "rrc":
         return {"op": "RandomResizedCrop", "size": rng.randint(8, 200)}, None
     size = [rng.randint(4, h + 20), rng.randint(4, w + 20)]
@@ -139,8 +143,12 @@ def main() -> int:
             # The draw's steps as Stoker resolved them, then the final
             # CenterCrop as torchvision applies it (it pushed a step only
             # when the drawn op's output is not S x S).
-            size = op["size"] if isinstance(op["size"], list) else [op["size"]] * 2
-            tb, tk = from_steps(steps[:-1] if size != [S, S] else steps, tb, tk)
+            if op["op"] == "RandomZoomOut":
+                # Its one step is a pad, at the offset Stoker drew.
+                tb, tk = from_steps([s for s in steps if s[0] == "pad"], tb, tk)
+            else:
+                size = op["size"] if isinstance(op["size"], list) else [op["size"]] * 2
+                tb, tk = from_steps(steps[:-1] if size != [S, S] else steps, tb, tk)
         else:
             tb, tk = (reference(tb), None) if tk is None else reference(tb, tk)
             if op.get("expand"):

@@ -1254,6 +1254,9 @@ NO_CASE: dict[str, str] = {
     "ClampBoundingBoxes": "moves no pixels",
     "SanitizeBoundingBoxes": "moves no pixels",
     "ConvertBoundingBoxFormat": "moves no pixels",
+    # A constant Pad at a random offset: Pad's cases check those pixels,
+    # targets_oracle.py its boxes; the size and offset draws are Stoker's.
+    "RandomZoomOut": "a Pad at a random offset (Pad's cases)",
 }
 
 

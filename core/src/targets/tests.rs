@@ -301,3 +301,24 @@ fn targets_json_is_read_then_placed_on_its_image() {
     // No boxes is a valid image with nothing in it.
     assert!(Targets::from_json(br#"{"boxes": []}"#).unwrap().boxes.is_empty());
 }
+
+#[test]
+fn a_zoom_out_pads_and_its_boxes_move_with_the_image() {
+    let spec = TransformSpec::from_json(
+        r#"{"ops": [{"op": "RandomZoomOut", "side_range": [2.0, 2.0], "p": 1.0}, {"op": "Resize", "size": [32, 32]}]}"#,
+    )
+    .unwrap();
+    let (steps, target_steps) = resolve_with_targets(&spec, &SampleRng::from_seed(9), 100, 50).unwrap();
+    let Step::Pad {
+        ltrb: [l, top, r, b], ..
+    } = steps[0]
+    else {
+        panic!("{steps:?}")
+    };
+    assert_eq!((l + r, top + b), (100, 50), "{steps:?}");
+    let mut t = targets((100, 50), &[[10.0, 10.0, 20.0, 30.0]]);
+    t.follow(&target_steps[..1]);
+    assert_eq!(t.canvas, (200, 100));
+    let (dx, dy) = (f64::from(l), f64::from(top));
+    assert_eq!(t.boxes[0], [10.0 + dx, 10.0 + dy, 20.0 + dx, 30.0 + dy]);
+}

@@ -34,6 +34,10 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         r#"{"op": "Pad", "padding": [3, 5], "padding_mode": "reflect"}, {"op": "CenterCrop", "size": SIZE}"#,
     ),
     (
+        "RandomZoomOut",
+        r#"{"op": "RandomZoomOut", "fill": [123, 117, 104], "side_range": [1.0, 2.0], "p": 0.8}, {"op": "Resize", "size": [SIZE, SIZE]}"#,
+    ),
+    (
         "RandomHorizontalFlip",
         r#"{"op": "RandomHorizontalFlip"}, {"op": "CenterCrop", "size": SIZE}"#,
     ),

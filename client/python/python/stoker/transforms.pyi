@@ -23,6 +23,7 @@ __all__ = [
     "CenterCrop",
     "RandomCrop",
     "Pad",
+    "RandomZoomOut",
     "RandomHorizontalFlip",
     "RandomVerticalFlip",
     "RandomRotation",
@@ -296,6 +297,13 @@ class RandomVerticalFlip(Transform):
     """Mirrored top-bottom with probability p."""
     p: float
     def __init__(self, p: float = ...) -> None: ...
+
+class RandomZoomOut(Transform):
+    """Placed on a canvas up to side_range times its size, with probability p."""
+    fill: float | list[float] | None
+    side_range: list[float]
+    p: float
+    def __init__(self, fill: float | Sequence[float] | Mapping[type | str, float | Sequence[float] | None] | None = ..., side_range: Sequence[float] = ..., p: float = ...) -> None: ...
 
 class Resize(Transform):
     """Resized: an int size is the shorter side (at most max_size for the longer), [h, w] the exact size."""

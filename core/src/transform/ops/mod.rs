@@ -27,6 +27,7 @@ mod resize;
 mod rotate;
 mod timm;
 mod tree;
+mod zoom;
 
 pub use affine::RandomAffine;
 pub use blur::GaussianBlur;
@@ -48,3 +49,4 @@ pub use rotate::RandomRotation;
 pub use timm::TimmRandAugment;
 pub(crate) use tree::validate_all;
 pub use tree::{Compose, OP_NAMES, OP_SCHEMAS, Op, RandomApply, RandomChoice, RandomOrder};
+pub use zoom::RandomZoomOut;

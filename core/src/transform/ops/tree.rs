@@ -15,7 +15,7 @@ use super::{
     RandomPosterize, RandomResizedCrop, RandomRotation, RandomSolarize, RandomVerticalFlip, Resize, TimmRandAugment,
     ToDtype, ToImage, ToTensor, TrivialAugmentWide,
 };
-use super::{ClampBoundingBoxes, ConvertBoundingBoxFormat, SanitizeBoundingBoxes};
+use super::{ClampBoundingBoxes, ConvertBoundingBoxFormat, RandomZoomOut, SanitizeBoundingBoxes};
 use crate::params::{Bounds, Cx, ResolveError, Walk};
 use crate::rng::SampleRng;
 use crate::transform::args::check_p;
@@ -99,6 +99,7 @@ registry! {
     CenterCrop,
     RandomCrop,
     Pad,
+    RandomZoomOut,
     RandomHorizontalFlip,
     RandomVerticalFlip,
     RandomRotation,
