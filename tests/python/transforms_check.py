@@ -118,7 +118,7 @@ def valid_pipeline(T, op):
     name = op.op
     if name in ("RandomResizedCrop", "CenterCrop", "RandomCrop"):
         return T.Compose([T.Resize(48), op])
-    if name in ("Resize", "Pad", "RandomRotation"):
+    if name in ("Resize", "Pad", "RandomRotation", "RandomZoomOut"):
         # Sizes that change (expand=True rotates into a larger image).
         return T.Compose([T.RandomResizedCrop(28), op, T.CenterCrop(32)])
     if name in ("ToTensor", "ToImage", "PILToTensor", "ToDtype", "ConvertImageDtype"):
