@@ -336,25 +336,24 @@ impl Targets {
     /// Keeps the instances where `keep` is true, in every per-instance
     /// list.
     pub(crate) fn retain(&mut self, keep: &[bool]) {
-        let pick = |i: usize| keep[i];
-        let mut i = 0;
-        self.boxes.retain(|_| (pick(i), i += 1).0);
-        let mut i = 0;
-        self.labels.retain(|_| (pick(i), i += 1).0);
-        if !self.iscrowd.is_empty() {
-            let mut i = 0;
-            self.iscrowd.retain(|_| (pick(i), i += 1).0);
-        }
-        if !self.area.is_empty() {
-            let mut i = 0;
-            self.area.retain(|_| (pick(i), i += 1).0);
-        }
-        if self.per_instance > 0 {
-            let k = self.per_instance;
-            let mut i = 0;
-            self.keypoints.retain(|_| (pick(i / k), i += 1).0);
-        }
+        keep_rows(&mut self.boxes, keep, 1);
+        keep_rows(&mut self.labels, keep, 1);
+        keep_rows(&mut self.iscrowd, keep, 1);
+        keep_rows(&mut self.area, keep, 1);
+        keep_rows(&mut self.keypoints, keep, self.per_instance);
     }
+}
+
+/// Keeps the rows of `per` values (one instance's) of `v` where `keep` is
+/// true; an empty list (a value the dataset did not give) stays empty.
+fn keep_rows<T>(v: &mut Vec<T>, keep: &[bool], per: usize) {
+    let per = per.max(1);
+    let mut i = 0;
+    v.retain(|_| {
+        let kept = keep[i / per];
+        i += 1;
+        kept
+    });
 }
 
 /// Boxes in `format` as XYXY, each finite and of non-negative size.
