@@ -316,11 +316,23 @@ impl FieldSpec {
 }
 
 /// That a request asking for detection targets has a transform that can
-/// move them ([`crate::TransformSpec::check_targets`]): refused before any
-/// work, naming the op.
+/// move them ([`crate::TransformSpec::check_targets`]), and that one whose
+/// transform chooses by the boxes (`RandomIoUCrop`) asks for them, from
+/// one field (torchvision refuses both too): refused before any work,
+/// naming the op.
 pub fn validate_targets(fields: &[FieldSpec], spec: &crate::TransformSpec) -> Result<(), crate::SpecError> {
-    if fields.iter().any(|f| f.kind == FieldKind::Targets) {
+    let targets = fields.iter().filter(|f| f.kind == FieldKind::Targets).count();
+    if targets > 0 {
         spec.check_targets()?;
+    }
+    if let Some((at, op)) = spec.needs_boxes()
+        && targets != 1
+    {
+        return Err(crate::SpecError::NeedsBoxes {
+            at,
+            op,
+            fields: targets,
+        });
     }
     Ok(())
 }

@@ -47,7 +47,7 @@ pub(crate) fn follow_targets<'py>(
             .map_err(config_err)?;
     }
     let (steps, target_steps) =
-        resolve_with_targets(&spec, &SampleRng::from_seed(seed), width, height).map_err(config_err)?;
+        resolve_with_targets(&spec, &SampleRng::from_seed(seed), width, height, Some(&targets)).map_err(config_err)?;
     targets.follow(&target_steps);
     let out = PyDict::new(py);
     out.set_item("canvas", targets.canvas)?;

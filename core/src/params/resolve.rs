@@ -5,7 +5,7 @@
 
 use super::step::Step;
 use crate::rng::SampleRng;
-use crate::targets::TargetStep;
+use crate::targets::{TargetStep, Targets};
 
 /// What the pixel values mean at this point of a pipeline, for ops that
 /// write values (RandomErasing):
@@ -67,6 +67,10 @@ pub struct Cx<'a> {
     pub targets: Option<Vec<TargetStep>>,
     /// The first step targets could not follow, with its op.
     pub refused: Option<ResolveError>,
+    /// The sample's boxes as they stood before the first op, placed on
+    /// its image, for the ops that choose by them (`RandomIoUCrop`):
+    /// [`Cx::current_targets`].
+    pub initial: Option<Targets>,
 }
 
 impl<'a> Cx<'a> {
@@ -82,6 +86,7 @@ impl<'a> Cx<'a> {
             op: "",
             targets: targets.then(Vec::new),
             refused: None,
+            initial: None,
         }
     }
 }
@@ -118,6 +123,15 @@ impl Cx<'_> {
         if let Some(targets) = &mut self.targets {
             targets.push(target);
         }
+    }
+
+    /// The sample's targets as the steps so far have moved them: `None`
+    /// when they are not followed, or were not given (an annotation that
+    /// does not fit its image: the sample is skipped for it).
+    pub fn current_targets(&self) -> Option<Targets> {
+        let mut t = self.initial.clone()?;
+        t.follow(self.targets.as_deref()?);
+        Some(t)
     }
 
     pub fn err(&self, reason: impl Into<String>) -> ResolveError {

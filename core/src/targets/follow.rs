@@ -50,6 +50,14 @@ pub enum TargetStep {
     Sanitize { min_size: f64, min_area: f64 },
     /// `ConvertBoundingBoxFormat`: the format the boxes are delivered in.
     Format(BoxFormat),
+    /// `RandomIoUCrop`'s mark: the boxes flagged `true` (their centre fell
+    /// outside its crop) become `[0, 0, 0, 0]`, for a later
+    /// `SanitizeBoundingBoxes` to drop; keypoints stay.
+    Degenerate(Vec<bool>),
+    /// The detection references' `FixedSizeCrop`: boxes left empty by its
+    /// crop (`x1 >= x2` or `y1 >= y2`) are dropped with every per-instance
+    /// value.
+    DropEmpty,
 }
 
 /// Why a step cannot move targets (torchvision raises on it too).
@@ -207,6 +215,15 @@ impl TargetStep {
                 t.retain(&keep);
             }
             TargetStep::Format(f) => t.format = f,
+            TargetStep::Degenerate(ref marked) => {
+                for (b, _) in t.boxes.iter_mut().zip(marked).filter(|(_, m)| **m) {
+                    *b = [0.0; 4];
+                }
+            }
+            TargetStep::DropEmpty => {
+                let keep: Vec<bool> = t.boxes.iter().map(|b| b[0] < b[2] && b[1] < b[3]).collect();
+                t.retain(&keep);
+            }
         }
     }
 }

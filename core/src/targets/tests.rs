@@ -154,13 +154,13 @@ fn a_quarter_turn_maps_corners_and_expand_places_boxes_by_the_rotated_corner() {
     };
     let spec90 = rotation(false);
     let rng = SampleRng::from_seed(1);
-    let (steps, target_steps) = resolve_with_targets(&spec90, &rng, 100, 50).unwrap();
+    let (steps, target_steps) = resolve_with_targets(&spec90, &rng, 100, 50, None).unwrap();
     assert_eq!(steps, resolve_steps(&spec90, &rng, 100, 50).unwrap());
     let mut t = targets((100, 50), &[[40.0, 20.0, 60.0, 30.0]]);
     t.follow(&target_steps);
     // Centre (50, 25): (x, y) → (50 + (y - 25), 25 - (x - 50)).
     assert!(close(t.boxes[0], [45.0, 15.0, 55.0, 35.0]), "{:?}", t.boxes);
-    let (steps, target_steps) = resolve_with_targets(&rotation(true), &rng, 100, 50).unwrap();
+    let (steps, target_steps) = resolve_with_targets(&rotation(true), &rng, 100, 50, None).unwrap();
     assert!(
         matches!(
             steps[0],
@@ -223,7 +223,7 @@ fn policies_and_non_constant_padding_are_refused_before_any_work_naming_the_op()
             .is_err()
     );
     let s = spec(r#"{"op": "TrivialAugmentWide"}"#);
-    let r = resolve_with_targets(&s, &SampleRng::from_seed(3), 40, 40).unwrap_err();
+    let r = resolve_with_targets(&s, &SampleRng::from_seed(3), 40, 40, None).unwrap_err();
     assert!(r.to_string().contains("TrivialAugmentWide"), "{r}");
     // Without targets the same spec resolves.
     assert!(resolve_steps(&s, &SampleRng::from_seed(3), 40, 40).is_ok());
@@ -237,7 +237,7 @@ fn the_box_ops_clamp_sanitize_and_convert_after_the_output_conversion() {
             {"op": "SanitizeBoundingBoxes", "min_size": 2}, {"op": "ConvertBoundingBoxFormat", "format": "xywh"}]}"#,
     )
     .unwrap();
-    let (_, steps) = resolve_with_targets(&spec, &SampleRng::from_seed(5), 32, 32).unwrap();
+    let (_, steps) = resolve_with_targets(&spec, &SampleRng::from_seed(5), 32, 32, None).unwrap();
     let tail: Vec<_> = steps.iter().rev().take(3).rev().cloned().collect();
     assert_eq!(
         tail,
@@ -308,7 +308,7 @@ fn a_zoom_out_pads_and_its_boxes_move_with_the_image() {
         r#"{"ops": [{"op": "RandomZoomOut", "side_range": [2.0, 2.0], "p": 1.0}, {"op": "Resize", "size": [32, 32]}]}"#,
     )
     .unwrap();
-    let (steps, target_steps) = resolve_with_targets(&spec, &SampleRng::from_seed(9), 100, 50).unwrap();
+    let (steps, target_steps) = resolve_with_targets(&spec, &SampleRng::from_seed(9), 100, 50, None).unwrap();
     let Step::Pad {
         ltrb: [l, top, r, b], ..
     } = steps[0]
@@ -321,4 +321,156 @@ fn a_zoom_out_pads_and_its_boxes_move_with_the_image() {
     assert_eq!(t.canvas, (200, 100));
     let (dx, dy) = (f64::from(l), f64::from(top));
     assert_eq!(t.boxes[0], [10.0 + dx, 10.0 + dy, 20.0 + dx, 30.0 + dy]);
+}
+
+fn spec(json: &str) -> TransformSpec {
+    TransformSpec::from_json(json).unwrap()
+}
+
+#[test]
+fn an_iou_crop_holds_a_box_centre_and_zeroes_the_boxes_it_leaves_out() {
+    let s = spec(r#"{"ops": [{"op": "RandomIoUCrop", "sampler_options": [0.3]}, {"op": "Resize", "size": [32, 32]}]}"#);
+    let t = targets((200, 100), &[[10.0, 10.0, 60.0, 60.0], [150.0, 40.0, 190.0, 90.0]]);
+    let mut crops = std::collections::BTreeSet::new();
+    for seed in 0..200 {
+        let rng = SampleRng::from_seed(seed);
+        let (steps, target_steps) = resolve_with_targets(&s, &rng, 200, 100, Some(&t)).unwrap();
+        // Deterministic from the sample's generator.
+        assert_eq!(resolve_with_targets(&s, &rng, 200, 100, Some(&t)).unwrap().0, steps);
+        let Step::CropResize { crop, .. } = steps[0] else {
+            panic!("{steps:?}")
+        };
+        let (l, top, w, h) = (
+            crop.left as f64,
+            crop.top as f64,
+            f64::from(crop.width),
+            f64::from(crop.height),
+        );
+        assert!(w >= 60.0 && h >= 30.0 && (0.5..=2.0).contains(&(w / h)), "{crop:?}");
+        assert!(l >= 0.0 && top >= 0.0 && l + w <= 200.0 && top + h <= 100.0, "{crop:?}");
+        let inside: Vec<bool> = t
+            .boxes
+            .iter()
+            .map(|b| {
+                let (cx, cy) = ((b[0] + b[2]) / 2.0, (b[1] + b[3]) / 2.0);
+                l < cx && cx < l + w && top < cy && cy < top + h
+            })
+            .collect();
+        assert!(inside.iter().any(|&i| i), "{crop:?}");
+        let mut moved = t.clone();
+        moved.follow(&target_steps[..2]);
+        for (i, b) in moved.boxes.iter().enumerate() {
+            assert_eq!(*b == [0.0; 4], !inside[i], "box {i} {b:?} after {crop:?}");
+        }
+        crops.insert((crop.left, crop.top, crop.width, crop.height));
+    }
+    assert!(crops.len() > 100, "{}", crops.len());
+    // No boxes: no crop holds a centre, so only a threshold of 1.0 ends it.
+    let empty = targets((200, 100), &[]);
+    let with_one = spec(
+        r#"{"ops": [{"op": "RandomIoUCrop", "sampler_options": [0.0, 1.0]}, {"op": "Resize", "size": [32, 32]}]}"#,
+    );
+    let (steps, _) = resolve_with_targets(&with_one, &SampleRng::from_seed(1), 200, 100, Some(&empty)).unwrap();
+    assert!(
+        matches!(steps[..], [Step::CropResize { crop, .. }] if crop == Rect::whole(200, 100)),
+        "{steps:?}"
+    );
+    // Options without 1.0 and no boxes: torchvision loops forever; here the
+    // draws end and the image stays as it is.
+    let (steps, _) = resolve_with_targets(&s, &SampleRng::from_seed(1), 200, 100, Some(&empty)).unwrap();
+    assert!(
+        matches!(steps[..], [Step::CropResize { crop, .. }] if crop == Rect::whole(200, 100)),
+        "{steps:?}"
+    );
+}
+
+#[test]
+fn an_iou_crop_is_refused_without_one_targets_field() {
+    use crate::{FieldKind, FieldSpec, validate_targets};
+    let s = spec(r#"{"ops": [{"op": "RandomIoUCrop"}, {"op": "Resize", "size": [32, 32]}]}"#);
+    let e = validate_targets(&[], &s).unwrap_err().to_string();
+    assert!(
+        e.contains("ops[0] (RandomIoUCrop)") && e.contains("0 were asked for"),
+        "{e}"
+    );
+    let field = |name: &str| FieldSpec::new(name, "json", FieldKind::Targets);
+    assert!(validate_targets(&[field("a")], &s).is_ok());
+    let e = validate_targets(&[field("a"), field("b")], &s).unwrap_err().to_string();
+    assert!(e.contains("2 were asked for"), "{e}");
+}
+
+#[test]
+fn a_fixed_size_crop_crops_what_is_larger_and_pads_what_is_smaller() {
+    let s = spec(r#"{"ops": [{"op": "FixedSizeCrop", "size": 50, "fill": 7}]}"#);
+    // Wider and taller: one draw places the crop on both sides.
+    let t = targets((100, 80), &[[0.0, 0.0, 5.0, 5.0], [50.0, 30.0, 70.0, 50.0]]);
+    for seed in 0..50 {
+        let (steps, target_steps) = resolve_with_targets(&s, &SampleRng::from_seed(seed), 100, 80, Some(&t)).unwrap();
+        let Step::CropResize { crop, out_w, out_h, .. } = steps[0] else {
+            panic!("{steps:?}")
+        };
+        assert_eq!((crop.width, crop.height, out_w, out_h), (50, 50, 50, 50));
+        // One r for both offsets: left = int(50 r), top = int(30 r).
+        assert!((crop.top as f64 - 0.6 * crop.left as f64).abs() <= 1.0, "{crop:?}");
+        let mut moved = t.clone();
+        moved.follow(&target_steps);
+        assert_eq!(moved.canvas, (50, 50));
+        // The corner box survives only while the crop starts at its corner.
+        let corner_kept = crop.left < 5 && crop.top < 5;
+        assert_eq!(
+            moved.boxes.len(),
+            1 + usize::from(corner_kept),
+            "{crop:?} {:?}",
+            moved.boxes
+        );
+        assert_eq!(moved.labels.len(), moved.boxes.len());
+    }
+    // Smaller: padded on the right and bottom; boxes stay.
+    let t = targets((30, 20), &[[1.0, 2.0, 3.0, 4.0]]);
+    let (steps, target_steps) = resolve_with_targets(&s, &SampleRng::from_seed(0), 30, 20, Some(&t)).unwrap();
+    assert_eq!(
+        steps,
+        vec![Step::Pad {
+            ltrb: [0, 0, 20, 30],
+            mode: PaddingMode::Constant,
+            fill: [7; 3]
+        }]
+    );
+    let mut moved = t.clone();
+    moved.follow(&target_steps);
+    assert_eq!((moved.canvas, moved.boxes[0]), ((50, 50), [1.0, 2.0, 3.0, 4.0]));
+}
+
+#[test]
+fn scale_jitter_and_shortest_size_resize_as_torchvision_computes_the_size() {
+    let size = |json: &str, w: u32, h: u32, seed: u64| {
+        let steps = resolve_steps(&spec(json), &SampleRng::from_seed(seed), w, h).unwrap();
+        match steps.first() {
+            Some(Step::CropResize { crop, out_w, out_h, .. }) if *crop == Rect::whole(w, h) => (*out_w, *out_h),
+            _ => (w, h),
+        }
+    };
+    // scale_range [1, 1]: min(1024 / 640, 1024 / 480) = 1.6 exactly.
+    let jitter = r#"{"ops": [{"op": "ScaleJitter", "target_size": [1024, 1024], "scale_range": [1.0, 1.0]}, {"op": "FixedSizeCrop", "size": 1024}]}"#;
+    assert_eq!(size(jitter, 640, 480, 0), (1024, 768));
+    let jitter = r#"{"ops": [{"op": "ScaleJitter", "target_size": [100, 100]}, {"op": "FixedSizeCrop", "size": 64}]}"#;
+    for seed in 0..50 {
+        let (w, h) = size(jitter, 400, 300, seed);
+        // r = min(100 / 300, 100 / 400) * s = s / 4, s in [0.1, 2].
+        assert!((10..=200).contains(&w), "{w}x{h}");
+        assert!((f64::from(h) - 0.75 * f64::from(w)).abs() <= 1.0, "{w}x{h}");
+    }
+    // 480 / 480 = 1: 640 stays; 800 / 480 and max 1000 / 640 = 1.5625 wins.
+    let shortest = |sizes: &str| {
+        format!(
+            r#"{{"ops": [{{"op": "RandomShortestSize", "min_size": {sizes}, "max_size": 1000}}, {{"op": "FixedSizeCrop", "size": 64}}]}}"#
+        )
+    };
+    assert_eq!(size(&shortest("480"), 640, 480, 0), (640, 480));
+    assert_eq!(size(&shortest("[800]"), 640, 480, 0), (1000, 750));
+    let mut seen = std::collections::BTreeSet::new();
+    for seed in 0..60 {
+        seen.insert(size(&shortest("[300, 400, 500]"), 640, 480, seed).1);
+    }
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec![300, 400, 500]);
 }

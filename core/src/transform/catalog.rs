@@ -41,6 +41,7 @@ pub fn schema_json() -> Value {
                 "origin": match s.origin {
                     Origin::Torchvision => format!("torchvision.transforms.v2.{name}"),
                     Origin::Timm => "timm.data.rand_augment_transform".to_owned(),
+                    Origin::TorchvisionReferences => format!("torchvision references/detection/transforms.py {name}"),
                 },
                 "role": s.role.name(),
                 "args": args,
@@ -124,6 +125,7 @@ pub fn markdown_table() -> String {
             let origin = match s.origin {
                 Origin::Torchvision => "",
                 Origin::Timm => " (timm)",
+                Origin::TorchvisionReferences => " (torchvision's detection references)",
             };
             let args = if args.is_empty() {
                 "none".to_owned()
@@ -171,6 +173,8 @@ mod tests {
             ArgKind::Dtype => json!("float32"),
             ArgKind::BoxFormat => json!("XYWH"),
             ArgKind::PerChannel => json!([0.5, 0.5, 0.5]),
+            ArgKind::IntPair => json!([64, 48]),
+            ArgKind::Ints => json!([32, 48]),
             other => panic!("no sample for a required {other:?}"),
         }
     }

@@ -37,6 +37,24 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         "RandomZoomOut",
         r#"{"op": "RandomZoomOut", "fill": [123, 117, 104], "side_range": [1.0, 2.0], "p": 0.8}, {"op": "Resize", "size": [SIZE, SIZE]}"#,
     ),
+    // Without a targets field (as these run) it sees no boxes and crops
+    // nothing; its crop is a plain crop, which every executor runs.
+    (
+        "RandomIoUCrop",
+        r#"{"op": "RandomIoUCrop", "min_scale": 0.5, "trials": 10}, {"op": "Resize", "size": [SIZE, SIZE]}"#,
+    ),
+    (
+        "ScaleJitter",
+        r#"{"op": "ScaleJitter", "target_size": [SIZE, SIZE], "scale_range": [0.5, 1.5]}, {"op": "CenterCrop", "size": SIZE}"#,
+    ),
+    (
+        "RandomShortestSize",
+        r#"{"op": "RandomShortestSize", "min_size": [SIZE, 64, 80], "max_size": 120}, {"op": "RandomCrop", "size": SIZE, "pad_if_needed": true}"#,
+    ),
+    (
+        "FixedSizeCrop",
+        r#"{"op": "ScaleJitter", "target_size": [SIZE, SIZE]}, {"op": "FixedSizeCrop", "size": SIZE, "fill": [123, 117, 104]}"#,
+    ),
     (
         "RandomHorizontalFlip",
         r#"{"op": "RandomHorizontalFlip"}, {"op": "CenterCrop", "size": SIZE}"#,

@@ -30,7 +30,7 @@ pub use ops::*;
 
 use crate::params::{Bounds, Cx, PixelScale, ResolveError, Step, TooLarge, Walk};
 use crate::rng::SampleRng;
-use crate::targets::TargetStep;
+use crate::targets::{TargetStep, Targets};
 
 /// The spec version this build writes and reads. A version changes when
 /// an existing pipeline's pixels would change; adding an op does not.
@@ -82,6 +82,14 @@ pub enum SpecError {
         at: String,
         op: &'static str,
         reason: String,
+    },
+    #[error(
+        "transform ops{at} ({op}) chooses its crop by the sample's boxes, from one targets field; {fields} were asked for: ask for one (a field of kind targets)"
+    )]
+    NeedsBoxes {
+        at: String,
+        op: &'static str,
+        fields: usize,
     },
     #[error("transform spec version {got} is not supported by this build (it reads version {SPEC_VERSION})")]
     Version { got: u32 },
@@ -178,6 +186,19 @@ impl TransformSpec {
             Ok(())
         }
         walk(&self.ops).map_err(|(at, op, reason)| SpecError::Targets { at, op, reason })
+    }
+
+    /// The first op that chooses by the sample's boxes (`RandomIoUCrop`),
+    /// as its position (`[2]`, `[1][0]` in a container) and name: a
+    /// request with it needs a targets field.
+    pub fn needs_boxes(&self) -> Option<(String, &'static str)> {
+        fn walk(ops: &[Op]) -> Option<(String, &'static str)> {
+            ops.iter().enumerate().find_map(|(i, op)| match op {
+                Op::RandomIoUCrop(_) => Some((format!("[{i}]"), op.name())),
+                _ => walk(op.children()).map(|(at, name)| (format!("[{i}]{at}"), name)),
+            })
+        }
+        walk(&self.ops)
     }
 
     /// A spec from its JSON form, validated. Errors name the op by its
@@ -375,13 +396,18 @@ pub fn resolve_steps(
 }
 
 /// [`resolve_steps`], with the steps the sample's boxes and keypoints
-/// take through the same draws ([`crate::targets`]). The pixels' steps
-/// are the same as without targets.
+/// take through the same draws ([`crate::targets`]). `boxes` are the
+/// sample's targets as read (placed here on the image), which ops that
+/// choose by the boxes see (`RandomIoUCrop`); with `None`, or targets that
+/// do not fit the image (the sample is skipped for them), those ops see
+/// no boxes. The pixels' steps are the same as without targets for every
+/// other op.
 pub fn resolve_with_targets(
     spec: &TransformSpec,
     base: &SampleRng,
     width: u32,
     height: u32,
+    boxes: Option<&Targets>,
 ) -> Result<(Vec<Step>, Vec<TargetStep>), ResolveError> {
     spec.check_targets().map_err(|e| ResolveError {
         op: "transform",
@@ -389,6 +415,9 @@ pub fn resolve_with_targets(
     })?;
     let mut steps = Vec::with_capacity(spec.ops.len());
     let mut cx = Cx::new(base.clone(), width, height, &mut steps, true);
+    cx.initial = boxes
+        .cloned()
+        .and_then(|mut t| t.place((width, height)).ok().map(|()| t));
     for (i, op) in spec.ops.iter().enumerate() {
         cx.rng = base.fork(i as u64);
         op.resolve(&mut cx)?;

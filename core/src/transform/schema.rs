@@ -110,6 +110,17 @@ arg_kinds! {
     /// `[min, max]`.
     Pair { name: "pair", accepts: "[min, max]", python: "Sequence[float]", value: "list[float]" },
     OptPair { name: "opt_pair", accepts: "[a, b] or None", python: "Sequence[float] | None", value: "list[float] | None" },
+    /// Two ints.
+    IntPair { name: "int_pair", accepts: "[a, b] of ints", python: "Sequence[int]", value: "list[int]" },
+    /// An int or a list of ints.
+    Ints { name: "ints", accepts: "int or list of ints", python: "int | Sequence[int]", value: "int | list[int]" },
+    /// None or a list of numbers.
+    OptNumbers {
+        name: "opt_numbers",
+        accepts: "list of numbers or None",
+        python: "Sequence[float] | None",
+        value: "list[float] | None",
+    },
     /// None, a number, `[min, max]` or `[x min, x max, y min, y max]`.
     Shear {
         name: "shear",
@@ -224,6 +235,10 @@ pub enum Origin {
     Torchvision,
     /// timm's `rand_augment_transform(config_str, hparams)`.
     Timm,
+    /// torchvision's `references/detection/transforms.py` `<name>`, which
+    /// the torchvision package does not ship: the same name, arguments
+    /// and defaults.
+    TorchvisionReferences,
 }
 
 /// What a pipeline does with the op; groups the docs' table.

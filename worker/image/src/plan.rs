@@ -8,7 +8,7 @@
 //! steps (checked by `tests/integration/architecture.rs`), so a hand-back
 //! from the lanes to the CPU cannot draw differently.
 
-use stoker_core::targets::TargetStep;
+use stoker_core::targets::{TargetStep, Targets};
 use stoker_core::{SampleRng, Step, TooLarge, TransformSpec, ViewSpec, footprint, resolve_steps, resolve_with_targets};
 
 use crate::augment::{AugmentError, Augmenter};
@@ -85,11 +85,13 @@ impl SamplePlan {
         rng: &SampleRng,
         max_pixels: u64,
     ) -> Result<Self, PlanError> {
-        Self::from_header(kind, data, spec, views, rng, max_pixels, false)
+        Self::from_header(kind, data, spec, views, rng, max_pixels, None)
     }
 
     /// [`SamplePlan::new`], with the steps its detection targets take
-    /// through the image's geometry (`targets`), from the same draws.
+    /// through the image's geometry (`targets`), from the same draws;
+    /// `boxes` (the request's first targets field, as read) are what ops
+    /// that choose by the boxes see (`RandomIoUCrop`).
     pub fn with_targets(
         kind: ImageKind,
         data: &[u8],
@@ -97,8 +99,9 @@ impl SamplePlan {
         views: &[ViewSpec],
         rng: &SampleRng,
         max_pixels: u64,
+        boxes: Option<&Targets>,
     ) -> Result<Self, PlanError> {
-        Self::from_header(kind, data, spec, views, rng, max_pixels, true)
+        Self::from_header(kind, data, spec, views, rng, max_pixels, Some(boxes))
     }
 
     fn from_header(
@@ -108,7 +111,7 @@ impl SamplePlan {
         views: &[ViewSpec],
         rng: &SampleRng,
         max_pixels: u64,
-        targets: bool,
+        targets: Option<Option<&Targets>>,
     ) -> Result<Self, PlanError> {
         let kind = sniff(data).unwrap_or(kind);
         let dims = match kind {
@@ -132,7 +135,7 @@ impl SamplePlan {
         rng: &SampleRng,
         max_pixels: u64,
     ) -> Result<Self, PlanError> {
-        Self::for_size_inner(kind, dims, spec, views, rng, max_pixels, false)
+        Self::for_size_inner(kind, dims, spec, views, rng, max_pixels, None)
     }
 
     fn for_size_inner(
@@ -142,7 +145,7 @@ impl SamplePlan {
         views: &[ViewSpec],
         rng: &SampleRng,
         max_pixels: u64,
-        with_targets: bool,
+        targets: Option<Option<&Targets>>,
     ) -> Result<Self, PlanError> {
         let view_err = |v: &ViewSpec, source: ImageError| PlanError::View {
             name: v.name.clone(),
@@ -153,10 +156,9 @@ impl SamplePlan {
             let too_large = |e: TooLarge| view_err(v, e.into());
             working_bytes += footprint(&v.transform, w, h, max_pixels).map_err(too_large)?;
         }
-        let (image, targets) = if with_targets {
-            resolve_with_targets(spec, rng, w, h).map_err(ImageError::from)?
-        } else {
-            (resolve_steps(spec, rng, w, h).map_err(ImageError::from)?, Vec::new())
+        let (image, targets) = match targets {
+            Some(boxes) => resolve_with_targets(spec, rng, w, h, boxes).map_err(ImageError::from)?,
+            None => (resolve_steps(spec, rng, w, h).map_err(ImageError::from)?, Vec::new()),
         };
         let views = views
             .iter()

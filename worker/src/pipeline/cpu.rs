@@ -17,6 +17,7 @@
 use std::borrow::Cow;
 
 use bytes::Bytes;
+use stoker_core::targets::Targets;
 use stoker_core::{FieldSpec, FieldValue, ItemSeed, NpyArray, Rect, Step, TransformSpec, ViewSpec};
 use tracing::debug;
 
@@ -46,7 +47,7 @@ pub fn process_sample(
     max_pixels: u64,
     metrics: &WorkerMetrics,
 ) -> Result<Processed, Skipped> {
-    let plan = plan_sample(&raw, spec, &[], seed, max_pixels, false)?;
+    let plan = plan_sample(&raw, spec, &[], seed, max_pixels, None)?;
     process_sample_with(raw, &plan, spec, max_pixels, metrics, &[], &[])
 }
 
@@ -54,14 +55,17 @@ pub fn process_sample(
 /// position): made once, where the sample is routed. `Err` is the sample's
 /// skip, with the reason the CPU path gives (an image member or label
 /// that is not one, a header that does not parse, a transform or a view
-/// over the pixel limit, draws that cannot be carried out).
+/// over the pixel limit, draws that cannot be carried out). `targets` is
+/// `None` for a request without a targets field; otherwise the plan
+/// records how targets move, and ops that choose by the boxes see these
+/// (the request's first targets field, as read).
 pub(crate) fn plan_sample(
     raw: &RawSample,
     spec: &TransformSpec,
     views: &[ViewSpec],
     seed: ItemSeed,
     max_pixels: u64,
-    targets: bool,
+    targets: Option<Option<&Targets>>,
 ) -> Result<SamplePlan, Skipped> {
     let skip = |kind: SkipKind, reason: String| Skipped {
         key: raw.key.clone(),
@@ -77,23 +81,21 @@ pub(crate) fn plan_sample(
         return Err(skip(SkipKind::Label, reason.clone()));
     }
     let rng = seed.sample(raw.position);
-    let plan = if targets {
-        SamplePlan::with_targets
-    } else {
-        SamplePlan::new
-    };
-    catch_panic(|| plan(*kind, data, spec, views, &rng, max_pixels))
-        .map_err(|message| Skipped::panicked(&raw.key, raw.position, "plan", &message))?
-        .map_err(|e| match e {
-            PlanError::Image(e) => skip(SkipKind::from(&e), e.to_string()),
-            PlanError::View { name, source } => {
-                let kind = match source {
-                    ImageError::TooLarge(_) => SkipKind::TooLarge,
-                    _ => SkipKind::Transform,
-                };
-                skip(kind, format!("view {name:?}: {source}"))
-            }
-        })
+    catch_panic(|| match targets {
+        Some(boxes) => SamplePlan::with_targets(*kind, data, spec, views, &rng, max_pixels, boxes),
+        None => SamplePlan::new(*kind, data, spec, views, &rng, max_pixels),
+    })
+    .map_err(|message| Skipped::panicked(&raw.key, raw.position, "plan", &message))?
+    .map_err(|e| match e {
+        PlanError::Image(e) => skip(SkipKind::from(&e), e.to_string()),
+        PlanError::View { name, source } => {
+            let kind = match source {
+                ImageError::TooLarge(_) => SkipKind::TooLarge,
+                _ => SkipKind::Transform,
+            };
+            skip(kind, format!("view {name:?}: {source}"))
+        }
+    })
 }
 
 /// Decodes and augments one sample by its `plan` (made where it was

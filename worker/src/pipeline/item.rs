@@ -305,12 +305,15 @@ impl<'a> ItemRun<'a> {
                             }
                         }
                     }
-                    let plan = self.ctx.plan(&raw, self.item).and_then(|plan| {
-                        if let Some(fields) = self.fields.get_mut(&raw.position) {
-                            place_targets(&self.item.fields, fields, &plan, &raw)?;
-                        }
-                        Ok(plan)
-                    });
+                    let plan = self
+                        .ctx
+                        .plan(&raw, self.item, self.fields.get(&raw.position))
+                        .and_then(|plan| {
+                            if let Some(fields) = self.fields.get_mut(&raw.position) {
+                                place_targets(&self.item.fields, fields, &plan, &raw)?;
+                            }
+                            Ok(plan)
+                        });
                     let need = memory_need(&raw, plan.as_deref(), &self.item.spec, &self.item.views);
                     return Ok(Some(ReadSample { raw, need, plan, held }));
                 }

@@ -25,7 +25,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use stoker_core::{FieldKind, FieldSpec, TransformSpec, ViewSpec};
+use stoker_core::{FieldKind, FieldSpec, FieldValue, Fields, TransformSpec, ViewSpec};
 use stoker_image::{RunsOn, SamplePlan};
 use tracing::debug;
 
@@ -47,9 +47,22 @@ impl WorkerContext {
     /// `--gpu-only` worker its masks') goes to the GPU lanes (whose backlog
     /// idle CPU threads share: [`share_backlog`]), anything else to the CPU
     /// pool. `Err` is the sample's skip: nothing is queued for it.
-    pub(super) fn plan(&self, raw: &RawSample, item: &Item) -> Result<Arc<SamplePlan>, Skipped> {
+    /// `fields` are the sample's, as read: with a targets field the plan
+    /// records how targets move, and ops that choose by the boxes see the
+    /// first one's.
+    pub(super) fn plan(
+        &self,
+        raw: &RawSample,
+        item: &Item,
+        fields: Option<&Fields>,
+    ) -> Result<Arc<SamplePlan>, Skipped> {
         let max_pixels = self.config.max_image_pixels;
-        let targets = item.fields.iter().any(|f| f.kind == FieldKind::Targets);
+        let targets = item.fields.iter().position(|f| f.kind == FieldKind::Targets).map(|i| {
+            match fields.and_then(|f| f.get(i)) {
+                Some(Some(FieldValue::Targets(t))) => Some(&**t),
+                _ => None,
+            }
+        });
         let mut plan = plan_sample(raw, &item.spec, &item.views, item.item_seed(), max_pixels, targets)?;
         plan.runs_on = self.runs_on(raw, item, &plan);
         let plan = Arc::new(plan);

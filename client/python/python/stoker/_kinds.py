@@ -24,6 +24,9 @@ DTYPES = ("uint8", "float32", "float16", "bfloat16", "float64")
 _DTYPE_ALIASES = {"float": "float32", "half": "float16", "double": "float64"}
 
 
+_MISSING = object()
+
+
 class _ArgError(ValueError):
     """A bad argument value; the caller adds the op and its position."""
 
@@ -200,7 +203,7 @@ def _shear(name, v):
     return _number(name, v)
 
 
-def _image_entry(name, d):
+def _image_entry(name, d, missing=_MISSING):
     """The value a torchvision dict keyed by input type (fill, dtype) has
     for the image: the entry of ``tv_tensors.Image``, ``PIL.Image.Image``
     or a plain ``torch.Tensor`` (these must agree), else ``"others"``."""
@@ -219,14 +222,20 @@ def _image_entry(name, d):
         return found[0]
     if "others" in d:
         return d["others"]
-    raise _ArgError(f"{name} {d!r} has no entry for images nor 'others'")
+    if missing is _MISSING:
+        raise _ArgError(f"{name} {d!r} has no entry for images nor 'others'")
+    return missing
 
 
 @_converter("fill")
 def _fill(name, v):
     """A fill colour: None, a number, or one number per channel."""
     if isinstance(v, dict):
-        v = _image_entry(name, v)
+        # torchvision looks a fill dict up with ``in`` (``_get_fill``), so
+        # one without an image entry (the detection references' ``ssd``
+        # recipe: ``defaultdict(lambda: mean, {tv_tensors.Mask: 0})``,
+        # whose default is never asked for) gives images None: 0.
+        v = _image_entry(name, v, missing=None)
     v = _plain(v)
     if v is None:
         return None
@@ -335,6 +344,30 @@ def _box_format(name, v):
     if not isinstance(v, str) or v.upper() not in BOX_FORMATS:
         raise _ArgError(f"{name} must be one of {', '.join(BOX_FORMATS)} (a BoundingBoxFormat or its name), got {v!r}")
     return v.upper()
+
+
+@_converter("int_pair")
+def _int_pair(name, v):
+    return _ints(name, v, (2,), "a pair of ints")
+
+
+@_converter("ints")
+def _int_list(name, v):
+    """An int, or a list of ints (kept a list, as torchvision keeps it)."""
+    v = _plain(v)
+    if isinstance(v, list):
+        return _ints(name, v, range(1, 65), "an int or a list of 1 to 64 ints")
+    return [_int_or(name, v, "an int or a list of ints")]
+
+
+@_converter("opt_numbers")
+def _opt_numbers(name, v):
+    v = _plain(v)
+    if v is None:
+        return None
+    if not isinstance(v, list):
+        raise _ArgError(f"{name} must be None or a list of numbers, got {v!r}")
+    return [_number(name, x) for x in v]
 
 
 @_converter("weights")

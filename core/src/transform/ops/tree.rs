@@ -15,7 +15,10 @@ use super::{
     RandomPosterize, RandomResizedCrop, RandomRotation, RandomSolarize, RandomVerticalFlip, Resize, TimmRandAugment,
     ToDtype, ToImage, ToTensor, TrivialAugmentWide,
 };
-use super::{ClampBoundingBoxes, ConvertBoundingBoxFormat, RandomZoomOut, SanitizeBoundingBoxes};
+use super::{
+    ClampBoundingBoxes, ConvertBoundingBoxFormat, FixedSizeCrop, RandomIoUCrop, RandomShortestSize, RandomZoomOut,
+    SanitizeBoundingBoxes, ScaleJitter,
+};
 use crate::params::{Bounds, Cx, ResolveError, Walk};
 use crate::rng::SampleRng;
 use crate::transform::args::check_p;
@@ -100,6 +103,10 @@ registry! {
     RandomCrop,
     Pad,
     RandomZoomOut,
+    RandomIoUCrop,
+    ScaleJitter,
+    RandomShortestSize,
+    FixedSizeCrop,
     RandomHorizontalFlip,
     RandomVerticalFlip,
     RandomRotation,
