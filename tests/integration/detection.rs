@@ -13,7 +13,7 @@ use std::path::Path;
 use stoker_client::{FieldKind, FieldSpec, FieldValue, Loader, LoaderConfig, TransformSpec};
 use stoker_core::targets::Targets;
 
-use crate::support::{Worker, python, python_script, run_ok};
+use crate::support::{StreamChild, Worker, python, python_script, run_ok, signal, stream, torch_python};
 
 /// Distinct colours, one per box: label `i` is painted `COLOURS[i]`.
 const COLOURS: [[u8; 3]; 3] = [[230, 20, 20], [20, 220, 30], [240, 230, 20]];
@@ -23,8 +23,14 @@ const GROUND: [u8; 3] = [20, 30, 200];
 /// its own colours and a `.json` of their boxes (XYWH, labels 0..3); the
 /// last sample's box reaches past its image.
 fn write_shard(dir: &Path, n: usize) {
+    write_shard_at(dir, 0, n);
+}
+
+/// Shard `shard` of `n` such samples (keys `s<shard><i>`); only shard 0's
+/// last sample has the bad box.
+fn write_shard_at(dir: &Path, shard: u64, n: usize) {
     let mut tar = Vec::new();
-    let mut state = 7u64;
+    let mut state = 7u64 + shard;
     let mut next = |m: u32| {
         state = state
             .wrapping_mul(6364136223846793005)
@@ -53,7 +59,7 @@ fn write_shard(dir: &Path, n: usize) {
             }
             boxes.push([x, y, bw, bh]);
         }
-        if i == n - 1 {
+        if shard == 0 && i == n - 1 {
             boxes.push([w - 4, 0, 10, 10]);
         }
         let mut jpeg = Vec::new();
@@ -62,13 +68,17 @@ fn write_shard(dir: &Path, n: usize) {
             .unwrap();
         let labels: Vec<usize> = (0..boxes.len()).map(|l| l.min(2)).collect();
         let doc = serde_json::json!({"boxes": boxes, "format": "XYWH", "labels": labels});
-        let key = format!("s{i:04}");
+        let key = if shard == 0 {
+            format!("s{i:04}")
+        } else {
+            format!("s{shard}-{i:04}")
+        };
         stoker_formats::tar::append_member(&mut tar, &format!("{key}.jpg"), &jpeg);
         stoker_formats::tar::append_member(&mut tar, &format!("{key}.json"), doc.to_string().as_bytes());
     }
     tar.extend_from_slice(&[0; 1024]);
     std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("shard-000000.tar"), tar).unwrap();
+    std::fs::write(dir.join(format!("shard-{shard:06}.tar")), tar).unwrap();
 }
 
 /// The extent of the pixels of `colour` (within a JPEG's error) in an
@@ -264,4 +274,105 @@ fn the_python_loader_delivers_targets_as_torchvision_dicts() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     println!("{stdout}");
     assert!(stdout.contains("targets check: 12 images' targets"), "{stdout}");
+}
+
+/// Each batch form of the targets (lists, padded, flat) through torch's
+/// `DataLoader(loader, batch_size=None)`; the lists into
+/// `fasterrcnn_mobilenet_v3_large_320_fpn`'s training forward and
+/// backward pass on CPU (tests/python/detection_model.py, the torch venv).
+#[test]
+fn detection_batches_in_each_form_feed_a_torchvision_detector() {
+    let dir = tempfile::tempdir().unwrap();
+    write_shard(dir.path(), 13);
+    let w = Worker::start(2);
+    let out = run_ok(
+        torch_python()
+            .arg(python_script("detection_model.py"))
+            .arg(&w.addr)
+            .arg(dir.path()),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        stdout.contains("detection model: 12 images") && stdout.contains("padded and flat forms agree"),
+        "{stdout}"
+    );
+}
+
+/// Each delivered sample's targets by key from `stoker stream
+/// --fields-out`, failing on a key delivered twice.
+fn targets_out(path: &Path) -> BTreeMap<String, serde_json::Value> {
+    let mut out = BTreeMap::new();
+    for line in std::fs::read_to_string(path).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let key = v["key"].as_str().unwrap().to_owned();
+        assert!(
+            out.insert(key.clone(), v["targets"].clone()).is_none(),
+            "{key} delivered twice"
+        );
+    }
+    out
+}
+
+/// Exactly once with detection samples through a worker's SIGKILL: every
+/// sample arrives once, and with the boxes an undisturbed worker delivers
+/// (a sample's draws are its own, whichever worker plans it).
+#[test]
+fn detection_samples_arrive_exactly_once_with_their_boxes_through_a_worker_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    for shard in 0..4 {
+        write_shard_at(dir.path(), shard, 50);
+    }
+    let dataset = dir.path().to_str().unwrap();
+    let transform =
+        format!(r#"{{"ops": [{{"op": "RandomIoUCrop"}}, {{"op": "Resize", "size": [64, 64]}}, {GEOMETRY}]}}"#);
+    let out = |name: &str| dir.path().join(name);
+    let args = |fields: &'static str, path: &Path| -> Vec<String> {
+        let mut a: Vec<String> = ["--batch-size", "4", "--prefetch", "1", "--step-seconds", "0.01"]
+            .map(str::to_owned)
+            .to_vec();
+        a.extend(["--transform".into(), transform.clone(), "--field".into(), fields.into()]);
+        a.extend([
+            "--fields-out".into(),
+            path.display().to_string(),
+            "--progress-timeout".into(),
+            "30".into(),
+        ]);
+        a
+    };
+    let reference = Worker::start(1);
+    let plain = args("targets=json:targets", &out("reference.jsonl"));
+    let plain: Vec<&str> = plain.iter().map(String::as_str).collect();
+    let run = stream(&[&reference], dataset, &plain, &[]);
+    assert!(run.success(), "{}", run.stderr());
+    let want = targets_out(&out("reference.jsonl"));
+    assert_eq!(want.len(), 199, "one sample has a box outside its image");
+    drop(reference);
+
+    let small_chunks = ["--chunk-bytes", "16K"];
+    let (w1, w2) = (
+        Worker::start_with(1, &small_chunks, &[]),
+        Worker::start_with(1, &small_chunks, &[]),
+    );
+    let killed = args("targets=json:targets", &out("killed.jsonl"));
+    let killed: Vec<&str> = killed.iter().map(String::as_str).collect();
+    let mut child = StreamChild::spawn(&[&w1, &w2], dataset, &killed);
+    child.wait_for_samples(8, std::time::Duration::from_secs(30));
+    signal(w1.child.0.id(), "-KILL");
+    let run = child.finish();
+    assert!(run.success(), "{}", run.stderr());
+    assert!(
+        run.num("retries") >= 1,
+        "the killed worker's items were never reassigned"
+    );
+    let got = targets_out(&out("killed.jsonl"));
+    assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
+    let boxes: usize = want.values().map(|t| t["boxes"].as_array().unwrap().len()).sum();
+    for (key, t) in &want {
+        assert_eq!(&got[key], t, "{key}");
+    }
+    println!(
+        "detection through a kill: {} samples once each, {boxes} boxes as undisturbed",
+        got.len()
+    );
 }

@@ -55,6 +55,7 @@ def draw_op(rng: random.Random, w: int, h: int):
     """(stoker op JSON, torchvision transform or None, needs Stoker's steps)."""
     kind = rng.choice(
         ["hflip", "vflip", "resize", "center_crop", "pad", "rotate", "rotate_expand", "affine", "rrc", "crop", "zoom_out"]
+        + ["iou_crop", "scale_jitter", "shortest_size", "fixed_size_crop"]
     )
     if kind == "hflip":
         return {"op": "RandomHorizontalFlip", "p": 1.0}, v2.RandomHorizontalFlip(p=1.0)
@@ -84,11 +85,56 @@ def draw_op(rng: random.Random, w: int, h: int):
     if kind == "zoom_out":
         lo = rng.uniform(1.0, 2.0)
         return {"op": "RandomZoomOut", "side_range": [lo, lo + rng.uniform(0.0, 2.0)], "p": 1.0}, None
+    if kind == "iou_crop":
+        options = rng.choice([None, [0.0, 0.1, 0.3], [0.5, 0.7]])
+        return {"op": "RandomIoUCrop", "min_scale": rng.uniform(0.2, 0.6), "sampler_options": options}, None
+    if kind == "scale_jitter":
+        target = [rng.randint(16, 300), rng.randint(16, 300)]
+        return {"op": "ScaleJitter", "target_size": target, "scale_range": [0.2, 1.5]}, None
+    if kind == "shortest_size":
+        sizes = [rng.randint(8, 200) for _ in range(rng.randint(1, 4))]
+        max_size = rng.choice([None, max(sizes) + rng.randint(1, 100)])
+        return {"op": "RandomShortestSize", "min_size": sizes, "max_size": max_size}, None
+    if kind == "fixed_size_crop":
+        return {"op": "FixedSizeCrop", "size": [rng.randint(4, h + 40), rng.randint(4, w + 40)], "fill": 9}, None
     if kind == "rrc":
         return {"op": "RandomResizedCrop", "size": rng.randint(8, 200)}, None
     size = [rng.randint(4, h + 20), rng.randint(4, w + 20)]
     padding = rng.choice([None, rng.randint(1, 12)])
     return {"op": "RandomCrop", "size": size, "padding": padding, "pad_if_needed": True}, None
+
+
+def check_draw(op, drawn, w, h, boxes):
+    """Why the sizes and offsets Stoker drew are not ones torchvision's
+    `make_params` could draw for `op`, or None."""
+    name = op["op"]
+    resize = next(((s[2]) for s in drawn if s[0] == "crop_resize"), (w, h))
+    if name == "ScaleJitter":
+        a, b = op["target_size"]
+        base = min(b / h, a / w)
+        lo, hi = op["scale_range"]
+        # int(side * base * scale): the scale must explain both sides.
+        ok = any(int(w * base * s) == resize[0] and int(h * base * s) == resize[1]
+                 for s in [lo + (hi - lo) * i / 20000 for i in range(20001)])
+        return None if ok else f"size {resize} is no int(side * {base:.4f} * scale) for a scale in {op['scale_range']}"
+    if name == "RandomShortestSize":
+        sizes = []
+        for m in op["min_size"]:
+            r = m / min(h, w)
+            if op["max_size"] is not None:
+                r = min(r, op["max_size"] / max(h, w))
+            sizes.append((max(1, int(w * r)), max(1, int(h * r))))
+        return None if tuple(resize) in sizes else f"size {resize} is none of {sizes}"
+    if name == "RandomIoUCrop" and drawn:
+        (left, top, cw, ch), out = drawn[0][1], drawn[0][2]
+        if tuple(out) != (cw, ch) or left < 0 or top < 0 or left + cw > w or top + ch > h:
+            return f"crop {drawn[0]} is not a crop inside the image"
+        if not (0.5 <= cw / ch <= 2.0 and cw >= int(w * op["min_scale"]) and ch >= int(h * op["min_scale"])):
+            return f"crop {drawn[0]} is outside the scale and aspect limits"
+        centres = [((b[0] + b[2]) / 2, (b[1] + b[3]) / 2) for b in boxes]
+        if not any(left < x < left + cw and top < y < top + ch for x, y in centres):
+            return f"crop {drawn[0]} holds no box's centre"
+    return None
 
 
 def from_steps(steps, boxes, points):
@@ -139,16 +185,36 @@ def main() -> int:
                 torch.tensor(xy, dtype=torch.float64).reshape(len(points), -1, 2), canvas_size=(h, w)
             )
         steps = ours["steps"]
+        kept = list(range(len(boxes)))  # which instances torchvision keeps, in order
         if reference is None:
-            # The draw's steps as Stoker resolved them, then the final
-            # CenterCrop as torchvision applies it (it pushed a step only
-            # when the drawn op's output is not S x S).
-            if op["op"] == "RandomZoomOut":
-                # Its one step is a pad, at the offset Stoker drew.
-                tb, tk = from_steps([s for s in steps if s[0] == "pad"], tb, tk)
+            # The drawn op's steps as Stoker resolved them (the final
+            # CenterCrop's come after them), through torchvision's kernels.
+            drawn = steps[: ours["before_last"]]
+            problem = check_draw(op, drawn, w, h, boxes)
+            if problem:
+                failures.append(f"draw {draw} {op} on {w}x{h}: {problem}")
+            if op["op"] == "RandomIoUCrop" and drawn:
+                (left, top, cw, ch), _ = drawn[0][1], drawn[0][2]
+                centre = [((b[0] + b[2]) / 2, (b[1] + b[3]) / 2) for b in boxes]
+                outside = [not (left < x < left + cw and top < y < top + ch) for x, y in centre]
+                tb, tk = from_steps(drawn, tb, tk)
+                # torchvision's mark for a later SanitizeBoundingBoxes.
+                tb[torch.tensor(outside, dtype=torch.bool)] = 0
+            elif op["op"] == "FixedSizeCrop":
+                # The references' FixedSizeCrop: the crop (translate and
+                # clamp), boxes left empty dropped, then padding right and
+                # bottom, which moves nothing.
+                crops = [s for s in drawn if s[0] == "crop_resize"]
+                tb, tk = from_steps(crops, tb, tk)
+                plain = tb.as_subclass(torch.Tensor).reshape(-1, 4)
+                valid = (plain[:, 0] < plain[:, 2]) & (plain[:, 1] < plain[:, 3])
+                kept = [i for i, v in zip(kept, valid.tolist()) if v]
+                height, width = (op["size"] * 2)[:2] if isinstance(op["size"], int) else op["size"]
+                tb = tv_tensors.BoundingBoxes(plain[valid], format="XYXY", canvas_size=(height, width))
+                if tk is not None:
+                    tk = tv_tensors.KeyPoints(tk.as_subclass(torch.Tensor)[valid], canvas_size=(height, width))
             else:
-                size = op["size"] if isinstance(op["size"], list) else [op["size"]] * 2
-                tb, tk = from_steps(steps[:-1] if size != [S, S] else steps, tb, tk)
+                tb, tk = from_steps(drawn, tb, tk)
         else:
             tb, tk = (reference(tb), None) if tk is None else reference(tb, tk)
             if op.get("expand"):
@@ -171,7 +237,11 @@ def main() -> int:
                         tk = tv_tensors.KeyPoints(tk.as_subclass(torch.Tensor), canvas_size=(h2, w2))
         tb = F.center_crop(tb, [S, S])
         tk = None if tk is None else F.center_crop(tk, [S, S])
-        scaled = op["op"] in ("RandomRotation", "RandomAffine", "Resize", "RandomResizedCrop")
+        if ours["labels"] != kept:
+            failures.append(f"draw {draw} {op}: kept instances {ours['labels']}, torchvision's {kept}")
+            bad_draws += 1
+            continue
+        scaled = op["op"] in ("RandomRotation", "RandomAffine", "Resize", "RandomResizedCrop", "ScaleJitter", "RandomShortestSize")
         bound = 1e-4 * S if scaled else 1e-9
         failed = len(failures)
         got_canvas = tuple(ours["canvas"])
@@ -179,7 +249,7 @@ def main() -> int:
             failures.append(f"draw {draw} {op}: canvas {got_canvas}")
         got = torch.tensor(ours["boxes"], dtype=torch.float64).reshape(-1, 4)
         want = tb.as_subclass(torch.Tensor).reshape(-1, 4)
-        err = (got - want).abs().max().item() if len(boxes) else 0.0
+        err = (got - want).abs().max().item() if got.numel() else 0.0
         if err > bound:
             failures.append(f"draw {draw} {op} on {w}x{h}: boxes differ by {err:.3g}\n  stoker {got.tolist()}\n  tv     {want.tolist()}")
         n_boxes += len(boxes)

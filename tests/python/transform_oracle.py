@@ -1257,6 +1257,14 @@ NO_CASE: dict[str, str] = {
     # A constant Pad at a random offset: Pad's cases check those pixels,
     # targets_oracle.py its boxes; the size and offset draws are Stoker's.
     "RandomZoomOut": "a Pad at a random offset (Pad's cases)",
+    # The detection recipes' ops resolve to steps other ops' cases check;
+    # targets_oracle.py checks their drawn sizes and offsets against
+    # torchvision's rules, and their boxes.
+    "RandomIoUCrop": "a plain crop at a drawn box (RandomCrop's cases)",
+    "ScaleJitter": "a resize to a drawn size (Resize's cases)",
+    "RandomShortestSize": "a resize to a drawn size (Resize's cases)",
+    "FixedSizeCrop": "a plain crop, then a Pad on the right and bottom (RandomCrop's and Pad's cases)",
+    "ToPureTensor": "moves no pixels",
 }
 
 

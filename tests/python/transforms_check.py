@@ -29,6 +29,7 @@ Exits non-zero with the failed check.
 """
 
 import argparse
+import collections
 import importlib.util
 import inspect
 import json
@@ -84,6 +85,8 @@ SAMPLES = {
     "dtype": ("float32", "float32"),
     "per_channel": ((0.5, 0.5, 0.5), [0.5, 0.5, 0.5]),
     "box_format": ("xywh", "XYWH"),
+    "int_pair": ((64, 48), [64, 48]),
+    "ints": ((32, 48), [32, 48]),
 }
 
 
@@ -118,10 +121,10 @@ def valid_pipeline(T, op):
     name = op.op
     if name in ("RandomResizedCrop", "CenterCrop", "RandomCrop"):
         return T.Compose([T.Resize(48), op])
-    if name in ("Resize", "Pad", "RandomRotation", "RandomZoomOut"):
+    if name in ("Resize", "Pad", "RandomRotation", "RandomZoomOut", "RandomIoUCrop", "ScaleJitter", "RandomShortestSize"):
         # Sizes that change (expand=True rotates into a larger image).
         return T.Compose([T.RandomResizedCrop(28), op, T.CenterCrop(32)])
-    if name in ("ToTensor", "ToImage", "PILToTensor", "ToDtype", "ConvertImageDtype"):
+    if name in ("ToTensor", "ToImage", "ToPureTensor", "PILToTensor", "ToDtype", "ConvertImageDtype"):
         return T.Compose([crop, op])
     if name == "Normalize":
         return T.Compose([crop, T.ToDtype("float32", scale=True), op])
@@ -820,6 +823,10 @@ def check_torchvision(stoker, T, required_):
     assert conv(v2.RandomRotation(10, fill={tv_tensors.Image: 127, tv_tensors.Mask: 0})).fill == 127
     assert conv(v2.Pad(2, fill={tv_tensors.Image: (1, 2, 3), "others": 0})).fill == [1, 2, 3]
     assert conv(v2.RandomAffine(5, fill={"others": 9})).fill == 9
+    # The detection references' ssd recipe: torchvision looks the dict up
+    # with `in`, so images get no entry and are filled with 0.
+    ssd_fill = collections.defaultdict(lambda: (123.0, 117.0, 104.0), {tv_tensors.Mask: 0})
+    assert conv(v2.RandomZoomOut(fill=ssd_fill)).fill == 0
     assert conv(v2.ToDtype({tv_tensors.Image: torch.float32, "others": None}, scale=True)).dtype == "float32"
     assert conv(v2.ToDtype({tv_tensors.Mask: torch.int64, "others": None})).dtype == "uint8"
     raises(

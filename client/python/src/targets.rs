@@ -13,7 +13,8 @@ use crate::config_err;
 /// Resolves `transform` (at `image_size`) for an image of `width` x
 /// `height` with the generator of `seed`, and moves `boxes` (in `format`)
 /// and `keypoints` (`[instance][point] = (x, y, visibility)`) through it.
-/// Returns `{"canvas": (w, h), "boxes", "keypoints", "labels", "steps"}`,
+/// Returns `{"canvas": (w, h), "boxes", "keypoints", "labels", "steps",
+/// "before_last"}` (how many of the steps every op but the last made),
 /// the steps being the geometric ones: `("crop_resize", (left, top, w,
 /// h), (out_w, out_h))`, `("pad", (l, t, r, b))`, `("flip_horizontal",)`,
 /// `("flip_vertical",)`, `("affine", matrix, (out_w, out_h))`. Raises
@@ -46,8 +47,15 @@ pub(crate) fn follow_targets<'py>(
             .with_keypoints(per_instance, points.concat(), flip_idx.unwrap_or_default())
             .map_err(config_err)?;
     }
-    let (steps, target_steps) =
-        resolve_with_targets(&spec, &SampleRng::from_seed(seed), width, height, Some(&targets)).map_err(config_err)?;
+    let rng = SampleRng::from_seed(seed);
+    let (steps, target_steps) = resolve_with_targets(&spec, &rng, width, height, Some(&targets)).map_err(config_err)?;
+    // The steps of every op but the last (the i-th op draws from its own
+    // fork of the generator, so a prefix resolves to a prefix).
+    let prefix = TransformSpec {
+        size: spec.size,
+        ops: spec.ops[..spec.ops.len().saturating_sub(1)].to_vec(),
+    };
+    let (before_last, _) = resolve_with_targets(&prefix, &rng, width, height, Some(&targets)).map_err(config_err)?;
     targets.follow(&target_steps);
     let out = PyDict::new(py);
     out.set_item("canvas", targets.canvas)?;
@@ -56,8 +64,15 @@ pub(crate) fn follow_targets<'py>(
     let per = targets.per_instance.max(1);
     let points: Vec<Vec<[f64; 3]>> = targets.keypoints.chunks(per).map(<[_]>::to_vec).collect();
     out.set_item("keypoints", points)?;
+    out.set_item("steps", geometric(py, &steps)?)?;
+    out.set_item("before_last", geometric(py, &before_last)?.len())?;
+    Ok(out)
+}
+
+/// The geometric steps among `steps`, as `follow_targets` lists them.
+fn geometric<'py>(py: Python<'py>, steps: &[Step]) -> PyResult<Bound<'py, pyo3::types::PyList>> {
     let geometric = pyo3::types::PyList::empty(py);
-    for s in &steps {
+    for s in steps {
         let item = match s {
             Step::CropResize { crop, out_w, out_h, .. } => (
                 "crop_resize",
@@ -78,8 +93,7 @@ pub(crate) fn follow_targets<'py>(
         };
         geometric.append(item)?;
     }
-    out.set_item("steps", geometric)?;
-    Ok(out)
+    Ok(geometric)
 }
 
 /// One image's targets as the Python package builds torchvision's target

@@ -153,6 +153,10 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ),
     ("ToImage", r#"{"op": "CenterCrop", "size": SIZE}, {"op": "ToImage"}"#),
     (
+        "ToPureTensor",
+        r#"{"op": "CenterCrop", "size": SIZE}, {"op": "ToImage"}, {"op": "ToPureTensor"}"#,
+    ),
+    (
         "PILToTensor",
         r#"{"op": "CenterCrop", "size": SIZE}, {"op": "PILToTensor"}"#,
     ),

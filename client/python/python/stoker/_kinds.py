@@ -234,8 +234,9 @@ def _fill(name, v):
         # torchvision looks a fill dict up with ``in`` (``_get_fill``), so
         # one without an image entry (the detection references' ``ssd``
         # recipe: ``defaultdict(lambda: mean, {tv_tensors.Mask: 0})``,
-        # whose default is never asked for) gives images None: 0.
-        v = _image_entry(name, v, missing=None)
+        # whose default is never asked for) gives images None, which
+        # torchvision fills as 0.
+        v = _image_entry(name, v, missing=0)
     v = _plain(v)
     if v is None:
         return None

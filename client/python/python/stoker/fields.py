@@ -87,10 +87,86 @@ def _target(value, torch, device):
     return out
 
 
-def _field_column(field, values, torch, device):
+# The batch forms of detection targets (``Loader(targets_form=...)``).
+TARGETS_FORMS = ("lists", "padded", "flat")
+
+
+def _check_targets_form(form, size_divisibility, fields):
+    """The loader's targets_form and size_divisibility, checked."""
+    if form not in TARGETS_FORMS:
+        raise ConfigError(f"targets_form must be one of {', '.join(TARGETS_FORMS)}, got {form!r}")
+    if isinstance(size_divisibility, bool) or not isinstance(size_divisibility, int) or size_divisibility < 0:
+        raise ConfigError(f"size_divisibility must be an int >= 0, got {size_divisibility!r}")
+    if size_divisibility and form != "padded":
+        raise ConfigError("size_divisibility pads the images of targets_form='padded' only")
+    if form != "lists" and not any(f.kind in ("targets", "detection") for _, f in fields):
+        raise ConfigError(f"targets_form={form!r} needs a field of kind 'targets' (stoker.Field(source, 'targets'))")
+
+
+def _pad_images(batch, divisibility, torch):
+    """targets_form='padded': the images padded on the bottom and right to
+    a multiple of ``divisibility``, with each image's own size before
+    padding in ``image_sizes`` ([(h, w)], as Detectron2's ``ImageList``)."""
+    image = batch["image"]
+    h, w = image.shape[-2:]
+    batch["image_sizes"] = [(int(h), int(w))] * image.shape[0]
+    if divisibility > 1:
+        ph, pw = -h % divisibility, -w % divisibility
+        if ph or pw:
+            if torch is not None:
+                image = torch.nn.functional.pad(image, (0, pw, 0, ph))
+            else:
+                image = np.pad(image, ((0, 0), (0, 0), (0, ph), (0, pw)))
+    batch["image"] = image
+
+
+def _array(item):
+    return np.frombuffer(item[2], dtype=np.dtype(item[0])).reshape(item[1])
+
+
+def _flat_targets(values, torch, device):
+    """targets_form='flat': a batch's targets concatenated, as Ultralytics'
+    ``collate_fn`` gives them: ``batch_idx`` (float32 [M]), ``cls``
+    (float32 [M, 1]), ``bboxes`` (float32 [M, 4]: centre x, y, width,
+    height, each divided by its image's side) and ``keypoints`` (float32
+    [M, K, 3], x and y divided likewise) when the dataset has them; one
+    tensor each, moved to the device once. An absent value has no
+    instances."""
+    idx, cls, boxes, points = [], [], [], []
+    for i, v in enumerate(values):
+        if v is None:
+            continue
+        b = _array(v["boxes"]).astype(np.float64)
+        h, w = v["canvas_size"]
+        fmt = v["format"]
+        if fmt == "XYXY":
+            cx, cy, bw, bh = (b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2, b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]
+        elif fmt == "XYWH":
+            cx, cy, bw, bh = b[:, 0] + b[:, 2] / 2, b[:, 1] + b[:, 3] / 2, b[:, 2], b[:, 3]
+        else:
+            cx, cy, bw, bh = b[:, 0], b[:, 1], b[:, 2], b[:, 3]
+        boxes.append(np.stack([cx / w, cy / h, bw / w, bh / h], axis=1))
+        cls.append(_array(v["labels"]).reshape(-1, 1))
+        idx.append(np.full(len(b), i))
+        if "keypoints" in v:
+            k = _array(v["keypoints"]).astype(np.float64)
+            points.append(np.concatenate([k[..., :1] / w, k[..., 1:2] / h, k[..., 2:]], axis=-1))
+    out = {
+        "batch_idx": np.concatenate(idx) if idx else np.zeros(0),
+        "cls": np.concatenate(cls) if cls else np.zeros((0, 1)),
+        "bboxes": np.concatenate(boxes) if boxes else np.zeros((0, 4)),
+    }
+    if points:
+        out["keypoints"] = np.concatenate(points)
+    out = {k: a.astype(np.float32) for k, a in out.items()}
+    return {k: _tensor(torch, a, device) for k, a in out.items()} if torch is not None else out
+
+
+def _field_column(field, values, torch, device, targets_form="lists"):
     """One field's values in a batch: lists for text, JSON and bytes,
     tensors (numpy without torch) for numbers and arrays, with a validity
-    mask when a value is absent."""
+    mask when a value is absent; detection targets as ``targets_form``
+    says."""
     present = [v is not None for v in values]
     mask = None
     if not all(present):
@@ -103,6 +179,8 @@ def _field_column(field, values, torch, device):
         return [None if v is None else json.loads(v) for v in values], mask
     if isinstance(first, (str, bytes)):
         return list(values), mask
+    if isinstance(first, dict) and targets_form == "flat":
+        return _flat_targets(values, torch, device), mask
     if isinstance(first, dict):  # detection targets
         return [None if v is None else _target(v, torch, device) for v in values], mask
     if isinstance(first, tuple):  # .npy: (dtype, shape, data)

@@ -12,7 +12,7 @@ import numpy as np
 from . import transforms
 from ._stoker import Client, check_transform
 from .errors import ConfigError, StokerError
-from .fields import _RESERVED, _field_column, _fields
+from .fields import _RESERVED, _check_targets_form, _field_column, _fields, _pad_images
 
 if TYPE_CHECKING:  # the stub's TypedDicts, not at run time
     from ._stoker import _LoaderOptions, _LocalOptions
@@ -186,6 +186,14 @@ class Loader(_Base):
     ``missing_field``; one whose text is not UTF-8 or whose JSON does not
     parse, as ``bad_field``.
 
+    With a field of kind ``targets`` (detection), ``targets_form`` chooses
+    its batch form (docs/detection.md): ``"lists"`` (a dict per image, as
+    torchvision's detection models take), ``"padded"`` (also
+    ``batch["image_sizes"]``, the images padded to a multiple of
+    ``size_divisibility``, as Detectron2's ``ImageList``), or ``"flat"``
+    (``batch_idx``, ``cls``, normalised ``bboxes`` and ``keypoints``
+    concatenated, as Ultralytics' ``collate_fn``).
+
     ``connect_timeout`` (seconds, 10 by default) bounds the first contact
     with each worker: connecting, and its answer listing the dataset. A
     worker that accepts and never answers (stopped, hung) is then named in
@@ -246,6 +254,8 @@ class Loader(_Base):
         connect_timeout: float = 10.0,
         local_threads: Optional[int] = None,
         local_gpu: Union[bool, int, None] = None,
+        targets_form: str = "lists",
+        size_divisibility: int = 0,
     ) -> None:
         if isinstance(workers, str):
             workers = [w for w in workers.split(",") if w]
@@ -278,6 +288,8 @@ class Loader(_Base):
         if mean is not None and dtype_name == "uint8":
             raise ConfigError("normalising (mean, std) needs a float dtype, but the output dtype is uint8")
         self._fields = _fields(fields)
+        _check_targets_form(targets_form, size_divisibility, self._fields)
+        self._targets_form, self._size_divisibility = targets_form, size_divisibility
         self._views = _views(views)
         self._batch_transform = None if batch_transform is None else transforms.as_batch_transform(batch_transform)
         if self._batch_transform is not None:
@@ -541,11 +553,13 @@ class Loader(_Base):
             }
         valid = {}
         for (name, field), values in zip(self._fields, fields):
-            batch[name], mask = _field_column(field, values, self._torch, self.device)
+            batch[name], mask = _field_column(field, values, self._torch, self.device, self._targets_form)
             if mask is not None:
                 valid[name] = mask
         if valid:
             batch["valid"] = valid
+        if self._targets_form == "padded":
+            _pad_images(batch, self._size_divisibility, self._torch)
         return batch
 
     def _convert_images(self, pixels, size, labels, keys, index, padded, epoch):

@@ -380,6 +380,8 @@ def _convert(obj, path):
     if cls.__module__ == "timm.data.auto_augment" and name == "RandAugment":
         return _from_timm(obj, path)
     version = _tv_version(obj)
+    if version is None and _is_reference_crop(obj):
+        return _from_reference_crop(obj, path)
     if version is None:
         module = cls.__module__ or ""
         base = next((b for b in cls.__mro__[1:] if _tv_module(b.__module__) and b.__name__ in _OPS), None)
@@ -413,6 +415,26 @@ def _convert(obj, path):
             continue
         values[arg] = _tv_value(name, arg, getattr(obj, arg), version)
     return _construct(name, values, path)
+
+
+def _is_reference_crop(obj):
+    """Whether ``obj`` is the ``FixedSizeCrop`` of torchvision's detection
+    references (``references/detection/transforms.py``, which users copy
+    into their project: the ``lsj`` recipe), not shipped in the package."""
+    cls = type(obj)
+    module = (cls.__module__ or "").rsplit(".", 1)[-1]
+    return (
+        cls.__name__ == "FixedSizeCrop"
+        and module == "transforms"
+        and all(hasattr(obj, a) for a in ("crop_height", "crop_width", "fill", "padding_mode"))
+    )
+
+
+def _from_reference_crop(obj, path):
+    """The references' FixedSizeCrop, read through its attributes."""
+    size = [int(obj.crop_height), int(obj.crop_width)]
+    values = {"size": size, "fill": obj.fill, "padding_mode": obj.padding_mode}
+    return _construct("FixedSizeCrop", values, path)
 
 
 def _child(path, i):

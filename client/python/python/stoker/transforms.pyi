@@ -24,6 +24,10 @@ __all__ = [
     "RandomCrop",
     "Pad",
     "RandomZoomOut",
+    "RandomIoUCrop",
+    "ScaleJitter",
+    "RandomShortestSize",
+    "FixedSizeCrop",
     "RandomHorizontalFlip",
     "RandomVerticalFlip",
     "RandomRotation",
@@ -49,6 +53,7 @@ __all__ = [
     "SanitizeBoundingBoxes",
     "ConvertBoundingBoxFormat",
     "ToImage",
+    "ToPureTensor",
     "PILToTensor",
     "ToTensor",
     "ToDtype",
@@ -134,6 +139,13 @@ class ConvertImageDtype(Transform):
     """Converted to dtype, floats scaled to [0, 1] (output conversion)."""
     dtype: str
     def __init__(self, dtype: object = ...) -> None: ...
+
+class FixedSizeCrop(Transform):
+    """Cropped at a random offset where larger than size, padded right and bottom where smaller."""
+    size: int | list[int]
+    fill: float | list[float] | None
+    padding_mode: Literal['constant', 'edge', 'reflect', 'symmetric']
+    def __init__(self, size: int | Sequence[int], fill: float | Sequence[float] | Mapping[type | str, float | Sequence[float] | None] | None = ..., padding_mode: Literal['constant', 'edge', 'reflect', 'symmetric'] = ...) -> None: ...
 
 class GaussianBlur(Transform):
     """Blurred by a Gaussian of kernel_size, sigma uniform in sigma."""
@@ -249,6 +261,16 @@ class RandomInvert(Transform):
     p: float
     def __init__(self, p: float = ...) -> None: ...
 
+class RandomIoUCrop(Transform):
+    """A crop overlapping some box by a drawn IoU (SSD); boxes whose centre it leaves out are zeroed."""
+    min_scale: float
+    max_scale: float
+    min_aspect_ratio: float
+    max_aspect_ratio: float
+    sampler_options: list[float] | None
+    trials: int
+    def __init__(self, min_scale: float = ..., max_scale: float = ..., min_aspect_ratio: float = ..., max_aspect_ratio: float = ..., sampler_options: Sequence[float] | None = ..., trials: int = ...) -> None: ...
+
 class RandomOrder(Transform):
     """Its transforms, in a random order."""
     transforms: list[Transform]
@@ -287,6 +309,14 @@ class RandomRotation(Transform):
     fill: float | list[float] | None
     def __init__(self, degrees: float | Sequence[float], interpolation: Enum | str | int = ..., expand: bool = ..., center: Sequence[float] | None = ..., fill: float | Sequence[float] | Mapping[type | str, float | Sequence[float] | None] | None = ...) -> None: ...
 
+class RandomShortestSize(Transform):
+    """The shorter side resized to a size drawn from min_size, the longer at most max_size."""
+    min_size: int | list[int]
+    max_size: int | None
+    interpolation: str
+    antialias: bool | None
+    def __init__(self, min_size: int | Sequence[int], max_size: int | None = ..., interpolation: Enum | str | int = ..., antialias: bool | None = ...) -> None: ...
+
 class RandomSolarize(Transform):
     """Values at or above threshold inverted, with probability p."""
     threshold: float
@@ -320,6 +350,14 @@ class SanitizeBoundingBoxes(Transform):
     labels_getter: str
     def __init__(self, min_size: float = ..., min_area: float = ..., labels_getter: str = ...) -> None: ...
 
+class ScaleJitter(Transform):
+    """Resized to fit target_size, times a scale drawn from scale_range."""
+    target_size: list[int]
+    scale_range: list[float]
+    interpolation: str
+    antialias: bool | None
+    def __init__(self, target_size: Sequence[int], scale_range: Sequence[float] = ..., interpolation: Enum | str | int = ..., antialias: bool | None = ...) -> None: ...
+
 class TimmRandAugment(Transform):
     """timm's RandAugment from its config string (rand-m9-mstd0.5-inc1): img_mean is the fill (timm's default 128 grey), interpolation random, bilinear or bicubic."""
     config: str
@@ -336,6 +374,10 @@ class ToDtype(Transform):
 
 class ToImage(Transform):
     """The image as a uint8 tensor (output conversion)."""
+    def __init__(self) -> None: ...
+
+class ToPureTensor(Transform):
+    """Plain tensors, not tv_tensors: what Stoker delivers (output conversion)."""
     def __init__(self) -> None: ...
 
 class ToTensor(Transform):

@@ -43,7 +43,7 @@ pub use erase::{EraseValue, RandomErasing};
 pub use flip::{RandomHorizontalFlip, RandomVerticalFlip};
 pub use iou_crop::{FixedSizeCrop, RandomIoUCrop};
 pub use op_impl::OpImpl;
-pub use output::{ConvertImageDtype, Normalize, PILToTensor, ToDtype, ToImage, ToTensor};
+pub use output::{ConvertImageDtype, Normalize, PILToTensor, ToDtype, ToImage, ToPureTensor, ToTensor};
 pub use pad::Pad;
 pub use photometric::{RandomChannelPermutation, RandomPhotometricDistort};
 pub use policy::{AutoAugment, RandAugment, TrivialAugmentWide};

@@ -1,4 +1,4 @@
-//! The output conversion: ToImage, PILToTensor, ToTensor, ToDtype,
+//! The output conversion: ToImage, ToPureTensor, PILToTensor, ToTensor, ToDtype,
 //! ConvertImageDtype, Normalize. Workers deliver uint8 pixels; these ops
 //! tell the client how to convert them on the device (the loader's dtype,
 //! mean and std), and tell RandomErasing what its value means.
@@ -57,6 +57,20 @@ marker!(
 impl Described for ToImage {
     const SCHEMA: OpSchema = OpSchema {
         doc: "The image as a uint8 tensor (output conversion).",
+        origin: Origin::Torchvision,
+        role: Role::Output,
+        args: &[],
+    };
+}
+marker!(
+    /// Plain tensors out of tv_tensors: what Stoker delivers anyway.
+    ToPureTensor,
+    |cx| cx.scale
+);
+
+impl Described for ToPureTensor {
+    const SCHEMA: OpSchema = OpSchema {
+        doc: "Plain tensors, not tv_tensors: what Stoker delivers (output conversion).",
         origin: Origin::Torchvision,
         role: Role::Output,
         args: &[],

@@ -17,7 +17,7 @@ use super::{
 };
 use super::{
     ClampBoundingBoxes, ConvertBoundingBoxFormat, FixedSizeCrop, RandomIoUCrop, RandomShortestSize, RandomZoomOut,
-    SanitizeBoundingBoxes, ScaleJitter,
+    SanitizeBoundingBoxes, ScaleJitter, ToPureTensor,
 };
 use crate::params::{Bounds, Cx, ResolveError, Walk};
 use crate::rng::SampleRng;
@@ -132,6 +132,7 @@ registry! {
     SanitizeBoundingBoxes,
     ConvertBoundingBoxFormat,
     ToImage,
+    ToPureTensor,
     PILToTensor,
     ToTensor,
     ToDtype,
