@@ -315,49 +315,72 @@ fn targets_out(path: &Path) -> BTreeMap<String, serde_json::Value> {
 }
 
 /// Exactly once with detection samples through a worker's SIGKILL: every
-/// sample arrives once, and with the boxes an undisturbed worker delivers
-/// (a sample's draws are its own, whichever worker plans it).
+/// sample arrives once, and with the boxes an undisturbed CPU worker
+/// delivers (a sample's draws are its own, whichever worker plans it).
 #[test]
 fn detection_samples_arrive_exactly_once_with_their_boxes_through_a_worker_kill() {
+    let n = kill_a_worker_mid_epoch(&[]);
+    println!("detection through a kill: {n}");
+}
+
+/// [`detection_samples_arrive_exactly_once_with_their_boxes_through_a_worker_kill`]
+/// with GPU workers (`--gpu-only`): the boxes equal the CPU worker's.
+#[test]
+fn a_gpu_worker_killed_mid_epoch_loses_no_detection_sample_and_delivers_the_cpu_s_boxes() {
+    let Some(gpu) = crate::gpu::gpu_or_skip("a_gpu_worker_killed_mid_epoch_loses_no_detection_sample") else {
+        return;
+    };
+    drop(gpu);
+    let n = kill_a_worker_mid_epoch(&["--device", "cuda", "--gpu-only"]);
+    println!("gpu detection through a kill: {n}");
+}
+
+/// Streams four shards of detection samples through a CPU worker, then
+/// through two workers started with `worker_args`, SIGKILLing one
+/// mid-epoch; checks every sample arrives once with the first run's
+/// boxes. Returns what was checked, in words.
+fn kill_a_worker_mid_epoch(worker_args: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
     for shard in 0..4 {
-        write_shard_at(dir.path(), shard, 50);
+        write_shard_at(dir.path(), shard, 100);
     }
     let dataset = dir.path().to_str().unwrap();
-    let transform =
-        format!(r#"{{"ops": [{{"op": "RandomIoUCrop"}}, {{"op": "Resize", "size": [64, 64]}}, {GEOMETRY}]}}"#);
+    // 160 x 160 outputs in 16K chunks, and a consumer taking 20 ms a
+    // batch: an item of 100 samples is still in flight when the first
+    // batches arrive, even where workers are fast (the GPU machine).
+    let transform = r#"{"ops": [{"op": "RandomIoUCrop"}, {"op": "Resize", "size": [160, 160]},
+        {"op": "RandomHorizontalFlip"}, {"op": "RandomRotation", "degrees": 25}, {"op": "CenterCrop", "size": 160},
+        {"op": "SanitizeBoundingBoxes"}, {"op": "ConvertBoundingBoxFormat", "format": "XYXY"}]}"#;
     let out = |name: &str| dir.path().join(name);
-    let args = |fields: &'static str, path: &Path| -> Vec<String> {
-        let mut a: Vec<String> = ["--batch-size", "4", "--prefetch", "1", "--step-seconds", "0.01"]
+    let args = |path: &Path| -> Vec<String> {
+        let mut a: Vec<String> = ["--batch-size", "4", "--prefetch", "1", "--step-seconds", "0.02"]
             .map(str::to_owned)
             .to_vec();
-        a.extend(["--transform".into(), transform.clone(), "--field".into(), fields.into()]);
-        a.extend([
-            "--fields-out".into(),
-            path.display().to_string(),
-            "--progress-timeout".into(),
-            "30".into(),
-        ]);
+        a.extend(["--transform".into(), transform.to_owned()]);
+        a.extend(["--field".into(), "targets=json:targets".into()]);
+        a.extend(["--fields-out".into(), path.display().to_string()]);
+        a.extend(["--progress-timeout".into(), "30".into()]);
         a
     };
     let reference = Worker::start(1);
-    let plain = args("targets=json:targets", &out("reference.jsonl"));
+    let plain = args(&out("reference.jsonl"));
     let plain: Vec<&str> = plain.iter().map(String::as_str).collect();
     let run = stream(&[&reference], dataset, &plain, &[]);
     assert!(run.success(), "{}", run.stderr());
     let want = targets_out(&out("reference.jsonl"));
-    assert_eq!(want.len(), 199, "one sample has a box outside its image");
+    assert_eq!(want.len(), 399, "one sample has a box outside its image");
     drop(reference);
 
-    let small_chunks = ["--chunk-bytes", "16K"];
+    let mut started = vec!["--chunk-bytes", "16K"];
+    started.extend_from_slice(worker_args);
     let (w1, w2) = (
-        Worker::start_with(1, &small_chunks, &[]),
-        Worker::start_with(1, &small_chunks, &[]),
+        Worker::start_with(1, &started, &[]),
+        Worker::start_with(1, &started, &[]),
     );
-    let killed = args("targets=json:targets", &out("killed.jsonl"));
+    let killed = args(&out("killed.jsonl"));
     let killed: Vec<&str> = killed.iter().map(String::as_str).collect();
     let mut child = StreamChild::spawn(&[&w1, &w2], dataset, &killed);
-    child.wait_for_samples(8, std::time::Duration::from_secs(30));
+    child.wait_for_samples(8, std::time::Duration::from_secs(60));
     signal(w1.child.0.id(), "-KILL");
     let run = child.finish();
     assert!(run.success(), "{}", run.stderr());
@@ -367,12 +390,12 @@ fn detection_samples_arrive_exactly_once_with_their_boxes_through_a_worker_kill(
     );
     let got = targets_out(&out("killed.jsonl"));
     assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
-    let boxes: usize = want.values().map(|t| t["boxes"].as_array().unwrap().len()).sum();
     for (key, t) in &want {
         assert_eq!(&got[key], t, "{key}");
     }
-    println!(
-        "detection through a kill: {} samples once each, {boxes} boxes as undisturbed",
+    let boxes: usize = want.values().map(|t| t["boxes"].as_array().unwrap().len()).sum();
+    format!(
+        "{} samples once each, {boxes} boxes as an undisturbed cpu worker's",
         got.len()
-    );
+    )
 }
