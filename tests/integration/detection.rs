@@ -323,18 +323,6 @@ fn detection_samples_arrive_exactly_once_with_their_boxes_through_a_worker_kill(
     println!("detection through a kill: {n}");
 }
 
-/// [`detection_samples_arrive_exactly_once_with_their_boxes_through_a_worker_kill`]
-/// with GPU workers (`--gpu-only`): the boxes equal the CPU worker's.
-#[test]
-fn a_gpu_worker_killed_mid_epoch_loses_no_detection_sample_and_delivers_the_cpu_s_boxes() {
-    let Some(gpu) = crate::gpu::gpu_or_skip("a_gpu_worker_killed_mid_epoch_loses_no_detection_sample") else {
-        return;
-    };
-    drop(gpu);
-    let n = kill_a_worker_mid_epoch(&["--device", "cuda", "--gpu-only"]);
-    println!("gpu detection through a kill: {n}");
-}
-
 /// Streams four shards of detection samples through a CPU worker, then
 /// through two workers started with `worker_args`, SIGKILLing one
 /// mid-epoch; checks every sample arrives once with the first run's
