@@ -97,8 +97,8 @@ fn detection_source(args: &PackArgs) -> anyhow::Result<Option<DetectionSource>> 
         (Some(AnnotationsFormat::Coco), None) => {
             anyhow::bail!("--annotations-format coco needs --annotations FILE (the COCO json)")
         }
-        (Some(kind), Some(file)) => anyhow::bail!(
-            "--annotations {} is a COCO file: drop it with --annotations-format {kind:?} (lowercase), whose              annotations are found from --input",
+        (Some(_), Some(file)) => anyhow::bail!(
+            "--annotations {} names a COCO file: yolo and hf find their annotations from --input",
             file.display()
         ),
         (Some(kind), None) => Some(kind),
