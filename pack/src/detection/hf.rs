@@ -36,6 +36,8 @@ pub(crate) struct Rows {
     reader: Option<(PathBuf, ParquetRecordBatchReader)>,
     /// Rows read from the current file.
     row: usize,
+    /// The `ClassLabel`'s names (0: none known, any id goes).
+    classes: usize,
 }
 
 fn err(file: &Path, why: impl Into<String>) -> PackError {
@@ -103,7 +105,6 @@ pub(super) fn open(input: &Path, format: BoxFormat) -> Result<Opened, PackError>
         None => Vec::new(),
     };
     Ok(Opened {
-        classes,
         scheme: Scheme {
             format,
             crowd: fields.iter().any(|f| f == "iscrowd"),
@@ -115,7 +116,9 @@ pub(super) fn open(input: &Path, format: BoxFormat) -> Result<Opened, PackError>
             next_file: 0,
             reader: None,
             row: 0,
+            classes: classes.len(),
         }),
+        classes,
         report: PackReport::default(),
     })
 }
@@ -185,7 +188,7 @@ impl Rows {
                 Some(Ok(batch)) => {
                     let first = self.row;
                     self.row += batch.num_rows();
-                    return rows_of(path, &batch, first).map(Some);
+                    return rows_of(path, &batch, first, self.classes).map(Some);
                 }
                 Some(Err(e)) => return Err(err(path, format!("row {}: {e}", self.row))),
                 None => self.reader = None,
@@ -195,7 +198,7 @@ impl Rows {
 }
 
 /// The images of `batch`, its first row numbered `first` in `file`.
-fn rows_of(file: &Path, batch: &RecordBatch, first: usize) -> Result<Vec<Annotated>, PackError> {
+fn rows_of(file: &Path, batch: &RecordBatch, first: usize, classes: usize) -> Result<Vec<Annotated>, PackError> {
     let column = |name: &str| {
         batch
             .column_by_name(name)
@@ -220,7 +223,7 @@ fn rows_of(file: &Path, batch: &RecordBatch, first: usize) -> Result<Vec<Annotat
             Some(p) if !p.is_empty() => format!("{}, row {row} ({p})", file.display()),
             _ => format!("{}, row {row}", file.display()),
         };
-        let (instances, bad) = match instances(&objects, r) {
+        let (instances, bad) = match instances(&objects, r, classes) {
             Ok(i) => (i, None),
             Err((what, why)) => (Vec::new(), Some(Problem::new(format!("{shown}, {what}"), why))),
         };
@@ -294,8 +297,9 @@ fn object_columns(objects: &ArrayRef, r: usize) -> Option<Vec<(String, ArrayRef)
     Some(s.fields().iter().map(|f| f.name().clone()).zip(s.columns().iter().cloned()).collect())
 }
 
-/// Row `r`'s instances, or (which object, why) one is bad.
-fn instances(objects: &ArrayRef, r: usize) -> Result<Vec<Instance>, (String, String)> {
+/// Row `r`'s instances, or (which object, why) one is bad; a category
+/// must be one of `classes` names (when the schema names any).
+fn instances(objects: &ArrayRef, r: usize, classes: usize) -> Result<Vec<Instance>, (String, String)> {
     let Some(cols) = object_columns(objects, r) else {
         return Ok(Vec::new());
     };
@@ -322,8 +326,14 @@ fn instances(objects: &ArrayRef, r: usize) -> Result<Vec<Instance>, (String, Str
         if values.len() != 4 {
             return Err((format!("{id} (bbox {values:?})"), "bbox is not 4 numbers".to_owned()));
         }
-        let Some(label) = number(category.as_ref(), j).filter(|c| c.fract() == 0.0 && *c >= 0.0) else {
-            return Err((id, "category is not a class id".to_owned()));
+        let category = number(category.as_ref(), j);
+        let known = |c: f64| c.fract() == 0.0 && c >= 0.0 && (classes == 0 || c < classes as f64);
+        let Some(label) = category.filter(|c| known(*c)) else {
+            let shown = category.map_or_else(|| "null".to_owned(), |c| c.to_string());
+            return Err((
+                format!("{id} (category {shown})"),
+                format!("category not in the ClassLabel's {classes} names"),
+            ));
         };
         let flag = get("iscrowd").and_then(|a| number(a.as_ref(), j));
         out.push(Instance {
