@@ -344,4 +344,8 @@ fn the_dataset_json_reads_back_as_the_same_targets() {
     let plain = Targets::new((10, 10), BoxFormat::Xyxy, &[], vec![]).unwrap();
     let doc = plain.to_dataset_json();
     assert_eq!(doc.keys().collect::<Vec<_>>(), ["boxes", "format", "labels"]);
+    // An image without instances in a keypoint dataset: nothing to pair.
+    let none = plain.with_keypoints(2, vec![], vec![1, 0]).unwrap();
+    let json = serde_json::Value::Object(none.to_dataset_json()).to_string();
+    assert!(Targets::from_json(json.as_bytes()).unwrap().boxes.is_empty(), "{json}");
 }

@@ -87,7 +87,7 @@ pub(super) fn open(input: &Path, split: &str) -> Result<Opened, PackError> {
         Some(Value::List(f)) if k > 0 => f
             .iter()
             .map(|s| s.parse::<usize>())
-            .collect::<Result<_, _>>()
+            .collect::<Result<Vec<usize>, _>>()
             .map_err(|_| err(format!("flip_idx {f:?} is not a list of keypoint indices")))?,
         Some(other) => return Err(err(format!("flip_idx {other:?} without kpt_shape, or not a list"))),
     };
