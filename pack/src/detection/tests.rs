@@ -96,7 +96,7 @@ fn coco_images_become_targets_with_category_ids_as_labels_and_bad_annotations_le
 fn coco_segmentations_keypoints_and_python_nans_are_checked() {
     let ann = |id: u32, extra: serde_json::Value| {
         let mut a = serde_json::json!({"id": id, "image_id": 1, "category_id": 1, "bbox": [1, 1, 5, 5],
-                                       "area": 25, "iscrowd": 0});
+                                       "area": 25, "iscrowd": 0, "keypoints": [1, 1, 2, 3, 3, 2, 0, 0, 0]});
         a.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
         a
     };
@@ -110,7 +110,7 @@ fn coco_segmentations_keypoints_and_python_nans_are_checked() {
     ] {
         let doc = serde_json::json!({
             "images": [{"id": 1, "file_name": "a.jpg", "width": 64, "height": 48}],
-            "annotations": [ann(5, serde_json::json!({"keypoints": [1, 1, 2, 3, 3, 2, 0, 0, 0]})), ann(6, extra)],
+            "annotations": [ann(5, serde_json::json!({})), ann(6, extra)],
             "categories": [{"id": 1, "name": "person", "keypoints": names}],
         });
         let dir = coco_dir(&doc);
