@@ -66,11 +66,11 @@ pub struct PackArgs {
     /// becomes a sample of its image and a targets JSON (docs/detection.md).
     #[arg(long, value_name = "coco|yolo|hf")]
     pub annotations_format: Option<AnnotationsFormat>,
-    /// Detection, yolo: the split of data.yaml to pack.
+    /// Detection, yolo: the split of data.yaml to pack (train without it).
     #[arg(long, value_name = "SPLIT")]
     pub split: Option<String>,
     /// Detection, hf: the format of the objects' bbox, which the schema does
-    /// not say: xywh (COCO's, cppe-5), xyxy (pascal_voc,
+    /// not say: xywh (COCO's, cppe-5; without it), xyxy (pascal_voc,
     /// detection-datasets/coco) or cxcywh.
     #[arg(long, value_parser = parse_box_format, value_name = "xywh|xyxy|cxcywh")]
     pub box_format: Option<BoxFormat>,
