@@ -104,18 +104,19 @@ fn detection_source(args: &PackArgs) -> anyhow::Result<Option<DetectionSource>> 
         (Some(kind), None) => Some(kind),
     };
     let Some(kind) = kind else {
-        for (given, flag) in [(args.split.is_some(), "--split"), (args.box_format.is_some(), "--box-format")] {
+        for (given, flag) in [
+            (args.split.is_some(), "--split"),
+            (args.box_format.is_some(), "--box-format"),
+        ] {
             anyhow::ensure!(!given, "{flag} is for detection datasets: add --annotations-format");
         }
         return Ok(None);
     };
-    let converting = args.input_format.is_some()
-        || args.image_key.is_some()
-        || args.label_key.is_some()
-        || args.label_offset != 0;
+    let converting =
+        args.input_format.is_some() || args.image_key.is_some() || args.label_key.is_some() || args.label_offset != 0;
     anyhow::ensure!(
         !converting,
-        "--input-format, --image-key, --label-key and --label-offset are for converting datasets, not detection          annotations"
+        "--input-format, --image-key, --label-key and --label-offset are for converting datasets, not detection annotations"
     );
     anyhow::ensure!(
         args.split.is_none() || kind == AnnotationsFormat::Yolo,

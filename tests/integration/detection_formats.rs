@@ -73,8 +73,8 @@ fn targets_source(format: &str) -> &'static str {
 /// Every delivered sample's targets by key, streamed from `dataset`
 /// through the worker at `addr`, resized to SIDE x SIDE.
 async fn targets_by_key(addr: &str, dataset: &str, format: &str) -> BTreeMap<String, Targets> {
-    let spec = TransformSpec::from_json(&format!(r#"{{"ops": [{{"op": "Resize", "size": [{SIDE}, {SIDE}]}}]}}"#))
-        .unwrap();
+    let spec =
+        TransformSpec::from_json(&format!(r#"{{"ops": [{{"op": "Resize", "size": [{SIDE}, {SIDE}]}}]}}"#)).unwrap();
     let mut config = LoaderConfig::new(vec![addr.to_owned()], dataset, 4, spec);
     config.fields = vec![FieldSpec::new("targets", targets_source(format), FieldKind::Targets)];
     let loader = Loader::connect(config).await.unwrap();
@@ -86,7 +86,11 @@ async fn targets_by_key(addr: &str, dataset: &str, format: &str) -> BTreeMap<Str
             let Some(FieldValue::Targets(t)) = &batch.fields[i][0] else {
                 panic!("{}: no targets: {:?}", batch.keys[i], batch.fields[i]);
             };
-            assert_eq!(batch.labels[i], -1, "{}: a detection sample has no label", batch.keys[i]);
+            assert_eq!(
+                batch.labels[i], -1,
+                "{}: a detection sample has no label",
+                batch.keys[i]
+            );
             out.insert(batch.keys[i].clone(), (**t).clone());
         }
     }
@@ -147,8 +151,8 @@ fn check(expected: &Value, got: &BTreeMap<String, Targets>, what: &str) {
 
 /// The dataset index's class names.
 fn classes(dataset: &str) -> Vec<String> {
-    let index: Value = serde_json::from_slice(&std::fs::read(Path::new(dataset).join("stoker-index.json")).unwrap())
-        .unwrap();
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(Path::new(dataset).join("stoker-index.json")).unwrap()).unwrap();
     serde_json::from_value(index["classes"].clone()).unwrap()
 }
 
@@ -223,7 +227,16 @@ async fn yolo_and_hugging_face_datasets_arrive_as_their_annotations_in_pixels() 
     check(&fx.expected["yolo"], &got, "yolo");
     let val = fx.path("out/yolo-val");
     let yaml = fx.path("yolo/data.yaml");
-    pack_ok(&["--input", &yaml, "--annotations-format", "yolo", "--split", "val", "--output", &val]);
+    pack_ok(&[
+        "--input",
+        &yaml,
+        "--annotations-format",
+        "yolo",
+        "--split",
+        "val",
+        "--output",
+        &val,
+    ]);
     let got = targets_by_key(&w.addr, &val, "wds").await;
     assert_eq!(got.keys().collect::<Vec<_>>(), ["images/val/v"]);
 
@@ -274,11 +287,21 @@ fn bad_annotations_of_every_format_are_reported_naming_image_and_annotation_and_
         ),
         (
             "yolo_bad",
-            vec!["--input".into(), fx.path("yolo_bad"), "--annotations-format".into(), "yolo".into()],
+            vec![
+                "--input".into(),
+                fx.path("yolo_bad"),
+                "--annotations-format".into(),
+                "yolo".into(),
+            ],
         ),
         (
             "hf_bad",
-            vec!["--input".into(), fx.path("hf_bad"), "--annotations-format".into(), "hf".into()],
+            vec![
+                "--input".into(),
+                fx.path("hf_bad"),
+                "--annotations-format".into(),
+                "hf".into(),
+            ],
         ),
     ];
     for (name, input) in cases {
@@ -293,7 +316,12 @@ fn bad_annotations_of_every_format_are_reported_naming_image_and_annotation_and_
             "{name}: {stderr}"
         );
         for problem in problems {
-            let parts: Vec<&str> = problem.as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
+            let parts: Vec<&str> = problem
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_str().unwrap())
+                .collect();
             assert!(
                 stderr.lines().any(|l| parts.iter().all(|p| l.contains(p))),
                 "{name}: no line names all of {parts:?}:\n{stderr}"
@@ -307,8 +335,8 @@ fn bad_annotations_of_every_format_are_reported_naming_image_and_annotation_and_
             "{name}: {stderr}"
         );
         // The index keeps the report, for workers and `stoker doctor`.
-        let index: Value = serde_json::from_slice(&std::fs::read(Path::new(&out).join("stoker-index.json")).unwrap())
-            .unwrap();
+        let index: Value =
+            serde_json::from_slice(&std::fs::read(Path::new(&out).join("stoker-index.json")).unwrap()).unwrap();
         assert_eq!(index["pack_report"]["left_out"]["count"], problems.len(), "{name}");
 
         // --strict: refused, naming them, and nothing written.
@@ -318,7 +346,10 @@ fn bad_annotations_of_every_format_are_reported_naming_image_and_annotation_and_
         let refused = pack(&args);
         let stderr = String::from_utf8_lossy(&refused.stderr);
         assert!(!refused.status.success(), "{name}: --strict packed");
-        assert!(stderr.contains("--strict") && stderr.contains("nothing was written"), "{name}: {stderr}");
+        assert!(
+            stderr.contains("--strict") && stderr.contains("nothing was written"),
+            "{name}: {stderr}"
+        );
         let first = problems[0].as_array().unwrap()[0].as_str().unwrap();
         assert!(stderr.contains(first), "{name}: {stderr}");
         assert!(!Path::new(&strict_out).exists(), "{name}: --strict wrote {strict_out}");

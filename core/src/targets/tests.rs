@@ -332,7 +332,11 @@ fn the_dataset_json_reads_back_as_the_same_targets() {
         vec![3, 7],
     )
     .unwrap()
-    .with_keypoints(2, vec![[12.0, 22.0, 2.0], [30.0, 40.0, 1.0], [1.0, 2.0, 2.0], [3.0, 4.0, 0.0]], vec![1, 0])
+    .with_keypoints(
+        2,
+        vec![[12.0, 22.0, 2.0], [30.0, 40.0, 1.0], [1.0, 2.0, 2.0], [3.0, 4.0, 0.0]],
+        vec![1, 0],
+    )
     .unwrap();
     t.iscrowd = vec![false, true];
     t.area = vec![1200.0, 25.0];

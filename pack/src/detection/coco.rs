@@ -247,7 +247,13 @@ fn instance(
         (Some(Lenient::Good(p)), None) if p.is_empty() => Vec::new(),
         (Some(Lenient::Good(p)), Some(n)) if p.len() == 3 * n && n == k => p
             .chunks_exact(3)
-            .map(|c| [c[0].unwrap_or(f64::NAN), c[1].unwrap_or(f64::NAN), c[2].unwrap_or(f64::NAN)])
+            .map(|c| {
+                [
+                    c[0].unwrap_or(f64::NAN),
+                    c[1].unwrap_or(f64::NAN),
+                    c[2].unwrap_or(f64::NAN),
+                ]
+            })
             .collect(),
         (p, n) => {
             let got = match p {
@@ -294,9 +300,9 @@ fn check_segmentation(s: &Segmentation, declared: Option<(u32, u32)>) -> Result<
             Ok(())
         }
         Segmentation::Rle { size, .. } => match (size.as_slice(), declared) {
-            ([h, w], Some((dw, dh))) if (*h, *w) != (u64::from(dh), u64::from(dw)) => {
-                Err(format!("rle size disagrees with the image's {dh}x{dw} (height x width)"))
-            }
+            ([h, w], Some((dw, dh))) if (*h, *w) != (u64::from(dh), u64::from(dw)) => Err(format!(
+                "rle size disagrees with the image's {dh}x{dw} (height x width)"
+            )),
             ([_, _], _) => Ok(()),
             _ => Err("rle size is not [height, width]".to_owned()),
         },

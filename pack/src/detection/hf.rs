@@ -90,7 +90,9 @@ pub(super) fn open(input: &Path, format: BoxFormat) -> Result<Opened, PackError>
             format!("no image and objects columns (columns: {})", columns.join(", ")),
         ));
     }
-    let objects = schema.field_with_name("objects").map_err(|e| err(first, e.to_string()))?;
+    let objects = schema
+        .field_with_name("objects")
+        .map_err(|e| err(first, e.to_string()))?;
     let fields = object_fields(objects.data_type());
     for need in ["bbox", "category"] {
         if !fields.iter().any(|f| f == need) {
@@ -227,7 +229,11 @@ fn rows_of(file: &Path, batch: &RecordBatch, first: usize, classes: usize) -> Re
             Ok(i) => (i, None),
             Err((what, why)) => (Vec::new(), Some(Problem::new(format!("{shown}, {what}"), why))),
         };
-        let bad = bad.or_else(|| bytes.is_none().then(|| Problem::new(&shown, "no image bytes in the row")));
+        let bad = bad.or_else(|| {
+            bytes
+                .is_none()
+                .then(|| Problem::new(&shown, "no image bytes in the row"))
+        });
         out.push(Annotated {
             key,
             shown,
@@ -252,7 +258,10 @@ fn image_cell(image: &ArrayRef, r: usize) -> (Option<bytes::Bytes>, Option<Strin
         }
         a.as_binary_opt::<i32>()
             .map(|b| bytes::Bytes::copy_from_slice(b.value(r)))
-            .or_else(|| a.as_binary_opt::<i64>().map(|b| bytes::Bytes::copy_from_slice(b.value(r))))
+            .or_else(|| {
+                a.as_binary_opt::<i64>()
+                    .map(|b| bytes::Bytes::copy_from_slice(b.value(r)))
+            })
     };
     match image.as_struct_opt() {
         Some(s) => {
@@ -294,7 +303,13 @@ fn object_columns(objects: &ArrayRef, r: usize) -> Option<Vec<(String, ArrayRef)
         None => objects.as_list_opt::<i64>()?.value(r),
     };
     let s = items.as_struct_opt()?;
-    Some(s.fields().iter().map(|f| f.name().clone()).zip(s.columns().iter().cloned()).collect())
+    Some(
+        s.fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .zip(s.columns().iter().cloned())
+            .collect(),
+    )
 }
 
 /// Row `r`'s instances, or (which object, why) one is bad; a category

@@ -235,16 +235,16 @@ fn read_image(img: &Annotated) -> Result<bytes::Bytes, Problem> {
         ImageSource::Held(b) => Ok(b.clone()),
         ImageSource::File(path) => match std::fs::read(path) {
             Ok(data) => Ok(data.into()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                Err(Problem::new(&img.shown, "image file missing"))
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Problem::new(&img.shown, "image file missing")),
             Err(e) => Err(Problem::new(&img.shown, format!("image file unreadable: {e}"))),
         },
     }
 }
 
 /// Opens `source` and starts reading it on a blocking thread.
-async fn start(source: &DetectionSource) -> Result<(Vec<String>, PackReport, tokio::sync::mpsc::Receiver<Event>), PackError> {
+async fn start(
+    source: &DetectionSource,
+) -> Result<(Vec<String>, PackReport, tokio::sync::mpsc::Receiver<Event>), PackError> {
     let owned = source.clone();
     let opened = tokio::task::spawn_blocking(move || open(&owned))
         .await

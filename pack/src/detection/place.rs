@@ -172,7 +172,11 @@ fn clamp(format: BoxFormat, b: [f64; 4], canvas: (u32, u32)) -> Option<([f64; 4]
         if back[0] >= 0.0 && back[1] >= 0.0 && back[2] <= w && back[3] <= h {
             return Some((onto, by));
         }
-        inset = if inset == 0.0 { w.max(h) * f64::EPSILON } else { inset * 2.0 };
+        inset = if inset == 0.0 {
+            w.max(h) * f64::EPSILON
+        } else {
+            inset * 2.0
+        };
     }
     None
 }

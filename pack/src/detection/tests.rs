@@ -86,7 +86,10 @@ fn coco_images_become_targets_with_category_ids_as_labels_and_bad_annotations_le
     assert!(b.what.ends_with("b.jpg, annotation 12 (category_id 7)"), "{b:?}");
     assert_eq!(b.reason, "category not in the file's categories");
     let c = got[2].1.as_ref().unwrap_err();
-    assert!(c.what.ends_with("c.jpg (40x30), annotation 14 [30.0, 0.0, 12.0, 5.0]"), "{c:?}");
+    assert!(
+        c.what.ends_with("c.jpg (40x30), annotation 14 [30.0, 0.0, 12.0, 5.0]"),
+        "{c:?}"
+    );
     assert_eq!(c.reason, "box reaches outside the image by more than 1 px");
     let gone = got[3].1.as_ref().unwrap_err();
     assert_eq!(gone.reason, "image file missing");
@@ -102,10 +105,22 @@ fn coco_segmentations_keypoints_and_python_nans_are_checked() {
     };
     let names = ["nose", "left_eye", "right_eye"];
     for (extra, why) in [
-        (serde_json::json!({"segmentation": [[1, 1, 2, 2]]}), "polygon with fewer than 3 points"),
-        (serde_json::json!({"segmentation": {"counts": "abc", "size": [10, 10]}}), "rle size disagrees"),
-        (serde_json::json!({"keypoints": [1, 1, 2, 3, 3, 2]}), "keypoints disagree"),
-        (serde_json::json!({"bbox": [1, 1, -5, 5]}), "box negative width or height"),
+        (
+            serde_json::json!({"segmentation": [[1, 1, 2, 2]]}),
+            "polygon with fewer than 3 points",
+        ),
+        (
+            serde_json::json!({"segmentation": {"counts": "abc", "size": [10, 10]}}),
+            "rle size disagrees",
+        ),
+        (
+            serde_json::json!({"keypoints": [1, 1, 2, 3, 3, 2]}),
+            "keypoints disagree",
+        ),
+        (
+            serde_json::json!({"bbox": [1, 1, -5, 5]}),
+            "box negative width or height",
+        ),
         (serde_json::json!({"bbox": [1, 1, 5]}), "bbox is not 4 numbers"),
     ] {
         let doc = serde_json::json!({
@@ -160,7 +175,10 @@ fn yolo_lines_become_pixel_boxes_and_bad_lines_name_their_file_and_line() {
     let dir = yolo_dir(
         yaml,
         &[
-            ("p", "2 0.5 0.5 0.2 0.4 0.1 0.2 2 0.3 0.4 1\n\n0 0.1 0.1 0.2 0.2 0 0 0 0 0 0\n"),
+            (
+                "p",
+                "2 0.5 0.5 0.2 0.4 0.1 0.2 2 0.3 0.4 1\n\n0 0.1 0.1 0.2 0.2 0 0 0 0 0 0\n",
+            ),
             ("q", "0 0.5 0.5 0.2 0.2 0 0 0 0 0 0\n1 0.5 0.5 0.2 0.2 0 0 0 0 0 0\n"),
         ],
     );
@@ -230,7 +248,10 @@ async fn a_packed_coco_dataset_holds_each_images_targets_json_and_no_labels() {
             assert_eq!(v["boxes"], serde_json::json!([[1.0, 2.0, 10.0, 20.0]]));
             assert_eq!(v["format"], "XYWH");
             assert_eq!(v["labels"], serde_json::json!([1]));
-            assert_eq!(v["segmentation"], serde_json::json!([[[1.0, 2.0, 11.0, 2.0, 11.0, 22.0]]]));
+            assert_eq!(
+                v["segmentation"],
+                serde_json::json!([[[1.0, 2.0, 11.0, 2.0, 11.0, 22.0]]])
+            );
             assert_eq!(v["image_id"], 1);
         }
     }

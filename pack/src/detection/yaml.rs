@@ -53,12 +53,7 @@ pub(super) fn parse(text: &str) -> Result<BTreeMap<String, Value>, String> {
         } else if block.is_empty() {
             Value::Null
         } else if block.iter().all(|(_, l)| l.trim_start().starts_with('-')) {
-            Value::List(
-                block
-                    .iter()
-                    .map(|(_, l)| unquote(l.trim_start()[1..].trim()))
-                    .collect(),
-            )
+            Value::List(block.iter().map(|(_, l)| unquote(l.trim_start()[1..].trim())).collect())
         } else {
             let mut map = Vec::new();
             for (m, l) in block {
@@ -84,7 +79,9 @@ fn inline(text: &str) -> Result<Value, String> {
         if inner.trim().is_empty() {
             return Ok(Value::List(Vec::new()));
         }
-        return Ok(Value::List(split_outside_quotes(inner).iter().map(|s| unquote(s)).collect()));
+        return Ok(Value::List(
+            split_outside_quotes(inner).iter().map(|s| unquote(s)).collect(),
+        ));
     }
     if text.starts_with('{') {
         return Err(format!("flow maps are not read: {text:?}"));
@@ -176,7 +173,10 @@ mod tests {
         assert_eq!(y["kpt_shape"], Value::List(vec!["17".into(), "3".into()]));
         assert_eq!(
             y["names"],
-            Value::Map(vec![("0".into(), "person".into()), ("1".into(), "traffic light".into())])
+            Value::Map(vec![
+                ("0".into(), "person".into()),
+                ("1".into(), "traffic light".into())
+            ])
         );
         assert_eq!(y["alt"], Value::List(vec!["a".into(), "b c".into()]));
         assert!(matches!(y["download"], Value::Scalar(_)));

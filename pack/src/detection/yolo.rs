@@ -94,7 +94,11 @@ pub(super) fn open(input: &Path, split: &str) -> Result<Opened, PackError> {
     let entries = match doc.get(split) {
         Some(Value::Scalar(s)) => vec![s.clone()],
         Some(Value::List(l)) => l.clone(),
-        _ => return Err(err(format!("no {split:?} split (a folder of images, a .txt list, or a list)"))),
+        _ => {
+            return Err(err(format!(
+                "no {split:?} split (a folder of images, a .txt list, or a list)"
+            )));
+        }
     };
     let mut images = Vec::new();
     for entry in &entries {
@@ -171,7 +175,10 @@ fn split_images(root: &Path, entry: &str) -> Result<Vec<PathBuf>, String> {
             })
             .collect());
     }
-    Err(format!("split {entry:?}: {} is no folder of images or .txt list", at.display()))
+    Err(format!(
+        "split {entry:?}: {} is no folder of images or .txt list",
+        at.display()
+    ))
 }
 
 fn walk(dir: &Path, found: &mut Vec<PathBuf>) -> std::io::Result<()> {
@@ -257,7 +264,10 @@ pub(super) fn instance(line: &str, classes: &[String], k: usize, dims: usize) ->
         return Err(if k == 0 {
             format!("{} fields, not 5 (cls cx cy w h)", fields.len())
         } else {
-            format!("{} fields, not {want} (cls cx cy w h and {k} keypoints of {dims})", fields.len())
+            format!(
+                "{} fields, not {want} (cls cx cy w h and {k} keypoints of {dims})",
+                fields.len()
+            )
         });
     }
     let numbers: Vec<f64> = fields
