@@ -13,9 +13,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::Value;
-use stoker_client::{FieldKind, FieldSpec, FieldValue, Loader, LoaderConfig, TransformSpec};
+use stoker_client::TransformSpec;
 use stoker_core::targets::Targets;
 
+use crate::detection::targets_by_key;
 use crate::support::{Worker, python, python_script, run_ok, stoker};
 
 /// The side the images are resized to, to batch them.
@@ -70,33 +71,24 @@ fn targets_source(format: &str) -> &'static str {
     }
 }
 
-/// Every delivered sample's targets by key, streamed from `dataset`
-/// through the worker at `addr`, resized to SIDE x SIDE.
-async fn targets_by_key(addr: &str, dataset: &str, format: &str) -> BTreeMap<String, Targets> {
-    let spec =
-        TransformSpec::from_json(&format!(r#"{{"ops": [{{"op": "Resize", "size": [{SIDE}, {SIDE}]}}]}}"#)).unwrap();
-    let mut config = LoaderConfig::new(vec![addr.to_owned()], dataset, 4, spec);
-    config.fields = vec![FieldSpec::new("targets", targets_source(format), FieldKind::Targets)];
-    let loader = Loader::connect(config).await.unwrap();
-    let mut stream = loader.epoch(0).unwrap();
-    let mut out = BTreeMap::new();
-    while let Some(batch) = stream.next_batch().await {
-        let batch = batch.unwrap();
-        for i in 0..batch.real() {
-            let Some(FieldValue::Targets(t)) = &batch.fields[i][0] else {
-                panic!("{}: no targets: {:?}", batch.keys[i], batch.fields[i]);
-            };
-            assert_eq!(
-                batch.labels[i], -1,
-                "{}: a detection sample has no label",
-                batch.keys[i]
-            );
-            out.insert(batch.keys[i].clone(), (**t).clone());
-        }
-    }
-    let skipped = &stream.report().skip_reasons;
+/// Every delivered sample's targets by key, streamed from `dataset` (in
+/// `format`) through the worker at `addr`, resized to SIDE x SIDE.
+async fn streamed(addr: &str, dataset: &str, format: &str) -> BTreeMap<String, Targets> {
+    let spec = format!(r#"{{"ops": [{{"op": "Resize", "size": [{SIDE}, {SIDE}]}}]}}"#);
+    let spec = TransformSpec::from_json(&spec).unwrap();
+    let (got, skipped) = targets_by_key(addr, dataset, targets_source(format), spec).await;
     assert!(skipped.is_empty(), "{dataset}: {skipped:?}");
-    out
+    got
+}
+
+/// `stoker pack` of `input` (its flags) into `out` as `format`, then its
+/// samples streamed through the worker at `addr`: pack's report and the
+/// targets by key.
+async fn pack_and_stream(addr: &str, input: &[&str], out: &str, format: &str) -> (String, BTreeMap<String, Targets>) {
+    let mut args = input.to_vec();
+    args.extend(["--output", out, "--format", format]);
+    let stderr = pack_ok(&args);
+    (stderr, streamed(addr, out, format).await)
 }
 
 fn close(got: f64, want: f64, what: &str) {
@@ -161,49 +153,31 @@ async fn coco_instances_and_keypoints_pack_into_every_format_and_arrive_as_annot
     let fx = Fixtures::write();
     let w = Worker::start(2);
     let images = fx.path("coco/images");
+    let instances = fx.path("coco/instances.json");
     for format in ["wds", "tfrecord", "parquet"] {
         let out = fx.path(&format!("out/coco-{format}"));
-        let annotations = fx.path("coco/instances.json");
-        let stderr = pack_ok(&[
-            "--input",
-            &images,
-            "--annotations",
-            &annotations,
-            "--output",
-            &out,
-            "--format",
-            format,
-        ]);
+        let input = ["--input", &images, "--annotations", &instances];
+        let (stderr, got) = pack_and_stream(&w.addr, &input, &out, format).await;
         assert!(
             stderr.contains("clamped 1 box(es)") && stderr.contains("a.jpg (64x48), annotation 3"),
             "{stderr}"
         );
         assert_eq!(classes(&out), ["", "person", "", "car", "", "", "", "dog"]);
-        let got = targets_by_key(&w.addr, &out, format).await;
         check(&fx.expected["coco"], &got, &format!("coco as {format}"));
     }
-    let out = fx.path("out/coco-keypoints");
-    let annotations = fx.path("coco/person_keypoints.json");
-    pack_ok(&["--input", &images, "--annotations", &annotations, "--output", &out]);
-    let got = targets_by_key(&w.addr, &out, "wds").await;
+    let keypoints = fx.path("coco/person_keypoints.json");
+    let input = ["--input", &images, "--annotations", &keypoints];
+    let (_, got) = pack_and_stream(&w.addr, &input, &fx.path("out/coco-keypoints"), "wds").await;
     check(&fx.expected["coco_keypoints"], &got, "coco keypoints");
     // COCO's left/right pairs, as Ultralytics' flip_idx for COCO pose.
     let flip = &got.values().next().unwrap().flip_idx;
     assert_eq!(flip, &[0, 2, 1, 4, 3, 6, 5, 8, 7, 10, 9, 12, 11, 14, 13, 16, 15]);
     // RecordIO has no place for targets: refused before writing.
-    let refused = pack(&[
-        "--input",
-        &images,
-        "--annotations",
-        &annotations,
-        "--output",
-        &fx.path("out/rec"),
-        "--format",
-        "recordio",
-    ]);
+    let rec = fx.path("out/rec");
+    let refused = pack(&[&input[..], &["--output", &rec, "--format", "recordio"]].concat());
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("recordio has no place for detection targets"));
-    assert!(!Path::new(&fx.path("out/rec")).exists());
+    assert!(!Path::new(&rec).exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,64 +185,30 @@ async fn yolo_and_hugging_face_datasets_arrive_as_their_annotations_in_pixels() 
     let fx = Fixtures::write();
     let w = Worker::start(2);
     // YOLO, from the dataset's folder: train by default, val by --split.
+    let yolo = fx.path("yolo");
     let out = fx.path("out/yolo");
-    pack_ok(&[
-        "--input",
-        &fx.path("yolo"),
-        "--annotations-format",
-        "yolo",
-        "--output",
-        &out,
-        "--format",
-        "parquet",
-    ]);
+    let input = ["--input", &yolo, "--annotations-format", "yolo"];
+    let (_, got) = pack_and_stream(&w.addr, &input, &out, "parquet").await;
     assert_eq!(classes(&out), ["cat", "dog", "bird"]);
-    let got = targets_by_key(&w.addr, &out, "parquet").await;
     check(&fx.expected["yolo"], &got, "yolo");
-    let val = fx.path("out/yolo-val");
     let yaml = fx.path("yolo/data.yaml");
-    pack_ok(&[
-        "--input",
-        &yaml,
-        "--annotations-format",
-        "yolo",
-        "--split",
-        "val",
-        "--output",
-        &val,
-    ]);
-    let got = targets_by_key(&w.addr, &val, "wds").await;
+    let input = ["--input", &yaml, "--annotations-format", "yolo", "--split", "val"];
+    let (_, got) = pack_and_stream(&w.addr, &input, &fx.path("out/yolo-val"), "wds").await;
     assert_eq!(got.keys().collect::<Vec<_>>(), ["images/val/v"]);
 
     // cppe-5's features: XYWH, the default.
+    let cppe5 = fx.path("hf/cppe5");
     let out = fx.path("out/cppe5");
-    pack_ok(&[
-        "--input",
-        &fx.path("hf/cppe5"),
-        "--annotations-format",
-        "hf",
-        "--output",
-        &out,
-        "--format",
-        "tfrecord",
-    ]);
+    let input = ["--input", &cppe5, "--annotations-format", "hf"];
+    let (_, got) = pack_and_stream(&w.addr, &input, &out, "tfrecord").await;
     assert_eq!(classes(&out), ["Coverall", "Face_Shield", "Gloves", "Goggles", "Mask"]);
-    let got = targets_by_key(&w.addr, &out, "tfrecord").await;
     check(&fx.expected["hf/cppe5"], &got, "cppe-5");
     // detection-datasets/coco's: XYXY, said with --box-format.
+    let file = fx.path("hf/coco/train-00000-of-00001.parquet");
     let out = fx.path("out/hf-coco");
-    pack_ok(&[
-        "--input",
-        &fx.path("hf/coco/train-00000-of-00001.parquet"),
-        "--annotations-format",
-        "hf",
-        "--box-format",
-        "xyxy",
-        "--output",
-        &out,
-    ]);
+    let input = ["--input", &file, "--annotations-format", "hf", "--box-format", "xyxy"];
+    let (_, got) = pack_and_stream(&w.addr, &input, &out, "wds").await;
     assert_eq!(classes(&out).len(), 80);
-    let got = targets_by_key(&w.addr, &out, "wds").await;
     check(&fx.expected["hf/coco"], &got, "detection-datasets/coco");
 }
 

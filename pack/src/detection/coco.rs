@@ -15,12 +15,14 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use stoker_core::targets::BoxFormat;
 use stoker_storage::PackReport;
 
-use super::{Annotated, ImageSource, Images, Instance, MAX_CLASS_ID, Opened, Problem, Scheme};
-use crate::PackError;
+use super::types::{
+    Annotated, ImageSource, Instance, Listing, MAX_CLASS_ID, Problem, Scheme, Segmentation, classes_by_id, key_of,
+};
+use crate::error::PackError;
 
 #[derive(Deserialize)]
 struct Doc {
@@ -75,25 +77,8 @@ enum Lenient<T> {
     Bad(serde_json::Value),
 }
 
-/// COCO's `segmentation`: polygons (`[[x, y, x, y, ...], ...]`) or a
-/// run-length encoding (`{"counts": [...] or "...", "size": [h, w]}`).
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(untagged)]
-pub(crate) enum Segmentation {
-    Polygons(Vec<Vec<Option<f64>>>),
-    Rle { counts: RleCounts, size: Vec<u64> },
-    Other(serde_json::Value),
-}
-
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(untagged)]
-pub(crate) enum RleCounts {
-    Runs(Vec<u64>),
-    Compressed(String),
-}
-
 /// Reads the COCO file `annotations` of the images under `images`.
-pub(super) fn open(images: &Path, annotations: &Path) -> Result<Opened, PackError> {
+pub(super) fn open(images: &Path, annotations: &Path) -> Result<Listing<Vec<Annotated>>, PackError> {
     let file_err = |why: String| PackError::Annotations {
         file: annotations.to_owned(),
         why,
@@ -158,7 +143,7 @@ pub(super) fn open(images: &Path, annotations: &Path) -> Result<Opened, PackErro
         let path = images.join(&img.file_name);
         by_id.insert(img.id, listed.len());
         listed.push(Annotated {
-            key: super::key_of(Path::new(&img.file_name)),
+            key: key_of(Path::new(&img.file_name)),
             shown: path.display().to_string(),
             image: ImageSource::File(path),
             declared: img.width.zip(img.height),
@@ -189,8 +174,8 @@ pub(super) fn open(images: &Path, annotations: &Path) -> Result<Opened, PackErro
             Err((what, reason)) => img.bad = Some(Problem::new(format!("{}, {what}", img.shown), reason)),
         }
     }
-    Ok(Opened {
-        classes: super::classes_by_id(&names),
+    Ok(Listing {
+        classes: classes_by_id(&names),
         scheme: Scheme {
             format: BoxFormat::Xywh,
             normalised: false,
@@ -200,7 +185,7 @@ pub(super) fn open(images: &Path, annotations: &Path) -> Result<Opened, PackErro
             area: true,
             segmentation,
         },
-        images: Images::Listed(listed),
+        images: listed,
         report,
     })
 }

@@ -22,8 +22,8 @@ use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchR
 use stoker_core::targets::BoxFormat;
 use stoker_storage::PackReport;
 
-use super::{Annotated, ImageSource, Images, Instance, MAX_CLASS_ID, Opened, Problem, Scheme};
-use crate::PackError;
+use super::types::{Annotated, ImageSource, Instance, Listing, MAX_CLASS_ID, Problem, Scheme, key_of};
+use crate::error::PackError;
 use crate::error::io_err;
 
 /// Rows read at a time.
@@ -77,7 +77,7 @@ fn parquet_files(input: &Path) -> Result<Vec<PathBuf>, PackError> {
 
 /// Opens the dataset `input`: its classes from the first file's
 /// `huggingface` metadata, its columns checked.
-pub(super) fn open(input: &Path, format: BoxFormat) -> Result<Opened, PackError> {
+pub(super) fn open(input: &Path, format: BoxFormat) -> Result<Listing<Rows>, PackError> {
     let files = parquet_files(input)?;
     let first = &files[0];
     let builder = ParquetRecordBatchReaderBuilder::try_new(File::open(first).map_err(io_err(first))?)
@@ -106,20 +106,20 @@ pub(super) fn open(input: &Path, format: BoxFormat) -> Result<Opened, PackError>
         Some(meta) => class_names(meta).map_err(|why| err(first, why))?,
         None => Vec::new(),
     };
-    Ok(Opened {
+    Ok(Listing {
         scheme: Scheme {
             format,
             crowd: fields.iter().any(|f| f == "iscrowd"),
             area: fields.iter().any(|f| f == "area"),
             ..Scheme::default()
         },
-        images: Images::Parquet(Rows {
+        images: Rows {
             files,
             next_file: 0,
             reader: None,
             row: 0,
             classes: classes.len(),
-        }),
+        },
         classes,
         report: PackReport::default(),
     })
@@ -217,7 +217,7 @@ fn rows_of(file: &Path, batch: &RecordBatch, first: usize, classes: usize) -> Re
         let (bytes, path) = image_cell(&image, r);
         let image_id = image_ids.as_ref().and_then(|a| number(a.as_ref(), r)).map(|v| v as i64);
         let key = match (&path, image_id) {
-            (Some(p), _) if !p.is_empty() => super::key_of(Path::new(p)),
+            (Some(p), _) if !p.is_empty() => key_of(Path::new(p)),
             (_, Some(id)) => id.to_string(),
             _ => format!("{stem}-{row:06}"),
         };

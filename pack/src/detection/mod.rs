@@ -25,11 +25,14 @@ use stoker_core::targets::BoxFormat;
 use stoker_core::{DatasetUri, ShardFormat};
 use stoker_storage::{PackReport, Problems, Storage};
 
-use super::{Carries, OwnedSample, PackError, PackSummary, ShardInput, ShardSink, writer};
+use super::{Carries, OwnedSample, PackSummary, ShardInput, ShardSink, writer};
+use crate::error::PackError;
+use types::{Annotated, ImageSource, Listing, Problem};
 
 mod coco;
 mod hf;
 mod place;
+mod types;
 mod yaml;
 mod yolo;
 
@@ -64,90 +67,9 @@ impl DetectionSource {
 /// guide give them (`detection-datasets/coco` gives XYXY: say so).
 pub const DEFAULT_HF_BOX_FORMAT: BoxFormat = BoxFormat::Xywh;
 
-/// One image of a detection dataset with its annotations as given.
-pub(crate) struct Annotated {
-    /// Its sample's key.
-    pub key: String,
-    /// How reports name it: its file, or its Parquet file and row.
-    pub shown: String,
-    pub image: ImageSource,
-    /// Its size as the annotations give it (COCO's `width`, `height`).
-    pub declared: Option<(u32, u32)>,
-    pub instances: Vec<Instance>,
-    /// Why its annotations are bad, found while reading them.
-    pub bad: Option<Problem>,
-    /// COCO's `image_id`, written beside its targets.
-    pub image_id: Option<i64>,
-}
-
-/// Where an image's bytes are.
-pub(crate) enum ImageSource {
-    File(PathBuf),
-    Held(bytes::Bytes),
-}
-
-/// One annotated instance, as given.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Instance {
-    /// How reports name it: `annotation 17`, `line 3`, `object 2`.
-    pub id: String,
-    /// In the dataset's box format, in pixels or normalised.
-    pub bbox: [f64; 4],
-    pub label: i64,
-    pub iscrowd: bool,
-    pub area: Option<f64>,
-    /// The dataset's points per instance, or none for an instance of a
-    /// category without keypoints.
-    pub keypoints: Vec<[f64; 3]>,
-    /// COCO's `segmentation`, checked, kept as given.
-    pub segmentation: Option<coco::Segmentation>,
-}
-
-/// What the instances of a dataset hold, the same for every image.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Scheme {
-    pub format: BoxFormat,
-    /// Coordinates are fractions of the image's width and height (YOLO).
-    pub normalised: bool,
-    /// Keypoints per instance (0: none).
-    pub keypoints: usize,
-    pub flip_idx: Vec<usize>,
-    /// Whether `iscrowd` and `area` are written.
-    pub crowd: bool,
-    pub area: bool,
-    /// Whether `segmentation` is written.
-    pub segmentation: bool,
-}
-
-/// A bad annotation or image: what (the image, the annotation, the
-/// values) and why (a reason the report counts by).
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Problem {
-    pub what: String,
-    pub reason: String,
-}
-
-impl Problem {
-    pub fn new(what: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self {
-            what: what.into(),
-            reason: reason.into(),
-        }
-    }
-}
-
-/// A dataset opened: its classes, scheme, and its images (listed, or read
-/// row group by row group).
-pub(crate) struct Opened {
-    /// Class names by label (empty strings for ids without a category).
-    pub classes: Vec<String>,
-    pub scheme: Scheme,
-    pub images: Images,
-    /// Annotations of no image, found while listing.
-    pub report: PackReport,
-}
-
-pub(crate) enum Images {
+/// A dataset's images, listed (COCO, YOLO) or read row group by row
+/// group (Parquet).
+enum Images {
     Listed(Vec<Annotated>),
     Parquet(hf::Rows),
 }
@@ -162,17 +84,19 @@ enum Event {
 }
 
 /// Opens `source` (blocking).
-fn open(source: &DetectionSource) -> Result<Opened, PackError> {
-    match source {
-        DetectionSource::Coco { images, annotations } => coco::open(images, annotations),
-        DetectionSource::Yolo { input, split } => yolo::open(input, split),
-        DetectionSource::HuggingFace { input, box_format } => hf::open(input, *box_format),
-    }
+fn open(source: &DetectionSource) -> Result<Listing<Images>, PackError> {
+    Ok(match source {
+        DetectionSource::Coco { images, annotations } => coco::open(images, annotations)?.with_images(Images::Listed),
+        DetectionSource::Yolo { input, split } => yolo::open(input, split)?.with_images(Images::Listed),
+        DetectionSource::HuggingFace { input, box_format } => {
+            hf::open(input, *box_format)?.with_images(Images::Parquet)
+        }
+    })
 }
 
 /// Reads every image of `opened`, places its targets and sends the
 /// results down `tx` (blocking); stops when the receiver is gone.
-fn produce(opened: Opened, tx: &tokio::sync::mpsc::Sender<Event>) {
+fn produce(opened: Listing<Images>, tx: &tokio::sync::mpsc::Sender<Event>) {
     let scheme = opened.scheme;
     let send_one = |img: Annotated| -> bool {
         let event = match read_image(&img) {
@@ -334,33 +258,6 @@ pub async fn pack_detection(
     summary.clamped = clamped;
     Ok(summary)
 }
-
-/// A key from a path relative to its images' root: no extension, `/`
-/// between folders, no dots (a dot would split it differently when read
-/// back).
-pub(crate) fn key_of(relative: &Path) -> String {
-    let stem = relative.with_extension("");
-    stem.components()
-        .map(|c| c.as_os_str().to_string_lossy().replace('.', "_"))
-        .collect::<Vec<_>>()
-        .join("/")
-}
-
-/// Class names with each name at its id, gaps empty.
-pub(crate) fn classes_by_id(names: &[(i64, String)]) -> Vec<String> {
-    let len = names.iter().map(|(id, _)| *id + 1).max().unwrap_or(0).max(0) as usize;
-    let mut classes = vec![String::new(); len];
-    for (id, name) in names {
-        if let Ok(i) = usize::try_from(*id) {
-            classes[i].clone_from(name);
-        }
-    }
-    classes
-}
-
-/// The largest class id a dataset may use: class names are a list by id,
-/// in the dataset index (LVIS has 1203 categories, Open Images 601).
-pub(crate) const MAX_CLASS_ID: i64 = 100_000;
 
 #[cfg(test)]
 mod tests;

@@ -6,7 +6,7 @@
 use stoker_core::targets::{BoxFormat, TargetError, Targets};
 use stoker_formats::image::{ImageKind, header_dimensions, sniff};
 
-use super::{Annotated, Instance, Problem, Scheme};
+use super::types::{Annotated, Instance, Problem, Scheme};
 use crate::scan::{Inspection, inspect};
 
 /// How far (in pixels) a box may leave its image and be clamped onto it,

@@ -13,11 +13,9 @@ fn jpeg(w: u32, h: u32) -> Vec<u8> {
 }
 
 /// Each image's placed targets (or problem), by key.
-fn placed(opened: Opened) -> Vec<(String, Result<Targets, Problem>)> {
-    let Images::Listed(images) = opened.images else {
-        panic!("listed images");
-    };
-    images
+fn placed(opened: Listing<Vec<Annotated>>) -> Vec<(String, Result<Targets, Problem>)> {
+    opened
+        .images
         .into_iter()
         .map(|img| {
             let got = read_image(&img)

@@ -22,9 +22,9 @@ use stoker_core::targets::BoxFormat;
 use stoker_formats::image::is_image_file_name;
 use stoker_storage::PackReport;
 
+use super::types::{Annotated, ImageSource, Instance, Listing, MAX_CLASS_ID, Problem, Scheme, classes_by_id, key_of};
 use super::yaml::{self, Value};
-use super::{Annotated, ImageSource, Images, Instance, MAX_CLASS_ID, Opened, Problem, Scheme};
-use crate::PackError;
+use crate::error::PackError;
 use crate::error::io_err;
 
 /// The dataset description `input` names: the yaml itself, or the folder
@@ -60,7 +60,7 @@ fn find_yaml(input: &Path) -> Result<PathBuf, PackError> {
 
 /// Reads the YOLO dataset `input` (its yaml, or the folder holding it),
 /// the images of `split` and their labels.
-pub(super) fn open(input: &Path, split: &str) -> Result<Opened, PackError> {
+pub(super) fn open(input: &Path, split: &str) -> Result<Listing<Vec<Annotated>>, PackError> {
     let file = find_yaml(input)?;
     let err = |why: String| PackError::Annotations {
         file: file.clone(),
@@ -104,7 +104,7 @@ pub(super) fn open(input: &Path, split: &str) -> Result<Opened, PackError> {
     for entry in &entries {
         images.extend(split_images(&root, entry).map_err(&err)?);
     }
-    let classes = super::classes_by_id(&names);
+    let classes = classes_by_id(&names);
     let listed = images
         .into_iter()
         .map(|image| annotate(&root, image, &classes, k, dims))
@@ -112,7 +112,7 @@ pub(super) fn open(input: &Path, split: &str) -> Result<Opened, PackError> {
     if listed.is_empty() {
         return Err(err(format!("the {split:?} split has no images")));
     }
-    Ok(Opened {
+    Ok(Listing {
         classes,
         scheme: Scheme {
             format: BoxFormat::Cxcywh,
@@ -121,7 +121,7 @@ pub(super) fn open(input: &Path, split: &str) -> Result<Opened, PackError> {
             flip_idx,
             ..Scheme::default()
         },
-        images: Images::Listed(listed),
+        images: listed,
         report: PackReport::default(),
     })
 }
@@ -216,8 +216,8 @@ pub(super) fn label_path(image: &Path) -> PathBuf {
 /// An image and its label file's instances (or the line that is bad).
 fn annotate(root: &Path, image: PathBuf, classes: &[String], k: usize, dims: usize) -> Result<Annotated, PackError> {
     let key = match image.strip_prefix(root) {
-        Ok(rel) => super::key_of(rel),
-        Err(_) => super::key_of(Path::new(image.file_name().unwrap_or_default())),
+        Ok(rel) => key_of(rel),
+        Err(_) => key_of(Path::new(image.file_name().unwrap_or_default())),
     };
     let shown = image.display().to_string();
     let labels = label_path(&image);
