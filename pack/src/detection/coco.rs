@@ -285,9 +285,9 @@ fn check_segmentation(s: &Segmentation, declared: Option<(u32, u32)>) -> Result<
             Ok(())
         }
         Segmentation::Rle { size, .. } => match (size.as_slice(), declared) {
-            ([h, w], Some((dw, dh))) if (*h, *w) != (u64::from(dh), u64::from(dw)) => Err(format!(
-                "rle size disagrees with the image's {dh}x{dw} (height x width)"
-            )),
+            ([h, w], Some((dw, dh))) if (*h, *w) != (u64::from(dh), u64::from(dw)) => {
+                Err("rle size is not the image's [height, width]".to_owned())
+            }
             ([_, _], _) => Ok(()),
             _ => Err("rle size is not [height, width]".to_owned()),
         },

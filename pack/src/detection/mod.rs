@@ -160,7 +160,7 @@ fn read_image(img: &Annotated) -> Result<bytes::Bytes, Problem> {
         ImageSource::File(path) => match std::fs::read(path) {
             Ok(data) => Ok(data.into()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Problem::new(&img.shown, "image file missing")),
-            Err(e) => Err(Problem::new(&img.shown, format!("image file unreadable: {e}"))),
+            Err(e) => Err(Problem::new(format!("{} ({e})", img.shown), "image file unreadable")),
         },
     }
 }

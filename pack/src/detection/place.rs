@@ -80,6 +80,10 @@ pub(super) fn place(img: &Annotated, scheme: &Scheme, data: &[u8]) -> Result<Pla
                 format!("box {why}")
             },
         ),
+        TargetError::TooMany { got, limit, .. } => Problem::new(
+            format!("{shown}, {got} instances"),
+            format!("more than {limit} instances (MAX_INSTANCES)"),
+        ),
         other => Problem::new(&shown, other.to_string()),
     })?;
     if scheme.keypoints > 0 {

@@ -278,7 +278,7 @@ pub(super) fn instance(line: &str, classes: &[String], k: usize, dims: usize) ->
     let cls = numbers[0];
     let named = cls.fract() == 0.0 && cls >= 0.0 && classes.get(cls as usize).is_some_and(|n| !n.is_empty());
     if !named {
-        return Err(format!("class {} not in names (0..{})", fields[0], classes.len()));
+        return Err(format!("class not in names (0..{})", classes.len()));
     }
     let keypoints = numbers[5..]
         .chunks_exact(dims.max(1))
