@@ -178,7 +178,7 @@ def yolo(out, expected, bad):
             "train/y4.jpg": ((40, 40), ["0 nan 0.5 0.1 0.1"]),
             "train/y5.jpg": ((40, 40), ["1 0.5 0.5 0.2 0.2"]),
         }, [
-            ["y1.jpg, ", "labels/train/y1.txt line 1", "4 fields, not 5 (cls cx cy w h)"],
+            ["y1.jpg, ", "labels/train/y1.txt line 1 \"0 0.5 0.5 0.1\"", "line not of 5 fields (cls cx cy w h)"],
             ["y2.jpg, ", "labels/train/y2.txt line 2 \"5 0.5 0.5 0.1 0.1\"", "class not in names (0..3)"],
             ["y3.jpg (40x40), ", "labels/train/y3.txt line 1", "box reaches outside the image by more than 1 px"],
             ["y4.jpg (40x40), ", "labels/train/y4.txt line 1", "box not a finite number"],

@@ -197,7 +197,7 @@ fn yolo_lines_become_pixel_boxes_and_bad_lines_name_their_file_and_line() {
 
     let names = ["a".to_owned()];
     for (line, why) in [
-        ("0 0.5 0.5 0.1", "4 fields, not 5"),
+        ("0 0.5 0.5 0.1", "line not of 5 fields"),
         ("0 0.5 x 0.1 0.1", "not a number"),
         ("0.5 0.5 0.5 0.1 0.1", "class not in names"),
     ] {

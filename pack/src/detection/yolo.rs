@@ -261,13 +261,11 @@ pub(super) fn instance(line: &str, classes: &[String], k: usize, dims: usize) ->
     let fields: Vec<&str> = line.split_whitespace().collect();
     let want = 5 + k * dims;
     if fields.len() != want {
+        // The line is in the report beside it: its count shows.
         return Err(if k == 0 {
-            format!("{} fields, not 5 (cls cx cy w h)", fields.len())
+            "line not of 5 fields (cls cx cy w h)".to_owned()
         } else {
-            format!(
-                "{} fields, not {want} (cls cx cy w h and {k} keypoints of {dims})",
-                fields.len()
-            )
+            format!("line not of {want} fields (cls cx cy w h and {k} keypoints of {dims})")
         });
     }
     let numbers: Vec<f64> = fields
