@@ -63,7 +63,8 @@ pub enum Command {
     Worker(WorkerArgs),
     /// Stream epochs of a dataset through workers and report the rate.
     Stream(StreamArgs),
-    /// Turn an ImageFolder tree into WebDataset shards with an index.
+    /// Turn an ImageFolder tree, a dataset or a detection dataset (COCO, YOLO,
+    /// Hugging Face) into indexed shards.
     Pack(PackArgs),
     /// Write an ImageFolder tree of procedural (or photo-derived) JPEGs.
     Synth(SynthArgs),

@@ -8,8 +8,10 @@ use stoker_core::{DatasetUri, FormatChoice, RecordFields, ShardFormat};
 
 use crate::progress::Progress;
 use crate::{human_bytes, parse_bytes};
+use stoker_core::targets::BoxFormat;
 use stoker_pack::{
-    ConvertFrom, PackError, PackSummary, check_image_folder, convert, layout_error, pack, scan_image_folder,
+    ConvertFrom, DEFAULT_HF_BOX_FORMAT, DetectionSource, PackError, PackSummary, check_detection, check_image_folder,
+    convert, layout_error, pack, pack_detection, scan_image_folder,
 };
 use stoker_storage::Storage;
 use stoker_synth::{encode_jpeg, imagenet_like_from_photo, procedural};
@@ -47,12 +49,177 @@ pub struct PackArgs {
     /// (MXNet's .rec + .idx) or parquet (Hugging Face's layout).
     #[arg(long, default_value = "wds", value_parser = parse_pack_format, value_name = "wds|tfrecord|recordio|parquet")]
     pub format: ShardFormat,
-    /// ImageFolder input: refuse it if it has any file that is no image (by name,
-    /// contents, or empty) or an image workers would skip (truncated...),
-    /// naming them, and write nothing. Without it such files are left
-    /// out or packed, and reported (also in the dataset's index).
+    /// ImageFolder or detection input: refuse it if it has any file that is no image (by
+    /// name, contents, or empty), an image workers would skip (truncated...)
+    /// or a bad annotation, naming them, and write nothing. Without it such
+    /// images are left out or packed, and reported (also in the dataset's
+    /// index).
     #[arg(long)]
     pub strict: bool,
+    /// Detection: a COCO annotations file (instances or person keypoints)
+    /// of the images in --input; implies --annotations-format coco.
+    #[arg(long, value_name = "FILE")]
+    pub annotations: Option<PathBuf>,
+    /// Detection: the annotations' format. coco (with --annotations), yolo
+    /// (--input is an Ultralytics data.yaml or its folder), or hf (--input
+    /// is Hugging Face Parquet with image and objects columns). Each image
+    /// becomes a sample of its image and a targets JSON (docs/detection.md).
+    #[arg(long, value_name = "coco|yolo|hf")]
+    pub annotations_format: Option<AnnotationsFormat>,
+    /// Detection, yolo: the split of data.yaml to pack (train without it).
+    #[arg(long, value_name = "SPLIT")]
+    pub split: Option<String>,
+    /// Detection, hf: the format of the objects' bbox, which the schema does
+    /// not say: xywh (COCO's, cppe-5; without it), xyxy (pascal_voc,
+    /// detection-datasets/coco) or cxcywh.
+    #[arg(long, value_parser = parse_box_format, value_name = "xywh|xyxy|cxcywh")]
+    pub box_format: Option<BoxFormat>,
+}
+
+/// Where a detection dataset's annotations are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AnnotationsFormat {
+    Coco,
+    Yolo,
+    Hf,
+}
+
+fn parse_box_format(s: &str) -> Result<BoxFormat, String> {
+    BoxFormat::parse(s).map_err(|e| e.to_string())
+}
+
+/// The detection dataset `args` name, if they name one; an error for
+/// flags that do not go with it.
+fn detection_source(args: &PackArgs) -> anyhow::Result<Option<DetectionSource>> {
+    let kind = match (args.annotations_format, &args.annotations) {
+        (None, None) => None,
+        (None | Some(AnnotationsFormat::Coco), Some(_)) => Some(AnnotationsFormat::Coco),
+        (Some(AnnotationsFormat::Coco), None) => {
+            anyhow::bail!("--annotations-format coco needs --annotations FILE (the COCO json)")
+        }
+        (Some(_), Some(file)) => anyhow::bail!(
+            "--annotations {} names a COCO file: yolo and hf find their annotations from --input",
+            file.display()
+        ),
+        (Some(kind), None) => Some(kind),
+    };
+    let Some(kind) = kind else {
+        for (given, flag) in [
+            (args.split.is_some(), "--split"),
+            (args.box_format.is_some(), "--box-format"),
+        ] {
+            anyhow::ensure!(!given, "{flag} is for detection datasets: add --annotations-format");
+        }
+        return Ok(None);
+    };
+    let converting =
+        args.input_format.is_some() || args.image_key.is_some() || args.label_key.is_some() || args.label_offset != 0;
+    anyhow::ensure!(
+        !converting,
+        "--input-format, --image-key, --label-key and --label-offset are for converting datasets, not detection annotations"
+    );
+    anyhow::ensure!(
+        args.split.is_none() || kind == AnnotationsFormat::Yolo,
+        "--split is for --annotations-format yolo"
+    );
+    anyhow::ensure!(
+        args.box_format.is_none() || kind == AnnotationsFormat::Hf,
+        "--box-format is for --annotations-format hf (coco is XYWH, yolo CXCYWH)"
+    );
+    let input = match DatasetUri::parse(&args.input)? {
+        DatasetUri::Local(path) => path,
+        other => anyhow::bail!("a detection dataset is read from a local folder or file, not {other}"),
+    };
+    Ok(Some(match kind {
+        AnnotationsFormat::Coco => DetectionSource::Coco {
+            images: input,
+            annotations: args.annotations.clone().unwrap_or_default(),
+        },
+        AnnotationsFormat::Yolo => DetectionSource::Yolo {
+            input,
+            split: args.split.clone().unwrap_or_else(|| "train".to_owned()),
+        },
+        AnnotationsFormat::Hf => DetectionSource::HuggingFace {
+            input,
+            box_format: args.box_format.unwrap_or(DEFAULT_HF_BOX_FORMAT),
+        },
+    }))
+}
+
+/// `stoker pack` of a detection dataset.
+async fn run_pack_detection(
+    args: &PackArgs,
+    source: DetectionSource,
+    storage: &Storage,
+    output: &DatasetUri,
+) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    let shown = source.shown().display().to_string();
+    if args.format == ShardFormat::RecordIo {
+        return Err(PackError::TargetsInRecordIo.into());
+    }
+    if args.strict {
+        let report = check_detection(&source)
+            .await
+            .with_context(|| format!("cannot check {shown}"))?;
+        if !report.is_empty() {
+            anyhow::bail!(
+                "--strict: {shown} has images stoker pack would leave out or workers would skip; nothing was \
+                 written:\n  {}",
+                report.lines().join("\n  ")
+            );
+        }
+    }
+    let mut progress = Progress::new("pack", None);
+    let summary = pack_detection(storage, &source, output, args.format, args.shard_size, |done, bytes| {
+        progress.update(done, || format!("  {}", human_bytes(bytes as f64)));
+    })
+    .await
+    .with_context(|| format!("cannot pack {shown} into {output}"))?;
+    progress.finish();
+    print_problems(&summary, "image(s) or annotation(s)");
+    if !summary.clamped.is_empty() {
+        eprintln!(
+            "clamped {} box(es) onto their images (at most {} px outside):",
+            summary.clamped.count,
+            stoker_pack::detection::CLAMP_PX
+        );
+        for first in &summary.clamped.first {
+            eprintln!("  {first}");
+        }
+    }
+    let boxes = match args.format {
+        ShardFormat::WebDataset => "a .json member",
+        ShardFormat::TfRecord => "the image/object/targets feature",
+        _ => "the targets column",
+    };
+    eprintln!(
+        "packed {} images ({}) with their targets in {boxes}, {} class names, into {} {} shard(s) at {output} in \
+         {:.1}s",
+        summary.samples,
+        human_bytes(summary.bytes as f64),
+        summary.classes.iter().filter(|c| !c.is_empty()).count(),
+        summary.shards,
+        args.format,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// What was left out or flagged, on stderr.
+fn print_problems(summary: &PackSummary, unit: &str) {
+    for (problems, what) in [
+        (&summary.report.left_out, "left out"),
+        (&summary.report.flagged, "packed, but workers will skip"),
+    ] {
+        if problems.is_empty() {
+            continue;
+        }
+        eprintln!("{what} {} {unit} of the input: {}", problems.count, problems.reasons());
+        for first in &problems.first {
+            eprintln!("  {first}");
+        }
+    }
 }
 
 /// A `--format` for `pack`: a format, not `auto`.
@@ -67,6 +234,9 @@ pub async fn run_pack(args: PackArgs) -> anyhow::Result<()> {
     let output = DatasetUri::parse(&args.output)?;
     let input = DatasetUri::parse(&args.input)?;
     let storage = Storage::new();
+    if let Some(source) = detection_source(&args)? {
+        return run_pack_detection(&args, source, &storage, &output).await;
+    }
     let started = std::time::Instant::now();
     // An ImageFolder is a local folder with class subfolders of images;
     // anything else is a dataset to convert.
@@ -125,18 +295,7 @@ pub async fn run_pack(args: PackArgs) -> anyhow::Result<()> {
             summary
         }
     };
-    for (problems, what) in [
-        (&summary.report.left_out, "left out"),
-        (&summary.report.flagged, "packed, but workers will skip"),
-    ] {
-        if problems.is_empty() {
-            continue;
-        }
-        eprintln!("{what} {} {unit} of the input: {}", problems.count, problems.reasons());
-        for first in &problems.first {
-            eprintln!("  {first}");
-        }
-    }
+    print_problems(&summary, unit);
     eprintln!(
         "packed {} samples ({}) of {} classes into {} {} shard(s) at {output} in {:.1}s",
         summary.samples,

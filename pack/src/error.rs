@@ -44,6 +44,14 @@ pub enum PackError {
     NothingPacked(String),
     #[error("{dataset} holds no sample to convert ({skipped} skipped)")]
     NothingToConvert { dataset: String, skipped: usize },
+    /// A detection dataset's annotations that cannot be read at all (not
+    /// JSON, no `images`, a `data.yaml` without `names`...). One bad
+    /// annotation is no such error: its image is left out and reported.
+    #[error("{file}: {why}")]
+    Annotations { file: PathBuf, why: String },
+    /// RecordIO's records hold an image and a label array, no targets.
+    #[error("recordio has no place for detection targets: pack a detection dataset as wds, tfrecord or parquet")]
+    TargetsInRecordIo,
 }
 
 pub(super) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> PackError + '_ {

@@ -1,7 +1,9 @@
-//! `stoker pack`: an ImageFolder tree (one subfolder per class), or a
-//! dataset in any format Stoker reads ([`convert`]), to shards of any
-//! format (WebDataset, TFRecord, RecordIO, Parquet), each with its record
-//! index ([`writer`]), plus the dataset's index, locally or on S3.
+//! `stoker pack`: an ImageFolder tree (one subfolder per class), a
+//! dataset in any format Stoker reads ([`convert`]), or a detection
+//! dataset (COCO, YOLO, Hugging Face: [`detection`]), to shards of any
+//! format (WebDataset, TFRecord, RecordIO, Parquet; detection targets in
+//! all but RecordIO), each with its record index ([`writer`]), plus the
+//! dataset's index, locally or on S3.
 //!
 //! Labels are the class folders' positions in sorted order, as torchvision's
 //! `ImageFolder` assigns them. Each image becomes a sample keyed
@@ -37,13 +39,15 @@ use stoker_formats::image::ImageKind;
 use stoker_worker::pipeline::{ItemSamples, ShardRead};
 
 use error::io_err;
-use stoker_storage::{INDEX_FILE, Index, IndexEntry, PackReport, Storage};
-use writer::{RecordIndex, Sample, ShardWriter};
+use stoker_storage::{INDEX_FILE, Index, IndexEntry, PackReport, Problems, Storage};
+use writer::{Carries, RecordIndex, Sample, ShardWriter};
 
+pub mod detection;
 mod error;
 mod scan;
 pub mod writer;
 
+pub use detection::{DEFAULT_HF_BOX_FORMAT, DetectionSource, check_detection, pack_detection};
 pub use error::PackError;
 use scan::NOT_AN_IMAGE_NAME;
 pub use scan::{ImageFolder, SourceImage, check_image_folder, layout_error, scan_image_folder};
@@ -58,6 +62,9 @@ pub struct PackSummary {
     pub classes: Vec<String>,
     /// What was left out of the input or packed with a flag, by reason.
     pub report: PackReport,
+    /// Detection boxes a hair outside their image, clamped onto it
+    /// ([`detection::CLAMP_PX`]).
+    pub clamped: Problems,
 }
 
 /// Packs `input` into `format` shards of about `shard_size` bytes under
@@ -77,7 +84,7 @@ pub async fn pack(
     for path in &folder.not_images {
         report.left_out.add(&path.display().to_string(), NOT_AN_IMAGE_NAME);
     }
-    let mut sink = ShardSink::new(storage, output, format, shard_size, folder.classes).await?;
+    let mut sink = ShardSink::new(storage, output, format, shard_size, folder.classes, Carries::Labels).await?;
     sink.report = report;
     put_images(&mut sink, &folder.images, shard_size, progress).await?;
     sink.finish().await
@@ -95,7 +102,7 @@ pub async fn pack_images(
     shard_size: u64,
     progress: impl FnMut(u64, u64),
 ) -> Result<PackSummary, PackError> {
-    let mut sink = ShardSink::new(storage, output, format, shard_size, classes).await?;
+    let mut sink = ShardSink::new(storage, output, format, shard_size, classes, Carries::Labels).await?;
     put_images(&mut sink, images, shard_size, progress).await?;
     sink.finish().await
 }
@@ -114,7 +121,7 @@ async fn put_images(
         let mut end = start;
         let mut size = 0u64;
         while end < images.len() {
-            let s = writer::sample_bytes(format, images[end].size, images[end].label);
+            let s = writer::sample_bytes(format, images[end].size, writer::label_bytes(images[end].label));
             if end > start && size + s > shard_size {
                 break;
             }
@@ -135,12 +142,14 @@ enum ShardInput {
     Samples(Vec<OwnedSample>),
 }
 
-/// A sample read from a dataset, to write again.
+/// A sample read from a dataset, or a detection dataset's image with its
+/// targets, to write.
 struct OwnedSample {
     key: String,
     ext: &'static str,
     data: bytes::Bytes,
-    label: i64,
+    label: Option<i64>,
+    targets: Option<Vec<u8>>,
 }
 
 /// The shards written so far under `output`, and the staging folder they
@@ -150,6 +159,7 @@ struct ShardSink<'a> {
     output: &'a DatasetUri,
     format: ShardFormat,
     classes: Vec<String>,
+    carries: Carries,
     staging: tempfile::TempDir,
     entries: Vec<IndexEntry>,
     samples: u64,
@@ -165,6 +175,7 @@ impl<'a> ShardSink<'a> {
         format: ShardFormat,
         shard_size: u64,
         classes: Vec<String>,
+        carries: Carries,
     ) -> Result<Self, PackError> {
         if shard_size < 1024 {
             return Err(PackError::ShardSize(shard_size));
@@ -175,6 +186,7 @@ impl<'a> ShardSink<'a> {
             output,
             format,
             classes,
+            carries,
             staging: tempfile_dir()?,
             entries: Vec::new(),
             samples: 0,
@@ -189,7 +201,7 @@ impl<'a> ShardSink<'a> {
         let name = writer::shard_name(self.format, self.entries.len());
         let local = self.staging.path().join(&name);
         let job = (
-            self.format,
+            (self.format, self.carries),
             local.clone(),
             name.clone(),
             self.samples,
@@ -251,6 +263,7 @@ impl<'a> ShardSink<'a> {
             bytes: self.image_bytes,
             classes: self.classes,
             report: self.report,
+            clamped: Problems::default(),
         })
     }
 }
@@ -258,17 +271,17 @@ impl<'a> ShardSink<'a> {
 /// The shard `name` of `input` (its first sample numbered `first_id`) at
 /// `path`: its size, its record index, and the image bytes it holds.
 fn write_shard(
-    format: ShardFormat,
+    (format, carries): (ShardFormat, Carries),
     path: &Path,
     name: &str,
     input: ShardInput,
     first_id: u64,
     classes: &[String],
 ) -> Result<WrittenShard, PackError> {
-    let mut shard = ShardWriter::create(format, path, classes)?;
+    let mut shard = ShardWriter::create(format, path, classes, carries)?;
     let mut image_bytes = 0u64;
     let mut samples = 0u64;
-    let mut add = |key: &str, ext: &str, data: &[u8], label: i64| {
+    let mut add = |key: &str, ext: &str, data: &[u8], label: Option<i64>, targets: Option<&[u8]>| {
         image_bytes += data.len() as u64;
         samples += 1;
         shard.add(&Sample {
@@ -276,6 +289,7 @@ fn write_shard(
             ext,
             data,
             label,
+            targets,
             id: first_id + samples - 1,
         })
     };
@@ -293,12 +307,12 @@ fn write_shard(
                     Inspection::Flagged(reason) => report.flagged.add(&shown(), reason),
                     Inspection::Good => {}
                 }
-                add(&img.key, &img.ext, &data, img.label)?;
+                add(&img.key, &img.ext, &data, Some(img.label), None)?;
             }
         }
         ShardInput::Samples(converted) => {
             for s in &converted {
-                add(&s.key, s.ext, &s.data, s.label)?;
+                add(&s.key, s.ext, &s.data, s.label, s.targets.as_deref())?;
             }
         }
     }
@@ -349,7 +363,15 @@ pub async fn convert(
     mut progress: impl FnMut(u64, u64),
 ) -> Result<PackSummary, PackError> {
     let listing = stoker_worker::catalog::list_shards(storage, &from.dataset, from.format).await?;
-    let mut sink = ShardSink::new(storage, output, format, shard_size, listing.classes.clone()).await?;
+    let mut sink = ShardSink::new(
+        storage,
+        output,
+        format,
+        shard_size,
+        listing.classes.clone(),
+        Carries::Labels,
+    )
+    .await?;
     let mut pending: Vec<OwnedSample> = Vec::new();
     let mut pending_bytes = 0u64;
     let mut skipped = PackReport::default();
@@ -388,7 +410,7 @@ pub async fn convert(
                     continue;
                 }
             };
-            let size = writer::sample_bytes(format, data.len() as u64, label);
+            let size = writer::sample_bytes(format, data.len() as u64, writer::label_bytes(label));
             if !pending.is_empty() && pending_bytes + size > shard_size {
                 sink.put(ShardInput::Samples(std::mem::take(&mut pending))).await?;
                 pending_bytes = 0;
@@ -402,7 +424,8 @@ pub async fn convert(
                     ImageKind::Png => "png",
                 },
                 data,
-                label,
+                label: Some(label),
+                targets: None,
             });
         }
     }

@@ -14,6 +14,12 @@
 //!
 //! Labels are written as given (0-based ImageFolder classes, also in
 //! TFRecord, where TensorFlow's own ImageNet shards start at 1).
+//!
+//! A detection sample ([`Carries::Targets`]) has no label: its targets
+//! JSON (`stoker_core::targets`' schema) goes where a worker's `targets`
+//! field reads it: a `<key>.json` member, a [`TARGETS_FEATURE`] bytes
+//! feature, or a [`TARGETS_COLUMN`] string column. RecordIO has no place
+//! for it: `stoker pack` refuses before writing.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -35,29 +41,50 @@ use stoker_formats::tar::{append_member, padding};
 /// image datasets.
 pub const PARQUET_ROW_GROUP_ROWS: usize = 100;
 
+/// The TFRecord feature a detection sample's targets JSON is written to.
+pub const TARGETS_FEATURE: &str = "image/object/targets";
+
+/// The Parquet column (a string) a detection sample's targets JSON is
+/// written to.
+pub const TARGETS_COLUMN: &str = "targets";
+
+/// What a shard's samples carry beside their images.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Carries {
+    /// A class label each (ImageFolder, converted datasets).
+    Labels,
+    /// A targets JSON each, no label (detection datasets).
+    Targets,
+}
+
 /// One sample to write.
 pub(super) struct Sample<'a> {
     pub key: &'a str,
     /// The image's extension (`jpg`, `png`...).
     pub ext: &'a str,
     pub data: &'a [u8],
-    pub label: i64,
+    /// Its class label; `None` for a detection sample.
+    pub label: Option<i64>,
+    /// Its targets JSON, for a detection sample.
+    pub targets: Option<&'a [u8]>,
     /// Its number in the whole dataset (RecordIO's `id`).
     pub id: u64,
 }
 
 /// The bytes a sample adds to a shard of `format`, about: what shards are
-/// cut by.
-pub(super) fn sample_bytes(format: ShardFormat, size: u64, label: i64) -> u64 {
+/// cut by. `extra` is its label's or targets' bytes.
+pub(super) fn sample_bytes(format: ShardFormat, size: u64, extra: u64) -> u64 {
     match format {
-        ShardFormat::WebDataset => {
-            let cls = label.to_string().len() as u64;
-            1024 + size + padding(size) + 1024 + cls + padding(cls)
-        }
+        ShardFormat::WebDataset => 1024 + size + padding(size) + 1024 + extra + padding(extra),
         // Framing, the Example's or IRHeader's fields, the key: a few
         // hundred bytes at most.
-        ShardFormat::TfRecord | ShardFormat::RecordIo | ShardFormat::Parquet => size + 128,
+        ShardFormat::TfRecord | ShardFormat::RecordIo | ShardFormat::Parquet => size + extra + 128,
     }
+}
+
+/// A label's bytes as [`sample_bytes`] counts them.
+pub(super) fn label_bytes(label: i64) -> u64 {
+    label.to_string().len() as u64
 }
 
 /// The shard's file name.
@@ -93,8 +120,18 @@ enum Output {
     Parquet {
         writer: Box<ArrowWriter<File>>,
         schema: Arc<Schema>,
-        rows: Vec<(String, Vec<u8>, i64)>,
+        carries: Carries,
+        rows: Vec<Row>,
     },
+}
+
+/// A buffered Parquet row: the image's path (its key), bytes, and label or
+/// targets.
+struct Row {
+    path: String,
+    data: Vec<u8>,
+    label: Option<i64>,
+    targets: Option<String>,
 }
 
 fn parquet_err(path: &Path) -> impl FnOnce(parquet::errors::ParquetError) -> PackError + '_ {
@@ -112,25 +149,37 @@ fn image_fields() -> Fields {
     ])
 }
 
-/// Hugging Face's schema of an image classification dataset.
-fn parquet_schema(classes: &[String]) -> Schema {
-    // Without class names (a converted dataset that had none), the label
-    // is a plain integer.
-    let label = match classes {
-        [] => serde_json::json!({"dtype": "int64", "_type": "Value"}),
-        names => serde_json::json!({"names": names, "_type": "ClassLabel"}),
+/// Hugging Face's schema of an image classification dataset, or of a
+/// detection dataset with a string column of targets JSON.
+fn parquet_schema(classes: &[String], carries: Carries) -> Schema {
+    let (name, feature, column) = match carries {
+        // Without class names (a converted dataset that had none), the
+        // label is a plain integer.
+        Carries::Labels => (
+            "label",
+            match classes {
+                [] => serde_json::json!({"dtype": "int64", "_type": "Value"}),
+                names => serde_json::json!({"names": names, "_type": "ClassLabel"}),
+            },
+            DataType::Int64,
+        ),
+        Carries::Targets => (
+            TARGETS_COLUMN,
+            serde_json::json!({"dtype": "string", "_type": "Value"}),
+            DataType::Utf8,
+        ),
     };
     let features = serde_json::json!({
         "info": {
             "features": {
                 "image": {"_type": "Image"},
-                "label": label,
+                name: feature,
             }
         }
     });
     Schema::new(vec![
         Field::new("image", DataType::Struct(image_fields()), true),
-        Field::new("label", DataType::Int64, true),
+        Field::new(name, column, true),
     ])
     .with_metadata(std::collections::HashMap::from([(
         "huggingface".to_owned(),
@@ -139,17 +188,23 @@ fn parquet_schema(classes: &[String]) -> Schema {
 }
 
 impl ShardWriter {
-    /// Starts a shard of `format` at `path`; `classes` name the labels
-    /// (Parquet's metadata).
-    pub(super) fn create(format: ShardFormat, path: &Path, classes: &[String]) -> Result<Self, PackError> {
+    /// Starts a shard of `format` at `path` of samples that carry
+    /// `carries`; `classes` name the labels (Parquet's metadata).
+    pub(super) fn create(
+        format: ShardFormat,
+        path: &Path,
+        classes: &[String],
+        carries: Carries,
+    ) -> Result<Self, PackError> {
         let file = File::create(path).map_err(io_err(path))?;
         let out = match format {
             ShardFormat::Parquet => {
-                let schema = Arc::new(parquet_schema(classes));
+                let schema = Arc::new(parquet_schema(classes, carries));
                 let writer = ArrowWriter::try_new(file, Arc::clone(&schema), None).map_err(parquet_err(path))?;
                 Output::Parquet {
                     writer: Box::new(writer),
                     schema,
+                    carries,
                     rows: Vec::new(),
                 }
             }
@@ -168,7 +223,12 @@ impl ShardWriter {
     pub(super) fn add(&mut self, s: &Sample<'_>) -> Result<(), PackError> {
         let bytes = match (&mut self.out, self.format) {
             (Output::Parquet { rows, .. }, _) => {
-                rows.push((s.key.to_owned(), s.data.to_vec(), s.label));
+                rows.push(Row {
+                    path: s.key.to_owned(),
+                    data: s.data.to_vec(),
+                    label: s.label,
+                    targets: s.targets.map(|t| String::from_utf8_lossy(t).into_owned()),
+                });
                 if rows.len() >= PARQUET_ROW_GROUP_ROWS {
                     self.flush_row_group()?;
                 }
@@ -176,18 +236,20 @@ impl ShardWriter {
             }
             (Output::Stream(_), ShardFormat::WebDataset) => {
                 let mut tar = Vec::with_capacity(s.data.len() + 3072);
-                let cls = s.label.to_string().into_bytes();
-                for (name, body) in [
-                    (format!("{}.{}", s.key, s.ext), s.data),
-                    (format!("{}.cls", s.key), cls.as_slice()),
-                ] {
-                    append_member(&mut tar, &name, body);
+                append_member(&mut tar, &format!("{}.{}", s.key, s.ext), s.data);
+                if let Some(label) = s.label {
+                    append_member(&mut tar, &format!("{}.cls", s.key), label.to_string().as_bytes());
+                }
+                if let Some(targets) = s.targets {
+                    append_member(&mut tar, &format!("{}.json", s.key), targets);
                 }
                 tar
             }
             (Output::Stream(_), ShardFormat::TfRecord) => stoker_formats::tfrecord::frame(&example(s)),
             (Output::Stream(_), _) => {
-                let data = stoker_formats::recordio::image_record(s.label as f32, s.id, s.data);
+                // Unlabelled: -1, as the readers say (pack refuses
+                // detection samples here before writing).
+                let data = stoker_formats::recordio::image_record(s.label.unwrap_or(-1) as f32, s.id, s.data);
                 stoker_formats::recordio::frame(&data)
             }
         };
@@ -202,18 +264,27 @@ impl ShardWriter {
 
     /// Writes the buffered Parquet rows as one row group.
     fn flush_row_group(&mut self) -> Result<(), PackError> {
-        let Output::Parquet { writer, schema, rows } = &mut self.out else {
+        let Output::Parquet {
+            writer,
+            schema,
+            carries,
+            rows,
+        } = &mut self.out
+        else {
             return Ok(());
         };
         if rows.is_empty() {
             return Ok(());
         }
         let taken = std::mem::take(rows);
-        let paths = StringArray::from_iter_values(taken.iter().map(|(k, _, _)| k.as_str()));
-        let bytes = BinaryArray::from_iter_values(taken.iter().map(|(_, d, _)| d.as_slice()));
-        let labels = Int64Array::from_iter_values(taken.iter().map(|(_, _, l)| *l));
+        let paths = StringArray::from_iter_values(taken.iter().map(|r| r.path.as_str()));
+        let bytes = BinaryArray::from_iter_values(taken.iter().map(|r| r.data.as_slice()));
+        let second: ArrayRef = match carries {
+            Carries::Labels => Arc::new(Int64Array::from_iter(taken.iter().map(|r| r.label))),
+            Carries::Targets => Arc::new(StringArray::from_iter(taken.iter().map(|r| r.targets.as_deref()))),
+        };
         let image = StructArray::new(image_fields(), vec![Arc::new(bytes) as ArrayRef, Arc::new(paths)], None);
-        let batch = RecordBatch::try_new(Arc::clone(schema), vec![Arc::new(image) as ArrayRef, Arc::new(labels)])
+        let batch = RecordBatch::try_new(Arc::clone(schema), vec![Arc::new(image) as ArrayRef, second])
             .map_err(|e| parquet_err(&self.path)(e.into()))?;
         writer.write(&batch).map_err(parquet_err(&self.path))?;
         writer.flush().map_err(parquet_err(&self.path))?;
@@ -268,18 +339,22 @@ fn example(s: &Sample<'_>) -> Vec<u8> {
         })),
     };
     let format = if s.ext == "png" { "png" } else { "jpeg" };
+    let label = s.label.map(|label| {
+        (
+            stoker_core::format::DEFAULT_LABEL_FIELD,
+            proto::Feature {
+                kind: Some(proto::Kind::Int64List(proto::Int64List { value: vec![label] })),
+            },
+        )
+    });
     let feature = [
         (stoker_core::format::DEFAULT_IMAGE_FIELD, bytes(s.data)),
         ("image/format", bytes(format.as_bytes())),
         (stoker_core::format::DEFAULT_KEY_FIELD, bytes(s.key.as_bytes())),
-        (
-            stoker_core::format::DEFAULT_LABEL_FIELD,
-            proto::Feature {
-                kind: Some(proto::Kind::Int64List(proto::Int64List { value: vec![s.label] })),
-            },
-        ),
     ]
     .into_iter()
+    .chain(label)
+    .chain(s.targets.map(|t| (TARGETS_FEATURE, bytes(t))))
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
     proto::Example {

@@ -102,11 +102,17 @@ fn extent(img: &[u8], s: usize, colour: [u8; 3]) -> (usize, [f64; 4]) {
     (count, b)
 }
 
-/// Every delivered sample's targets by key, from the worker at `addr`
-/// with `spec`, and the skip reasons.
-async fn targets_by_key(addr: &str, dataset: &Path, spec: TransformSpec) -> (BTreeMap<String, Targets>, Vec<String>) {
-    let mut config = LoaderConfig::new(vec![addr.to_owned()], dataset.to_str().unwrap(), 8, spec);
-    config.fields = vec![FieldSpec::new("targets", "json", FieldKind::Targets)];
+/// Every delivered sample's targets (the `targets` field read from
+/// `source`) by key, from the worker at `addr` with `spec`, and the skip
+/// reasons.
+pub(crate) async fn targets_by_key(
+    addr: &str,
+    dataset: &str,
+    source: &str,
+    spec: TransformSpec,
+) -> (BTreeMap<String, Targets>, Vec<String>) {
+    let mut config = LoaderConfig::new(vec![addr.to_owned()], dataset, 8, spec);
+    config.fields = vec![FieldSpec::new("targets", source, FieldKind::Targets)];
     let loader = Loader::connect(config).await.unwrap();
     let mut stream = loader.epoch(0).unwrap();
     let mut out = BTreeMap::new();
@@ -151,8 +157,9 @@ async fn a_gpu_worker_delivers_the_boxes_a_cpu_worker_delivers() {
     };
     let cpu = Worker::start(2);
     let gpu = Worker::start_with(2, &["--device", "cuda", "--gpu-only"], &[]);
-    let (on_cpu, cpu_skips) = targets_by_key(&cpu.addr, dir.path(), spec()).await;
-    let (on_gpu, gpu_skips) = targets_by_key(&gpu.addr, dir.path(), spec()).await;
+    let dataset = dir.path().to_str().unwrap();
+    let (on_cpu, cpu_skips) = targets_by_key(&cpu.addr, dataset, "json", spec()).await;
+    let (on_gpu, gpu_skips) = targets_by_key(&gpu.addr, dataset, "json", spec()).await;
     assert_eq!(on_cpu.len(), 47, "{cpu_skips:?}");
     assert_eq!(on_gpu, on_cpu);
     assert_eq!(gpu_skips, cpu_skips);

@@ -21,6 +21,7 @@ mod containers;
 mod delivery;
 mod deploy;
 mod detection;
+mod detection_formats;
 mod discovery;
 mod docs;
 mod doctor;

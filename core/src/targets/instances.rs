@@ -328,6 +328,34 @@ impl Targets {
         })
     }
 
+    /// As a dataset stores them for one image: the JSON
+    /// [`Targets::from_json`] reads (what `stoker pack` writes), with the
+    /// boxes in their format and only the lists the targets have
+    /// (`iscrowd` as 0 and 1, `keypoints` per instance, `flip_idx`; an
+    /// image without instances has no keypoints to pair). No canvas: the
+    /// image is the canvas.
+    pub fn to_dataset_json(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut doc = serde_json::Map::new();
+        doc.insert("boxes".into(), serde_json::json!(self.boxes_out()));
+        doc.insert("format".into(), self.format.name().into());
+        doc.insert("labels".into(), serde_json::json!(self.labels));
+        if !self.iscrowd.is_empty() {
+            let crowd: Vec<u8> = self.iscrowd.iter().map(|&c| u8::from(c)).collect();
+            doc.insert("iscrowd".into(), serde_json::json!(crowd));
+        }
+        if !self.area.is_empty() {
+            doc.insert("area".into(), serde_json::json!(self.area));
+        }
+        if self.per_instance > 0 && !self.boxes.is_empty() {
+            let points: Vec<&[[f64; 3]]> = self.keypoints.chunks(self.per_instance).collect();
+            doc.insert("keypoints".into(), serde_json::json!(points));
+            if !self.flip_idx.is_empty() {
+                doc.insert("flip_idx".into(), serde_json::json!(self.flip_idx));
+            }
+        }
+        doc
+    }
+
     /// The boxes in their delivery format.
     pub fn boxes_out(&self) -> Vec<[f64; 4]> {
         self.boxes.iter().map(|&b| self.format.from_xyxy(b)).collect()

@@ -473,4 +473,34 @@ fn scale_jitter_and_shortest_size_resize_as_torchvision_computes_the_size() {
         seen.insert(size(&shortest("[300, 400, 500]"), 640, 480, seed).1);
     }
     assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec![300, 400, 500]);
+
+#[test]
+fn the_dataset_json_reads_back_as_the_same_targets() {
+    let mut t = Targets::new(
+        (100, 80),
+        BoxFormat::Xywh,
+        &[[10.0, 20.0, 30.0, 40.0], [0.0, 0.0, 5.0, 5.0]],
+        vec![3, 7],
+    )
+    .unwrap()
+    .with_keypoints(
+        2,
+        vec![[12.0, 22.0, 2.0], [30.0, 40.0, 1.0], [1.0, 2.0, 2.0], [3.0, 4.0, 0.0]],
+        vec![1, 0],
+    )
+    .unwrap();
+    t.iscrowd = vec![false, true];
+    t.area = vec![1200.0, 25.0];
+    let json = serde_json::Value::Object(t.to_dataset_json()).to_string();
+    let mut back = Targets::from_json(json.as_bytes()).unwrap();
+    back.place((100, 80)).unwrap();
+    assert_eq!(back, t, "{json}");
+    // Without the optional lists, none is written.
+    let plain = Targets::new((10, 10), BoxFormat::Xyxy, &[], vec![]).unwrap();
+    let doc = plain.to_dataset_json();
+    assert_eq!(doc.keys().collect::<Vec<_>>(), ["boxes", "format", "labels"]);
+    // An image without instances in a keypoint dataset: nothing to pair.
+    let none = plain.with_keypoints(2, vec![], vec![1, 0]).unwrap();
+    let json = serde_json::Value::Object(none.to_dataset_json()).to_string();
+    assert!(Targets::from_json(json.as_bytes()).unwrap().boxes.is_empty(), "{json}");
 }
