@@ -473,6 +473,7 @@ fn scale_jitter_and_shortest_size_resize_as_torchvision_computes_the_size() {
         seen.insert(size(&shortest("[300, 400, 500]"), 640, 480, seed).1);
     }
     assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec![300, 400, 500]);
+}
 
 #[test]
 fn the_dataset_json_reads_back_as_the_same_targets() {
