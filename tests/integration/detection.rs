@@ -330,6 +330,18 @@ fn detection_samples_arrive_exactly_once_with_their_boxes_through_a_worker_kill(
     println!("detection through a kill: {n}");
 }
 
+/// [`detection_samples_arrive_exactly_once_with_their_boxes_through_a_worker_kill`]
+/// with GPU workers (`--gpu-only`): the boxes equal the CPU worker's.
+#[test]
+fn a_gpu_worker_killed_mid_epoch_loses_no_detection_sample_and_delivers_the_cpu_s_boxes() {
+    let Some(gpu) = crate::gpu::gpu_or_skip("a_gpu_worker_killed_mid_epoch_loses_no_detection_sample") else {
+        return;
+    };
+    drop(gpu);
+    let n = kill_a_worker_mid_epoch(&["--device", "cuda", "--gpu-only"]);
+    println!("gpu detection through a kill: {n}");
+}
+
 /// Streams four shards of detection samples through a CPU worker, then
 /// through two workers started with `worker_args`, SIGKILLing one
 /// mid-epoch; checks every sample arrives once with the first run's
@@ -340,17 +352,15 @@ fn kill_a_worker_mid_epoch(worker_args: &[&str]) -> String {
         write_shard_at(dir.path(), shard, 100);
     }
     let dataset = dir.path().to_str().unwrap();
-    // 160 x 160 outputs in 16K chunks, and a consumer taking 20 ms a
-    // batch: an item of 100 samples is still in flight when the first
-    // batches arrive, even where workers are fast (the GPU machine).
+    // The killed run's workers take 20 ms a sample (the failpoint
+    // `stoker-sample-pause`): an item of 100 samples is still in flight
+    // when the first batches arrive, however fast the machine.
     let transform = r#"{"ops": [{"op": "RandomIoUCrop"}, {"op": "Resize", "size": [160, 160]},
         {"op": "RandomHorizontalFlip"}, {"op": "RandomRotation", "degrees": 25}, {"op": "CenterCrop", "size": 160},
         {"op": "SanitizeBoundingBoxes"}, {"op": "ConvertBoundingBoxFormat", "format": "XYXY"}]}"#;
     let out = |name: &str| dir.path().join(name);
     let args = |path: &Path| -> Vec<String> {
-        let mut a: Vec<String> = ["--batch-size", "4", "--prefetch", "1", "--step-seconds", "0.02"]
-            .map(str::to_owned)
-            .to_vec();
+        let mut a: Vec<String> = ["--batch-size", "4", "--prefetch", "1"].map(str::to_owned).to_vec();
         a.extend(["--transform".into(), transform.to_owned()]);
         a.extend(["--field".into(), "targets=json:targets".into()]);
         a.extend(["--fields-out".into(), path.display().to_string()]);
@@ -368,9 +378,10 @@ fn kill_a_worker_mid_epoch(worker_args: &[&str]) -> String {
 
     let mut started = vec!["--chunk-bytes", "16K"];
     started.extend_from_slice(worker_args);
+    let slow = [("FAILPOINTS", "stoker-sample-pause=sleep(20)")];
     let (w1, w2) = (
-        Worker::start_with(1, &started, &[]),
-        Worker::start_with(1, &started, &[]),
+        Worker::start_with(1, &started, &slow),
+        Worker::start_with(1, &started, &slow),
     );
     let killed = args(&out("killed.jsonl"));
     let killed: Vec<&str> = killed.iter().map(String::as_str).collect();

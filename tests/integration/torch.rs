@@ -275,3 +275,19 @@ fn boxes_and_keypoints_follow_every_geometric_op_as_torchvision_moves_them() {
         "{stdout}"
     );
 }
+
+/// torchvision's five detection training recipes (references/detection's
+/// presets, v2) convert op for op through from_torchvision
+/// (tests/python/detection_recipes.py): lsj runs as it is; the others end
+/// at the image's own size and are refused naming that, and accepted with
+/// a final Resize.
+#[test]
+fn the_detection_recipes_convert_from_torchvision() {
+    let out = run_ok(torch_python().arg(python_script("detection_recipes.py")));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        stdout.contains("detection recipes: hflip, lsj, multiscale, ssd, ssdlite convert op for op"),
+        "{stdout}"
+    );
+}

@@ -13,6 +13,18 @@ pub const DECODE_PANIC: &str = "stoker-decode-panic";
 /// A GPU lane's header read of the chosen key panics (`gpu::runner`).
 pub const GPU_PLAN_PANIC: &str = "stoker-gpu-plan-panic";
 
+/// Each sample's CPU decode, or GPU lane plan, waits as the point's
+/// `sleep(MS)` action says (`FAILPOINTS='stoker-sample-pause=sleep(20)'`):
+/// a slow worker, for tests that must catch one mid-item (a SIGKILL)
+/// however fast the machine.
+pub const SAMPLE_PAUSE: &str = "stoker-sample-pause";
+
+/// Waits if [`SAMPLE_PAUSE`] is set (to `sleep(MS)`: the only action it
+/// takes).
+pub(crate) fn pause() {
+    fail::fail_point!(SAMPLE_PAUSE);
+}
+
 /// A client's shared ring is refused as if it could not be mapped
 /// (`rings::Rings::attach`), for the fallback to inline pixels.
 pub const RING_REFUSED: &str = "stoker-ring-refused";

@@ -73,7 +73,10 @@ pub(super) struct Limits {
 )]
 pub(super) fn plan(sample: GpuSample, recipe: &Recipe, config: Limits) -> Result<PlannedSample, GpuResult> {
     #[cfg(feature = "failpoints")]
-    crate::failpoint::panic_if_chosen(crate::failpoint::GPU_PLAN_PANIC, &sample.key);
+    {
+        crate::failpoint::pause();
+        crate::failpoint::panic_if_chosen(crate::failpoint::GPU_PLAN_PANIC, &sample.key);
+    }
     match parts(&sample, recipe, config) {
         Ok((parts, dims, bytes)) => Ok(PlannedSample {
             sample,

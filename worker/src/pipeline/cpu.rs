@@ -216,11 +216,15 @@ pub(crate) const TEST_PANIC_SUFFIX: &str = "__panics_in_decode";
 
 /// Fault injection, in test builds only: decoding the chosen key panics
 /// (the `failpoints` feature's `stoker-decode-panic`, or in unit tests a
-/// key ending in [`TEST_PANIC_SUFFIX`]).
+/// key ending in [`TEST_PANIC_SUFFIX`]), and every decode waits while
+/// `stoker-sample-pause` is set.
 #[cfg_attr(not(any(test, feature = "failpoints")), allow(unused_variables))]
 fn inject_decode_fault(key: &str) {
     #[cfg(feature = "failpoints")]
-    crate::failpoint::panic_if_chosen(crate::failpoint::DECODE_PANIC, key);
+    {
+        crate::failpoint::pause();
+        crate::failpoint::panic_if_chosen(crate::failpoint::DECODE_PANIC, key);
+    }
     #[cfg(test)]
     if key.ends_with(TEST_PANIC_SUFFIX) {
         panic!("test: injected panic decoding {key}");
