@@ -7,7 +7,9 @@
 # Needs the torch venv (target/torchenv: torch, torchvision and the stoker
 # package), which scripts/test.sh installs.
 #
-# usage: scripts/bench-detection.sh [ROUNDS]   (default 5)
+# usage: scripts/bench-detection.sh [ROUNDS [--without OP,...]]   (default 5)
+#   --without RandomPhotometricDistort: the recipe less those ops, to see
+#   where the time goes
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet --bin stoker
@@ -15,4 +17,4 @@ if [ ! -x target/torchenv/bin/python ] || ! target/torchenv/bin/python -c 'impor
   echo "error: target/torchenv (torch, torchvision, stoker) is missing: run scripts/test.sh once" >&2
   exit 1
 fi
-exec target/torchenv/bin/python scripts/bench_detection.py "${1:-5}"
+exec target/torchenv/bin/python scripts/bench_detection.py "${1:-5}" "${@:2}"

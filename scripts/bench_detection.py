@@ -23,7 +23,8 @@ neither works ahead while the other is measured), timed from its first
 batch to its last; medians of the rounds and of the per-round ratios are
 printed last.
 
-usage: bench_detection.py [ROUNDS] (default 5); run by scripts/bench-detection.sh.
+usage: bench_detection.py [ROUNDS [--without OP,...]] (default 5 rounds, the
+whole recipe); run by scripts/bench-detection.sh.
 """
 
 import io
@@ -80,12 +81,13 @@ def make_images(rng):
     return out
 
 
+# The recipe's ops left out (`--without RandomZoomOut,...`): where the time goes.
+WITHOUT = set()
+
+
 def recipe():
-    return v2.Compose([
-        v2.RandomPhotometricDistort(),
-        v2.RandomZoomOut(),
-        v2.RandomIoUCrop(),
-        v2.RandomHorizontalFlip(p=0.5),
+    ops = [v2.RandomPhotometricDistort(), v2.RandomZoomOut(), v2.RandomIoUCrop(), v2.RandomHorizontalFlip(p=0.5)]
+    return v2.Compose([o for o in ops if type(o).__name__ not in WITHOUT] + [
         v2.Resize([300, 300]),
         v2.ToImage(),
         v2.ToDtype(torch.float32, scale=True),
@@ -132,6 +134,9 @@ def timed(iterable):
 
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    if len(sys.argv) > 3 and sys.argv[2] == "--without":
+        WITHOUT.update(sys.argv[3].split(","))
+        print(f"without {', '.join(sorted(WITHOUT))}")
     rng = random.Random(20261129)
     work = tempfile.mkdtemp(prefix="stoker-bench-detection-")
     worker = None
