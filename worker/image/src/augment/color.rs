@@ -96,19 +96,28 @@ fn rgb_to_hsv(p: &[u8]) -> [u8; 3] {
     ]
 }
 
-/// Pillow's `hsv2rgb`.
+/// `x.round()` for `x >= 0` (C's `round`: halves away from zero), with
+/// a truncating conversion instead of a libm call: `x - trunc(x)` is exact
+/// there.
+fn round_non_negative(x: f64) -> i32 {
+    let i = x as i32;
+    if x - f64::from(i) >= 0.5 { i + 1 } else { i }
+}
+
+/// Pillow's `hsv2rgb`. Every value is at least 0, so `floor` and `round`
+/// need no libm call (a test checks every (h, s, v) against the calls).
 fn hsv_to_rgb([h, s, v]: [u8; 3]) -> [u8; 3] {
     if s == 0 {
         return [v, v, v];
     }
     let hf = f64::from(f32::from(h)) * 6.0 / 255.0;
-    let i = hf.floor() as i32;
+    let i = hf as i32;
     let f = (hf - f64::from(i as f32)) as f32;
     let fs = (f64::from(f32::from(s)) / 255.0) as f32;
     let vf = f64::from(f32::from(v));
-    let p = clip8((vf * (1.0 - f64::from(fs))).round() as i32);
-    let q = clip8((vf * (1.0 - f64::from(fs * f))).round() as i32);
-    let t = clip8((vf * (1.0 - f64::from(fs) * (1.0 - f64::from(f)))).round() as i32);
+    let p = clip8(round_non_negative(vf * (1.0 - f64::from(fs))));
+    let q = clip8(round_non_negative(vf * (1.0 - f64::from(fs * f))));
+    let t = clip8(round_non_negative(vf * (1.0 - f64::from(fs) * (1.0 - f64::from(f)))));
     match i % 6 {
         0 => [v, t, p],
         1 => [q, v, p],
@@ -119,12 +128,77 @@ fn hsv_to_rgb([h, s, v]: [u8; 3]) -> [u8; 3] {
     }
 }
 
+/// [`rgb_to_hsv`]'s hue and saturation of every colour, from tables built
+/// by calling it. Its hue depends only on which channel is largest (the
+/// first of r, g, b that is) and the other two's distances below it, its
+/// saturation only on the range and the largest value, so the tables give
+/// its exact bytes without its four divisions and `fmod` a pixel, most of
+/// the photometric distortion's time (docs/benchmarks.md).
+struct HsvTables {
+    /// `[channel largest][its distance to the first other][to the second]`.
+    hue: Vec<u8>,
+    /// `[max - min][max]`.
+    saturation: Vec<u8>,
+}
+
+fn hsv_tables() -> &'static HsvTables {
+    static TABLES: std::sync::OnceLock<HsvTables> = std::sync::OnceLock::new();
+    TABLES.get_or_init(|| {
+        let mut hue = vec![0u8; 3 * 256 * 256];
+        for x in 0..=255u8 {
+            for y in 0..=255u8 {
+                // A colour of each case with these distances; a case's
+                // entries its pixels never reach stay 0.
+                let (hi, a, b) = (255, 255 - x, 255 - y);
+                let at = usize::from(x) * 256 + usize::from(y);
+                hue[at] = rgb_to_hsv(&[hi, a, b])[0];
+                if x > 0 {
+                    hue[256 * 256 + at] = rgb_to_hsv(&[a, hi, b])[0];
+                    if y > 0 {
+                        hue[2 * 256 * 256 + at] = rgb_to_hsv(&[a, b, hi])[0];
+                    }
+                }
+            }
+        }
+        let mut saturation = vec![0u8; 256 * 256];
+        for range in 1..=255u8 {
+            for max in range..=255u8 {
+                let min = max - range;
+                saturation[usize::from(range) * 256 + usize::from(max)] = rgb_to_hsv(&[max, min, min])[1];
+            }
+        }
+        HsvTables { hue, saturation }
+    })
+}
+
+/// [`rgb_to_hsv`], by [`hsv_tables`].
+fn rgb_to_hsv_fast(t: &HsvTables, p: &[u8]) -> [u8; 3] {
+    let (r, g, b) = (p[0], p[1], p[2]);
+    let (maxc, minc) = (r.max(g).max(b), r.min(g).min(b));
+    if minc == maxc {
+        return [0, 0, maxc];
+    }
+    let (case, x, y) = if r == maxc {
+        (0, maxc - g, maxc - b)
+    } else if g == maxc {
+        (1, maxc - r, maxc - b)
+    } else {
+        (2, maxc - r, maxc - g)
+    };
+    [
+        t.hue[(case * 256 + usize::from(x)) * 256 + usize::from(y)],
+        t.saturation[usize::from(maxc - minc) * 256 + usize::from(maxc)],
+        maxc,
+    ]
+}
+
 /// torchvision's `adjust_hue` on PIL: HSV, `h += int32(factor * 255)` with
 /// uint8 wrap-around, back to RGB.
 pub(super) fn hue(mut img: RgbImage, factor: f32) -> RgbImage {
     let shift = (f64::from(factor) * 255.0) as i32 as u8;
+    let tables = hsv_tables();
     for p in img.pixels.chunks_exact_mut(3) {
-        let [h, s, v] = rgb_to_hsv(p);
+        let [h, s, v] = rgb_to_hsv_fast(tables, p);
         p.copy_from_slice(&hsv_to_rgb([h.wrapping_add(shift), s, v]));
     }
     img
@@ -266,6 +340,54 @@ mod tests {
     fn hsv_round_trip_of_greys_and_primaries() {
         for p in [[0u8, 0, 0], [255, 0, 0], [0, 255, 0], [0, 0, 255], [77, 77, 77]] {
             assert_eq!(hsv_to_rgb(rgb_to_hsv(&p)), p, "{p:?}");
+        }
+    }
+
+    /// The tables give Pillow's conversion's bytes for every colour.
+    #[test]
+    fn the_hsv_tables_give_every_colour_s_exact_hue_and_saturation() {
+        let t = hsv_tables();
+        for r in 0..=255u8 {
+            for g in 0..=255u8 {
+                for b in 0..=255u8 {
+                    let p = [r, g, b];
+                    assert_eq!(rgb_to_hsv_fast(t, &p), rgb_to_hsv(&p), "{p:?}");
+                }
+            }
+        }
+    }
+
+    /// Pillow's `hsv2rgb` as written, with libm's `floor` and `round`.
+    fn hsv_to_rgb_libm([h, s, v]: [u8; 3]) -> [u8; 3] {
+        if s == 0 {
+            return [v, v, v];
+        }
+        let hf = f64::from(f32::from(h)) * 6.0 / 255.0;
+        let i = hf.floor() as i32;
+        let f = (hf - f64::from(i as f32)) as f32;
+        let fs = (f64::from(f32::from(s)) / 255.0) as f32;
+        let vf = f64::from(f32::from(v));
+        let p = clip8((vf * (1.0 - f64::from(fs))).round() as i32);
+        let q = clip8((vf * (1.0 - f64::from(fs * f))).round() as i32);
+        let t = clip8((vf * (1.0 - f64::from(fs) * (1.0 - f64::from(f)))).round() as i32);
+        match i % 6 {
+            0 => [v, t, p],
+            1 => [q, v, p],
+            2 => [p, v, t],
+            3 => [p, q, v],
+            4 => [t, p, v],
+            _ => [v, p, q],
+        }
+    }
+
+    #[test]
+    fn hsv_to_rgb_gives_every_hsv_the_bytes_libm_gives() {
+        for h in 0..=255u8 {
+            for s in 0..=255u8 {
+                for v in 0..=255u8 {
+                    assert_eq!(hsv_to_rgb([h, s, v]), hsv_to_rgb_libm([h, s, v]), "{:?}", [h, s, v]);
+                }
+            }
         }
     }
 
