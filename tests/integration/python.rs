@@ -394,6 +394,58 @@ except KeyboardInterrupt:
     println!("constructor interrupted; process gone {took:?} after SIGINT");
 }
 
+/// Ctrl-C that lands while a `logging` handler runs the client's log
+/// (Python raises KeyboardInterrupt inside the handler) still interrupts
+/// the wait: it is not lost as an unraisable error, leaving the
+/// constructor to its connect timeout (seen once under load in CI).
+#[test]
+fn ctrl_c_inside_a_logging_handler_still_interrupts_the_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&images, 8, 2, 64, 48);
+    pack(&images, shards.to_str().unwrap(), "1M", &[]);
+    let w = Worker::start(1);
+    signal(w.child.0.id(), "-STOP");
+    // The handler sends SIGINT to its own process on the wait's message:
+    // Python runs the signal handler inside this emit.
+    let script = r#"
+import logging, os, signal, sys, time, stoker
+class Interrupting(logging.Handler):
+    def emit(self, record):
+        if "Ctrl-C interrupts the wait" in record.getMessage():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+logging.getLogger("stoker").addHandler(Interrupting())
+logging.getLogger("stoker").setLevel(logging.DEBUG)
+t0 = time.monotonic()
+try:
+    stoker.Loader(workers=sys.argv[1], dataset=sys.argv[2], batch_size=4, image_size=32, connect_timeout=60)
+except KeyboardInterrupt:
+    print(f"interrupted after {time.monotonic() - t0:.1f}s", flush=True)
+"#;
+    let started = Instant::now();
+    let out = python()
+        .arg("-c")
+        .arg(script)
+        .arg(&w.addr)
+        .arg(&shards)
+        .env("STOKER_LOG", "warn,stoker::wait=debug")
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    signal(w.child.0.id(), "-CONT");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("interrupted after"),
+        "{:?}: {stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(took < Duration::from_secs(20), "Ctrl-C took {took:?}");
+    println!("{}", stdout.trim());
+}
+
 /// `scripts/wheel.sh` on a fresh clone, with no test venv (target/pyenv)
 /// and no `$PYTHON`: it finds a Python with pip on the PATH instead of
 /// failing on the venv that `scripts/test.sh` makes.

@@ -50,7 +50,7 @@ pub fn install() {
 }
 
 /// Hands the queued records to the `stoker` logger. Needs the GIL; a
-/// failing `logging` call is reported as Python reports unraisable errors.
+/// failing `logging` call is [`report`]ed.
 pub fn flush(py: Python<'_>) {
     let records: Vec<(u8, String)> = {
         let mut q = QUEUE.lock().unwrap_or_else(|p| p.into_inner());
@@ -64,19 +64,34 @@ pub fn flush(py: Python<'_>) {
         .and_then(|logging| logging.call_method1("getLogger", ("stoker",)))
     {
         Ok(l) => l,
-        Err(e) => return e.write_unraisable(py, None),
+        Err(e) => return report(py, e),
     };
     let dropped = DROPPED.swap(0, Ordering::Relaxed);
     if dropped > 0 {
         let message = format!("{dropped} log records were dropped: the client logged faster than they were read");
         if let Err(e) = logger.call_method1("log", (30u8, message)) {
-            e.write_unraisable(py, None);
+            report(py, e);
         }
     }
     for (level, message) in records {
         if let Err(e) = logger.call_method1("log", (level, message)) {
+            report(py, e);
+        }
+    }
+}
+
+/// A failed `logging` call. Ctrl-C that lands while a handler runs raises
+/// KeyboardInterrupt there, and reporting it as unraisable would lose it
+/// (the wait would go on to its timeout): it is armed again
+/// (`_thread.interrupt_main`), so the wait's next signal check raises it.
+/// Anything else is reported as Python reports unraisable errors.
+fn report(py: Python<'_>, e: PyErr) {
+    if e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) {
+        if let Err(e) = py.import("_thread").and_then(|t| t.call_method0("interrupt_main")) {
             e.write_unraisable(py, None);
         }
+    } else {
+        e.write_unraisable(py, None);
     }
 }
 
