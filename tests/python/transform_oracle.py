@@ -136,6 +136,10 @@ BOUNDS: dict[str, Bound] = {
     # Nearest resize is PIL's ImagingScaleAffine (above); the others resample.
     "Resize/nearest": EXACT,
     "Resize/bilinear": RESAMPLE,
+    # Resizes to a drawn size (one-value ranges here) and a right/bottom pad.
+    "ScaleJitter": RESAMPLE,
+    "RandomShortestSize": RESAMPLE,
+    "FixedSizeCrop": EXACT,
     "Resize/hamming": RESAMPLE,
     "Resize/box": RESAMPLE,
     "Resize/bicubic": RESAMPLE_LOBED,
@@ -804,6 +808,27 @@ class PilReference:
             return [pil_crop(padded, t, l, ch, cw) for t in range(sh + 1) for l in range(sw + 1)]
         if name == "Resize":
             return [pil_resize(img, op["size"], interp, op["max_size"])]
+        if name == "ScaleJitter":
+            # torchvision's make_params with a one-value scale_range.
+            (a, b), scale = op["target_size"], point(*op["scale_range"], "scale_range")
+            r = min(b / h, a / w) * scale
+            return [img.resize((int(w * r), int(h * r)), resample=PIL_FILTERS[interp])]
+        if name == "RandomShortestSize":
+            sizes = op["min_size"] if isinstance(op["min_size"], list) else [op["min_size"]]
+            out = []
+            for m in sizes:
+                r = m / min(h, w)
+                if op["max_size"] is not None:
+                    r = min(r, op["max_size"] / max(h, w))
+                out.append(img.resize((int(w * r), int(h * r)), resample=PIL_FILTERS[interp]))
+            return out
+        if name == "FixedSizeCrop":
+            # The references' FixedSizeCrop on an image no larger than size:
+            # padded on the right and bottom only.
+            ch, cw = hw(op["size"])
+            if h > ch or w > cw:
+                raise Unsupported("FixedSizeCrop's crop offsets (RandomCrop's cases)")
+            return [pil_pad(img, [0, 0, cw - w, ch - h], op["fill"], op["padding_mode"])]
         if name == "RandomResizedCrop":
             size = list(hw(op["size"]))
             free, (t, l, bh, bw) = rrc_box(op, w, h)
@@ -1261,9 +1286,6 @@ NO_CASE: dict[str, str] = {
     # targets_oracle.py checks their drawn sizes and offsets against
     # torchvision's rules, and their boxes.
     "RandomIoUCrop": "a plain crop at a drawn box (RandomCrop's cases)",
-    "ScaleJitter": "a resize to a drawn size (Resize's cases)",
-    "RandomShortestSize": "a resize to a drawn size (Resize's cases)",
-    "FixedSizeCrop": "a plain crop, then a Pad on the right and bottom (RandomCrop's and Pad's cases)",
     "ToPureTensor": "moves no pixels",
 }
 
@@ -1380,6 +1402,10 @@ def build_cases(images: dict[str, str]) -> list[Case]:
         add([big], op("Resize", size=100, interpolation=interp))
         add([odd], op("Resize", size=77, interpolation=interp))
     add(photo, op("Resize", size=120))
+    # The detection recipes' resizes, with draws that have one outcome.
+    add([big, odd] + photo, op("ScaleJitter", target_size=[120, 90], scale_range=[0.8, 0.8]))
+    add([big] + photo, op("RandomShortestSize", min_size=[64], max_size=150))
+    add([odd, sq], op("FixedSizeCrop", size=80, fill=[10, 20, 30]), square=False)
     add(photo, op("Resize", size=96, interpolation="bicubic"))
     add([big], op("Resize", size=[90, 90]))
     add([big], op("Resize", size=[90, 90], interpolation="box"))

@@ -67,10 +67,10 @@ pub struct Cx<'a> {
     pub targets: Option<Vec<TargetStep>>,
     /// The first step targets could not follow, with its op.
     pub refused: Option<ResolveError>,
-    /// The sample's boxes as they stood before the first op, placed on
-    /// its image, for the ops that choose by them (`RandomIoUCrop`):
-    /// [`Cx::current_targets`].
-    pub initial: Option<Targets>,
+    /// The sample's targets as read, with its image's size, for the ops
+    /// that choose by them (`RandomIoUCrop`): placed and moved only when
+    /// one asks ([`Cx::current_targets`]), so other samples pay nothing.
+    pub initial: Option<(&'a Targets, (u32, u32))>,
 }
 
 impl<'a> Cx<'a> {
@@ -129,7 +129,9 @@ impl Cx<'_> {
     /// when they are not followed, or were not given (an annotation that
     /// does not fit its image: the sample is skipped for it).
     pub fn current_targets(&self) -> Option<Targets> {
-        let mut t = self.initial.clone()?;
+        let (read, canvas) = self.initial?;
+        let mut t = read.clone();
+        t.place(canvas).ok()?;
         t.follow(self.targets.as_deref()?);
         Some(t)
     }

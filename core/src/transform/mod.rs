@@ -415,9 +415,7 @@ pub fn resolve_with_targets(
     })?;
     let mut steps = Vec::with_capacity(spec.ops.len());
     let mut cx = Cx::new(base.clone(), width, height, &mut steps, true);
-    cx.initial = boxes
-        .cloned()
-        .and_then(|mut t| t.place((width, height)).ok().map(|()| t));
+    cx.initial = boxes.map(|t| (t, (width, height)));
     for (i, op) in spec.ops.iter().enumerate() {
         cx.rng = base.fork(i as u64);
         op.resolve(&mut cx)?;
