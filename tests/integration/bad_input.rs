@@ -413,8 +413,9 @@ fn repeated_keys_each_arrive_exactly_once_through_a_worker_kill() {
     expected.sort();
 
     let small_chunks = ["--chunk-bytes", "8K"];
+    // The killed worker is slow, so it is mid-item when it is killed.
     let (w1, w2) = (
-        Worker::start_with(1, &small_chunks, &[]),
+        Worker::start_with(1, &small_chunks, &crate::support::SLOW_SAMPLES),
         Worker::start_with(1, &small_chunks, &[]),
     );
     let mut run = StreamChild::spawn(

@@ -4,7 +4,9 @@ use std::collections::HashMap;
 
 use stoker_client::{Loader, LoaderConfig, TransformSpec};
 
-use crate::support::{StreamChild, Worker, assert_exactly_once, image_folder_keys, pack, signal, stream, synth_images};
+use crate::support::{
+    SLOW_SAMPLES, StreamChild, Worker, assert_exactly_once, image_folder_keys, pack, signal, stream, synth_images,
+};
 
 #[test]
 fn two_workers_two_epochs_deliver_every_sample_exactly_once() {
@@ -183,9 +185,11 @@ async fn the_next_epoch_starts_ahead_and_delivers_what_it_would_have() {
 /// The workers run on this host, so their samples come through the
 /// client's shared-memory ring: checked too.
 ///
-/// Each worker sends a chunk per sample or two and has two long shards in
-/// flight, so when the first batch arrives both are early in their items:
-/// the disruption always catches the first worker mid-item.
+/// The first worker takes 20 ms a sample ([`SLOW_SAMPLES`]), so when the
+/// first batch arrives it is early in its items, however fast the host:
+/// the disruption always catches it mid-item. (Without it, a CI run had
+/// both workers through every item before the SIGSTOP, and nothing was
+/// reassigned.)
 fn epoch_survives(disrupt: impl FnOnce(&Worker), progress_timeout: &str) -> u64 {
     let dir = tempfile::tempdir().unwrap();
     let images = dir.path().join("images");
@@ -200,7 +204,7 @@ fn epoch_survives(disrupt: impl FnOnce(&Worker), progress_timeout: &str) -> u64 
     let expected = image_folder_keys(&images);
     let small_chunks = ["--chunk-bytes", "16K"];
     let (w1, w2) = (
-        Worker::start_with(1, &small_chunks, &[]),
+        Worker::start_with(1, &small_chunks, &SLOW_SAMPLES),
         Worker::start_with(1, &small_chunks, &[]),
     );
     let mut run = StreamChild::spawn(

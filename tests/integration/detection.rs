@@ -378,10 +378,9 @@ fn kill_a_worker_mid_epoch(worker_args: &[&str]) -> String {
 
     let mut started = vec!["--chunk-bytes", "16K"];
     started.extend_from_slice(worker_args);
-    let slow = [("FAILPOINTS", "stoker-sample-pause=sleep(20)")];
     let (w1, w2) = (
-        Worker::start_with(1, &started, &slow),
-        Worker::start_with(1, &started, &slow),
+        Worker::start_with(1, &started, &crate::support::SLOW_SAMPLES),
+        Worker::start_with(1, &started, &crate::support::SLOW_SAMPLES),
     );
     let killed = args(&out("killed.jsonl"));
     let killed: Vec<&str> = killed.iter().map(String::as_str).collect();

@@ -111,6 +111,13 @@ impl Drop for ChildGuard {
     }
 }
 
+/// A worker's environment that makes it take 20 ms a sample (the
+/// `stoker-sample-pause` failpoint): a test that disrupts a worker once the
+/// first batch is in catches that worker mid-item however fast the machine.
+/// Without it, a fast host's workers can finish (or ring up) every item
+/// before the disruption, and nothing is reassigned.
+pub const SLOW_SAMPLES: [(&str, &str); 1] = [("FAILPOINTS", "stoker-sample-pause=sleep(20)")];
+
 /// A `stoker worker` process.
 pub struct Worker {
     pub addr: String,
