@@ -53,32 +53,55 @@ PHOTOS = os.path.join(ROOT, "..", "shared", "photos")
 N, W, H, BATCH = 384, 640, 480, 32
 
 
+def load_photos(folder=PHOTOS):
+    """The photos to cut images from, RGB (none when the folder is not
+    there: the images are then procedural)."""
+    if not os.path.isdir(folder):
+        return []
+    return [Image.open(os.path.join(folder, f)).convert("RGB") for f in sorted(os.listdir(folder))
+            if f.endswith(".jpg")]
+
+
+def make_image(i, rng, photos):
+    """Image `i`: (key, jpeg bytes, targets JSON), a 640x480 cut of a photo
+    with 1 to 13 boxes (COCO's XYWH), drawn from `rng`."""
+    if photos:
+        p = photos[i % len(photos)]
+        scale = rng.uniform(max(W / p.width, H / p.height), max(1.0, 2 * W / p.width))
+        p = p.resize((max(W, int(p.width * scale)), max(H, int(p.height * scale))))
+        x, y = rng.randint(0, p.width - W), rng.randint(0, p.height - H)
+        img = p.crop((x, y, x + W, y + H))
+    else:
+        img = Image.fromarray(np.random.default_rng(i).integers(0, 255, (H, W, 3), dtype=np.uint8))
+    buf = io.BytesIO()
+    img.save(buf, "JPEG", quality=90)
+    boxes, labels = [], []
+    for _ in range(rng.randint(1, 13)):
+        bw, bh = rng.uniform(16, W / 2), rng.uniform(16, H / 2)
+        bx, by = rng.uniform(0, W - bw), rng.uniform(0, H - bh)
+        boxes.append([round(bx, 2), round(by, 2), round(bw, 2), round(bh, 2)])
+        labels.append(rng.randint(1, 80))
+    return f"img{i:05d}", buf.getvalue(), {"boxes": boxes, "format": "XYWH", "labels": labels}
+
+
 def make_images(rng):
     """(key, jpeg bytes, targets JSON) for N COCO-like images."""
-    photos = []
-    if os.path.isdir(PHOTOS):
-        photos = [Image.open(os.path.join(PHOTOS, f)).convert("RGB") for f in sorted(os.listdir(PHOTOS))
-                  if f.endswith(".jpg")]
-    out = []
-    for i in range(N):
-        if photos:
-            p = photos[i % len(photos)]
-            scale = rng.uniform(max(W / p.width, H / p.height), max(1.0, 2 * W / p.width))
-            p = p.resize((max(W, int(p.width * scale)), max(H, int(p.height * scale))))
-            x, y = rng.randint(0, p.width - W), rng.randint(0, p.height - H)
-            img = p.crop((x, y, x + W, y + H))
-        else:
-            img = Image.fromarray(np.random.default_rng(i).integers(0, 255, (H, W, 3), dtype=np.uint8))
-        buf = io.BytesIO()
-        img.save(buf, "JPEG", quality=90)
-        boxes, labels = [], []
-        for _ in range(rng.randint(1, 13)):
-            bw, bh = rng.uniform(16, W / 2), rng.uniform(16, H / 2)
-            bx, by = rng.uniform(0, W - bw), rng.uniform(0, H - bh)
-            boxes.append([round(bx, 2), round(by, 2), round(bw, 2), round(bh, 2)])
-            labels.append(rng.randint(1, 80))
-        out.append((f"img{i:05d}", buf.getvalue(), {"boxes": boxes, "format": "XYWH", "labels": labels}))
-    return out
+    photos = load_photos()
+    return [make_image(i, rng, photos) for i in range(N)]
+
+
+def write_shards(samples, folder, count=1):
+    """`samples` as `count` WebDataset shards in `folder` (a `.jpg` and a
+    `.json` of targets each)."""
+    os.makedirs(folder, exist_ok=True)
+    per = -(-len(samples) // count)
+    for s in range(count):
+        with tarfile.open(os.path.join(folder, f"shard-{s:06d}.tar"), "w") as tar:
+            for key, jpeg, doc in samples[s * per:(s + 1) * per]:
+                for ext, data in (("jpg", jpeg), ("json", json.dumps(doc).encode())):
+                    info = tarfile.TarInfo(f"{key}.{ext}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
 
 
 # The recipe's ops left out (`--without RandomZoomOut,...`): where the time goes.
@@ -143,13 +166,7 @@ def main() -> None:
     try:
         samples = make_images(rng)
         shards = os.path.join(work, "shards")
-        os.makedirs(shards)
-        with tarfile.open(os.path.join(shards, "shard-000000.tar"), "w") as tar:
-            for key, jpeg, doc in samples:
-                for ext, data in (("jpg", jpeg), ("json", json.dumps(doc).encode())):
-                    info = tarfile.TarInfo(f"{key}.{ext}")
-                    info.size = len(data)
-                    tar.addfile(info, io.BytesIO(data))
+        write_shards(samples, shards)
         boxes = sum(len(d["boxes"]) for _, _, d in samples)
         source = "cut from ../shared/photos" if os.path.isdir(PHOTOS) else "procedural"
         print(f"images: {N} JPEGs {W}x{H} ({source}), {boxes / N:.1f} boxes each on average", flush=True)

@@ -29,9 +29,11 @@ for l in sys.stdin:
     strip -o .carry/stoker target/release/stoker
     strip -o .carry/integration "$bin"
     cp ../shared/photos/*.jpg .carry/photos/ 2>/dev/null || true
-    # The Python package as an abi3 wheel, for the torch check.
+    # The Python package as an abi3 wheel, for the torch check: built by
+    # scripts/wheel.sh, which reuses this workspace's release build.
     rm -rf .carry/wheels
-    target/pyenv/bin/pip wheel --quiet --no-deps ./client/python -w .carry/wheels
+    mkdir -p .carry/wheels
+    cp "$(scripts/wheel.sh | tail -n 1)" .carry/wheels/
     du -sh .carry
     # The device takes at most 64 MiB of carried files: .carry itself is
     # larger (the binaries hold the parquet and arrow readers), so it also

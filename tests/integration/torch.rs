@@ -291,3 +291,23 @@ fn the_detection_recipes_convert_from_torchvision() {
         "{stdout}"
     );
 }
+
+/// The five detection recipes, whole, through a worker against torchvision
+/// on the same images and boxes (tests/python/detection_recipe_stats.py):
+/// hflip's and multiscale's boxes equal torchvision's for the matched flip
+/// draw; every recipe's kept fraction, box areas, centres and aspects have
+/// torchvision's distributions (two-sample KS, alpha 1e-4); and the same
+/// tests tell a changed ssd recipe from torchvision's own.
+#[test]
+fn the_detection_recipes_move_boxes_with_torchvisions_distributions() {
+    let w = crate::support::Worker::start(2);
+    let out = run_ok(torch_python().arg(python_script("detection_recipe_stats.py")).arg(&w.addr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        stdout.contains("detection recipe statistics: hflip (384 samples")
+            && stdout.contains("the same distributions as torchvision's")
+            && stdout.contains("a changed ssd is caught"),
+        "{stdout}"
+    );
+}
