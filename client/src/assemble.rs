@@ -22,7 +22,7 @@
 use std::str::FromStr;
 
 use bytes::Bytes;
-use stoker_core::Fields;
+use stoker_core::{Fields, ImageSize};
 use stoker_cuda::handoff::DevicePixels;
 
 use crate::buffers::{BatchBuffers, Pixels};
@@ -80,7 +80,7 @@ pub fn batches_per_rank(samples: u64, world: u32, batch_size: usize, policy: Las
     }
 }
 
-/// One batch: `len()` images of `size` x `size` x 3, uint8, NHWC, in
+/// One batch: `len()` images of `height` x `width` x 3, uint8, NHWC, in
 /// host memory; or, when the loader uploads to a GPU, in `device`.
 ///
 /// `D` is the batch's form on the GPU (the crate's `Batch` is
@@ -90,9 +90,16 @@ pub struct Batch<D> {
     pub epoch: u64,
     /// Position of this batch in the epoch, from 0.
     pub index: u64,
-    /// Side of each (square) image.
-    pub size: u32,
-    /// `len() * size * size * 3` bytes, in a reused buffer (page-locked
+    /// The size of each image's block: the transform's square, or, for a
+    /// transform that keeps each image's size ([`ImageSize::Each`]), the
+    /// largest height and width in the batch, each image at the top left
+    /// of its block and zeros around it (as Detectron2's `ImageList`
+    /// pads).
+    pub height: u32,
+    pub width: u32,
+    /// Each image's own (height, width) within its block.
+    pub image_sizes: Vec<(u32, u32)>,
+    /// `len() * height * width * 3` bytes, in a reused buffer (page-locked
     /// when the loader uploads to a GPU); empty once uploaded.
     pub pixels: Pixels,
     /// The batch on the training GPU, converted to the configured layout
@@ -120,6 +127,10 @@ pub struct Batch<D> {
     /// row: their rows of `pixels` hold nothing, and the upload copies
     /// them in on the device (`Uploader::upload`).
     pub(crate) on_device: Vec<(usize, DevicePixels)>,
+    /// Images of their own sizes received, not yet in `pixels`: a batch
+    /// of [`ImageSize::Each`] is packed once it is complete, when its
+    /// largest image is known.
+    held: Vec<Bytes>,
 }
 
 /// One view of every sample of a batch.
@@ -154,9 +165,10 @@ impl<D> Batch<D> {
         self.len() - self.padded
     }
 
-    /// The pixels of image `i` (HWC).
+    /// The pixels of image `i`'s block (HWC, `height` x `width`: the
+    /// image at its top left, `image_sizes[i]`).
     pub fn image(&self, i: usize) -> &[u8] {
-        let n = self.size as usize * self.size as usize * 3;
+        let n = self.height as usize * self.width as usize * 3;
         &self.pixels[i * n..(i + 1) * n]
     }
 }
@@ -165,6 +177,8 @@ impl<D> Batch<D> {
 #[derive(Debug)]
 struct PadSample {
     pixels: Bytes,
+    /// Its image's (height, width).
+    dims: (u32, u32),
     /// Its image when it was left on the device (`pixels` empty).
     device: Option<DevicePixels>,
     label: i64,
@@ -177,7 +191,7 @@ struct PadSample {
 #[derive(Debug)]
 pub(crate) struct Assembler<D> {
     epoch: u64,
-    size: u32,
+    size: ImageSize,
     batch_size: usize,
     policy: LastBatch,
     /// Batches the epoch has, when known.
@@ -203,7 +217,7 @@ impl<D> Assembler<D> {
     /// when an epoch resumes).
     pub fn new(
         epoch: u64,
-        size: u32,
+        size: ImageSize,
         batch_size: usize,
         policy: LastBatch,
         target: Option<u64>,
@@ -233,11 +247,18 @@ impl<D> Assembler<D> {
     }
 
     async fn fresh(&self) -> Result<Batch<D>, ClientError> {
+        // A batch of each image's size takes its buffer once complete.
+        let (side, pixels) = match self.size {
+            ImageSize::Square(side) => (side, self.buffers.get().await?),
+            ImageSize::Each => (0, Pixels::unset()),
+        };
         Ok(Batch {
             epoch: self.epoch,
             index: self.next_index,
-            size: self.size,
-            pixels: self.buffers.get().await?,
+            height: side,
+            width: side,
+            image_sizes: Vec::with_capacity(self.batch_size),
+            pixels,
             device: None,
             labels: Vec::with_capacity(self.batch_size),
             keys: Vec::with_capacity(self.batch_size),
@@ -256,6 +277,7 @@ impl<D> Assembler<D> {
             positions: Vec::with_capacity(self.batch_size),
             completes: Vec::new(),
             on_device: Vec::new(),
+            held: Vec::new(),
         })
     }
 
@@ -282,7 +304,8 @@ impl<D> Assembler<D> {
             return Ok(None);
         }
         let mut batch = self.current().await?;
-        push_image(&mut batch, &sample.pixels, sample.device.as_ref())?;
+        let dims = (sample.height, sample.width);
+        push_image(&mut batch, &sample.pixels, dims, sample.device.as_ref())?;
         batch.labels.push(sample.label);
         batch.items.push(sample.item);
         batch.positions.push(sample.position);
@@ -295,6 +318,7 @@ impl<D> Assembler<D> {
         let keep = if self.padding_may_come() { self.batch_size } else { 1 };
         self.pool.push_back(PadSample {
             pixels: sample.pixels,
+            dims,
             device: sample.device,
             label: sample.label,
             key: sample.key,
@@ -305,17 +329,44 @@ impl<D> Assembler<D> {
             self.pool.pop_front();
         }
         if batch.len() == self.batch_size {
-            Ok(Some(self.emit(batch)))
+            Ok(Some(self.emit(batch)?))
         } else {
             self.current = Some(batch);
             Ok(None)
         }
     }
 
-    fn emit(&mut self, mut batch: Batch<D>) -> Batch<D> {
+    fn emit(&mut self, mut batch: Batch<D>) -> Result<Batch<D>, ClientError> {
+        if self.size == ImageSize::Each {
+            self.pack(&mut batch)?;
+        }
         batch.completes.append(&mut self.completes);
         self.next_index += 1;
-        batch
+        Ok(batch)
+    }
+
+    /// Copies a batch of each image's size into one buffer of blocks of
+    /// its largest height and width: each image at its block's top left,
+    /// zeros to the right and below (a reused buffer holds old bytes).
+    fn pack(&self, batch: &mut Batch<D>) -> Result<(), ClientError> {
+        let height = batch.image_sizes.iter().map(|s| s.0).max().unwrap_or(1);
+        let width = batch.image_sizes.iter().map(|s| s.1).max().unwrap_or(1);
+        let row = width as usize * 3;
+        let mut pixels = self.buffers.host(batch.len() * height as usize * row)?;
+        let mut fits = true;
+        for (image, &(h, w)) in batch.held.iter().zip(&batch.image_sizes) {
+            let own = w as usize * 3;
+            for r in 0..h as usize {
+                fits &= pixels.push(&image[r * own..(r + 1) * own]) && pixels.push_zeros(row - own);
+            }
+            fits &= pixels.push_zeros((height - h) as usize * row);
+        }
+        if !fits {
+            return Err(overflow(batch));
+        }
+        batch.held.clear();
+        (batch.height, batch.width, batch.pixels) = (height, width, pixels);
+        Ok(())
     }
 
     /// Whether the pool must hold a batch: from the third batch before
@@ -336,23 +387,26 @@ impl<D> Assembler<D> {
     /// only padding was left), pads with black images, label -1 and an
     /// empty key: padding is masked out either way.
     fn pad(&self, batch: &mut Batch<D>) -> Result<(), ClientError> {
-        let blank = vec![0u8; self.size as usize * self.size as usize * 3];
+        // Each image's own size has none to give a blank: one pixel.
+        let side = self.size.side().unwrap_or(1);
+        let blank = Bytes::from(vec![0u8; side as usize * side as usize * 3]);
         let mut next = 0usize;
         while batch.len() < self.batch_size {
             let from = self.pool.get(next % self.pool.len().max(1));
             next += 1;
-            let (pixels, device, label, key, fields, views) = match from {
+            let (pixels, dims, device, label, key, fields, views) = match from {
                 Some(p) => (
-                    &p.pixels[..],
+                    &p.pixels,
+                    p.dims,
                     p.device.as_ref(),
                     p.label,
                     p.key.as_str(),
                     Some(&p.fields),
                     Some(&p.views),
                 ),
-                None => (blank.as_slice(), None, -1, "", None, None),
+                None => (&blank, (side, side), None, -1, "", None, None),
             };
-            push_image(batch, pixels, device)?;
+            push_image(batch, pixels, dims, device)?;
             batch.labels.push(label);
             batch.keys.push(key.to_owned());
             // With nothing to repeat, a pad has no field values at all.
@@ -397,7 +451,7 @@ impl<D> Assembler<D> {
                 }
             },
         };
-        Ok(batch.map(|b| self.emit(b)))
+        batch.map(|b| self.emit(b)).transpose()
     }
 
     /// Every batch [`Assembler::finish_next`] gives.
@@ -413,10 +467,28 @@ impl<D> Assembler<D> {
 
 /// A sample that does not fit its batch's buffer: the wire check of each
 /// sample's size makes this a bug, reported rather than a panic.
-/// Appends a sample's image to `batch`: its bytes, or, for an image left
-/// on the device, an empty row that the upload fills on the device.
-fn push_image<D>(batch: &mut Batch<D>, pixels: &[u8], device: Option<&DevicePixels>) -> Result<(), ClientError> {
+/// Appends a sample's image of `dims` (height, width) to `batch`: its
+/// bytes, or, for an image left on the device, an empty row that the
+/// upload fills on the device. A batch of each image's size holds the
+/// bytes until it is packed.
+fn push_image<D>(
+    batch: &mut Batch<D>,
+    pixels: &Bytes,
+    dims: (u32, u32),
+    device: Option<&DevicePixels>,
+) -> Result<(), ClientError> {
     let row = batch.len();
+    batch.image_sizes.push(dims);
+    if batch.pixels.is_unset() {
+        if device.is_some() {
+            return Err(ClientError::Batches(format!(
+                "batch {} of epoch {}: an image left on the device reached a batch of each image's size",
+                batch.index, batch.epoch
+            )));
+        }
+        batch.held.push(pixels.clone());
+        return Ok(());
+    }
     let fits = match device {
         None => batch.pixels.push(pixels),
         Some(on_device) => {
@@ -453,7 +525,15 @@ mod tests {
 
     fn assembler(epoch: u64, batch_size: usize, policy: LastBatch, target: Option<u64>, first_index: u64) -> Assembler {
         let buffers = BatchBuffers::Host(HostPool::new(batch_size * 12, 2));
-        Assembler::new(epoch, 2, batch_size, policy, target, first_index, buffers)
+        Assembler::new(
+            epoch,
+            ImageSize::Square(2),
+            batch_size,
+            policy,
+            target,
+            first_index,
+            buffers,
+        )
     }
 
     /// Pushes samples `range`, returning the batches filled.
@@ -469,6 +549,8 @@ mod tests {
         Sample {
             key: format!("k{i}"),
             label: i64::from(i),
+            height: 2,
+            width: 2,
             pixels: Bytes::from(vec![i; 2 * 2 * 3]),
             position: u64::from(i),
             item: 0,
@@ -588,6 +670,38 @@ mod tests {
         a.complete(8);
         let tail = a.finish().await.unwrap();
         assert_eq!(tail[0].completes, [8]);
+    }
+
+    /// A sample of `h` x `w` whose every byte is `i`.
+    fn sized(i: u8, h: u32, w: u32) -> Sample {
+        Sample {
+            height: h,
+            width: w,
+            pixels: Bytes::from(vec![i; (h * w * 3) as usize]),
+            ..sample(i)
+        }
+    }
+
+    #[tokio::test]
+    async fn images_of_their_own_sizes_are_packed_at_the_top_left_of_the_largest() {
+        let buffers = BatchBuffers::Host(HostPool::new(0, 2));
+        let mut a = Assembler::new(0, ImageSize::Each, 2, LastBatch::Pad, None, 0, buffers);
+        assert!(a.push(sized(1, 2, 3)).await.unwrap().is_none());
+        let b = a.push(sized(2, 3, 1)).await.unwrap().unwrap();
+        assert_eq!((b.height, b.width, b.image_sizes.clone()), (3, 3, vec![(2, 3), (3, 1)]));
+        let rows = |i: usize| -> Vec<Vec<u8>> { b.image(i).chunks(9).map(<[u8]>::to_vec).collect() };
+        assert_eq!(rows(0), [vec![1; 9], vec![1; 9], vec![0; 9]]);
+        let one_wide = [2, 2, 2, 0, 0, 0, 0, 0, 0].to_vec();
+        assert_eq!(rows(1), [one_wide.clone(), one_wide.clone(), one_wide]);
+        drop(b);
+        // The buffer comes back holding those bytes: padding is written
+        // as zeros, never left as it was; padding samples keep their size.
+        assert!(a.push(sized(7, 1, 1)).await.unwrap().is_none());
+        let b = a.finish().await.unwrap().pop().unwrap();
+        assert_eq!((b.height, b.width, b.padded), (3, 1, 1));
+        assert_eq!(b.image_sizes, [(1, 1), (3, 1)], "padded with the sample before");
+        assert_eq!(b.image(0), &[7, 7, 7, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(b.image(1), &[2; 9]);
     }
 
     #[test]

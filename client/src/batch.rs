@@ -14,7 +14,7 @@ use crate::device::{DeviceBatch, Uploader};
 use crate::error::ClientError;
 use crate::pinned::PinnedPool;
 
-/// One batch: `len()` images of `size` x `size` x 3, uint8, NHWC, in
+/// One batch: `len()` images of `height` x `width` x 3, uint8, NHWC, in
 /// host memory; or, when the loader uploads to a GPU, in `device`.
 pub type Batch = assemble::Batch<DeviceBatch>;
 
@@ -38,7 +38,7 @@ pub(crate) fn upload(uploader: Option<&Uploader>, mut batch: Batch) -> Result<Ba
     };
     let on_device = std::mem::take(&mut batch.on_device);
     let device = up
-        .upload(buf, batch.len(), batch.size, batch.size, &on_device)
+        .upload(buf, batch.len(), batch.height, batch.width, &on_device)
         .map_err(|e| ClientError::Device(format!("batch {} of epoch {}: {e}", batch.index, batch.epoch)))?;
     batch.device = Some(device);
     Ok(batch)

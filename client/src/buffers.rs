@@ -27,14 +27,29 @@ enum Storage {
     Pinned(PinnedBuf),
     /// Handed to the device: the batch's pixels are in `Batch::device`.
     Uploaded,
+    /// No buffer yet: a batch of each image's size takes one once it is
+    /// complete (`assemble`).
+    Unset,
 }
 
 impl Pixels {
+    /// Pixels without a buffer yet.
+    pub(crate) fn unset() -> Self {
+        Self {
+            storage: Storage::Unset,
+            len: 0,
+        }
+    }
+
+    pub(crate) fn is_unset(&self) -> bool {
+        matches!(self.storage, Storage::Unset)
+    }
+
     fn capacity(&self) -> usize {
         match &self.storage {
             Storage::Host(b) => b.buf.len(),
             Storage::Pinned(b) => b.len(),
-            Storage::Uploaded => 0,
+            Storage::Uploaded | Storage::Unset => 0,
         }
     }
 
@@ -44,21 +59,43 @@ impl Pixels {
         if end > self.capacity() {
             return false;
         }
-        let dst = match &mut self.storage {
-            Storage::Host(b) => &mut b.buf[self.len..end],
-            Storage::Pinned(b) => &mut b[self.len..end],
-            Storage::Uploaded => return false,
+        let Some(dst) = self.tail(end) else {
+            return false;
         };
         dst.copy_from_slice(bytes);
         self.len = end;
         true
     }
 
+    /// Appends `n` zero bytes; false when they do not fit.
+    pub(crate) fn push_zeros(&mut self, n: usize) -> bool {
+        let end = self.len + n;
+        let Some(dst) = self.tail(end) else {
+            return false;
+        };
+        dst.fill(0);
+        self.len = end;
+        true
+    }
+
+    /// The bytes from the end of the pixels up to `end`, if the buffer
+    /// holds them.
+    fn tail(&mut self, end: usize) -> Option<&mut [u8]> {
+        if end > self.capacity() {
+            return None;
+        }
+        match &mut self.storage {
+            Storage::Host(b) => Some(&mut b.buf[self.len..end]),
+            Storage::Pinned(b) => Some(&mut b[self.len..end]),
+            Storage::Uploaded | Storage::Unset => None,
+        }
+    }
+
     /// Appends `len` bytes left as they are (a row the device fills);
     /// false when they do not fit.
     pub(crate) fn reserve(&mut self, len: usize) -> bool {
         let end = self.len + len;
-        if end > self.capacity() || matches!(self.storage, Storage::Uploaded) {
+        if end > self.capacity() {
             return false;
         }
         self.len = end;
@@ -93,7 +130,7 @@ impl Deref for Pixels {
         match &self.storage {
             Storage::Host(b) => &b.buf[..self.len],
             Storage::Pinned(b) => &b[..self.len],
-            Storage::Uploaded => &[],
+            Storage::Uploaded | Storage::Unset => &[],
         }
     }
 }
@@ -104,7 +141,7 @@ impl DerefMut for Pixels {
         match &mut self.storage {
             Storage::Host(b) => &mut b.buf[..len],
             Storage::Pinned(b) => &mut b[..len],
-            Storage::Uploaded => &mut [],
+            Storage::Uploaded | Storage::Unset => &mut [],
         }
     }
 }
@@ -144,9 +181,23 @@ impl HostPool {
     }
 
     fn get(&self) -> HostBuf {
-        let reused = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        self.get_at_least(self.bytes)
+    }
+
+    /// A buffer of at least `bytes`: a kept one, grown if it is smaller
+    /// (a batch of each image's size needs what its largest image makes).
+    fn get_at_least(&self, bytes: usize) -> HostBuf {
+        let mut buf = self
+            .free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .unwrap_or_default();
+        if buf.len() < bytes {
+            buf.resize(bytes, 0);
+        }
         HostBuf {
-            buf: reused.unwrap_or_else(|| vec![0; self.bytes]),
+            buf,
             pool: Arc::clone(&self.free),
             keep: self.keep,
         }
@@ -172,6 +223,21 @@ impl BatchBuffers {
             ),
         };
         Ok(Pixels { storage, len: 0 })
+    }
+
+    /// A host buffer of at least `bytes`, now: where a batch of each
+    /// image's size is packed (the loader gives those host buffers only).
+    pub fn host(&self, bytes: usize) -> Result<Pixels, ClientError> {
+        match self {
+            Self::Host(pool) => Ok(Pixels {
+                storage: Storage::Host(pool.get_at_least(bytes)),
+                len: 0,
+            }),
+            Self::Pinned(_) => Err(ClientError::Batches(
+                "a batch of each image's size is packed in host memory, and this loader's buffers are pinned"
+                    .to_owned(),
+            )),
+        }
     }
 }
 

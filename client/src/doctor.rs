@@ -128,6 +128,14 @@ impl Loader {
             return Err(ClientError::Unreachable("no worker to measure".into()));
         }
         let config = self.config();
+        // Its network and ingest stages send images of one size.
+        if config.transform.size.side().is_none() {
+            return Err(ClientError::Config(
+                "the doctor measures images of one square size, and the transform keeps each image's own: \
+                 end it at a fixed size (Resize([s, s]), CenterCrop(s)) to measure"
+                    .into(),
+            ));
+        }
         let template = |mode| {
             Arc::new(
                 ItemTemplate::new(&config.dataset, config.seed, 0, &config.transform, config.chunk_bytes)
@@ -291,9 +299,10 @@ impl Loader {
     async fn measure_ingest(&self, samples: u64, min_seconds: f64) -> Result<StageRate, ClientError> {
         let config = self.config();
         let size = config.transform.size;
+        let side = size.side().unwrap_or(0);
         // Distinct, non-zero samples, more than a cache holds, as received
         // ones are: zeros would be read from one shared page.
-        let sample_bytes = (size as usize).pow(2) * 3;
+        let sample_bytes = (side as usize).pow(2) * 3;
         let distinct = (INGEST_SOURCE_BYTES / sample_bytes.max(1)).clamp(1, 4096);
         let mut state = 0x9e37_79b9_7f4a_7c15_u64;
         let sources: Vec<Bytes> = (0..distinct)
@@ -338,6 +347,8 @@ impl Loader {
             let sample = Sample {
                 key: String::new(),
                 label: 0,
+                height: side,
+                width: side,
                 pixels: sources[position as usize % sources.len()].clone(),
                 position,
                 item: 0,

@@ -224,12 +224,23 @@ impl Loader {
         for line in &described.pack_report {
             warn!(dataset = %config.dataset, "{line}");
         }
-        let batch_bytes = config.batch_size * (config.transform.size as usize).pow(2) * 3;
+        // A transform that keeps each image's size has no one batch size in
+        // bytes: its batches are packed in host buffers that grow to the
+        // largest batch, and the caller copies them to the device.
+        let image_bytes = config.transform.image_bytes();
+        let batch_bytes = config.batch_size * image_bytes.unwrap_or(0);
         let mut buffers = BatchBuffers::Host(HostPool::new(batch_bytes, config.prefetch + 2));
         let mut uploader = None;
         let mut sink = None;
         let mut upload_error = None;
-        if let Some(target) = config.device {
+        if let Some(target) = config.device.filter(|_| image_bytes.is_none()) {
+            info!(
+                device = target.ordinal,
+                "the transform keeps each image's size: batches are packed in host memory, not uploaded through the pinned ring"
+            );
+            upload_error =
+                Some("the transform keeps each image's own size: batches are packed in host memory".to_owned());
+        } else if let Some(target) = config.device {
             match open_upload(target, batch_bytes) {
                 Ok((up, pool)) => {
                     info!(device = target.ordinal, spec = ?target.spec, "batches are uploaded to the gpu through a pinned ring");
@@ -365,7 +376,7 @@ impl Loader {
             rank: self.config.rank,
             world_size: self.config.world_size,
             batch_size: self.config.batch_size as u64,
-            image_size: u64::from(self.config.transform.size),
+            image_size: self.config.transform.size.side().map_or(0, u64::from),
             last_batch: self.config.last_batch,
             items: plan.items.len() as u64,
             shards: self.shards.len() as u64,
@@ -504,7 +515,7 @@ impl Loader {
             self.config
                 .views
                 .iter()
-                .map(|v| (v.name.clone(), v.transform.size))
+                .map(|v| (v.name.clone(), v.transform.size.side().unwrap_or(0)))
                 .collect(),
         );
         tokio::spawn(

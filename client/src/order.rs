@@ -135,6 +135,8 @@ mod tests {
         Event::Sample(Sample {
             key: format!("i{item}p{position}"),
             label: 0,
+            height: 0,
+            width: 0,
             pixels: Bytes::new(),
             position,
             item,

@@ -37,8 +37,12 @@ impl SharedRing {
             );
             return None;
         }
-        let side = config.transform.size as usize;
-        let slot_bytes = side * side * 3;
+        // A slot holds one image: a transform that keeps each image's size
+        // has no one size for it, and its pixels come over the network.
+        let Some(slot_bytes) = config.transform.image_bytes() else {
+            info!("the transform keeps each image's size: workers on this host send pixels over the network");
+            return None;
+        };
         let slots = (config.shared_memory / slot_bytes.max(1)).clamp(1, stoker_shm::layout::MAX_SLOTS as usize);
         match Ring::create(slots as u32, slot_bytes) {
             Ok(ring) => Some(Arc::new(Self { ring, host })),

@@ -9,6 +9,11 @@ use bytes::Bytes;
 pub(crate) struct Sample {
     pub key: String,
     pub label: i64,
+    /// The image's size: the transform's square, or, for a transform that
+    /// keeps each image's size, its own.
+    pub height: u32,
+    pub width: u32,
+    /// `height * width * 3` bytes, HWC RGB.
     pub pixels: Bytes,
     /// Position in its shard.
     pub position: u64,

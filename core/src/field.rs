@@ -62,6 +62,14 @@ pub fn validate_views(views: &[ViewSpec], fields: &[FieldSpec]) -> Result<(), Fi
             view: v.name.clone(),
             why: e.to_string(),
         })?;
+        if v.transform.size.side().is_none() {
+            return Err(FieldError::View {
+                view: v.name.clone(),
+                why: "transform does not end at a fixed square size (a view is one block of equal images): \
+                      end it with RandomResizedCrop, CenterCrop, RandomCrop or Resize([s, s])"
+                    .to_owned(),
+            });
+        }
     }
     Ok(())
 }

@@ -58,6 +58,7 @@ pub use positions::PositionSet;
 pub use rng::{ItemSeed, SampleRng};
 pub use secret::Secret;
 pub use transform::{
-    Op, OutputConversion, SPEC_VERSION, SpecError, TransformSpec, footprint, resolve_steps, resolve_with_targets,
+    ImageSize, Op, OutputConversion, SPEC_VERSION, SpecError, TransformSpec, footprint, resolve_steps,
+    resolve_with_targets,
 };
 pub use uri::DatasetUri;

@@ -22,7 +22,7 @@ pub mod chained;
 pub mod transport;
 
 use stoker_core::plan::ShardRef;
-use stoker_core::transform::{Op, SpecError, TransformSpec};
+use stoker_core::transform::{ImageSize, Op, SpecError, TransformSpec};
 use stoker_core::{
     FieldKind, FieldSpec, FieldValue, FormatChoice, ItemMode, NpyArray, RecordFields, ShardFormat, ViewSpec,
     targets::{BoxFormat, Targets},
@@ -33,11 +33,13 @@ use stoker_core::{
 pub fn spec_from_pb(spec: Option<&pb::TransformSpec>) -> Result<TransformSpec, SpecError> {
     let spec = spec.ok_or(SpecError::Json("transform missing from the request".to_owned()))?;
     if !spec.json.is_empty() {
+        // The size field says where the spec ends, as a cross-check: the
+        // side of square images, or 0 (unset) for each image's own size.
         let parsed = TransformSpec::from_json(&spec.json)?;
-        if spec.size != 0 && spec.size != parsed.size {
+        if spec.size != 0 && Some(spec.size) != parsed.size.side() {
             return Err(SpecError::SizeMismatch {
                 got: parsed.size,
-                want: spec.size,
+                want: ImageSize::Square(spec.size),
             });
         }
         return Ok(parsed);
@@ -48,7 +50,10 @@ pub fn spec_from_pb(spec: Option<&pb::TransformSpec>) -> Result<TransformSpec, S
         .enumerate()
         .map(|(index, t)| legacy_op(index, t))
         .collect::<Result<Vec<_>, _>>()?;
-    let spec = TransformSpec { size: spec.size, ops };
+    let spec = TransformSpec {
+        size: ImageSize::Square(spec.size),
+        ops,
+    };
     spec.validate()?;
     Ok(spec)
 }
@@ -106,7 +111,7 @@ fn legacy_op(index: usize, t: &pb::Transform) -> Result<Op, SpecError> {
 /// The wire form of a domain transform spec: its versioned JSON.
 pub fn spec_to_pb(spec: &TransformSpec) -> pb::TransformSpec {
     pb::TransformSpec {
-        size: spec.size,
+        size: spec.size.side().unwrap_or(0),
         ops: Vec::new(),
         json: spec.to_json(),
     }
@@ -471,7 +476,10 @@ mod tests {
         pb.size = 100;
         assert_eq!(
             spec_from_pb(Some(&pb)),
-            Err(SpecError::SizeMismatch { got: 224, want: 100 })
+            Err(SpecError::SizeMismatch {
+                got: ImageSize::Square(224),
+                want: ImageSize::Square(100)
+            })
         );
         pb.json = pb.json.replace("\"version\":1", "\"version\":7");
         pb.size = 224;

@@ -301,7 +301,9 @@ fn detection_batches_in_each_form_feed_a_torchvision_detector() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     println!("{stdout}");
     assert!(
-        stdout.contains("detection model: 12 images") && stdout.contains("padded and flat forms agree"),
+        stdout.contains("detection model: 12 images")
+            && stdout.contains("padded and flat forms agree")
+            && stdout.contains("lists into the model, padded blocks agree"),
         "{stdout}"
     );
 }

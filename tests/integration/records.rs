@@ -342,7 +342,7 @@ pub(crate) async fn images_and_masks(
             let Some(FieldValue::Array(mask)) = &batch.fields[i][0] else {
                 panic!("{}: no mask: {:?}", batch.keys[i], batch.fields[i]);
             };
-            let s = u64::from(batch.size);
+            let s = u64::from(batch.height);
             assert_eq!((mask.dtype.as_str(), mask.shape.as_slice()), ("|u1", &[1, s, s][..]));
             out.insert(batch.keys[i].clone(), (batch.image(i).to_vec(), mask.data.to_vec()));
         }

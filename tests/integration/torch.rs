@@ -278,9 +278,8 @@ fn boxes_and_keypoints_follow_every_geometric_op_as_torchvision_moves_them() {
 
 /// torchvision's five detection training recipes (references/detection's
 /// presets, v2) convert op for op through from_torchvision
-/// (tests/python/detection_recipes.py): lsj runs as it is; the others end
-/// at the image's own size and are refused naming that, and accepted with
-/// a final Resize.
+/// (tests/python/detection_recipes.py): lsj ends at its square, the others
+/// keep each image's own size.
 #[test]
 fn the_detection_recipes_convert_from_torchvision() {
     let out = run_ok(torch_python().arg(python_script("detection_recipes.py")));
@@ -301,7 +300,11 @@ fn the_detection_recipes_convert_from_torchvision() {
 #[test]
 fn the_detection_recipes_move_boxes_with_torchvisions_distributions() {
     let w = crate::support::Worker::start(2);
-    let out = run_ok(torch_python().arg(python_script("detection_recipe_stats.py")).arg(&w.addr));
+    let out = run_ok(
+        torch_python()
+            .arg(python_script("detection_recipe_stats.py"))
+            .arg(&w.addr),
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     println!("{stdout}");
     assert!(

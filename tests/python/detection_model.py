@@ -27,8 +27,8 @@ import stoker
 S = 72
 
 
-def loader(worker, dataset, form, **kw):
-    pipeline = v2.Compose([
+def loader(worker, dataset, form, pipeline=None, **kw):
+    pipeline = pipeline or v2.Compose([
         v2.RandomHorizontalFlip(),
         v2.Resize([S, S]),
         v2.ToImage(),
@@ -89,9 +89,50 @@ def main() -> None:
         assert torch.equal(t["cls"], torch.cat(want_cls))
         assert (t["bboxes"].double() - torch.cat(want_boxes)).abs().max() < 1e-6
         instances += len(t["batch_idx"])
+    sizes = each_images_own_size(worker, dataset, model)
     print(f"detection model: {n} images in {len(lists)} batches through DataLoader, the first through "
           f"fasterrcnn_mobilenet_v3_large_320_fpn's training forward and backward (lists); padded and flat forms "
-          f"agree ({instances} instances)")
+          f"agree ({instances} instances); each image's own size: {sizes} sizes, lists into the model, padded "
+          f"blocks agree")
+
+
+def each_images_own_size(worker, dataset, model):
+    """torchvision's hflip recipe keeps each image's own size: the lists
+    form's images are a list of [3, h, w] tensors (each its targets'
+    canvas), which the detector takes as they are; the padded form's are
+    their block, padded to a multiple of 32, the same pixels at each top
+    left and zeros around them (after Normalize: Detectron2's padding),
+    with image_sizes. Returns how many sizes the images had."""
+    own = v2.Compose([
+        v2.RandomHorizontalFlip(),
+        v2.ToImage(),
+        v2.ToDtype(torch.float32, scale=True),
+        v2.Normalize([0.5, 0.4, 0.3], [0.2, 0.25, 0.3]),
+        v2.ConvertBoundingBoxFormat("XYXY"),
+        v2.SanitizeBoundingBoxes(),
+    ])
+    lists = list(loader(worker, dataset, "lists", own))
+    sizes = set()
+    for b in lists:
+        assert isinstance(b["image"], list) and len(b["image"]) == len(b["key"]), type(b["image"])
+        for image, t in zip(b["image"], b["targets"]):
+            assert image.shape[0] == 3 and tuple(image.shape[1:]) == tuple(t["canvas_size"]), (image.shape, t)
+            sizes.add(tuple(image.shape[1:]))
+    assert len(sizes) > 1, sizes
+    first = lists[0]
+    losses = model(first["image"], [{"boxes": t["boxes"], "labels": t["labels"]} for t in first["targets"]])
+    assert torch.isfinite(sum(losses.values())), losses
+    padded = list(loader(worker, dataset, "padded", own, size_divisibility=32))
+    assert [b["key"] for b in padded] == [b["key"] for b in lists]
+    for p, ref in zip(padded, lists):
+        own_sizes = [tuple(i.shape[1:]) for i in ref["image"]]
+        assert p["image_sizes"] == own_sizes, (p["image_sizes"], own_sizes)
+        height, width = (-(-max(s[k] for s in own_sizes) // 32) * 32 for k in (0, 1))
+        assert tuple(p["image"].shape) == (len(own_sizes), 3, height, width), p["image"].shape
+        for block, image, (h, w) in zip(p["image"], ref["image"], own_sizes):
+            assert torch.equal(block[:, :h, :w], image)
+            assert not block[:, h:, :].any() and not block[:, :, w:].any(), "padding is not zero"
+    return len(sizes)
 
 
 if __name__ == "__main__":

@@ -2,22 +2,21 @@
 torchvision itself on the same images and boxes.
 
 Each recipe is built as detection_recipes.py builds it (presets.py with
-use_v2=True), with a final Resize([128, 128]) where it ends at each
-image's own size (hflip, multiscale, ssd, ssdlite); lsj is built at a
-target size of 256 instead of 1024 (the same ops and ratios, a sixteenth
-of the pixels, for CI's time). Stoker runs it through `from_torchvision` on
+use_v2=True): hflip, multiscale, ssd and ssdlite keep each image's own
+size; lsj is built at a target size of 256 instead of 1024 (the same ops
+and ratios, a sixteenth of the pixels, for CI's time). Stoker runs it through `from_torchvision` on
 a worker over EPOCHS epochs of IMAGES JPEGs with 1 to 9 boxes each;
 torchvision runs the same Compose on the same boxes and labels, with a
 blank image of the same size (its pixels move no box), TV_DRAWS times per
 image; lsj's FixedSizeCrop, which the torchvision package does not ship,
 is the references' behaviour written out here (REFERENCES).
 
-- Matched draws (hflip, multiscale): the only draw that moves a box is the
-  flip (multiscale's shortest side scales every box by the same factor,
-  which the final Resize undoes), so every Stoker sample's boxes must
-  equal, within 1e-3 of the canvas, torchvision's output with the flip
-  forced off or on; and the flipped fraction must be within 4.5 standard
-  deviations of 0.5 (binomial).
+- Matched draws (hflip, multiscale): the only draw that moves a box
+  relative to its image is the flip (multiscale's shortest side scales
+  the image and its boxes alike), so every Stoker sample's boxes, as
+  fractions of its image, must equal within 1e-3 torchvision's output
+  with the flip forced off or on; and the flipped fraction must be within
+  4.5 standard deviations of 0.5 (binomial).
 - Statistically (all five): the distributions of five statistics must be
   the same. Per image: the fraction of its boxes kept. Per kept box,
   normalised by the output canvas: area, centre x, centre y, and log
@@ -55,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import detection_recipes  # noqa: E402  (the recipes, as presets.py builds them)
 
 IMAGES, EPOCHS, TV_DRAWS = 48, 8, 24
-W, H, OUT = 200, 150, 128
+W, H = 200, 150
 ALPHA_C = 2.146  # sqrt(-ln(1e-4 / 2) / 2)
 
 
@@ -124,9 +123,6 @@ def build(name, refs, **changes):
             ops[i] = v2.RandomZoomOut(fill=op.fill, side_range=changes["side_range"])
         if isinstance(op, v2.RandomIoUCrop) and "min_scale" in changes:
             ops[i] = v2.RandomIoUCrop(min_scale=changes["min_scale"])
-    if name != "lsj":
-        at = next(i for i, op in enumerate(ops) if isinstance(op, v2.ToImage))
-        ops.insert(at, v2.Resize([OUT, OUT]))
     return v2.Compose(ops)
 
 
@@ -155,9 +151,9 @@ def stoker_outputs(compose, worker, shards):
     for epoch in range(EPOCHS):
         loader.set_epoch(epoch)
         for batch in loader:
-            size = tuple(batch["image"].shape[-2:])
-            for key, t in zip(batch["key"], batch["targets"]):
-                out.append((key, t["boxes"].reshape(-1, 4).double(), size))
+            # A list of each image's tensor, or one tensor of equal images.
+            for image, key, t in zip(batch["image"], batch["key"], batch["targets"]):
+                out.append((key, t["boxes"].reshape(-1, 4).double(), tuple(image.shape[-2:])))
     assert len(out) == IMAGES * EPOCHS, len(out)
     return out
 
@@ -201,10 +197,15 @@ def matched(name, compose, outputs, targets):
     ops = [op for op in compose.transforms if not isinstance(op, v2.RandomShortestSize)]
     fixed = {p: v2.Compose([v2.RandomHorizontalFlip(p=p) if isinstance(op, v2.RandomHorizontalFlip) else op
                             for op in ops]) for p in (0.0, 1.0)}
+    def relative(boxes, canvas):
+        h, w = canvas
+        return boxes / torch.tensor([w, h, w, h], dtype=boxes.dtype)
+
     flipped = 0
-    for key, boxes, _ in outputs:
-        want = {p: run_torchvision(c, targets[key])[0] for p, c in fixed.items()}
-        close = {p: w.shape == boxes.shape and bool(((w - boxes).abs() <= 1e-3 * OUT).all()) for p, w in want.items()}
+    for key, boxes, canvas in outputs:
+        boxes = relative(boxes, canvas)
+        want = {p: relative(*run_torchvision(c, targets[key])) for p, c in fixed.items()}
+        close = {p: w.shape == boxes.shape and bool(((w - boxes).abs() <= 1e-3).all()) for p, w in want.items()}
         assert any(close.values()), f"{name} {key}: {boxes.tolist()} is neither {want[0.0].tolist()} nor {want[1.0].tolist()}"
         flipped += close[1.0] and not close[0.0]
     n = len(outputs)

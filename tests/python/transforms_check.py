@@ -286,11 +286,13 @@ def check_json(stoker, T):
         ([crop, T.RandomHorizontalFlip(), T.GaussianBlur(4)], ["ops[2] (GaussianBlur)", "kernel_size"]),
         ([crop, T.AutoAugment("cifar10")], ["ops[1] (AutoAugment)", "cifar10"]),
         ([crop, T.RandomRotation(10, interpolation="box")], ["ops[1] (RandomRotation)", "interpolation"]),
-        ([T.Resize(32)], ["fixed size"]),
-        ([T.CenterCrop([24, 32])], ["square"]),
     ]
     for ops_, needles in cases:
         raises(lambda ops_=ops_: check(T.Compose(ops_).to_json()), *needles)
+    # No fixed square size: each image keeps its own (no side).
+    for ops_ in ([T.Resize(32)], [T.CenterCrop([24, 32])], [T.RandomHorizontalFlip()]):
+        assert check(T.Compose(ops_).to_json())[0] is None, ops_
+    raises(lambda: check(T.Compose([T.Resize(32)]).to_json(), 32), "each image's own size", "32x32")
     raises(
         lambda: check(json.dumps({"version": 1, "ops": [{"op": "CenterCrop", "size": 8, "bogus": 1}]})),
         "ops[0]",

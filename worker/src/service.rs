@@ -396,6 +396,12 @@ impl Worker for WorkerService {
                 req.shard
             )));
         }
+        if mode == ItemMode::Synthetic && spec.size.side().is_none() {
+            return Err(Status::invalid_argument(format!(
+                "synthetic work item for shard {}: its samples are of one square size, and the transform keeps each image's own",
+                req.shard
+            )));
+        }
         let chunk_bytes = match req.chunk_bytes {
             0 => self.ctx.config.chunk_bytes,
             n => n as usize,

@@ -101,15 +101,15 @@ fn say_waiting(py: Python<'_>, said: &mut bool, what: &str) {
 }
 
 /// One batch as Python receives it: uint8 NHWC pixels (bytes) or, when the
-/// client uploads, a `DeviceTensor` for `torch.from_dlpack`; the side
-/// length, labels, keys, the batch's index in its epoch, and how many of
-/// its last samples are padding.
-/// Pixels, size, labels, keys, index, padded, and each requested field's
-/// values (a list per field, in the request's order; `None` where an
-/// optional field is absent).
+/// client uploads, a `DeviceTensor` for `torch.from_dlpack`; the images'
+/// block (height, width) and each image's own (height, width) in it;
+/// labels, keys, the batch's index in its epoch, how many of its last
+/// samples are padding, each requested field's values (a list per field,
+/// in the request's order; `None` where an optional field is absent), and
+/// each view's (name, side, pixels).
 type PyBatch = (
     Py<PyAny>,
-    u32,
+    (u32, u32, Vec<(u32, u32)>),
     Vec<i64>,
     Vec<String>,
     u64,
@@ -384,7 +384,7 @@ impl Client {
                         Some(device) => Py::new(py, DeviceTensor::new(device))?.into_any(),
                         None => PyBytes::new(py, &batch.pixels).into_any().unbind(),
                     },
-                    batch.size,
+                    (batch.height, batch.width, std::mem::take(&mut batch.image_sizes)),
                     batch.labels,
                     batch.keys,
                     batch.index,
@@ -502,13 +502,14 @@ fn fields_to_py(py: Python<'_>, rows: &[stoker_client::Fields], fields: usize) -
 }
 
 /// Validates a transform spec (`train`, `eval` or JSON) as a worker would:
-/// returns its output size and its canonical JSON, or raises `ValueError`
-/// naming the op and the argument.
+/// returns its output side (`None` when it keeps each image's own size)
+/// and its canonical JSON, or raises `ValueError` naming the op and the
+/// argument.
 #[pyfunction]
 #[pyo3(signature = (transform, image_size=None))]
-fn check_transform(transform: &str, image_size: Option<u32>) -> PyResult<(u32, String)> {
+fn check_transform(transform: &str, image_size: Option<u32>) -> PyResult<(Option<u32>, String)> {
     let spec = TransformSpec::parse(transform, image_size).map_err(config_err)?;
-    Ok((spec.size, spec.to_json()))
+    Ok((spec.size.side(), spec.to_json()))
 }
 
 /// The `stoker` command line, in this process: `argv` with the program's

@@ -124,6 +124,8 @@ fn samples(list: &[(&str, u64)]) -> Vec<Sample> {
         .map(|&(key, position)| Sample {
             key: key.to_owned(),
             label: 0,
+            height: 0,
+            width: 0,
             pixels: Bytes::new(),
             position,
             item: 0,

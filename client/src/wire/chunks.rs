@@ -19,7 +19,7 @@ use tower_service::Service;
 use super::auth::Authed;
 use crate::ring::RingOffer;
 use crate::sample::{Sample, Skipped};
-use stoker_core::{FieldSpec, ViewSpec};
+use stoker_core::{FieldSpec, ImageSize, ViewSpec};
 use stoker_cuda::handoff::SinkOffer;
 
 const PROCESS_SHARD: &str = "/stoker.v1.Worker/ProcessShard";
@@ -190,14 +190,15 @@ impl Chunk {
     /// from it, those it left on the device from the loader's `sink`.
     pub fn take_samples<'a>(
         &mut self,
-        size: u32,
+        size: ImageSize,
         fields: &[FieldSpec],
         views: &[ViewSpec],
         ring: Option<&'a RingOffer>,
         sink: Option<&'a SinkOffer>,
     ) -> impl ExactSizeIterator<Item = Result<Sample, String>> + use<'a> {
         let fields = fields.len();
-        let view_sizes: Vec<u32> = views.iter().map(|v| v.transform.size).collect();
+        // A view ends at a fixed square (`validate_views`).
+        let view_sizes: Vec<u32> = views.iter().map(|v| v.transform.size.side().unwrap_or(0)).collect();
         std::mem::take(&mut self.samples)
             .into_iter()
             .map(move |s| sample_from_pb(s, size, fields, &view_sizes, ring, sink))
@@ -214,10 +215,12 @@ impl Chunk {
     }
 }
 
-/// Checks one wire sample: shape and byte count must match the transform.
+/// Checks one wire sample: shape and byte count must match the transform
+/// (for a transform that keeps each image's size, the sample's own shape
+/// and its bytes).
 fn sample_from_pb(
     mut s: pb::Sample,
-    size: u32,
+    size: ImageSize,
     fields: usize,
     views: &[u32],
     ring: Option<&RingOffer>,
@@ -251,13 +254,18 @@ fn sample_from_pb(
             }
         }
     }
-    if (s.height, s.width, s.channels) != (size, size, 3) {
+    let shape_ok = match size {
+        ImageSize::Square(side) => (s.height, s.width) == (side, side),
+        ImageSize::Each => s.height > 0 && s.width > 0,
+    };
+    if !shape_ok || s.channels != 3 {
         return Err(format!(
-            "sample {} has shape {}x{}x{}, expected {size}x{size}x3",
+            "sample {} has shape {}x{}x{}, expected {size}, 3 channels",
             s.key, s.height, s.width, s.channels
         ));
     }
-    let expected = size as usize * size as usize * 3;
+    let expected = usize::try_from(u64::from(s.height) * u64::from(s.width) * 3)
+        .map_err(|_| format!("sample {} has shape {}x{}x3, too large here", s.key, s.height, s.width))?;
     let mut device = None;
     if let Some(ticket) = s.device_ticket {
         let sink = sink.ok_or_else(|| {
@@ -309,6 +317,8 @@ fn sample_from_pb(
     Ok(Sample {
         key: s.key,
         label: s.label,
+        height: s.height,
+        width: s.width,
         pixels: s.pixels,
         position: s.position,
         item: 0,

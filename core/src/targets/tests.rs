@@ -148,7 +148,7 @@ fn a_quarter_turn_maps_corners_and_expand_places_boxes_by_the_rotated_corner() {
         op.expand = expand;
         // Resolved as it stands (a whole spec ends at a fixed size).
         TransformSpec {
-            size: 50,
+            size: crate::ImageSize::Square(50),
             ops: vec![op.into()],
         }
     };

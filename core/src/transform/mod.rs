@@ -52,10 +52,42 @@ fn one() -> u32 {
 /// The transform applied to every image of a work item.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TransformSpec {
-    /// Output images are `size` x `size` (from the ops: their last fixed
-    /// size).
-    pub size: u32,
+    /// The size its images come out at, from the ops.
+    pub size: ImageSize,
     pub ops: Vec<Op>,
+}
+
+/// The size a spec's images come out at, from where its ops end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageSize {
+    /// Every image `side` x `side`: the ops end at that fixed square size
+    /// (a crop or a resize to it, then only ops that keep the size). A
+    /// batch is one block of equal images.
+    Square(u32),
+    /// Each image the size its own draws make it: the ops end at no fixed
+    /// square size, as torchvision's detection recipes do (a shortest-side
+    /// resize, a zoom-out, an IoU crop, or no resize at all). A batch
+    /// holds each image's size and is padded to its largest.
+    Each,
+}
+
+impl ImageSize {
+    /// The side of every image, when they are square and of one size.
+    pub fn side(self) -> Option<u32> {
+        match self {
+            Self::Square(side) => Some(side),
+            Self::Each => None,
+        }
+    }
+}
+
+impl fmt::Display for ImageSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Square(side) => write!(f, "{side}x{side}"),
+            Self::Each => f.write_str("each image's own size"),
+        }
+    }
 }
 
 /// Why a transform spec was refused.
@@ -93,14 +125,8 @@ pub enum SpecError {
     },
     #[error("transform spec version {got} is not supported by this build (it reads version {SPEC_VERSION})")]
     Version { got: u32 },
-    #[error(
-        "transform does not end at a fixed size: end with RandomResizedCrop, CenterCrop, RandomCrop or Resize([h, w]) (after that, only ops that keep the size)"
-    )]
-    NotFixed,
-    #[error("transform ends at {width}x{height}: Stoker batches square images, so the last fixed size must be square")]
-    NotSquare { width: u64, height: u64 },
-    #[error("transform makes {got}x{got} images, but {want}x{want} was asked for")]
-    SizeMismatch { got: u32, want: u32 },
+    #[error("transform ends at {got}, but {want} was asked for")]
+    SizeMismatch { got: ImageSize, want: ImageSize },
     #[error("transform has no ops")]
     Empty,
 }
@@ -126,7 +152,7 @@ impl TransformSpec {
     /// The `train` preset: RandomResizedCrop(size) + RandomHorizontalFlip.
     pub fn train(size: u32) -> Self {
         Self {
-            size,
+            size: ImageSize::Square(size),
             ops: vec![
                 RandomResizedCrop::new(size).into(),
                 RandomHorizontalFlip::default().into(),
@@ -138,7 +164,7 @@ impl TransformSpec {
     pub fn eval(size: u32) -> Self {
         let shorter = ((u64::from(size) * 256) / 224).max(1) as u32;
         Self {
-            size,
+            size: ImageSize::Square(size),
             ops: vec![Resize::shorter(shorter).into(), CenterCrop::new(size).into()],
         }
     }
@@ -155,15 +181,15 @@ impl TransformSpec {
     }
 
     /// What `--transform` and Python's `transform=` take: `train` or
-    /// `eval` (at `size`, 224 when `None`), or a JSON spec (whose size, if
-    /// `size` is given, must match).
+    /// `eval` (at `size`, 224 when `None`), or a JSON spec (which, if
+    /// `size` is given, must end at `size` x `size`).
     pub fn parse(arg: &str, size: Option<u32>) -> Result<Self, SpecError> {
         let arg = arg.trim();
         if !arg.starts_with('{') {
             return Self::preset(arg, size.unwrap_or(224));
         }
         let spec = Self::from_json(arg)?;
-        match size {
+        match size.map(ImageSize::Square) {
             Some(want) if want != spec.size => Err(SpecError::SizeMismatch { got: spec.size, want }),
             _ => Ok(spec),
         }
@@ -236,11 +262,13 @@ impl TransformSpec {
     }
 
     /// Checks every argument, where the output ops sit, and that the
-    /// pipeline ends at `size` x `size`. Workers run this on every request
-    /// before doing any work.
+    /// pipeline ends at `size`. Workers run this on every request before
+    /// doing any work.
     pub fn validate(&self) -> Result<(), SpecError> {
-        if self.size == 0 || self.size > MAX_OUTPUT_SIZE {
-            return Err(SpecError::Size(self.size));
+        if let ImageSize::Square(side) = self.size
+            && (side == 0 || side > MAX_OUTPUT_SIZE)
+        {
+            return Err(SpecError::Size(side));
         }
         let size = check(&self.ops)?;
         if size != self.size {
@@ -267,9 +295,9 @@ impl TransformSpec {
         out
     }
 
-    /// Bytes of one output image.
-    pub fn image_bytes(&self) -> usize {
-        self.size as usize * self.size as usize * 3
+    /// Bytes of one output image, when they are all one size.
+    pub fn image_bytes(&self) -> Option<usize> {
+        self.size.side().map(|s| s as usize * s as usize * 3)
     }
 }
 
@@ -286,8 +314,8 @@ fn flatten(ops: Vec<Op>) -> Vec<Op> {
     out
 }
 
-/// Validates `ops` and returns the output side.
-fn check(ops: &[Op]) -> Result<u32, SpecError> {
+/// Validates `ops` and returns the size they end at.
+fn check(ops: &[Op]) -> Result<ImageSize, SpecError> {
     if ops.is_empty() {
         return Err(SpecError::Empty);
     }
@@ -334,21 +362,22 @@ fn check(ops: &[Op]) -> Result<u32, SpecError> {
     for op in ops {
         b = op.bounds(b);
     }
-    let (w, h) = b.fixed().ok_or(SpecError::NotFixed)?;
-    if w != h {
-        return Err(SpecError::NotSquare { width: w, height: h });
-    }
+    // A fixed size that is not square is served as each image's own: a
+    // batch of equal rectangles, padded to nothing.
+    let Some((w, _)) = b.fixed().filter(|(w, h)| w == h) else {
+        return Ok(ImageSize::Each);
+    };
     let side = u32::try_from(w).map_err(|_| SpecError::Size(u32::MAX))?;
     if side == 0 || side > MAX_OUTPUT_SIZE {
         return Err(SpecError::Size(side));
     }
-    Ok(side)
+    Ok(ImageSize::Square(side))
 }
 
 impl fmt::Display for TransformSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names: Vec<&str> = self.ops.iter().map(Op::name).collect();
-        write!(f, "{}x{} [{}]", self.size, self.size, names.join(", "))
+        write!(f, "{} [{}]", self.size, names.join(", "))
     }
 }
 

@@ -9,7 +9,10 @@ fn presets_validate() {
     assert!(TransformSpec::preset("train", 224).is_ok());
     let eval = TransformSpec::preset("eval", 224).unwrap();
     assert_eq!(eval.ops[0], Resize::shorter(256).into());
-    assert_eq!(TransformSpec::parse("train", None).unwrap().size, 224);
+    assert_eq!(
+        TransformSpec::parse("train", None).unwrap().size,
+        ImageSize::Square(224)
+    );
     assert_eq!(TransformSpec::preset("train", 0), Err(SpecError::Size(0)));
     assert_eq!(TransformSpec::preset("train", 100_000), Err(SpecError::Size(100_000)));
     assert!(matches!(
@@ -28,7 +31,7 @@ fn every_registered_op_has_an_example() {
     }
     for (op, ops) in EXAMPLES {
         let spec = TransformSpec::from_json(&example_spec(ops, 32)).unwrap_or_else(|e| panic!("{op}: {e}"));
-        assert_eq!(spec.size, 32, "{op}");
+        assert_eq!(spec.size, ImageSize::Square(32), "{op}");
     }
 }
 
@@ -42,7 +45,7 @@ fn json_round_trips_with_defaults_filled_in() {
             {"op": "RandomErasing", "p": 0.1}]}"#,
     )
     .unwrap();
-    assert_eq!(spec.size, 176);
+    assert_eq!(spec.size, ImageSize::Square(176));
     let json = spec.to_json();
     assert!(
         json.contains(r#""scale":[0.08,1.0]"#) && json.contains(r#""version":1"#),
@@ -91,33 +94,38 @@ fn errors_name_the_op_its_position_and_the_argument() {
 }
 
 #[test]
-fn refuses_pipelines_without_a_fixed_square_output() {
+fn pipelines_without_a_fixed_square_output_keep_each_images_size() {
+    let size = |json: &str| TransformSpec::from_json(json).map(|s| s.size);
+    assert_eq!(size(r#"{"ops": [{"op": "Resize", "size": 256}]}"#), Ok(ImageSize::Each));
     assert_eq!(
-        TransformSpec::from_json(r#"{"ops": [{"op": "Resize", "size": 256}]}"#),
-        Err(SpecError::NotFixed)
-    );
-    assert_eq!(
-        TransformSpec::from_json(r#"{"ops": [{"op": "CenterCrop", "size": 8}, {"op": "Resize", "size": 30}]}"#)
-            .unwrap()
-            .size,
-        30,
+        size(r#"{"ops": [{"op": "CenterCrop", "size": 8}, {"op": "Resize", "size": 30}]}"#),
+        Ok(ImageSize::Square(30)),
         "a resize of a fixed size is fixed"
     );
-    assert!(matches!(
-        TransformSpec::from_json(r#"{"ops": [{"op": "CenterCrop", "size": [8, 6]}]}"#),
-        Err(SpecError::NotSquare { .. })
-    ));
     assert_eq!(
-        TransformSpec::from_json(
-            r#"{"ops": [{"op": "CenterCrop", "size": 8}, {"op": "RandomRotation", "degrees": 5, "expand": true}]}"#
-        ),
-        Err(SpecError::NotFixed)
+        size(r#"{"ops": [{"op": "CenterCrop", "size": [8, 6]}]}"#),
+        Ok(ImageSize::Each),
+        "a fixed rectangle is served as each image's size"
     );
     assert_eq!(
-        TransformSpec::from_json(
+        size(r#"{"ops": [{"op": "CenterCrop", "size": 8}, {"op": "RandomRotation", "degrees": 5, "expand": true}]}"#),
+        Ok(ImageSize::Each)
+    );
+    assert_eq!(
+        size(
             r#"{"ops": [{"op": "CenterCrop", "size": 8}, {"op": "RandomApply", "transforms": [{"op": "Pad", "padding": 2}]}]}"#
         ),
-        Err(SpecError::NotFixed)
+        Ok(ImageSize::Each)
+    );
+    assert_eq!(
+        size(r#"{"ops": [{"op": "RandomHorizontalFlip"}]}"#),
+        Ok(ImageSize::Each)
+    );
+    // A size asked for must be where the spec ends.
+    let e = TransformSpec::parse(r#"{"ops": [{"op": "RandomHorizontalFlip"}]}"#, Some(64)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "transform ends at each image's own size, but 64x64 was asked for"
     );
     assert_eq!(TransformSpec::from_json(r#"{"ops": []}"#), Err(SpecError::Empty));
 }

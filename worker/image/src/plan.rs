@@ -176,6 +176,13 @@ impl SamplePlan {
         })
     }
 
+    /// The size the image comes out at: the header's, through its steps
+    /// (the spec's square, or, for a spec that keeps each image's size,
+    /// this sample's own).
+    pub fn out_dims(&self) -> (u32, u32) {
+        self.image.iter().fold(self.dims, |(w, h), s| s.output_size(w, h))
+    }
+
     /// The image's steps as a mask follows them: those that move pixels,
     /// with nearest sampling and 0 fill ([`Step::for_mask`]).
     pub fn mask_steps(&self) -> Vec<Step> {

@@ -96,7 +96,13 @@ fn parts(sample: &GpuSample, recipe: &Recipe, config: Limits) -> Result<Parts, S
     let steps = &plan.image;
     let mut bytes = 3 * u64::from(w) * u64::from(h);
     let mut parts = Vec::with_capacity(1 + recipe.views.len());
-    let (work, need) = image_work(steps, w, h, recipe.spec.size)?;
+    // The router sends the lanes a spec of one square size only.
+    let side = recipe
+        .spec
+        .size
+        .side()
+        .ok_or("the transform keeps each image's own size")?;
+    let (work, need) = image_work(steps, w, h, side)?;
     parts.push(Part {
         role: Role::Image,
         work,
@@ -108,7 +114,12 @@ fn parts(sample: &GpuSample, recipe: &Recipe, config: Limits) -> Result<Parts, S
             .views
             .get(j)
             .ok_or_else(|| why("not in the sample's plan".into()))?;
-        let (work, need) = image_work(steps, w, h, view.transform.size).map_err(why)?;
+        let side = view
+            .transform
+            .size
+            .side()
+            .ok_or("its transform keeps each image's own size");
+        let (work, need) = image_work(steps, w, h, side.map_err(|e| why(e.into()))?).map_err(why)?;
         parts.push(Part {
             role: Role::View(j),
             work,

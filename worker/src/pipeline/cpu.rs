@@ -18,7 +18,7 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 use stoker_core::targets::Targets;
-use stoker_core::{FieldSpec, FieldValue, ItemSeed, NpyArray, Rect, Step, TransformSpec, ViewSpec};
+use stoker_core::{FieldSpec, FieldValue, ImageSize, ItemSeed, NpyArray, Rect, Step, TransformSpec, ViewSpec};
 use tracing::debug;
 
 use super::{Processed, SkipKind, Skipped};
@@ -48,7 +48,7 @@ pub fn process_sample(
     metrics: &WorkerMetrics,
 ) -> Result<Processed, Skipped> {
     let plan = plan_sample(&raw, spec, &[], seed, max_pixels, None)?;
-    process_sample_with(raw, &plan, spec, max_pixels, metrics, &[], &[])
+    process_sample_with(raw, &plan, max_pixels, metrics, &[], &[])
 }
 
 /// `raw`'s plan ([`SamplePlan::new`], with the draws of `seed` at its
@@ -99,8 +99,8 @@ pub(crate) fn plan_sample(
 }
 
 /// Decodes and augments one sample by its `plan` (made where it was
-/// routed: never resolved again here), with the request's transform
-/// `spec` (its output size), fields `extra` and `views`: each mask left in
+/// routed: never resolved again here; it says the output size), with the
+/// request's fields `extra` and `views`: each mask left in
 /// `raw.fields` (by [`super::fields::read_fields`]) follows the image's
 /// geometric steps, and lands at its index of the result's fields; each
 /// view is its own pipeline over the same decoded image, with its own
@@ -108,7 +108,6 @@ pub(crate) fn plan_sample(
 pub(crate) fn process_sample_with(
     mut raw: RawSample,
     plan: &SamplePlan,
-    spec: &TransformSpec,
     max_pixels: u64,
     metrics: &WorkerMetrics,
     extra: &[FieldSpec],
@@ -149,16 +148,12 @@ pub(crate) fn process_sample_with(
             Skipped::panicked(&raw.key, position, "transform", &message)
         })?
         .map_err(|e| skip(&raw.key, SkipKind::Transform, e.to_string()))?;
-    if (out.width, out.height) != (spec.size, spec.size) {
+    let (w, h) = plan.out_dims();
+    if (out.width, out.height) != (w, h) {
         return Err(skip(
             &raw.key,
             SkipKind::Transform,
-            format!(
-                "transform produced {}x{}, expected {s}x{s}",
-                out.width,
-                out.height,
-                s = spec.size
-            ),
+            format!("transform produced {}x{}, planned {w}x{h}", out.width, out.height),
         ));
     }
     let mut fields = Vec::new();
@@ -200,12 +195,13 @@ pub(crate) fn process_sample_with(
 
 /// View `index` of the plan over a copy of the decoded `source`; its
 /// pixels, checked to be `size` x `size`.
-fn view_of(plan: &SamplePlan, index: usize, source: &RgbImage, size: u32) -> Result<Bytes, String> {
+fn view_of(plan: &SamplePlan, index: usize, source: &RgbImage, size: ImageSize) -> Result<Bytes, String> {
     let out = AUGMENTER
         .with(|a| plan.run_view(&mut a.borrow_mut(), index, source))
         .map_err(|e| e.to_string())?;
-    if (out.width, out.height) != (size, size) {
-        return Err(format!("produced {}x{}, expected {size}x{size}", out.width, out.height));
+    // A view's spec ends at a fixed square (`validate_views`).
+    if Some((out.width, out.height)) != size.side().map(|s| (s, s)) {
+        return Err(format!("produced {}x{}, expected {size}", out.width, out.height));
     }
     Ok(Bytes::from(out.pixels))
 }

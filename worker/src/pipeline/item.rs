@@ -45,17 +45,25 @@ const MAX_SKIPS_PER_CHUNK: usize = 256;
 /// backlog, is decoded there outside the budget (at most one per pool
 /// thread at once).
 fn memory_need(raw: &RawSample, plan: Result<&SamplePlan, &Skipped>, spec: &TransformSpec, views: &[ViewSpec]) -> u64 {
-    let output = |spec: &TransformSpec| u64::from(spec.size).pow(2) * 3;
+    // A spec that keeps each image's size has no output size of its own:
+    // the plan's is the sample's, and an unplanned sample makes none.
+    let output = |spec: &TransformSpec| spec.image_bytes().unwrap_or(0) as u64;
+    let image = match plan {
+        Ok(plan) => {
+            let (w, h) = plan.out_dims();
+            u64::from(w) * u64::from(h) * 3
+        }
+        Err(_) => output(spec),
+    };
     let Ok((_, data)) = &raw.image else {
-        return output(spec);
+        return image;
     };
     let encoded = data.len() as u64;
+    let views: u64 = views.iter().map(|v| output(&v.transform)).sum();
     match plan {
-        Ok(plan) if plan.runs_on == RunsOn::Gpu => encoded + output(spec),
-        Ok(plan) => {
-            encoded + plan.working_bytes + output(spec) + views.iter().map(|v| output(&v.transform)).sum::<u64>()
-        }
-        Err(_) => encoded + output(spec) + views.iter().map(|v| output(&v.transform)).sum::<u64>(),
+        Ok(plan) if plan.runs_on == RunsOn::Gpu => encoded + image,
+        Ok(plan) => encoded + plan.working_bytes + image + views,
+        Err(_) => encoded + image + views,
     }
 }
 
@@ -130,8 +138,6 @@ struct ItemRun<'a> {
     /// The reader is waiting for budget to read on (a member, a row group)
     /// while this item's own samples in flight will free some.
     reader_blocked: bool,
-    /// Bytes of one result (`size` x `size` RGB).
-    output_bytes: u64,
     /// JPEGs for the GPU, sent as one batch once there are `gpu_batch` of
     /// them or nothing else is left to wait for.
     gpu_batch: usize,
@@ -174,7 +180,6 @@ impl<'a> ItemRun<'a> {
             exhausted: false,
             waiting: None,
             reader_blocked: false,
-            output_bytes: u64::from(item.spec.size).pow(2) * 3,
             gpu_batch,
             gpu_pending: Vec::new(),
             gpu_held: Reservation::default(),
@@ -404,7 +409,8 @@ impl<'a> ItemRun<'a> {
                     }
                     // Only the result (and its fields) stays reserved, until
                     // its chunk is sent.
-                    self.chunk.push(p, held.keep(self.output_bytes + field_bytes as u64));
+                    let pixels = p.pixels.len();
+                    self.chunk.push(p, held.keep((pixels + field_bytes) as u64));
                 }
                 Err(s) => {
                     self.fields.remove(&s.position);

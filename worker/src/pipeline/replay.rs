@@ -16,12 +16,18 @@ pub struct ReplayCache {
     items: std::sync::Mutex<std::collections::HashMap<ReplayKey, Arc<Vec<Processed>>>>,
 }
 
-/// Shard, sample range and output size.
-type ReplayKey = (String, u64, Option<u64>, u32);
+/// Shard, sample range and output size (the side, or `None` for each
+/// image's own).
+type ReplayKey = (String, u64, Option<u64>, Option<u32>);
 
 impl ReplayCache {
     fn key(item: &Item) -> ReplayKey {
-        (item.dataset.join(&item.shard), item.start, item.end, item.spec.size)
+        (
+            item.dataset.join(&item.shard),
+            item.start,
+            item.end,
+            item.spec.size.side(),
+        )
     }
 
     pub(super) fn get(&self, item: &Item) -> Option<Arc<Vec<Processed>>> {

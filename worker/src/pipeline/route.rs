@@ -25,7 +25,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use stoker_core::{FieldKind, FieldSpec, FieldValue, Fields, TransformSpec, ViewSpec};
+use stoker_core::{FieldKind, FieldSpec, FieldValue, Fields, ViewSpec};
 use stoker_image::{RunsOn, SamplePlan};
 use tracing::debug;
 
@@ -82,6 +82,9 @@ impl WorkerContext {
         }
         if !gpu_jpeg(raw) {
             return RunsOn::Cpu("not a jpeg");
+        }
+        if item.spec.size.side().is_none() {
+            return RunsOn::Cpu("each image's own size, and the lanes write one square size");
         }
         let masks = item.fields.iter().any(|f| f.kind == FieldKind::Mask);
         let (w, h) = plan.dims;
@@ -158,7 +161,6 @@ fn steal_one(ctx: &Arc<WorkerContext>) {
     let result = match process_sample_with(
         raw,
         plan,
-        &recipe.spec,
         ctx.config.max_image_pixels,
         &ctx.metrics,
         &recipe.fields,
@@ -220,12 +222,11 @@ fn on_pool(
     ctx: &Arc<WorkerContext>,
     raw: RawSample,
     plan: Arc<SamplePlan>,
-    spec: &Arc<TransformSpec>,
     (fields, views): (&Arc<[FieldSpec]>, &Arc<[ViewSpec]>),
 ) -> impl Future<Output = Result<Outcome, PoolError>> + Send + 'static {
     #[cfg(test)]
     ctx.plan_log.saw("cpu", &raw.key, &plan);
-    let (spec, worker) = (Arc::clone(spec), Arc::clone(ctx));
+    let worker = Arc::clone(ctx);
     let (fields, views) = (Arc::clone(fields), Arc::clone(views));
     let max_pixels = ctx.config.max_image_pixels;
     // `process_sample` catches a panic in decode or transform itself; one
@@ -233,7 +234,7 @@ fn on_pool(
     // internal skip too.
     let (key, position) = (raw.key.clone(), raw.position);
     let job = ctx.pool.spawn(move || {
-        let outcome = process_sample_with(raw, &plan, &spec, max_pixels, &worker.metrics, &fields, &views);
+        let outcome = process_sample_with(raw, &plan, max_pixels, &worker.metrics, &fields, &views);
         if outcome.is_ok() {
             worker.counters.cpu_samples.fetch_add(1, Ordering::Relaxed);
         }
@@ -259,7 +260,7 @@ pub(super) fn on_cpu(
 ) -> InFlight {
     let results: Results = match plan {
         Ok(plan) => {
-            let one = on_pool(ctx, raw, plan, &item.spec, (&item.fields, &item.views));
+            let one = on_pool(ctx, raw, plan, (&item.fields, &item.views));
             Box::pin(async move { Ok(vec![one.await?]) })
         }
         Err(skipped) => Box::pin(std::future::ready(Ok(vec![Err(skipped)]))),
@@ -311,7 +312,7 @@ pub(super) fn on_gpu(ctx: &Arc<WorkerContext>, item: &Item, samples: Vec<GpuSamp
                     debug!(key = %sample.key, reason, "gpu handed the sample to the cpu");
                     let fields = (&recipe.fields, &recipe.views);
                     let plan = Arc::clone(&sample.plan);
-                    back.push(on_pool(&ctx, sample.into_raw(), plan, &recipe.spec, fields));
+                    back.push(on_pool(&ctx, sample.into_raw(), plan, fields));
                 }
             }
         }

@@ -117,7 +117,6 @@ fn as_a_lane(sample: &GpuSample, r: &Recipe) -> Result<crate::outcome::Processed
     super::super::cpu::process_sample_with(
         sample.clone_raw(),
         &sample.plan,
-        &r.spec,
         100_000_000,
         &metrics,
         &r.fields,

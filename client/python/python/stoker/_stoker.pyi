@@ -70,11 +70,12 @@ class _Diagnosis(TypedDict):
 _FieldValue = int | float | list[int] | list[float] | str | bytes | tuple[str, list[int], bytes] | None
 
 # Pixels (uint8 NHWC bytes, or a DeviceTensor when the client uploads),
-# side, labels, keys, index in the epoch, padded samples, each field's
-# values, and each view's (name, side, pixels).
+# the images' block (height, width) and each image's (height, width) in it,
+# labels, keys, index in the epoch, padded samples, each field's values,
+# and each view's (name, side, pixels).
 _Batch = tuple[
     bytes | DeviceTensor,
-    int,
+    tuple[int, int, list[tuple[int, int]]],
     list[int],
     list[str],
     int,
@@ -215,7 +216,7 @@ class InProcessWorker:
 class StokerError(Exception): ...
 
 def arg_kinds() -> list[_ArgKind]: ...
-def check_transform(transform: str, image_size: int | None = ...) -> tuple[int, str]: ...
+def check_transform(transform: str, image_size: int | None = ...) -> tuple[int | None, str]: ...
 def field_kinds() -> list[tuple[str, list[str]]]: ...
 def follow_targets(
     transform: str,

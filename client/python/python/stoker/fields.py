@@ -103,13 +103,39 @@ def _check_targets_form(form, size_divisibility, fields):
         raise ConfigError(f"targets_form={form!r} needs a field of kind 'targets' (stoker.Field(source, 'targets'))")
 
 
+def _each_image(batch, sizes, form, torch):
+    """A batch of images of their own sizes (a pipeline that ends at no
+    fixed square size) arrives as one block of the batch's largest height
+    and width, each image at its top left. The block's padding is set to 0
+    after the conversion, as Detectron2 pads normalised images; then
+    targets_form 'lists' gives each image's ``[3, h, w]`` view of the
+    block, a list, and the other forms the block with ``image_sizes``."""
+    image = batch["image"]
+    sizes = [(int(h), int(w)) for h, w in sizes]
+    height, width = image.shape[-2:]
+    if any(size != (height, width) for size in sizes):
+        if torch is not None:
+            own = torch.tensor(sizes, device=image.device).reshape(-1, 2)
+            rows = torch.arange(height, device=image.device)[None, :] < own[:, :1]
+            cols = torch.arange(width, device=image.device)[None, :] < own[:, 1:]
+            image.masked_fill_(~(rows[:, None, :, None] & cols[:, None, None, :]), 0)
+        else:
+            for i, (h, w) in enumerate(sizes):
+                image[i, :, h:, :] = 0
+                image[i, :, :h, w:] = 0
+    if form == "lists":
+        batch["image"] = [image[i, :, :h, :w] for i, (h, w) in enumerate(sizes)]
+    else:
+        batch["image_sizes"] = sizes
+
+
 def _pad_images(batch, divisibility, torch):
     """targets_form='padded': the images padded on the bottom and right to
     a multiple of ``divisibility``, with each image's own size before
     padding in ``image_sizes`` ([(h, w)], as Detectron2's ``ImageList``)."""
     image = batch["image"]
     h, w = image.shape[-2:]
-    batch["image_sizes"] = [(int(h), int(w))] * image.shape[0]
+    batch.setdefault("image_sizes", [(int(h), int(w))] * image.shape[0])
     if divisibility > 1:
         ph, pw = -h % divisibility, -w % divisibility
         if ph or pw:
@@ -211,3 +237,30 @@ def _is_json(field):
 
 def _tensor(torch, arr, device):
     return torch.from_numpy(np.ascontiguousarray(arr)).to(device)
+
+
+def _convert_view(data, size, n, output, torch, device, channels_last):
+    """A view's uint8 HWC images as NCHW, with its own pipeline's output
+    conversion (ToDtype / Normalize), on the loader's device."""
+    dtype, mean, std = output
+    hwc = np.frombuffer(data, dtype=np.uint8).reshape(n, size, size, 3)
+    if torch is None:
+        image = np.ascontiguousarray(hwc.transpose(0, 3, 1, 2))
+        if dtype not in (None, "uint8") or mean is not None:
+            image = image.astype(np.float32) / np.float32(255.0)
+            if mean is not None:
+                mean_ = np.asarray(mean, np.float32).reshape(1, 3, 1, 1)
+                std_ = np.asarray(std, np.float32).reshape(1, 3, 1, 1)
+                image = (image - mean_) / std_
+        return image
+    image = torch.from_numpy(np.array(hwc))
+    if device != "cpu":
+        image = image.pin_memory().to(device, non_blocking=True)
+    image = image.permute(0, 3, 1, 2)
+    if dtype not in (None, "uint8") or mean is not None:
+        image = image.to(getattr(torch, dtype or "float32")) / 255.0
+        if mean is not None:
+            m = torch.tensor(mean, dtype=image.dtype, device=image.device).view(1, 3, 1, 1)
+            s = torch.tensor(std, dtype=image.dtype, device=image.device).view(1, 3, 1, 1)
+            image = (image - m) / s
+    return image.contiguous(memory_format=torch.channels_last) if channels_last else image.contiguous()

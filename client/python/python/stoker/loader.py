@@ -12,7 +12,7 @@ import numpy as np
 from . import transforms
 from ._stoker import Client, check_transform
 from .errors import ConfigError, StokerError
-from .fields import _RESERVED, _check_targets_form, _field_column, _fields, _pad_images
+from .fields import _RESERVED, _check_targets_form, _convert_view, _each_image, _field_column, _fields, _pad_images
 
 if TYPE_CHECKING:  # the stub's TypedDicts, not at run time
     from ._stoker import _LoaderOptions, _LocalOptions
@@ -123,6 +123,17 @@ class Loader(_Base):
     ``Normalize`` become the loader's ``dtype``, ``mean`` and ``std``
     (given as well, they must agree). ``loader.transform`` is the checked
     pipeline's JSON, ``loader.image_size`` its output side.
+
+    A pipeline that ends at no fixed square size (torchvision's detection
+    recipes: a shortest-side resize, a zoom-out, no resize at all) keeps
+    each image's own size, and ``loader.image_size`` is None. Its batches
+    are packed in host memory, each image at the top left of a block of
+    the batch's largest height and width, and copied to ``device`` by
+    torch. ``batch["image"]`` is then a list of ``[3, H, W]`` tensors, one
+    per image (views into one block, as Detectron2's ``ImageList`` gives
+    them); with ``targets_form="padded"`` or ``"flat"``, the block itself,
+    zeros around each image, with ``batch["image_sizes"]``. Views and
+    ``batch_transform`` need one size.
 
     ``batch_transform``: ``MixUp`` or ``CutMix`` (or a ``RandomChoice`` of
     them; from ``stoker.transforms`` or ``torchvision.transforms.v2``),
@@ -272,6 +283,7 @@ class Loader(_Base):
         except ValueError as e:
             raise ConfigError(str(e)) from None
         size, canonical = check_transform(spec, None if image_size is None else int(image_size))
+        # None: the pipeline keeps each image's own size.
         self.image_size = size
         self.transform = canonical
         dtype_name = None if dtype is None else transforms.dtype_name(dtype)
@@ -292,6 +304,11 @@ class Loader(_Base):
         self._targets_form, self._size_divisibility = targets_form, size_divisibility
         self._views = _views(views)
         self._batch_transform = None if batch_transform is None else transforms.as_batch_transform(batch_transform)
+        if self._batch_transform is not None and size is None:
+            raise ConfigError(
+                f"batch_transform {self._batch_transform!r} mixes images of one size, and the transform keeps each "
+                "image's own: end it at a fixed size (Resize([s, s]), CenterCrop(s), RandomResizedCrop(s))"
+            )
         if self._batch_transform is not None:
             floats = dtype_name not in (None, "uint8") or mean is not None
             if self._batch_transform.mixes_float_only() and not floats:
@@ -544,8 +561,11 @@ class Loader(_Base):
             self._client.stop_epoch(generation)
             raise
 
-    def _convert(self, pixels, size, labels, keys, index, padded, fields, views, epoch):
-        batch = self._convert_images(pixels, size, labels, keys, index, padded, epoch)
+    def _convert(self, pixels, shape, labels, keys, index, padded, fields, views, epoch):
+        height, width, sizes = shape
+        batch = self._convert_images(pixels, (height, width), labels, keys, index, padded, epoch)
+        if self.image_size is None:
+            _each_image(batch, sizes, self._targets_form, self._torch)
         if self._views:
             batch["views"] = {
                 name: _convert_view(data, vsize, len(keys), output, self._torch, self.device, self._channels_last)
@@ -562,7 +582,7 @@ class Loader(_Base):
             _pad_images(batch, self._size_divisibility, self._torch)
         return batch
 
-    def _convert_images(self, pixels, size, labels, keys, index, padded, epoch):
+    def _convert_images(self, pixels, hw, labels, keys, index, padded, epoch):
         n = len(keys)
         if not isinstance(pixels, bytes):
             # Already on the device, converted: shared through DLPack, and
@@ -572,7 +592,7 @@ class Loader(_Base):
                 image = image.permute(0, 3, 1, 2)
             label = self._torch.from_numpy(np.asarray(labels, dtype=np.int64)).to(self.device, non_blocking=True)
             return {"image": image, "label": label, "key": list(keys), "epoch": epoch, "index": index, "padded": padded}
-        hwc = np.frombuffer(pixels, dtype=np.uint8).reshape(n, size, size, 3)
+        hwc = np.frombuffer(pixels, dtype=np.uint8).reshape(n, hw[0], hw[1], 3)
         labels = np.asarray(labels, dtype=np.int64)
         torch = self._torch
         if torch is None:
@@ -662,30 +682,3 @@ def _check_device(torch, device):
     count = torch.cuda.device_count()
     if dev.index is not None and dev.index >= count:
         raise ConfigError(f"device={device!r}, but torch sees {count} CUDA device(s)")
-
-
-def _convert_view(data, size, n, output, torch, device, channels_last):
-    """A view's uint8 HWC images as NCHW, with its own pipeline's output
-    conversion (ToDtype / Normalize), on the loader's device."""
-    dtype, mean, std = output
-    hwc = np.frombuffer(data, dtype=np.uint8).reshape(n, size, size, 3)
-    if torch is None:
-        image = np.ascontiguousarray(hwc.transpose(0, 3, 1, 2))
-        if dtype not in (None, "uint8") or mean is not None:
-            image = image.astype(np.float32) / np.float32(255.0)
-            if mean is not None:
-                mean_ = np.asarray(mean, np.float32).reshape(1, 3, 1, 1)
-                std_ = np.asarray(std, np.float32).reshape(1, 3, 1, 1)
-                image = (image - mean_) / std_
-        return image
-    image = torch.from_numpy(np.array(hwc))
-    if device != "cpu":
-        image = image.pin_memory().to(device, non_blocking=True)
-    image = image.permute(0, 3, 1, 2)
-    if dtype not in (None, "uint8") or mean is not None:
-        image = image.to(getattr(torch, dtype or "float32")) / 255.0
-        if mean is not None:
-            m = torch.tensor(mean, dtype=image.dtype, device=image.device).view(1, 3, 1, 1)
-            s = torch.tensor(std, dtype=image.dtype, device=image.device).view(1, 3, 1, 1)
-            image = (image - m) / s
-    return image.contiguous(memory_format=torch.channels_last) if channels_last else image.contiguous()
