@@ -77,6 +77,11 @@ pub struct StreamArgs {
     /// depends only on (seed, epoch, rank, k).
     #[arg(long)]
     pub deterministic: bool,
+    /// With a transform that keeps each image's size: landscape images
+    /// fill batches of their own, the others theirs (Detectron2's
+    /// ASPECT_RATIO_GROUPING).
+    #[arg(long)]
+    pub aspect_ratio_grouping: bool,
     #[command(flatten)]
     pub device: DeviceArgs,
     #[command(flatten)]
@@ -183,6 +188,7 @@ impl StreamArgs {
             self.last_batch
         };
         config.deterministic = self.deterministic;
+        config.aspect_ratio_grouping = self.aspect_ratio_grouping;
         config.device = self.device.target()?;
         if self.workers.iter().any(|w| w == stoker_client::LOCAL) {
             anyhow::ensure!(self.local_threads != Some(0), "--local-threads must be at least 1");

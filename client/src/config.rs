@@ -75,6 +75,11 @@ pub struct LoaderConfig {
     /// twice the items in flight (`workers × inflight_per_worker`) are held,
     /// decoded, until those before them finish.
     pub deterministic: bool,
+    /// Landscape images fill batches of their own, the others theirs, as
+    /// Detectron2's `ASPECT_RATIO_GROUPING` (`Assembler::grouped_by_aspect`):
+    /// for a transform that keeps each image's size, so a batch's block
+    /// wastes less on padding.
+    pub aspect_ratio_grouping: bool,
     /// Target chunk size asked of workers (0: the worker's default).
     pub chunk_bytes: u32,
     /// An attempt that sends nothing for this long is reassigned.
@@ -139,6 +144,7 @@ impl LoaderConfig {
             inflight_per_worker: None,
             last_batch: LastBatch::Partial,
             deterministic: false,
+            aspect_ratio_grouping: false,
             chunk_bytes: 0,
             progress_timeout: DEFAULT_PROGRESS_TIMEOUT,
             worker_patience: DEFAULT_WORKER_PATIENCE,
@@ -191,6 +197,14 @@ impl LoaderConfig {
         stoker_core::validate_targets(&self.fields, &self.transform).map_err(|e| ClientError::Config(e.to_string()))?;
         if self.max_attempts == 0 {
             return bad("max attempts must be at least 1".into());
+        }
+        if self.aspect_ratio_grouping
+            && let Some(side) = self.transform.size.side()
+        {
+            return bad(format!(
+                "aspect ratio grouping groups images of their own sizes, and the transform ends at one square \
+                 size ({side}x{side})"
+            ));
         }
         self.transform
             .validate()

@@ -517,7 +517,8 @@ impl Loader {
                 .iter()
                 .map(|v| (v.name.clone(), v.transform.size.side().unwrap_or(0)))
                 .collect(),
-        );
+        )
+        .grouped_by_aspect(self.config.aspect_ratio_grouping);
         tokio::spawn(
             Supervisor {
                 epoch,

@@ -102,7 +102,8 @@ def each_images_own_size(worker, dataset, model):
     canvas), which the detector takes as they are; the padded form's are
     their block, padded to a multiple of 32, the same pixels at each top
     left and zeros around them (after Normalize: Detectron2's padding),
-    with image_sizes. Returns how many sizes the images had."""
+    with image_sizes; grouped by aspect, batches of one aspect. Returns how
+    many sizes the images had."""
     own = v2.Compose([
         v2.RandomHorizontalFlip(),
         v2.ToImage(),
@@ -132,6 +133,14 @@ def each_images_own_size(worker, dataset, model):
         for block, image, (h, w) in zip(p["image"], ref["image"], own_sizes):
             assert torch.equal(block[:, :h, :w], image)
             assert not block[:, h:, :].any() and not block[:, :, w:].any(), "padding is not zero"
+    # Grouped by aspect: every batch but the last two (the two groups'
+    # partial batches, combined) holds one aspect; each sample once, and
+    # as many batches.
+    grouped = list(loader(worker, dataset, "lists", own, aspect_ratio_grouping=True))
+    assert sorted(k for b in grouped for k in b["key"]) == sorted(k for b in lists for k in b["key"])
+    assert len(grouped) == len(lists), (len(grouped), len(lists))
+    mixed = [i for i, b in enumerate(grouped) if len({i.shape[2] > i.shape[1] for i in b["image"]}) > 1]
+    assert all(i >= len(grouped) - 2 for i in mixed), mixed
     return len(sizes)
 
 

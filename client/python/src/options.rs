@@ -54,6 +54,7 @@ pub(crate) struct LoaderOptions {
     /// `partial`, `drop` or `pad`.
     last_batch: String,
     deterministic: bool,
+    aspect_ratio_grouping: bool,
     /// Seconds.
     progress_timeout: f64,
     /// Seconds.
@@ -139,6 +140,7 @@ impl LoaderOptions {
         config.prefetch = self.prefetch;
         config.last_batch = self.last_batch.parse::<LastBatch>().map_err(config_err)?;
         config.deterministic = self.deterministic;
+        config.aspect_ratio_grouping = self.aspect_ratio_grouping;
         config.format = self.format.parse::<FormatChoice>().map_err(config_err)?;
         if let Some(local) = self.local {
             if local.threads == Some(0) {

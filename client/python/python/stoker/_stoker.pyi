@@ -161,6 +161,7 @@ class _LoaderOptions(TypedDict):
     prefetch: int
     last_batch: str
     deterministic: bool
+    aspect_ratio_grouping: bool
     # seconds
     progress_timeout: float
     connect_timeout: float

@@ -133,7 +133,11 @@ class Loader(_Base):
     per image (views into one block, as Detectron2's ``ImageList`` gives
     them); with ``targets_form="padded"`` or ``"flat"``, the block itself,
     zeros around each image, with ``batch["image_sizes"]``. Views and
-    ``batch_transform`` need one size.
+    ``batch_transform`` need one size. ``aspect_ratio_grouping=True``
+    (Detectron2's ``ASPECT_RATIO_GROUPING``) fills landscape images'
+    batches apart from the others', so a block wastes less on padding; the
+    two last partial batches are combined, so the batch count and exactly
+    once are as without it.
 
     ``batch_transform``: ``MixUp`` or ``CutMix`` (or a ``RandomChoice`` of
     them; from ``stoker.transforms`` or ``torchvision.transforms.v2``),
@@ -250,6 +254,7 @@ class Loader(_Base):
         progress_timeout: float = 60.0,
         start_epoch: int = 0,
         deterministic: bool = False,
+        aspect_ratio_grouping: bool = False,
         channels_last: bool = False,
         metrics_port: Union[int, str, None] = None,
         dns_server: Optional[str] = None,
@@ -365,6 +370,7 @@ class Loader(_Base):
             "prefetch": int(prefetch),
             "last_batch": last_batch,
             "deterministic": bool(deterministic),
+            "aspect_ratio_grouping": bool(aspect_ratio_grouping),
             "progress_timeout": float(progress_timeout),
             "connect_timeout": float(connect_timeout),
             "max_errors": None if max_errors is None else str(max_errors),

@@ -197,7 +197,11 @@ pub(crate) struct Assembler<D> {
     /// Batches the epoch has, when known.
     target: Option<u64>,
     next_index: u64,
-    current: Option<Batch<D>>,
+    /// The batches being filled: one, or, grouping by aspect
+    /// ([`Assembler::grouped_by_aspect`]), the landscape images' (0) and
+    /// the others' (1).
+    current: [Option<Batch<D>>; 2],
+    grouped: bool,
     /// The samples padding takes, oldest first: the last one outside the
     /// epoch's last three batches, the last `batch_size` within them (a
     /// reference to the received bytes each, no copy; held only where
@@ -231,7 +235,8 @@ impl<D> Assembler<D> {
             policy,
             target,
             next_index: first_index,
-            current: None,
+            current: [None, None],
+            grouped: false,
             pool: std::collections::VecDeque::new(),
             completes: Vec::new(),
             dropped: 0,
@@ -246,6 +251,18 @@ impl<D> Assembler<D> {
         self
     }
 
+    /// Batches of images of one aspect: landscape images (wider than
+    /// high) fill one batch, the others another, each emitted when full,
+    /// as Detectron2's `AspectRatioGroupedDataset` groups them. At the
+    /// epoch's end the two partial batches are combined, so a rank yields
+    /// as many batches as without grouping, each sample once; with
+    /// `deterministic`, samples arrive in plan order, so the batches are a
+    /// function of (seed, epoch, rank).
+    pub fn grouped_by_aspect(mut self, grouped: bool) -> Self {
+        self.grouped = grouped;
+        self
+    }
+
     async fn fresh(&self) -> Result<Batch<D>, ClientError> {
         // A batch of each image's size takes its buffer once complete.
         let (side, pixels) = match self.size {
@@ -254,6 +271,7 @@ impl<D> Assembler<D> {
         };
         Ok(Batch {
             epoch: self.epoch,
+            // Set when emitted: with grouping, batches fill side by side.
             index: self.next_index,
             height: side,
             width: side,
@@ -281,8 +299,8 @@ impl<D> Assembler<D> {
         })
     }
 
-    async fn current(&mut self) -> Result<Batch<D>, ClientError> {
-        match self.current.take() {
+    async fn current(&mut self, group: usize) -> Result<Batch<D>, ClientError> {
+        match self.current[group].take() {
             Some(b) => Ok(b),
             None => self.fresh().await,
         }
@@ -303,8 +321,9 @@ impl<D> Assembler<D> {
             self.dropped += 1;
             return Ok(None);
         }
-        let mut batch = self.current().await?;
         let dims = (sample.height, sample.width);
+        let group = usize::from(self.grouped && dims.1 > dims.0);
+        let mut batch = self.current(group).await?;
         push_image(&mut batch, &sample.pixels, dims, sample.device.as_ref())?;
         batch.labels.push(sample.label);
         batch.items.push(sample.item);
@@ -331,7 +350,7 @@ impl<D> Assembler<D> {
         if batch.len() == self.batch_size {
             Ok(Some(self.emit(batch)?))
         } else {
-            self.current = Some(batch);
+            self.current[group] = Some(batch);
             Ok(None)
         }
     }
@@ -340,9 +359,38 @@ impl<D> Assembler<D> {
         if self.size == ImageSize::Each {
             self.pack(&mut batch)?;
         }
-        batch.completes.append(&mut self.completes);
+        batch.index = self.next_index;
+        // An item's completion rides on the batch after its last sample:
+        // not while one waits in the other group's batch (a resumed epoch
+        // would skip it).
+        let waiting: std::collections::HashSet<u32> =
+            self.current.iter().flatten().flat_map(|b| b.items.clone()).collect();
+        let (now, later) = std::mem::take(&mut self.completes)
+            .into_iter()
+            .partition(|item| !waiting.contains(item));
+        (batch.completes, self.completes) = (now, later);
         self.next_index += 1;
         Ok(batch)
+    }
+
+    /// At the epoch's end, with grouping: the other group's samples join
+    /// the first group's batch, oldest first; a batch they fill is
+    /// returned, and what is left of them waits for the next call.
+    async fn combine_groups(&mut self) -> Result<Option<Batch<D>>, ClientError> {
+        let Some(mut from) = self.current[1].take() else {
+            return Ok(None);
+        };
+        let mut into = self.current(0).await?;
+        let n = (self.batch_size - into.len()).min(from.len());
+        move_samples(&mut from, &mut into, n);
+        if !from.is_empty() {
+            self.current[1] = Some(from);
+        }
+        if into.len() == self.batch_size {
+            return Ok(Some(into));
+        }
+        self.current[0] = Some(into);
+        Ok(None)
     }
 
     /// Copies a batch of each image's size into one buffer of blocks of
@@ -430,9 +478,12 @@ impl<D> Assembler<D> {
     /// padded batches up to that count. One at a time, so that each can go
     /// on (and give its pinned buffer back) before the next takes one.
     pub async fn finish_next(&mut self) -> Result<Option<Batch<D>>, ClientError> {
+        if let Some(full) = self.combine_groups().await? {
+            return self.emit(full).map(Some);
+        }
         let batch = match self.target {
             Some(target) if self.next_index < target => {
-                let mut batch = self.current().await?;
+                let mut batch = self.current(0).await?;
                 let keep_partial =
                     self.policy == LastBatch::Partial && self.next_index + 1 == target && !batch.is_empty();
                 if !keep_partial {
@@ -441,7 +492,7 @@ impl<D> Assembler<D> {
                 Some(batch)
             }
             Some(_) => None,
-            None => match self.current.take().filter(|b| !b.is_empty()) {
+            None => match self.current[0].take().filter(|b| !b.is_empty()) {
                 None => None,
                 Some(_) if self.policy == LastBatch::Drop => None,
                 Some(batch) if self.policy == LastBatch::Partial => Some(batch),
@@ -462,6 +513,23 @@ impl<D> Assembler<D> {
             out.push(b);
         }
         Ok(out)
+    }
+}
+
+/// Moves the first `n` samples of `from` (none of them padding) to the end
+/// of `into`, both batches of each image's size, whose images are held
+/// until packed.
+fn move_samples<D>(from: &mut Batch<D>, into: &mut Batch<D>, n: usize) {
+    into.image_sizes.extend(from.image_sizes.drain(..n));
+    into.held.extend(from.held.drain(..n));
+    into.labels.extend(from.labels.drain(..n));
+    into.keys.extend(from.keys.drain(..n));
+    into.fields.extend(from.fields.drain(..n));
+    into.items.extend(from.items.drain(..n));
+    into.positions.extend(from.positions.drain(..n));
+    for (to, view) in into.views.iter_mut().zip(&mut from.views) {
+        let bytes = n * (view.size as usize).pow(2) * 3;
+        to.pixels.extend(view.pixels.drain(..bytes));
     }
 }
 
@@ -515,202 +583,4 @@ fn overflow<D>(batch: &Batch<D>) -> ClientError {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::buffers::HostPool;
-
-    // The host side needs no device: batches whose device part is `()`.
-    type Assembler = super::Assembler<()>;
-    type Batch = super::Batch<()>;
-
-    fn assembler(epoch: u64, batch_size: usize, policy: LastBatch, target: Option<u64>, first_index: u64) -> Assembler {
-        let buffers = BatchBuffers::Host(HostPool::new(batch_size * 12, 2));
-        Assembler::new(
-            epoch,
-            ImageSize::Square(2),
-            batch_size,
-            policy,
-            target,
-            first_index,
-            buffers,
-        )
-    }
-
-    /// Pushes samples `range`, returning the batches filled.
-    async fn push_all(a: &mut Assembler, range: std::ops::Range<u8>) -> Vec<Batch> {
-        let mut out = Vec::new();
-        for i in range {
-            out.extend(a.push(sample(i)).await.unwrap());
-        }
-        out
-    }
-
-    fn sample(i: u8) -> Sample {
-        Sample {
-            key: format!("k{i}"),
-            label: i64::from(i),
-            height: 2,
-            width: 2,
-            pixels: Bytes::from(vec![i; 2 * 2 * 3]),
-            position: u64::from(i),
-            item: 0,
-            fields: Vec::new(),
-            views: Vec::new(),
-            device: None,
-        }
-    }
-
-    fn lens(batches: &[Batch]) -> Vec<(usize, usize)> {
-        batches.iter().map(|b| (b.len(), b.padded)).collect()
-    }
-
-    #[tokio::test]
-    async fn fills_batches_in_order_and_keeps_the_tail() {
-        let mut a = assembler(3, 2, LastBatch::Partial, None, 0);
-        assert!(a.push(sample(0)).await.unwrap().is_none());
-        let b = a.push(sample(1)).await.unwrap().unwrap();
-        assert_eq!((b.epoch, b.index, b.len()), (3, 0, 2));
-        assert_eq!(b.image(1), &[1u8; 12]);
-        assert_eq!(b.keys, ["k0", "k1"]);
-        assert!(a.push(sample(2)).await.unwrap().is_none());
-        let tail = a.finish().await.unwrap();
-        assert_eq!(tail.len(), 1);
-        assert_eq!((tail[0].index, tail[0].len(), tail[0].pixels.len()), (1, 1, 12));
-        assert!(a.finish().await.unwrap().is_empty());
-    }
-
-    #[tokio::test]
-    async fn drop_discards_the_tail_and_pad_fills_it_with_samples_received_before() {
-        let mut a = assembler(0, 4, LastBatch::Drop, None, 0);
-        push_all(&mut a, 0..1).await;
-        assert!(a.finish().await.unwrap().is_empty());
-
-        let mut a = assembler(0, 4, LastBatch::Pad, None, 0);
-        push_all(&mut a, 0..2).await;
-        let b = a.finish().await.unwrap().pop().unwrap();
-        assert_eq!((b.len(), b.padded, b.real()), (4, 2, 2));
-        assert_eq!(b.keys, ["k0", "k1", "k0", "k1"]);
-        assert_eq!(b.image(3), &[1u8; 12]);
-        assert_eq!(b.items.len(), 2, "padding belongs to no item");
-    }
-
-    #[tokio::test]
-    async fn a_known_batch_count_is_met_exactly() {
-        // Planned 3 batches of 2, but only 3 samples came (skips): the
-        // rank still yields 3 batches.
-        let mut a = assembler(0, 2, LastBatch::Pad, Some(3), 0);
-        let mut out = push_all(&mut a, 0..3).await;
-        out.extend(a.finish().await.unwrap());
-        assert_eq!(lens(&out), [(2, 0), (2, 1), (2, 2)]);
-        assert_eq!(out.iter().map(|b| b.index).collect::<Vec<_>>(), [0, 1, 2]);
-
-        // Partial keeps the last batch partial, but fills up batches that
-        // are missing.
-        let mut a = assembler(0, 2, LastBatch::Partial, Some(2), 0);
-        let mut out = push_all(&mut a, 0..1).await;
-        out.extend(a.finish().await.unwrap());
-        assert_eq!(lens(&out), [(2, 1), (2, 2)]);
-        let mut a = assembler(0, 2, LastBatch::Partial, Some(3), 0);
-        let mut out = push_all(&mut a, 0..2).await;
-        out.extend(a.finish().await.unwrap());
-        assert_eq!(lens(&out), [(2, 0), (2, 2), (2, 2)]);
-        let mut a = assembler(0, 2, LastBatch::Partial, Some(2), 0);
-        let mut out = push_all(&mut a, 0..3).await;
-        out.extend(a.finish().await.unwrap());
-        assert_eq!(lens(&out), [(2, 0), (1, 0)]);
-
-        // More samples than planned: the surplus is dropped.
-        let mut a = assembler(0, 2, LastBatch::Drop, Some(1), 0);
-        let out = push_all(&mut a, 0..5).await;
-        assert_eq!(lens(&out), [(2, 0)]);
-        assert!(a.finish().await.unwrap().is_empty());
-        assert_eq!(a.dropped, 3);
-    }
-
-    /// A rank short of samples (6 for 3 batches of 4) pads with real
-    /// samples, distinct within each batch: its last partial batch with the
-    /// batch before it, a whole padded batch with the last ones it had.
-    #[tokio::test]
-    async fn padding_is_distinct_real_samples_received_before() {
-        let mut a = assembler(0, 4, LastBatch::Pad, Some(3), 0);
-        let mut out = push_all(&mut a, 0..6).await;
-        out.extend(a.finish().await.unwrap());
-        assert_eq!(lens(&out), [(4, 0), (4, 2), (4, 4)]);
-        assert_eq!(out[1].keys, ["k4", "k5", "k2", "k3"]);
-        assert_eq!(out[1].labels, [4, 5, 2, 3]);
-        assert_eq!(out[1].image(2), &[2u8; 12]);
-        assert_eq!(out[2].keys, ["k2", "k3", "k4", "k5"]);
-        // Far from the end, only the last sample is held (the ring's
-        // slots go back); from the third batch before it, a batch's worth
-        // (10 planned batches of 2: the 15th sample is in the 8th).
-        let mut a = assembler(0, 2, LastBatch::Pad, Some(10), 0);
-        push_all(&mut a, 0..15).await;
-        assert_eq!(a.pool.len(), 2, "the last three batches keep a batch");
-        let mut a = assembler(0, 2, LastBatch::Pad, Some(10), 0);
-        push_all(&mut a, 0..5).await;
-        assert_eq!(a.pool.len(), 1);
-    }
-
-    #[tokio::test]
-    async fn with_nothing_to_repeat_padding_is_blank() {
-        let mut a = assembler(4, 2, LastBatch::Drop, Some(1), 0);
-        let b = a.finish().await.unwrap().pop().unwrap();
-        assert_eq!((b.len(), b.padded, b.real()), (2, 2, 0));
-        assert_eq!((b.labels.clone(), b.image(1)), (vec![-1, -1], &[0u8; 12][..]));
-    }
-
-    #[tokio::test]
-    async fn completions_ride_on_the_next_batch() {
-        let mut a = assembler(0, 2, LastBatch::Partial, None, 5);
-        push_all(&mut a, 0..1).await;
-        a.complete(7);
-        let b = a.push(sample(1)).await.unwrap().unwrap();
-        assert_eq!((b.index, b.completes.clone()), (5, vec![7]));
-        push_all(&mut a, 2..3).await;
-        a.complete(8);
-        let tail = a.finish().await.unwrap();
-        assert_eq!(tail[0].completes, [8]);
-    }
-
-    /// A sample of `h` x `w` whose every byte is `i`.
-    fn sized(i: u8, h: u32, w: u32) -> Sample {
-        Sample {
-            height: h,
-            width: w,
-            pixels: Bytes::from(vec![i; (h * w * 3) as usize]),
-            ..sample(i)
-        }
-    }
-
-    #[tokio::test]
-    async fn images_of_their_own_sizes_are_packed_at_the_top_left_of_the_largest() {
-        let buffers = BatchBuffers::Host(HostPool::new(0, 2));
-        let mut a = Assembler::new(0, ImageSize::Each, 2, LastBatch::Pad, None, 0, buffers);
-        assert!(a.push(sized(1, 2, 3)).await.unwrap().is_none());
-        let b = a.push(sized(2, 3, 1)).await.unwrap().unwrap();
-        assert_eq!((b.height, b.width, b.image_sizes.clone()), (3, 3, vec![(2, 3), (3, 1)]));
-        let rows = |i: usize| -> Vec<Vec<u8>> { b.image(i).chunks(9).map(<[u8]>::to_vec).collect() };
-        assert_eq!(rows(0), [vec![1; 9], vec![1; 9], vec![0; 9]]);
-        let one_wide = [2, 2, 2, 0, 0, 0, 0, 0, 0].to_vec();
-        assert_eq!(rows(1), [one_wide.clone(), one_wide.clone(), one_wide]);
-        drop(b);
-        // The buffer comes back holding those bytes: padding is written
-        // as zeros, never left as it was; padding samples keep their size.
-        assert!(a.push(sized(7, 1, 1)).await.unwrap().is_none());
-        let b = a.finish().await.unwrap().pop().unwrap();
-        assert_eq!((b.height, b.width, b.padded), (3, 1, 1));
-        assert_eq!(b.image_sizes, [(1, 1), (3, 1)], "padded with the sample before");
-        assert_eq!(b.image(0), &[7, 7, 7, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(b.image(1), &[2; 9]);
-    }
-
-    #[test]
-    fn every_rank_gets_the_same_number_of_batches() {
-        // 70 samples, 3 ranks (23, 23, 24), batches of 4.
-        assert_eq!(batches_per_rank(70, 3, 4, LastBatch::Drop), 5);
-        assert_eq!(batches_per_rank(70, 3, 4, LastBatch::Partial), 6);
-        assert_eq!(batches_per_rank(70, 3, 4, LastBatch::Pad), 6);
-        assert_eq!(batches_per_rank(70, 1, 7, LastBatch::Drop), 10);
-        assert_eq!(batches_per_rank(0, 2, 4, LastBatch::Pad), 0);
-    }
-}
+mod tests;
