@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use stoker_client::{FieldKind, FieldSpec, FieldValue, Loader, LoaderConfig, TransformSpec};
+use stoker_core::ImageSize;
 use stoker_core::targets::Targets;
 
 use crate::support::{StreamChild, Worker, python, python_script, run_ok, signal, stream, torch_python};
@@ -84,10 +85,16 @@ fn write_shard_at(dir: &Path, shard: u64, n: usize) {
 /// The extent of the pixels of `colour` (within a JPEG's error) in an
 /// `s` x `s` RGB image, and how many there are.
 fn extent(img: &[u8], s: usize, colour: [u8; 3]) -> (usize, [f64; 4]) {
+    extent_in(img, (s, s), s, colour)
+}
+
+/// [`extent`] of an image of `(w, h)` at the top left of a block `stride`
+/// pixels wide.
+fn extent_in(img: &[u8], (w, h): (usize, usize), stride: usize, colour: [u8; 3]) -> (usize, [f64; 4]) {
     let (mut count, mut b) = (0, [f64::MAX, f64::MAX, f64::MIN, f64::MIN]);
-    for y in 0..s {
-        for x in 0..s {
-            let p = &img[(y * s + x) * 3..][..3];
+    for y in 0..h {
+        for x in 0..w {
+            let p = &img[(y * stride + x) * 3..][..3];
             if p.iter().zip(colour).all(|(&a, c)| a.abs_diff(c) < 60) {
                 count += 1;
                 b = [
@@ -169,6 +176,88 @@ async fn a_gpu_worker_delivers_the_boxes_a_cpu_worker_delivers() {
     println!(
         "gpu detection: {} samples, {boxes} boxes equal to the cpu worker's",
         on_gpu.len()
+    );
+}
+
+/// A pipeline that ends at no fixed size (flips, a pad, no resize) keeps
+/// each image's own size: each arrives at the top left of its batch's
+/// block, zeros around it, its size in `image_sizes` and its targets'
+/// canvas, its boxes on its pixels; grouped by aspect, every batch but the
+/// last two holds one aspect, and every sample arrives once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn images_of_their_own_sizes_arrive_packed_with_their_boxes_and_grouped_by_aspect() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 24;
+    write_shard(dir.path(), n);
+    let w = Worker::start(2);
+    let spec = TransformSpec::from_json(
+        r#"{"ops": [{"op": "RandomHorizontalFlip"}, {"op": "RandomVerticalFlip"},
+            {"op": "RandomApply", "transforms": [{"op": "Pad", "padding": [3, 40, 2, 4]}]},
+            {"op": "SanitizeBoundingBoxes"}, {"op": "ConvertBoundingBoxFormat", "format": "XYXY"}]}"#,
+    )
+    .unwrap();
+    assert_eq!(spec.size, ImageSize::Each);
+    let mut config = LoaderConfig::new(vec![w.addr.clone()], dir.path().to_str().unwrap(), 4, spec);
+    config.fields = vec![FieldSpec::new("targets", "json", FieldKind::Targets)];
+    config.aspect_ratio_grouping = true;
+    config.deterministic = true;
+    let loader = Loader::connect(config).await.unwrap();
+    let mut stream = loader.epoch(0).unwrap();
+    let (mut keys, mut aspects, mut boxes) = (Vec::new(), Vec::new(), 0);
+    let mut sizes = std::collections::BTreeSet::new();
+    while let Some(batch) = stream.next_batch().await {
+        let batch = batch.unwrap();
+        let (bh, bw) = (batch.height as usize, batch.width as usize);
+        assert_eq!(batch.pixels.len(), batch.len() * bh * bw * 3);
+        let mut seen = std::collections::BTreeSet::new();
+        for i in 0..batch.real() {
+            let Some(FieldValue::Targets(t)) = &batch.fields[i][0] else {
+                panic!("{}: no targets: {:?}", batch.keys[i], batch.fields[i]);
+            };
+            let (h, w) = batch.image_sizes[i];
+            assert_eq!(t.canvas, (w, h), "{}: canvas is (width, height)", batch.keys[i]);
+            assert!(
+                h as usize <= bh && w as usize <= bw,
+                "{}: {h}x{w} in {bh}x{bw}",
+                batch.keys[i]
+            );
+            sizes.insert((h, w));
+            seen.insert(w > h);
+            let img = batch.image(i);
+            // Zeros to the right of the image and below it.
+            for y in 0..bh {
+                let from = if y < h as usize { w as usize } else { 0 };
+                assert!(
+                    img[(y * bw + from) * 3..(y + 1) * bw * 3].iter().all(|&p| p == 0),
+                    "{} row {y}",
+                    batch.keys[i]
+                );
+            }
+            for (label, b) in t.labels.iter().zip(t.boxes_out()) {
+                let (count, seen) = extent_in(img, (w as usize, h as usize), bw, COLOURS[*label as usize]);
+                let off = b.iter().zip(seen).map(|(a, c)| (a - c).abs()).fold(0.0, f64::max);
+                assert!(
+                    count > 0 && off <= 2.0,
+                    "{} label {label}: box {b:?}, pixels at {seen:?}",
+                    batch.keys[i]
+                );
+                boxes += 1;
+            }
+            keys.push(batch.keys[i].clone());
+        }
+        aspects.push(seen.len());
+    }
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), n - 1, "each sample once; the bad box skipped");
+    assert!(sizes.len() > 4, "{sizes:?}");
+    let mixed: Vec<usize> = (0..aspects.len()).filter(|&i| aspects[i] > 1).collect();
+    assert!(mixed.iter().all(|&i| i + 2 >= aspects.len()), "{aspects:?}");
+    println!(
+        "each image's own size: {} samples of {} sizes, {boxes} boxes on their pixels, {} batches",
+        keys.len(),
+        sizes.len(),
+        aspects.len()
     );
 }
 
