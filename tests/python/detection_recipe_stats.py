@@ -53,7 +53,7 @@ import stoker
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import detection_recipes  # noqa: E402  (the recipes, as presets.py builds them)
 
-IMAGES, EPOCHS, TV_DRAWS = 48, 8, 24
+IMAGES, EPOCHS, TV_DRAWS = 48, 8, 16
 W, H = 200, 150
 ALPHA_C = 2.146  # sqrt(-ln(1e-4 / 2) / 2)
 
@@ -104,7 +104,7 @@ class FixedSizeCrop(torch.nn.Module):""").replace("        self.fill = fill", ""
         image = F.crop(image, top, left, nh, nw)
         boxes = F.crop(F.convert_bounding_box_format(target["boxes"], new_format="XYXY"), top, left, nh, nw)
         valid = (boxes[:, 0] < boxes[:, 2]) & (boxes[:, 1] < boxes[:, 3])
-        target = dict(target, boxes=boxes[valid], labels=target["labels"][valid])
+        target = dict(target, boxes=tv_tensors.wrap(boxes[valid], like=boxes), labels=target["labels"][valid])
         pad = [0, 0, self.crop_width - nw, self.crop_height - nh]
         return F.pad(image, pad, fill=0), dict(target, boxes=F.pad(target["boxes"], pad))
 """
@@ -182,13 +182,15 @@ def ks(a, b):
 
 
 def differences(ours, theirs):
-    """The statistics whose distributions differ, with D and critical D."""
-    out = []
+    """The statistics whose distributions differ, with D and critical D;
+    and the largest D / critical D of all."""
+    out, worst = [], 0.0
     for name in ours:
         d, crit = ks(ours[name], theirs[name])
+        worst = max(worst, d / crit)
         if d > crit:
             out.append(f"{name}: D {d:.3f} > {crit:.3f}")
-    return out
+    return out, worst
 
 
 def matched(name, compose, outputs, targets):
@@ -229,18 +231,18 @@ def main() -> int:
             compose = build(name, refs)
             ours = stoker_outputs(compose, worker, shards)
             theirs = torchvision_outputs(compose, targets, TV_DRAWS, seed=11)
-            diff = differences(statistics(ours, targets), statistics(theirs, targets))
+            diff, worst = differences(statistics(ours, targets), statistics(theirs, targets))
             assert not diff, f"{name}: stoker's distribution differs from torchvision's: {'; '.join(diff)}"
             note = ""
             if name in ("hflip", "multiscale"):
                 note = f", {matched(name, compose, ours, targets)} of {len(ours)} flipped, each matched"
-            lines.append(f"{name} ({len(ours)} samples{note})")
+            lines.append(f"{name} ({len(ours)} samples{note}, largest D {worst:.2f} of the critical)")
 
         # Power: the same tests tell a changed ssd from torchvision's own.
         changed = build("ssd", refs, side_range=(1.0, 2.0), min_scale=0.5)
         base = statistics(torchvision_outputs(build("ssd", refs), targets, EPOCHS, seed=12), targets)
         other = statistics(torchvision_outputs(changed, targets, TV_DRAWS, seed=13), targets)
-        caught = differences(base, other)
+        caught, _ = differences(base, other)
         assert caught, "the tests could not tell a changed ssd recipe from torchvision's"
     print(f"detection recipe statistics: {'; '.join(lines)}; the same distributions as torchvision's "
           f"(5 KS tests each, alpha 1e-4); a changed ssd is caught ({caught[0]})")
