@@ -472,7 +472,7 @@ def check_loader_conversion(stoker, T):
     size, n, classes = 32, 6, 4
     hwc = rng.integers(0, 256, size=(n, size, size, 3), dtype=np.uint8)
     labels = [int(x) for x in rng.integers(0, classes, size=n)]
-    raw = (hwc.tobytes(), size, labels, [f"k{i}" for i in range(n)], 3, 0, [], [])
+    raw = (hwc.tobytes(), (size, size, [(size, size)] * n), labels, [f"k{i}" for i in range(n)], 3, 0, [], [])
     mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
     crop = T.RandomResizedCrop(size)
     chw = hwc.transpose(0, 3, 1, 2).astype(np.float64) / 255.0

@@ -342,7 +342,9 @@ class Loader(_Base):
         self._channels_last = bool(channels_last)
         self._mean = None if mean is None else np.asarray(mean, dtype=np.float32).reshape(1, 3, 1, 1)
         self._std = None if std is None else np.asarray(std, dtype=np.float32).reshape(1, 3, 1, 1)
-        upload = self._upload_target()
+        # Images of their own sizes are packed in host memory and copied by
+        # torch: the client's upload takes one size.
+        upload = None if size is None else self._upload_target()
         local: "Optional[_LocalOptions]" = None
         if "local" in workers:
             local = self._local_workers(local_threads, local_gpu, upload)
