@@ -177,6 +177,24 @@ async fn a_gpu_worker_delivers_the_boxes_a_cpu_worker_delivers() {
         "gpu detection: {} samples, {boxes} boxes equal to the cpu worker's",
         on_gpu.len()
     );
+
+    // Each image's own size: the lanes write one square size, so the GPU
+    // worker's CPU threads run these samples, with the CPU worker's boxes.
+    let own = || {
+        TransformSpec::from_json(
+            r#"{"ops": [{"op": "RandomHorizontalFlip"}, {"op": "RandomZoomOut", "p": 1.0, "side_range": [1.0, 2.0]},
+            {"op": "SanitizeBoundingBoxes"}, {"op": "ConvertBoundingBoxFormat", "format": "XYXY"}]}"#,
+        )
+        .unwrap()
+    };
+    let (on_cpu, _) = targets_by_key(&cpu.addr, dataset, "json", own()).await;
+    let (on_gpu, gpu_skips) = targets_by_key(&gpu.addr, dataset, "json", own()).await;
+    assert_eq!(on_cpu.len(), 47, "{gpu_skips:?}");
+    assert_eq!(on_gpu, on_cpu);
+    let after = crate::gpu::worker_info(&gpu.addr).await;
+    assert_eq!(after.gpu_samples, info.gpu_samples, "{after:?}");
+    assert_eq!(after.cpu_samples - info.cpu_samples, 47, "{after:?}");
+    println!("gpu detection, each image's own size: 47 samples on the gpu worker's cpu threads, boxes equal");
 }
 
 /// A pipeline that ends at no fixed size (flips, a pad, no resize) keeps
