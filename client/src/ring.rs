@@ -1,7 +1,8 @@
 //! The shared-memory path from workers on this host (`stoker-shm`).
 //!
 //! The loader owns one ring ([`SharedRing`]) whose slots hold one output
-//! image each. Each worker gets a [`RingRoute`]: once its `Info` says it
+//! image each (of the transform's size, or up to a share of the ring when
+//! the transform keeps each image's own). Each worker gets a [`RingRoute`]: once its `Info` says it
 //! runs on this host (same kernel boot and PID namespace), every work item
 //! offers it the ring, and it writes pixels there instead of into the
 //! response. The route is logged once per worker, and falls back to the
@@ -14,6 +15,10 @@ use stoker_shm::{Ring, StreamTag};
 use tracing::{debug, info, warn};
 
 use crate::config::LoaderConfig;
+
+/// Slots of the ring for a transform that keeps each image's size: 4 MiB
+/// each of the default 256 MiB, an image of 1.4 megapixels (1333x1000).
+const EACH_SIZE_SLOTS: usize = 64;
 
 /// The loader's ring, and this host's identity to compare workers' with.
 #[derive(Debug)]
@@ -37,12 +42,14 @@ impl SharedRing {
             );
             return None;
         }
-        // A slot holds one image: a transform that keeps each image's size
-        // has no one size for it, and its pixels come over the network.
-        let Some(slot_bytes) = config.transform.image_bytes() else {
-            info!("the transform keeps each image's size: workers on this host send pixels over the network");
-            return None;
-        };
+        // A slot holds one image: the transform's, or, for a transform
+        // that keeps each image's size, a share of the ring (an image
+        // larger than a slot comes over the network, as one that finds
+        // every slot taken does).
+        let slot_bytes = config
+            .transform
+            .image_bytes()
+            .unwrap_or(config.shared_memory / EACH_SIZE_SLOTS);
         let slots = (config.shared_memory / slot_bytes.max(1)).clamp(1, stoker_shm::layout::MAX_SLOTS as usize);
         match Ring::create(slots as u32, slot_bytes) {
             Ok(ring) => Some(Arc::new(Self { ring, host })),

@@ -17,7 +17,18 @@ use crate::support::{StreamChild, Worker, image_folder_keys, pack, synth_images}
 /// Pixels by (epoch, key) for `epochs` epochs, and the samples that came
 /// through the ring, with the ring `shared_memory` bytes (0: none).
 async fn epochs_of_pixels(addr: &str, dataset: &str, shared_memory: usize) -> (BTreeMap<(u64, String), Vec<u8>>, u64) {
-    let mut config = LoaderConfig::new(vec![addr.to_owned()], dataset, 8, TransformSpec::train(40));
+    epochs_of(addr, dataset, shared_memory, TransformSpec::train(40)).await
+}
+
+/// [`epochs_of_pixels`] with `spec`: each image's size (`HxW:`) and own
+/// pixels (its rows of its batch's block).
+async fn epochs_of(
+    addr: &str,
+    dataset: &str,
+    shared_memory: usize,
+    spec: TransformSpec,
+) -> (BTreeMap<(u64, String), Vec<u8>>, u64) {
+    let mut config = LoaderConfig::new(vec![addr.to_owned()], dataset, 8, spec);
     config.seed = 5;
     config.shared_memory = shared_memory;
     let loader = Loader::connect(config).await.unwrap();
@@ -28,7 +39,13 @@ async fn epochs_of_pixels(addr: &str, dataset: &str, shared_memory: usize) -> (B
         while let Some(batch) = stream.next_batch().await {
             let batch = batch.unwrap();
             for (i, key) in batch.keys.iter().enumerate() {
-                let first = out.insert((epoch, key.clone()), batch.image(i).to_vec());
+                let (h, w) = batch.image_sizes[i];
+                let row = batch.width as usize * 3;
+                let mut own = format!("{h}x{w}:").into_bytes();
+                for r in batch.image(i).chunks(row).take(h as usize) {
+                    own.extend_from_slice(&r[..w as usize * 3]);
+                }
+                let first = out.insert((epoch, key.clone()), own);
                 assert!(first.is_none(), "epoch {epoch}: {key} arrived twice");
             }
         }
@@ -85,6 +102,38 @@ async fn a_ring_smaller_than_the_work_in_flight_sends_the_rest_inline() {
     assert!(
         (1..120).contains(&through_ring),
         "{through_ring} of 120 through a ring of 2 slots"
+    );
+}
+
+/// A transform that keeps each image's size: slots of a sixty-fourth of
+/// the ring; the images that fit come through it with the network's
+/// pixels, those larger than a slot over the network.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn images_of_their_own_sizes_come_through_the_ring_where_they_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let shards = dir.path().join("shards");
+    synth_images(&images, 60, 3, 96, 72);
+    pack(&images, shards.to_str().unwrap(), "80K", &[]);
+    let worker = Worker::start(2);
+    // 96x72 zoomed out 1 to 2 times: 20 to 83 KB an image.
+    let spec = || {
+        TransformSpec::from_json(r#"{"ops": [{"op": "RandomZoomOut", "p": 1.0, "side_range": [1.0, 2.0]}]}"#).unwrap()
+    };
+    let dataset = shards.to_str().unwrap();
+    let (network, none) = epochs_of(&worker.addr, dataset, 0, spec()).await;
+    let (ring, all) = epochs_of(&worker.addr, dataset, 64 << 20, spec()).await;
+    let (small, some) = epochs_of(&worker.addr, dataset, 64 * 40_000, spec()).await;
+    assert_eq!((none, all), (0, 120), "1 MiB slots hold every image");
+    assert!((1..120).contains(&some), "{some} of 120 through 40 KB slots");
+    let sizes: BTreeSet<&[u8]> = network
+        .values()
+        .filter_map(|p| p.split(|&b| b == b':').next())
+        .collect();
+    assert!(sizes.len() > 10, "{sizes:?}");
+    assert!(
+        ring == network && small == network,
+        "the ring's pixels differ from the network's"
     );
 }
 
