@@ -44,7 +44,11 @@ fuzz_target!(|input: &[u8]| {
             Ok(Some(sample)) => {
                 // Every record takes at least its 8 bytes of framing.
                 samples += 1;
-                assert!(samples * 8 <= data.len() as u64, "{samples} records from {} bytes", data.len());
+                assert!(
+                    samples * 8 <= data.len() as u64,
+                    "{samples} records from {} bytes",
+                    data.len()
+                );
                 assert_eq!(sample.position, samples - 1);
                 if let Ok((_, bytes)) = &sample.image {
                     assert!(!bytes.is_empty() && bytes.len() as u64 <= max_record_bytes);

@@ -61,7 +61,11 @@ fuzz_target!(|input: &[u8]| {
                 assert!(!sample.key.is_empty());
                 if let Ok((_, bytes)) = &sample.image {
                     assert!(!bytes.is_empty() && bytes.len() as u64 <= max_member_bytes);
-                    assert_eq!(Some(bytes.len() as u64), admitted, "an image read without being admitted");
+                    assert_eq!(
+                        Some(bytes.len() as u64),
+                        admitted,
+                        "an image read without being admitted"
+                    );
                 }
             }
             Ok(ReadStep::Sample(None)) => {

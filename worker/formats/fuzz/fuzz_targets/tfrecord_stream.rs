@@ -26,16 +26,30 @@ fuzz_target!(|input: &[u8]| {
         label_offset: -1,
         key: "image/filename".to_owned(),
         // Fields of every list kind (feature_value).
-        extra: vec!["caption".to_owned(), "image/class/label".to_owned(), "image/encoded".to_owned()],
+        extra: vec![
+            "caption".to_owned(),
+            "image/class/label".to_owned(),
+            "image/encoded".to_owned(),
+        ],
     };
-    let mut reader = ExampleReader::new(Dribble { data, step }, "shard", fields, max_record_bytes, SampleStart::default());
+    let mut reader = ExampleReader::new(
+        Dribble { data, step },
+        "shard",
+        fields,
+        max_record_bytes,
+        SampleStart::default(),
+    );
     let mut samples = 0u64;
     loop {
         match now(reader.next_sample()) {
             Ok(Some(sample)) => {
                 // Every record takes at least its 16 bytes of framing.
                 samples += 1;
-                assert!(samples * 16 <= data.len() as u64, "{samples} records from {} bytes", data.len());
+                assert!(
+                    samples * 16 <= data.len() as u64,
+                    "{samples} records from {} bytes",
+                    data.len()
+                );
                 assert_eq!(sample.position, samples - 1);
                 assert!(!sample.key.is_empty());
                 // Every field asked for, or none for a record that is not an Example.
