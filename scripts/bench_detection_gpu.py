@@ -179,6 +179,28 @@ def main():
             assert b["image"].is_cuda and b["targets"][0]["boxes"].is_cuda
             return n / (time.perf_counter() - start), nboxes / max(n, 1)
 
+        # The targets on the GPU (one copy a key for the batch, each image's
+        # rows of it) are those the host path gives, batch for batch.
+        def first_batches(device, n=4):
+            loader = stoker.Loader([addr], shards, batch_size=a.batch, transform=transform, device=device,
+                                   rank=0, world_size=1, deterministic=True, seed=3,
+                                   fields={"targets": stoker.Field("json", "targets")})
+            out = []
+            for b in loader:
+                out.append((b["key"], [{k: v.cpu() if hasattr(v, "cpu") else v for k, v in t.items()}
+                                       for t in b["targets"]]))
+                if len(out) == n:
+                    break
+            return out
+
+        on_gpu, on_host = first_batches("cuda"), first_batches("cpu")
+        for (keys, g), (keys2, h) in zip(on_gpu, on_host):
+            assert keys == keys2
+            for tg, th in zip(g, h):
+                assert tg.keys() == th.keys() and all(
+                    torch.equal(tg[k], th[k]) if isinstance(th[k], torch.Tensor) else tg[k] == th[k] for k in th)
+        print(f"targets on the gpu equal the host's: {sum(len(k) for k, _ in on_gpu)} images", flush=True)
+
         pipe = dali_pipeline(images_dir, annotations, a.batch, a.dali_threads)
         batches = a.images // a.batch
 

@@ -87,6 +87,33 @@ def _target(value, torch, device):
     return out
 
 
+def _target_list(values, torch, device):
+    """targets_form='lists': a dict per image (``None`` where absent). On a
+    GPU, each per-instance key's arrays go as one pinned copy for the
+    batch, and each image's tensor is its rows of it (a view): one
+    transfer a key, not one a key and an image."""
+    if torch is None or str(device) == "cpu":
+        return [None if v is None else _target(v, torch, device) for v in values]
+    dicts = [None if v is None else _target(v, None, None) for v in values]
+    present = [d for d in dicts if d is not None]
+    for name in {k for d in present for k, a in d.items() if isinstance(a, np.ndarray)}:
+        arrays = [d.get(name) for d in present]
+        same = all(
+            isinstance(a, np.ndarray) and a.ndim and a.dtype == arrays[0].dtype and a.shape[1:] == arrays[0].shape[1:]
+            for a in arrays
+        )
+        if not same:  # an odd one out: each image's on its own
+            for d, a in zip(present, arrays):
+                if isinstance(a, np.ndarray):
+                    d[name] = _tensor(torch, a, device)
+            continue
+        whole = torch.from_numpy(np.ascontiguousarray(np.concatenate(arrays))).pin_memory()
+        parts = whole.to(device, non_blocking=True).split([len(a) for a in arrays])
+        for d, part in zip(present, parts):
+            d[name] = part
+    return dicts
+
+
 # The batch forms of detection targets (``Loader(targets_form=...)``).
 TARGETS_FORMS = ("lists", "padded", "flat")
 
@@ -208,7 +235,7 @@ def _field_column(field, values, torch, device, targets_form="lists"):
     if isinstance(first, dict) and targets_form == "flat":
         return _flat_targets(values, torch, device), mask
     if isinstance(first, dict):  # detection targets
-        return [None if v is None else _target(v, torch, device) for v in values], mask
+        return _target_list(values, torch, device), mask
     if isinstance(first, tuple):  # .npy: (dtype, shape, data)
         arrays = [None if v is None else np.frombuffer(v[2], dtype=np.dtype(v[0])).reshape(v[1]) for v in values]
         same = all(a is not None and a.shape == arrays[0].shape and a.dtype == arrays[0].dtype for a in arrays)
