@@ -30,4 +30,4 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda-13.0/targets/x86_64-linux/lib /us
     [[ -d $d ]] && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d
 done
 exec python3 scripts/bench_detection_gpu.py --stoker .carry/stoker --photos .carry/photos \
-    --rounds "${1:-3}" --images "${GPU_BENCH_IMAGES:-4096}" --batch "${GPU_BENCH_BATCH:-64}"
+    --rounds "${1:-3}" --images "${GPU_BENCH_IMAGES:-4096}" --batch "${GPU_BENCH_BATCH:-64}" "${@:2}"

@@ -140,6 +140,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--dali-threads", type=int, default=max(1, (os.cpu_count() or 4) - 2))
+    ap.add_argument("--per-image-targets", action="store_true",
+                    help="also time Stoker with each image's target tensors copied to the GPU on their own "
+                         "(the client before it copied them as one transfer a key)")
     a = ap.parse_args()
 
     import torch
@@ -215,16 +218,31 @@ def main():
             out[1].as_cpu()
             return (batches - 1) * a.batch / (time.perf_counter() - start), nboxes / ((batches - 1) * a.batch)
 
+        def per_image_epoch():
+            import stoker.fields as fields
+
+            batched = fields._target_list
+            fields._target_list = lambda values, torch, device: [
+                None if v is None else fields._target(v, torch, device) for v in values]
+            try:
+                return stoker_epoch()
+            finally:
+                fields._target_list = batched
+
         stoker_epoch()  # warm up the worker (kernels compiled, lanes started)
         dali_epoch()
-        ours, theirs = [], []
+        ours, theirs, per_image = [], [], []
         for r in range(a.rounds):
             s, sb = stoker_epoch()
             d, db = dali_epoch()
             ours.append(s)
             theirs.append(d)
+            extra = ""
+            if a.per_image_targets:
+                per_image.append(per_image_epoch()[0])
+                extra = f", stoker with per-image target copies {per_image[-1]:.0f}/s"
             print(f"round {r + 1}: stoker {s:.0f}/s ({sb:.1f} boxes kept per image), "
-                  f"dali {d:.0f}/s ({db:.1f}), ratio {s / d:.2f}", flush=True)
+                  f"dali {d:.0f}/s ({db:.1f}), ratio {s / d:.2f}{extra}", flush=True)
         ratios = [x / y for x, y in zip(ours, theirs)]
         print()
         print(f"| ssd recipe + Resize(300), 640x480, one GPU (median of {a.rounds} rounds) | images/s |")
@@ -233,6 +251,8 @@ def main():
         print(f"| DALI COCO SSD pipeline ({a.dali_threads} threads), output left in device memory | "
               f"{statistics.median(theirs):.0f} |")
         print(f"| ratio stoker / DALI (median of per-round ratios) | {statistics.median(ratios):.2f}x |")
+        if per_image:
+            print(f"| stoker, each image's target tensors copied on their own | {statistics.median(per_image):.0f} |")
         print(f"host: {os.cpu_count()} cores, {torch.cuda.get_device_name()}, {time.strftime('%Y-%m-%d')}")
     finally:
         if worker is not None:
