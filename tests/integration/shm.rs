@@ -8,6 +8,7 @@
 //! is in `protocol`, a killed worker in `delivery`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use stoker_client::{Loader, LoaderConfig, TransformSpec};
@@ -56,13 +57,19 @@ async fn epochs_of(
     (out, ring)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_epochs_through_shared_memory_are_exact_and_equal_the_networks_pixels() {
+/// Sixty 96x72 images of three classes, packed in 80 KB shards: the
+/// folder that holds them (removed when dropped), the images, the shards.
+fn sixty_images() -> (tempfile::TempDir, PathBuf, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
-    let images = dir.path().join("images");
-    let shards = dir.path().join("shards");
+    let (images, shards) = (dir.path().join("images"), dir.path().join("shards"));
     synth_images(&images, 60, 3, 96, 72);
     pack(&images, shards.to_str().unwrap(), "80K", &[]);
+    (dir, images, shards)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_epochs_through_shared_memory_are_exact_and_equal_the_networks_pixels() {
+    let (_dir, images, shards) = sixty_images();
     let dataset = shards.to_str().unwrap();
     let worker = Worker::start(2);
 
@@ -90,11 +97,7 @@ async fn two_epochs_through_shared_memory_are_exact_and_equal_the_networks_pixel
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ring_smaller_than_the_work_in_flight_sends_the_rest_inline() {
-    let dir = tempfile::tempdir().unwrap();
-    let images = dir.path().join("images");
-    let shards = dir.path().join("shards");
-    synth_images(&images, 60, 3, 96, 72);
-    pack(&images, shards.to_str().unwrap(), "80K", &[]);
+    let (_dir, _, shards) = sixty_images();
     let worker = Worker::start(2);
     // Two slots of 40x40x3: most samples find the ring full and come inline.
     let (pixels, through_ring) = epochs_of_pixels(&worker.addr, shards.to_str().unwrap(), 2 * 4800).await;
@@ -110,11 +113,7 @@ async fn a_ring_smaller_than_the_work_in_flight_sends_the_rest_inline() {
 /// pixels, those larger than a slot over the network.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn images_of_their_own_sizes_come_through_the_ring_where_they_fit() {
-    let dir = tempfile::tempdir().unwrap();
-    let images = dir.path().join("images");
-    let shards = dir.path().join("shards");
-    synth_images(&images, 60, 3, 96, 72);
-    pack(&images, shards.to_str().unwrap(), "80K", &[]);
+    let (_dir, _, shards) = sixty_images();
     let worker = Worker::start(2);
     // 96x72 zoomed out 1 to 2 times: 20 to 83 KB an image.
     let spec = || {

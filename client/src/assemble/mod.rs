@@ -198,8 +198,8 @@ pub(crate) struct Assembler<D> {
     target: Option<u64>,
     next_index: u64,
     /// The batches being filled: one, or, grouping by aspect
-    /// ([`Assembler::grouped_by_aspect`]), the landscape images' (0) and
-    /// the others' (1).
+    /// ([`Assembler::grouped_by_aspect`]), the others' (0) and the
+    /// landscape images' (1).
     current: [Option<Batch<D>>; 2],
     grouped: bool,
     /// The samples padding takes, oldest first: the last one outside the
@@ -363,8 +363,12 @@ impl<D> Assembler<D> {
         // An item's completion rides on the batch after its last sample:
         // not while one waits in the other group's batch (a resumed epoch
         // would skip it).
-        let waiting: std::collections::HashSet<u32> =
-            self.current.iter().flatten().flat_map(|b| b.items.clone()).collect();
+        let waiting: std::collections::HashSet<u32> = self
+            .current
+            .iter()
+            .flatten()
+            .flat_map(|b| b.items.iter().copied())
+            .collect();
         let (now, later) = std::mem::take(&mut self.completes)
             .into_iter()
             .partition(|item| !waiting.contains(item));
