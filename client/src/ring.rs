@@ -2,8 +2,9 @@
 //!
 //! The loader owns one ring ([`SharedRing`]) whose slots hold one output
 //! image each (of the transform's size, or up to a share of the ring when
-//! the transform keeps each image's own). Each worker gets a [`RingRoute`]: once its `Info` says it
-//! runs on this host (same kernel boot and PID namespace), every work item
+//! the transform keeps each image's own). Each worker gets a
+//! [`RingRoute`]: once its `Info` says it runs on this host (same kernel
+//! boot and PID namespace), every work item
 //! offers it the ring, and it writes pixels there instead of into the
 //! response. The route is logged once per worker, and falls back to the
 //! network for good when the worker says it cannot use the ring.
