@@ -10,6 +10,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bytes(".stoker.v1.FieldValue.bytes")
         .bytes(".stoker.v1.NpyArray.data")
         .bytes(".stoker.v1.FieldValue.image")
+        .bytes(".stoker.v1.Targets.masks")
         .compile_fds(descriptors)?;
     Ok(())
 }

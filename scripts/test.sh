@@ -88,7 +88,7 @@ mxnet_python() {
 }
 
 PY_PACKAGES="pillow numpy webdataset prometheus_client dnslib kubernetes-validate tfrecord datasets pyarrow mypy"
-TORCH_PACKAGES="torch torchvision lightning mypy"
+TORCH_PACKAGES="torch torchvision lightning mypy pycocotools"
 
 # The base the container test builds the worker image from: no registry can
 # be reached, so it is made locally. Without it the test says why and skips,
@@ -124,7 +124,7 @@ VENV_PYTHON=$mxpython background mxenv venv target/mxenv mxnet 'mxnet==1.9.1' 'n
 # torch, torchvision and lightning in a venv of their own: the main one
 # stays without torch, for the package's numpy path.
 # shellcheck disable=SC2086
-background torchenv venv target/torchenv 'torch, torchvision, lightning, mypy' $TORCH_PACKAGES
+background torchenv venv target/torchenv 'torch, torchvision, lightning, mypy, pycocotools' $TORCH_PACKAGES
 background docker docker_images
 
 S3S_VERSION=0.14.1

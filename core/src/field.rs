@@ -171,9 +171,19 @@ field_kinds! {
     /// which follow the image's geometry as torchvision v2 moves boxes
     /// and keypoints. Delivered as torchvision's target dict.
     Targets = 10, "targets", ["detection"], "dict of tensors (boxes, labels, ...)";
+    /// Detection targets as `targets`, with each instance's mask: its
+    /// `segmentation` (COCO's polygons or RLE) drawn on the image as
+    /// pycocotools draws it, then through the image's geometry as a
+    /// `mask` field. Delivered with `masks`, uint8 `[N, H, W]`.
+    TargetsWithMasks = 11, "targets_with_masks", ["detection_with_masks"], "dict of tensors (boxes, labels, masks, ...)";
 }
 
 impl FieldKind {
+    /// Detection targets, with masks or without.
+    pub fn is_targets(self) -> bool {
+        matches!(self, FieldKind::Targets | FieldKind::TargetsWithMasks)
+    }
+
     /// A kind by its name or an alias (`str` and `txt` for text, `ints`
     /// and `floats` for the lists).
     pub fn parse(name: &str) -> Result<Self, FieldError> {
@@ -329,7 +339,7 @@ impl FieldSpec {
 /// one field (torchvision refuses both too): refused before any work,
 /// naming the op.
 pub fn validate_targets(fields: &[FieldSpec], spec: &crate::TransformSpec) -> Result<(), crate::SpecError> {
-    let targets = fields.iter().filter(|f| f.kind == FieldKind::Targets).count();
+    let targets = fields.iter().filter(|f| f.kind.is_targets()).count();
     if targets > 0 {
         spec.check_targets()?;
     }
@@ -431,7 +441,8 @@ impl FieldValue {
             FieldKind::Float => FieldValue::Float(one(text_numbers(&b)?)?),
             FieldKind::FloatList => FieldValue::FloatList(text_numbers(&b)?),
             FieldKind::Mask => return Err("a mask is read with its image, not on its own".to_owned()),
-            FieldKind::Targets => FieldValue::Targets(Box::new(crate::targets::Targets::from_json(&b)?)),
+            FieldKind::Targets => FieldValue::Targets(Box::new(crate::targets::Targets::from_json(&b, false)?)),
+            FieldKind::TargetsWithMasks => FieldValue::Targets(Box::new(crate::targets::Targets::from_json(&b, true)?)),
         })
     }
 

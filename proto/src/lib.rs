@@ -289,6 +289,7 @@ fn targets_to_pb(t: &Targets) -> pb::Targets {
         keypoints: t.keypoints.concat(),
         per_instance: t.per_instance as u32,
         flip_idx: t.flip_idx.iter().map(|&i| i as u32).collect(),
+        masks: t.masks.clone(),
     }
 }
 
@@ -322,6 +323,19 @@ fn targets_from_pb(t: pb::Targets) -> Result<Targets, String> {
                 t.flip_idx.into_iter().map(|i| i as usize).collect(),
             )
             .map_err(|e| e.to_string())?;
+    }
+    if let Some(masks) = t.masks {
+        let plane = u64::from(t.width) * u64::from(t.height);
+        if masks.len() as u64 != plane * boxes.len() as u64 {
+            return Err(format!(
+                "targets: {} mask bytes for {} boxes of {}x{}",
+                masks.len(),
+                boxes.len(),
+                t.width,
+                t.height
+            ));
+        }
+        out.masks = Some(masks);
     }
     Ok(out)
 }

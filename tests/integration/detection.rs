@@ -68,7 +68,12 @@ fn write_shard_at(dir: &Path, shard: u64, n: usize) {
             .encode(&px, w as u16, h as u16, jpeg_encoder::ColorType::Rgb)
             .unwrap();
         let labels: Vec<usize> = (0..boxes.len()).map(|l| l.min(2)).collect();
-        let doc = serde_json::json!({"boxes": boxes, "format": "XYWH", "labels": labels});
+        // Each rectangle as COCO's polygon, for masks: its pixels exactly.
+        let outlines: Vec<[[u32; 8]; 1]> = boxes
+            .iter()
+            .map(|&[x, y, bw, bh]| [[x, y, x + bw, y, x + bw, y + bh, x, y + bh]])
+            .collect();
+        let doc = serde_json::json!({"boxes": boxes, "format": "XYWH", "labels": labels, "segmentation": outlines});
         let key = if shard == 0 {
             format!("s{i:04}")
         } else {
@@ -118,8 +123,18 @@ pub(crate) async fn targets_by_key(
     source: &str,
     spec: TransformSpec,
 ) -> (BTreeMap<String, Targets>, Vec<String>) {
+    targets_by_key_as(addr, dataset, (source, FieldKind::Targets), spec).await
+}
+
+/// [`targets_by_key`] with the field read as `kind`.
+async fn targets_by_key_as(
+    addr: &str,
+    dataset: &str,
+    (source, kind): (&str, FieldKind),
+    spec: TransformSpec,
+) -> (BTreeMap<String, Targets>, Vec<String>) {
     let mut config = LoaderConfig::new(vec![addr.to_owned()], dataset, 8, spec);
-    config.fields = vec![FieldSpec::new("targets", source, FieldKind::Targets)];
+    config.fields = vec![FieldSpec::new("targets", source, kind)];
     let loader = Loader::connect(config).await.unwrap();
     let mut stream = loader.epoch(0).unwrap();
     let mut out = BTreeMap::new();
@@ -195,6 +210,18 @@ async fn a_gpu_worker_delivers_the_boxes_a_cpu_worker_delivers() {
     assert_eq!(after.gpu_samples, info.gpu_samples, "{after:?}");
     assert_eq!(after.cpu_samples - info.cpu_samples, 47, "{after:?}");
     println!("gpu detection, each image's own size: 47 samples on the gpu worker's cpu threads, boxes equal");
+
+    // Instance masks: drawn on the GPU worker's CPU threads, equal to the
+    // CPU worker's.
+    let kind = FieldKind::TargetsWithMasks;
+    let (on_cpu, _) = targets_by_key_as(&cpu.addr, dataset, ("json", kind), spec()).await;
+    let (on_gpu, gpu_skips) = targets_by_key_as(&gpu.addr, dataset, ("json", kind), spec()).await;
+    assert_eq!(on_cpu.len(), 47, "{gpu_skips:?}");
+    assert!(on_gpu.values().all(|t| t.masks.is_some()));
+    assert_eq!(on_gpu, on_cpu);
+    let masked = crate::gpu::worker_info(&gpu.addr).await;
+    assert_eq!(masked.gpu_samples, after.gpu_samples, "{masked:?}");
+    println!("gpu detection, instance masks: 47 samples on the gpu worker's cpu threads, masks equal");
 }
 
 /// A pipeline that ends at no fixed size (flips, a pad, no resize) keeps
@@ -279,6 +306,9 @@ async fn images_of_their_own_sizes_arrive_packed_with_their_boxes_and_grouped_by
     );
 }
 
+/// Boxes and instance masks through crops, flips and pads on a CPU worker:
+/// each box is its rectangle's pixels' extent, each mask its pixels; a
+/// box outside its image is skipped, and a policy refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn boxes_follow_their_images_geometry_through_a_worker_and_bad_ones_are_skipped() {
     let dir = tempfile::tempdir().unwrap();
@@ -294,10 +324,10 @@ async fn boxes_follow_their_images_geometry_through_a_worker_and_bad_ones_are_sk
     ))
     .unwrap();
     let mut config = LoaderConfig::new(vec![w.addr.clone()], dir.path().to_str().unwrap(), 8, spec);
-    config.fields = vec![FieldSpec::new("targets", "json", FieldKind::Targets)];
+    config.fields = vec![FieldSpec::new("targets", "json", FieldKind::TargetsWithMasks)];
     let loader = Loader::connect(config).await.unwrap();
     let mut stream = loader.epoch(0).unwrap();
-    let (mut samples, mut boxes) = (0, 0);
+    let (mut samples, mut boxes, mut masks) = (0, 0, 0);
     while let Some(batch) = stream.next_batch().await {
         let batch = batch.unwrap();
         for i in 0..batch.real() {
@@ -306,6 +336,26 @@ async fn boxes_follow_their_images_geometry_through_a_worker_and_bad_ones_are_sk
             };
             assert_eq!(t.canvas, (s as u32, s as u32), "{}", batch.keys[i]);
             let img = batch.image(i);
+            // Each instance's mask is its rectangle's pixels, moved by the
+            // same nearest crops, flips and pads: where they differ (a
+            // JPEG's blurred colour edge), it is on the mask's edge.
+            let planes = t.masks.as_ref().expect("masks were asked for");
+            assert_eq!(planes.len(), t.boxes.len() * s * s, "{}", batch.keys[i]);
+            for (plane, &label) in planes.chunks(s * s).zip(&t.labels) {
+                let colour = COLOURS[label as usize];
+                let at = |x: usize, y: usize| plane[y * s + x];
+                for (j, p) in img.chunks_exact(3).enumerate() {
+                    let (x, y) = (j % s, j / s);
+                    let coloured = p.iter().zip(colour).all(|(&a, c)| a.abs_diff(c) < 60);
+                    if (at(x, y) == 1) == coloured {
+                        continue;
+                    }
+                    let edge = (x.saturating_sub(1)..(x + 2).min(s))
+                        .any(|u| (y.saturating_sub(1)..(y + 2).min(s)).any(|v| at(u, v) != at(x, y)));
+                    assert!(edge, "{} label {label}: mask and pixels differ inside at ({x}, {y})", batch.keys[i]);
+                }
+                masks += 1;
+            }
             let delivered: Vec<(i64, [f64; 4])> = t.labels.iter().copied().zip(t.boxes_out()).collect();
             for (label, colour) in COLOURS.iter().enumerate() {
                 let (count, seen) = extent(img, s, *colour);
@@ -356,8 +406,8 @@ async fn boxes_follow_their_images_geometry_through_a_worker_and_bad_ones_are_sk
             && reasons[0].contains("reaches outside the image"),
         "{reasons:?}"
     );
-    assert!(boxes >= n, "{boxes} boxes checked");
-    println!("detection: {samples} samples, {boxes} boxes on their pixels, the bad box skipped");
+    assert!(boxes >= n && masks >= boxes, "{boxes} boxes, {masks} masks checked");
+    println!("detection: {samples} samples, {boxes} boxes and {masks} masks on their pixels, the bad box skipped");
 
     // A policy cannot move boxes: refused before any work, naming it.
     let policy =
@@ -411,6 +461,32 @@ fn detection_batches_in_each_form_feed_a_torchvision_detector() {
         stdout.contains("detection model: 12 images")
             && stdout.contains("padded and flat forms agree")
             && stdout.contains("lists into the model, padded blocks agree"),
+        "{stdout}"
+    );
+}
+
+/// Instance masks (kind `targets_with_masks`) from a COCO file through
+/// `stoker pack` and a worker, against pycocotools (each outline drawn as
+/// it draws it) and torchvision (each mask through the same geometry, the
+/// same instances kept); in each batch form, and into Mask R-CNN's
+/// training forward pass (tests/python/instance_masks.py, the torch venv).
+#[test]
+fn instance_masks_are_drawn_as_pycocotools_and_move_as_torchvision() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = Worker::start(2);
+    let out = run_ok(
+        torch_python()
+            .arg(python_script("instance_masks.py"))
+            .arg(&w.addr)
+            .arg(dir.path())
+            .arg(crate::support::stoker_bin()),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        stdout.contains("instance masks: 600 outlines drawn as pycocotools draws them")
+            && stdout.contains("each mask torchvision's on PIL pixel for pixel")
+            && stdout.contains("Mask R-CNN's loss_mask"),
         "{stdout}"
     );
 }

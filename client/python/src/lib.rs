@@ -576,6 +576,7 @@ fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(arg_kinds, m)?)?;
     m.add_function(wrap_pyfunction!(field_kinds, m)?)?;
     m.add_function(wrap_pyfunction!(targets::follow_targets, m)?)?;
+    m.add_function(wrap_pyfunction!(targets::draw_outline, m)?)?;
     m.add_class::<DeviceTensor>()?;
     m.add("StokerError", m.py().get_type::<StokerError>())?;
     Ok(())

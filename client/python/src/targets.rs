@@ -1,11 +1,13 @@
 //! `_stoker.follow_targets`: a sample's boxes and keypoints through a
 //! transform, as a worker moves them (`stoker_core::targets`), with the
 //! geometric steps it resolved. tests/python/targets_oracle.py checks the
-//! coordinates against torchvision v2's kernels.
+//! coordinates against torchvision v2's kernels. `_stoker.draw_outline`:
+//! one instance's mask as a worker draws it, which
+//! tests/python/instance_masks.py checks against pycocotools.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use stoker_core::targets::{BoxFormat, Targets};
+use stoker_core::targets::{BoxFormat, Outline, Targets};
 use stoker_core::{SampleRng, Step, TransformSpec, resolve_with_targets};
 
 use crate::config_err;
@@ -69,6 +71,25 @@ pub(crate) fn follow_targets<'py>(
     Ok(out)
 }
 
+/// One instance's `segmentation` (COCO's polygons or RLE, as JSON) drawn
+/// on an image of `width` x `height` as a worker draws it before the
+/// image's geometry: `height * width` bytes, row-major, 1 inside. Raises
+/// `ValueError` naming what is wrong with a bad outline.
+#[pyfunction]
+pub(crate) fn draw_outline<'py>(
+    py: Python<'py>,
+    segmentation: &str,
+    width: u32,
+    height: u32,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let value: serde_json::Value = serde_json::from_str(segmentation).map_err(config_err)?;
+    let outline = Outline::from_json(&value).map_err(config_err)?;
+    outline.check((width, height)).map_err(config_err)?;
+    let mut out = vec![0u8; width as usize * height as usize];
+    outline.draw((width, height), &mut out, 1, 1).map_err(config_err)?;
+    Ok(PyBytes::new(py, &out))
+}
+
 /// The geometric steps among `steps`, as `follow_targets` lists them.
 fn geometric<'py>(py: Python<'py>, steps: &[Step]) -> PyResult<Bound<'py, pyo3::types::PyList>> {
     let geometric = pyo3::types::PyList::empty(py);
@@ -99,8 +120,9 @@ fn geometric<'py>(py: Python<'py>, steps: &[Step]) -> PyResult<Bound<'py, pyo3::
 /// One image's targets as the Python package builds torchvision's target
 /// dict from them: `{"boxes": ("<f4", [N, 4], bytes), "labels": ("<i8",
 /// [N], bytes), "iscrowd"?, "area"?, "keypoints"?: ("<f4", [N, K, 3],
-/// bytes), "format": "XYXY", "canvas_size": (h, w)}`, the optional lists
-/// only when the dataset gave them.
+/// bytes), "masks"?: ("|u1", [N, H, W], bytes), "format": "XYXY",
+/// "canvas_size": (h, w)}`, the optional lists only when the dataset gave
+/// them (masks when the field asked for them).
 pub(crate) fn targets_to_py<'py>(py: Python<'py>, t: &Targets) -> PyResult<Bound<'py, PyDict>> {
     let n = t.boxes.len();
     let array = |dtype: &'static str, shape: Vec<usize>, bytes: Vec<u8>| (dtype, shape, PyBytes::new(py, &bytes));
@@ -123,6 +145,10 @@ pub(crate) fn targets_to_py<'py>(py: Python<'py>, t: &Targets) -> PyResult<Bound
     if t.per_instance > 0 {
         let points = f32s(&mut t.keypoints.iter().flatten().copied());
         out.set_item("keypoints", array("<f4", vec![n, t.per_instance, 3], points))?;
+    }
+    if let Some(masks) = &t.masks {
+        let (w, h) = (t.canvas.0 as usize, t.canvas.1 as usize);
+        out.set_item("masks", ("|u1", vec![n, h, w], PyBytes::new(py, masks)))?;
     }
     out.set_item("format", t.format.name())?;
     out.set_item("canvas_size", (t.canvas.1, t.canvas.0))?;

@@ -1,6 +1,10 @@
 //! [`Targets`] and [`BoxFormat`]: one image's instances, read from a
 //! dataset's JSON or built, checked against their image.
 
+use bytes::Bytes;
+
+use super::masks::Outline;
+
 /// How four numbers describe a box (torchvision's `BoundingBoxFormat`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum BoxFormat {
@@ -102,6 +106,8 @@ pub enum TargetError {
     },
     #[error("flip_idx {0:?} is not a permutation of the keypoints that is its own inverse")]
     FlipIndex(Vec<usize>),
+    #[error("segmentation of instance {index}: {why}")]
+    Outline { index: usize, why: String },
 }
 
 /// One image's instances on a canvas of `canvas` (width, height).
@@ -128,6 +134,14 @@ pub struct Targets {
     /// Which keypoint a horizontal flip turns each into (left and right
     /// swap: Ultralytics' `flip_idx`); none keeps them as plain points.
     pub flip_idx: Vec<usize>,
+    /// One per box, or none: each instance's shape on the image as the
+    /// dataset gives it, read when the field asks for masks
+    /// ([`crate::FieldKind::TargetsWithMasks`]) and drawn by the worker.
+    pub outlines: Vec<Outline>,
+    /// The drawn masks, once the worker has drawn the outlines through the
+    /// image's geometry: one plane of `canvas` per box, row-major, 1 inside
+    /// the instance and 0 outside.
+    pub masks: Option<Bytes>,
 }
 
 impl Targets {
@@ -218,7 +232,10 @@ impl Targets {
     /// defaults to XYXY, labels to 0); other keys are ignored. The result
     /// is read, not yet placed: [`Targets::place`] checks it against its
     /// image. Errors name the key and the instance.
-    pub fn from_json(bytes: &[u8]) -> Result<Targets, String> {
+    ///
+    /// With `masks`, each instance's `segmentation` (COCO's: polygons or an
+    /// RLE, as `stoker pack` keeps it) is read too, and required.
+    pub fn from_json(bytes: &[u8], masks: bool) -> Result<Targets, String> {
         #[derive(serde::Deserialize)]
         struct Doc {
             boxes: Vec<[f64; 4]>,
@@ -234,6 +251,8 @@ impl Targets {
             keypoints: Option<Vec<Vec<[f64; 3]>>>,
             #[serde(default)]
             flip_idx: Option<Vec<usize>>,
+            #[serde(default)]
+            segmentation: Option<Vec<serde_json::Value>>,
         }
         let doc: Doc = serde_json::from_slice(bytes).map_err(|e| format!("not targets JSON: {e}"))?;
         let n = doc.boxes.len();
@@ -289,6 +308,17 @@ impl Targets {
                 .with_keypoints(k, points.concat(), doc.flip_idx.unwrap_or_default())
                 .map_err(|e| e.to_string())?;
         }
+        if masks {
+            let shapes = doc
+                .segmentation
+                .ok_or("no segmentation: masks need each instance's (COCO's polygons or RLE)")?;
+            per_box("segmentation", shapes.len())?;
+            t.outlines = shapes
+                .iter()
+                .enumerate()
+                .map(|(i, s)| Outline::from_json(s).map_err(|why| format!("segmentation of instance {i}: {why}")))
+                .collect::<Result<_, _>>()?;
+        }
         Ok(t)
     }
 
@@ -305,13 +335,24 @@ impl Targets {
                 });
             }
         }
+        for (index, o) in self.outlines.iter().enumerate() {
+            o.check(canvas).map_err(|why| TargetError::Outline { index, why })?;
+        }
         self.canvas = canvas;
         Ok(())
     }
 
     /// Bytes it holds, for chunk sizes.
     pub fn byte_len(&self) -> usize {
-        self.boxes.len() * (32 + 8 + 1 + 8) + self.keypoints.len() * 24
+        self.boxes.len() * (32 + 8 + 1 + 8) + self.keypoints.len() * 24 + self.masks.as_ref().map_or(0, Bytes::len)
+    }
+
+    /// The bytes its masks take once drawn on `canvas`: a plane per box.
+    pub fn mask_bytes(&self, canvas: (u32, u32)) -> u64 {
+        match self.outlines.is_empty() {
+            true => 0,
+            false => self.outlines.len() as u64 * u64::from(canvas.0) * u64::from(canvas.1),
+        }
     }
 
     /// As JSON (`stoker stream --fields-out`): the canvas, the boxes in
@@ -325,7 +366,25 @@ impl Targets {
             "iscrowd": self.iscrowd,
             "area": self.area,
             "keypoints": self.keypoints.chunks(self.per_instance.max(1)).collect::<Vec<_>>(),
+            "masks": self.masks_json(),
         })
+    }
+
+    /// The drawn masks as COCO's uncompressed RLEs, one per box (none
+    /// before they are drawn).
+    fn masks_json(&self) -> Vec<serde_json::Value> {
+        let Some(masks) = &self.masks else { return Vec::new() };
+        let plane = self.canvas.0 as usize * self.canvas.1 as usize;
+        masks
+            .chunks(plane.max(1))
+            .take(self.boxes.len())
+            .map(|m| {
+                serde_json::json!({
+                    "size": [self.canvas.1, self.canvas.0],
+                    "counts": Outline::runs_of(m, self.canvas),
+                })
+            })
+            .collect()
     }
 
     /// As a dataset stores them for one image: the JSON
@@ -353,6 +412,10 @@ impl Targets {
                 doc.insert("flip_idx".into(), serde_json::json!(self.flip_idx));
             }
         }
+        if !self.outlines.is_empty() {
+            let shapes: Vec<serde_json::Value> = self.outlines.iter().map(Outline::to_json).collect();
+            doc.insert("segmentation".into(), shapes.into());
+        }
         doc
     }
 
@@ -369,6 +432,13 @@ impl Targets {
         keep_rows(&mut self.iscrowd, keep, 1);
         keep_rows(&mut self.area, keep, 1);
         keep_rows(&mut self.keypoints, keep, self.per_instance);
+        keep_rows(&mut self.outlines, keep, 1);
+        if let Some(masks) = &self.masks {
+            let plane = (self.canvas.0 as usize * self.canvas.1 as usize).max(1);
+            let mut kept = masks.to_vec();
+            keep_rows(&mut kept, keep, plane);
+            self.masks = Some(Bytes::from(kept));
+        }
     }
 }
 

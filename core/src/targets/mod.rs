@@ -20,12 +20,19 @@
 //! corners' minimum, where PIL centres the image) the op records its
 //! own. [`Targets::follow`] applies them on the host, so CPU and GPU
 //! workers deliver the same coordinates.
+//!
+//! Per-instance masks start as [`Outline`]s (COCO's polygons or RLE),
+//! which follow the instances (a sanitize drops an instance's outline
+//! with its box); the worker then draws each on the image's canvas and
+//! runs it through the image's geometric steps, as a segmentation mask.
 
 mod follow;
 mod instances;
+mod masks;
 
 pub use follow::{TargetStep, Unsupported, invert_affine};
 pub use instances::{BoxFormat, MAX_INSTANCES, MAX_KEYPOINTS, TargetError, Targets};
+pub use masks::{MAX_POLYGON_POINTS, Outline};
 
 #[cfg(test)]
 mod tests;

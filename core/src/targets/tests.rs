@@ -269,7 +269,7 @@ fn the_box_ops_clamp_sanitize_and_convert_after_the_output_conversion() {
 fn targets_json_is_read_then_placed_on_its_image() {
     let doc = br#"{"boxes": [[10, 20, 30, 40], [0, 0, 5, 5]], "format": "XYWH", "labels": [3, 7],
         "iscrowd": [0, 1], "keypoints": [[[1, 2, 2]], [[3, 4, 1]]], "source": "ignored"}"#;
-    let mut t = Targets::from_json(doc).unwrap();
+    let mut t = Targets::from_json(doc, false).unwrap();
     assert_eq!(t.boxes, [[10.0, 20.0, 40.0, 60.0], [0.0, 0.0, 5.0, 5.0]]);
     assert_eq!(
         (t.labels.clone(), t.iscrowd.clone(), t.per_instance),
@@ -280,7 +280,7 @@ fn targets_json_is_read_then_placed_on_its_image() {
     t.place((40, 60)).unwrap();
     assert_eq!(t.boxes_out()[0], [10.0, 20.0, 30.0, 40.0]);
     let bad = |doc: &str, want: &str| {
-        let e = Targets::from_json(doc.as_bytes()).unwrap_err();
+        let e = Targets::from_json(doc.as_bytes(), false).unwrap_err();
         assert!(e.contains(want), "{doc}: {e}");
     };
     bad(r#"{"labels": [1]}"#, "missing field `boxes`");
@@ -299,7 +299,7 @@ fn targets_json_is_read_then_placed_on_its_image() {
         "instance 1 has 0 points",
     );
     // No boxes is a valid image with nothing in it.
-    assert!(Targets::from_json(br#"{"boxes": []}"#).unwrap().boxes.is_empty());
+    assert!(Targets::from_json(br#"{"boxes": []}"#, false).unwrap().boxes.is_empty());
 }
 
 #[test]
@@ -493,7 +493,7 @@ fn the_dataset_json_reads_back_as_the_same_targets() {
     t.iscrowd = vec![false, true];
     t.area = vec![1200.0, 25.0];
     let json = serde_json::Value::Object(t.to_dataset_json()).to_string();
-    let mut back = Targets::from_json(json.as_bytes()).unwrap();
+    let mut back = Targets::from_json(json.as_bytes(), false).unwrap();
     back.place((100, 80)).unwrap();
     assert_eq!(back, t, "{json}");
     // Without the optional lists, none is written.
@@ -503,5 +503,5 @@ fn the_dataset_json_reads_back_as_the_same_targets() {
     // An image without instances in a keypoint dataset: nothing to pair.
     let none = plain.with_keypoints(2, vec![], vec![1, 0]).unwrap();
     let json = serde_json::Value::Object(none.to_dataset_json()).to_string();
-    assert!(Targets::from_json(json.as_bytes()).unwrap().boxes.is_empty(), "{json}");
+    assert!(Targets::from_json(json.as_bytes(), false).unwrap().boxes.is_empty(), "{json}");
 }

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use serde::Deserialize;
-use stoker_core::targets::BoxFormat;
+use stoker_core::targets::{BoxFormat, Outline};
 use stoker_storage::PackReport;
 
 use super::types::{
@@ -266,32 +266,16 @@ fn instance(
     })
 }
 
-/// A segmentation's problem: a polygon of fewer than 3 points, an odd or
-/// missing coordinate, an RLE whose size is not its image's.
+/// A segmentation's problem, as a worker asking for masks reads it
+/// ([`Outline::from_json`]: a polygon of fewer than 3 points, an odd or
+/// missing coordinate, an RLE whose counts do not cover its size), or an
+/// RLE whose size is not its image's.
 fn check_segmentation(s: &Segmentation, declared: Option<(u32, u32)>) -> Result<(), String> {
-    match s {
-        Segmentation::Polygons(polygons) => {
-            for p in polygons {
-                if p.len() < 6 {
-                    return Err("polygon with fewer than 3 points".to_owned());
-                }
-                if p.len() % 2 != 0 {
-                    return Err("polygon with an odd count of coordinates".to_owned());
-                }
-                if !p.iter().all(|v| v.is_some_and(f64::is_finite)) {
-                    return Err("polygon coordinate not a finite number".to_owned());
-                }
-            }
-            Ok(())
-        }
-        Segmentation::Rle { size, .. } => match (size.as_slice(), declared) {
-            ([h, w], Some((dw, dh))) if (*h, *w) != (u64::from(dh), u64::from(dw)) => {
-                Err("rle size is not the image's [height, width]".to_owned())
-            }
-            ([_, _], _) => Ok(()),
-            _ => Err("rle size is not [height, width]".to_owned()),
-        },
-        Segmentation::Other(_) => Err("segmentation is neither polygons nor an rle".to_owned()),
+    let value = serde_json::to_value(s).map_err(|e| e.to_string())?;
+    let outline = Outline::from_json(&value)?;
+    match declared {
+        Some(canvas) => outline.check(canvas),
+        None => Ok(()),
     }
 }
 

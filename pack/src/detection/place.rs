@@ -136,8 +136,10 @@ pub(super) fn place(img: &Annotated, scheme: &Scheme, data: &[u8]) -> Result<Pla
     let targets = serde_json::to_vec(&serde_json::Value::Object(doc))
         .map_err(|e| Problem::new(&shown, format!("targets not written as JSON: {e}")))?;
     // Read back as a worker reads and places it: a packed sample is never
-    // one every worker skips.
-    Targets::from_json(&targets)
+    // one every worker skips, and where each instance has a segmentation,
+    // each draws (as kind `targets_with_masks` reads them).
+    let masks = scheme.segmentation && img.instances.iter().all(|i| i.segmentation.is_some());
+    Targets::from_json(&targets, masks)
         .map_err(|e| e.to_string())
         .and_then(|mut back| back.place((w, h)).map_err(|e| e.to_string()))
         .map_err(|e| Problem::new(&shown, format!("targets do not read back: {e}")))?;

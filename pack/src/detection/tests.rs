@@ -21,7 +21,7 @@ fn placed(opened: Listing<Vec<Annotated>>) -> Vec<(String, Result<Targets, Probl
             let got = read_image(&img)
                 .and_then(|data| place::place(&img, &opened.scheme, &data))
                 .map(|p| {
-                    let mut t = Targets::from_json(&p.targets).unwrap();
+                    let mut t = Targets::from_json(&p.targets, false).unwrap();
                     t.canvas = (0, 0);
                     t
                 });
@@ -105,11 +105,19 @@ fn coco_segmentations_keypoints_and_python_nans_are_checked() {
     for (extra, why) in [
         (
             serde_json::json!({"segmentation": [[1, 1, 2, 2]]}),
-            "polygon with fewer than 3 points",
+            "polygon 0 has 2 points, fewer than 3",
         ),
         (
-            serde_json::json!({"segmentation": {"counts": "abc", "size": [10, 10]}}),
-            "rle size is not the image's",
+            serde_json::json!({"segmentation": {"counts": [100], "size": [10, 10]}}),
+            "rle size 10x10 is not its image's 64x48",
+        ),
+        (
+            serde_json::json!({"segmentation": {"counts": [5, 7], "size": [48, 64]}}),
+            "rle counts cover 12 pixels, its size 64x48 has 3072",
+        ),
+        (
+            serde_json::json!({"segmentation": {"counts": "abc", "size": [48, 64]}}),
+            "rle counts string ends inside a count",
         ),
         (
             serde_json::json!({"keypoints": [1, 1, 2, 3, 3, 2]}),

@@ -8,7 +8,7 @@
 //! steps (checked by `tests/integration/architecture.rs`), so a hand-back
 //! from the lanes to the CPU cannot draw differently.
 
-use stoker_core::targets::{TargetStep, Targets};
+use stoker_core::targets::{Outline, TargetStep, Targets};
 use stoker_core::{SampleRng, Step, TooLarge, TransformSpec, ViewSpec, footprint, resolve_steps, resolve_with_targets};
 
 use crate::augment::{AugmentError, Augmenter};
@@ -243,6 +243,43 @@ impl SamplePlan {
             .map_err(|e| e.to_string())?;
         let pixels = out.pixels.chunks_exact(3).map(|p| p[0]).collect();
         Ok((pixels, out.width, out.height))
+    }
+
+    /// Each instance's mask: its outline drawn on the image's canvas (the
+    /// planned size), then through [`SamplePlan::mask_steps`] as a
+    /// segmentation mask goes, three instances a pass (one a channel).
+    /// One plane per outline, row-major, 1 inside and 0 outside, and
+    /// their size. `Err` names the instance that cannot be drawn.
+    pub fn draw_outlines(&self, outlines: &[Outline]) -> Result<(Vec<u8>, u32, u32), String> {
+        let (w, h) = self.dims;
+        let steps = self.mask_steps();
+        let (ow, oh) = steps.iter().fold(self.dims, |(w, h), s| s.output_size(w, h));
+        let plane = ow as usize * oh as usize;
+        let mut planes = vec![0u8; plane * outlines.len()];
+        let mut augmenter = Augmenter::new();
+        for (group, three) in outlines.chunks(3).enumerate() {
+            let mut canvas = vec![0u8; w as usize * h as usize * 3];
+            for (c, o) in three.iter().enumerate() {
+                o.draw((w, h), &mut canvas[c..], 3, 1)
+                    .map_err(|why| format!("segmentation of instance {}: {why}", group * 3 + c))?;
+            }
+            let image = RgbImage {
+                width: w,
+                height: h,
+                pixels: canvas,
+            };
+            let out = augmenter.run(image, &steps).map_err(|e| e.to_string())?;
+            if (out.width, out.height) != (ow, oh) {
+                return Err(format!("masks came out {}x{}, planned {ow}x{oh}", out.width, out.height));
+            }
+            for c in 0..three.len() {
+                let at = (group * 3 + c) * plane;
+                for (dst, px) in planes[at..at + plane].iter_mut().zip(out.pixels.chunks_exact(3)) {
+                    *dst = px[c];
+                }
+            }
+        }
+        Ok((planes, ow, oh))
     }
 }
 

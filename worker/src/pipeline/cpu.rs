@@ -13,6 +13,9 @@
 //! requested fields; the client splits them off into `Batch::views`. A
 //! caught panic's skip names the key, the stage and the message; one
 //! elsewhere in the pool job becomes the sample's skip in `route::on_pool`.
+//! Detection targets that ask for masks come with the sample
+//! ([`Instances`]): each instance's outline is drawn on the image's canvas
+//! and follows the same geometric steps ([`SamplePlan::draw_outlines`]).
 
 use std::borrow::Cow;
 
@@ -48,8 +51,13 @@ pub fn process_sample(
     metrics: &WorkerMetrics,
 ) -> Result<Processed, Skipped> {
     let plan = plan_sample(&raw, spec, &[], seed, max_pixels, None)?;
-    process_sample_with(raw, &plan, max_pixels, metrics, &[], &[])
+    process_sample_with(raw, &plan, max_pixels, metrics, &[], &[], Vec::new())
 }
+
+/// Detection targets whose masks the pool draws, each at its field's index
+/// (taken out of the item's fields by `fields::take_instances`; they come
+/// back in the result's fields, masks drawn).
+pub(crate) type Instances = Vec<(usize, Box<Targets>)>;
 
 /// `raw`'s plan ([`SamplePlan::new`], with the draws of `seed` at its
 /// position): made once, where the sample is routed. `Err` is the sample's
@@ -104,7 +112,8 @@ pub(crate) fn plan_sample(
 /// `raw.fields` (by [`super::fields::read_fields`]) follows the image's
 /// geometric steps, and lands at its index of the result's fields; each
 /// view is its own pipeline over the same decoded image, with its own
-/// planned steps, after them (`FieldValue::Image`).
+/// planned steps, after them (`FieldValue::Image`). Each of `instances`
+/// gets its masks drawn and lands at its index too.
 pub(crate) fn process_sample_with(
     mut raw: RawSample,
     plan: &SamplePlan,
@@ -112,6 +121,7 @@ pub(crate) fn process_sample_with(
     metrics: &WorkerMetrics,
     extra: &[FieldSpec],
     views: &[ViewSpec],
+    instances: Instances,
 ) -> Result<Processed, Skipped> {
     let masks = std::mem::take(&mut raw.fields);
     let position = raw.position;
@@ -168,6 +178,26 @@ pub(crate) fn process_sample_with(
             .map_err(|message| Skipped::panicked(&raw.key, position, "mask transform", &message))?
             .map_err(|why| skip(&raw.key, SkipKind::BadField, format!("mask {name:?}: {why}")))?;
         fields.push(Some(FieldValue::Array(NpyArray::mask(w, h, Bytes::from(pixels)))));
+    }
+    for (i, mut targets) in instances {
+        let name = extra.get(i).map_or("targets", |f| f.name.as_str());
+        let (planes, w, h) = metrics
+            .time(Stage::Transform, || catch_panic(|| plan.draw_outlines(&targets.outlines)))
+            .map_err(|message| Skipped::panicked(&raw.key, position, "instance masks", &message))?
+            .map_err(|why| skip(&raw.key, SkipKind::BadField, format!("field {name:?}: {why}")))?;
+        if (w, h) != targets.canvas {
+            return Err(skip(
+                &raw.key,
+                SkipKind::Transform,
+                format!("field {name:?}: masks came out {w}x{h}, its boxes' canvas is {}x{}", targets.canvas.0, targets.canvas.1),
+            ));
+        }
+        targets.outlines = Vec::new();
+        targets.masks = Some(Bytes::from(planes));
+        if fields.len() <= i {
+            fields.resize(i + 1, None);
+        }
+        fields[i] = Some(FieldValue::Targets(targets));
     }
     if let Some(source) = source {
         fields.resize(extra.len(), None);

@@ -11,6 +11,7 @@
 use stoker_core::field::one;
 use stoker_core::{FieldKind, FieldSpec, FieldValue, Fields};
 
+use super::cpu::Instances;
 use super::{SkipKind, Skipped};
 use stoker_formats::sample::{MemberProblem, RawField, RawSample, RawValue};
 use stoker_image::SamplePlan;
@@ -84,11 +85,18 @@ pub(super) fn read_fields(specs: &[FieldSpec], raw: &mut RawSample) -> Result<Fi
     Ok(out)
 }
 
+/// The most bytes one sample's instance masks may take (a plane of the
+/// output size per instance): a chunk of one sample must fit in a
+/// response (`MAX_RESPONSE_BYTES`, 256 MiB). COCO's most crowded image
+/// takes 28 MB at 640x480.
+pub(crate) const MAX_MASK_BYTES: u64 = 128 << 20;
+
 /// Places each detection-targets field of `fields` on the planned image
 /// and moves it through the image's geometry (the plan's target steps,
 /// from the same draws as its pixels), on the host, whichever executor
-/// then runs the pixels. `Err` is the sample's skip (`bad_field`): a box
-/// outside its image, naming the field and the box.
+/// then runs the pixels. `Err` is the sample's skip: a box or outline
+/// outside its image (`bad_field`), naming the field and the instance, or
+/// masks over [`MAX_MASK_BYTES`] (`too_large`).
 pub(super) fn place_targets(
     specs: &[FieldSpec],
     fields: &mut Fields,
@@ -104,9 +112,54 @@ pub(super) fn place_targets(
                 kind: SkipKind::BadField,
             })?;
             t.follow(&plan.targets);
+            let (w, h) = plan.out_dims();
+            let bytes = t.mask_bytes((w, h));
+            if bytes > MAX_MASK_BYTES {
+                return Err(Skipped {
+                    key: raw.key.clone(),
+                    position: raw.position,
+                    reason: format!(
+                        "field {:?}: the masks of {} instances at {w}x{h} take {bytes} bytes, over the {MAX_MASK_BYTES} one sample's may take",
+                        spec.name,
+                        t.outlines.len()
+                    ),
+                    kind: SkipKind::TooLarge,
+                });
+            }
         }
     }
     Ok(())
+}
+
+/// The memory `fields`' instance masks take while the pool draws them:
+/// their planes at the output size, and the canvas they are drawn on.
+pub(super) fn mask_need(fields: &Fields, plan: &SamplePlan) -> u64 {
+    let planes: u64 = fields
+        .iter()
+        .flatten()
+        .map(|v| match v {
+            FieldValue::Targets(t) => t.mask_bytes(plan.out_dims()),
+            _ => 0,
+        })
+        .sum();
+    match planes {
+        0 => 0,
+        n => n + u64::from(plan.dims.0) * u64::from(plan.dims.1) * 3,
+    }
+}
+
+/// Takes the targets whose masks the CPU pool draws out of `fields`, by
+/// index (their slots left empty until the pool hands them back, drawn).
+pub(super) fn take_instances(specs: &[FieldSpec], fields: &mut Fields) -> Instances {
+    let mut out = Instances::new();
+    for (i, (spec, slot)) in specs.iter().zip(fields.iter_mut()).enumerate() {
+        if spec.kind == FieldKind::TargetsWithMasks
+            && let Some(FieldValue::Targets(t)) = slot.take_if(|v| matches!(v, FieldValue::Targets(_)))
+        {
+            out.push((i, t));
+        }
+    }
+    out
 }
 
 /// A stored value read as `kind`, or why it is not one: bytes as core
@@ -247,6 +300,38 @@ mod tests {
             read_fields(&caption, &mut raw(vec![big])).unwrap_err().kind,
             SkipKind::TooLarge
         );
+    }
+
+    /// Targets with masks need each instance's segmentation, and a bad
+    /// one skips the sample naming the field and the instance; without
+    /// masks, segmentations are not read.
+    #[test]
+    fn instance_outlines_are_read_only_when_masks_are_asked_for() {
+        let masks = [FieldSpec::new("targets", "json", FieldKind::TargetsWithMasks)];
+        let plain = [FieldSpec::new("targets", "json", FieldKind::Targets)];
+        let doc = |seg: &str| -> RawField {
+            let json = format!(r#"{{"boxes": [[1, 1, 4, 4], [0, 0, 2, 2]], "segmentation": {seg}}}"#);
+            Ok(Some(RawValue::Bytes(Bytes::from(json))))
+        };
+        let good = r#"[[[1, 1, 4, 1, 4, 4]], {"counts": [0, 4, 32], "size": [6, 6]}]"#;
+        let Some(FieldValue::Targets(t)) = read_fields(&masks, &mut raw(vec![doc(good)])).unwrap().remove(0) else {
+            panic!("no targets");
+        };
+        assert_eq!(t.outlines.len(), 2);
+        let bad = r#"[[[1, 1, 4, 1, 4, 4]], [[1, 1, 2, 2]]]"#;
+        let err = read_fields(&masks, &mut raw(vec![doc(bad)])).unwrap_err();
+        assert_eq!(err.kind, SkipKind::BadField);
+        assert!(
+            err.reason.starts_with("field \"targets\" (targets_with_masks from json): segmentation of instance 1: polygon 0 has 2 points"),
+            "{}",
+            err.reason
+        );
+        let err = read_fields(&masks, &mut raw(vec![doc("[[[1, 1, 4, 1, 4, 4]]]")])).unwrap_err();
+        assert!(err.reason.ends_with("segmentation has 1 values for 2 boxes"), "{}", err.reason);
+        let Some(FieldValue::Targets(t)) = read_fields(&plain, &mut raw(vec![doc(bad)])).unwrap().remove(0) else {
+            panic!("no targets");
+        };
+        assert!(t.outlines.is_empty() && t.masks.is_none());
     }
 
     #[test]

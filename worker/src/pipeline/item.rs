@@ -17,7 +17,8 @@ use stoker_core::{FieldValue, Fields, ItemMode, TransformSpec, ViewSpec};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use super::fields::{place_targets, read_fields};
+use super::cpu::Instances;
+use super::fields::{mask_need, place_targets, read_fields, take_instances};
 use super::measure::{read_item, synthetic_item};
 use super::route::{InFlight, gpu_sample, on_cpu, on_gpu};
 use super::samples::{ItemSamples, Read};
@@ -65,6 +66,17 @@ fn memory_need(raw: &RawSample, plan: Result<&SamplePlan, &Skipped>, spec: &Tran
         Ok(plan) => encoded + plan.working_bytes + image + views,
         Err(_) => encoded + image + views,
     }
+}
+
+/// The name of a field that asks for instance masks and holds targets
+/// without them, if any.
+fn undrawn<'a>(specs: &'a [stoker_core::FieldSpec], fields: &[Option<FieldValue>]) -> Option<&'a str> {
+    specs.iter().zip(fields).find_map(|(spec, value)| match value {
+        Some(FieldValue::Targets(t)) if spec.kind == stoker_core::FieldKind::TargetsWithMasks && t.masks.is_none() => {
+            Some(spec.name.as_str())
+        }
+        _ => None,
+    })
 }
 
 /// Runs one item, sending chunks to `tx`. Returns when the item is done, it
@@ -319,7 +331,11 @@ impl<'a> ItemRun<'a> {
                             }
                             Ok(plan)
                         });
-                    let need = memory_need(&raw, plan.as_deref(), &self.item.spec, &self.item.views);
+                    let masks = match (plan.as_deref(), self.fields.get(&raw.position)) {
+                        (Ok(plan), Some(fields)) => mask_need(fields, plan),
+                        _ => 0,
+                    };
+                    let need = memory_need(&raw, plan.as_deref(), &self.item.spec, &self.item.views) + masks;
                     return Ok(Some(ReadSample { raw, need, plan, held }));
                 }
                 Ok(Read::End) => self.exhausted = true,
@@ -358,7 +374,11 @@ impl<'a> ItemRun<'a> {
             },
             _ => raw,
         };
-        let one = on_cpu(self.ctx, self.item, raw, plan, held);
+        let instances = match self.fields.get_mut(&raw.position) {
+            Some(fields) => take_instances(&self.item.fields, fields),
+            None => Instances::new(),
+        };
+        let one = on_cpu(self.ctx, self.item, raw, (plan, instances), held);
         self.push_in_flight(one);
     }
 
@@ -402,6 +422,17 @@ impl<'a> ItemRun<'a> {
                         }
                         fields.extend(from_pool);
                         p.fields = fields;
+                    }
+                    if let Some(name) = undrawn(&self.item.fields, &p.fields) {
+                        // Routing sends every such sample to the pool, which
+                        // draws them: a sample without is a bug, not data.
+                        self.skip(Skipped {
+                            reason: format!("field {name:?}: its instance masks were not drawn"),
+                            kind: SkipKind::Internal,
+                            key: p.key,
+                            position: p.position,
+                        });
+                        continue;
                     }
                     let field_bytes: usize = p.fields.iter().flatten().map(FieldValue::byte_len).sum();
                     if let Some(r) = self.record.as_mut() {

@@ -29,7 +29,7 @@ use stoker_core::{FieldKind, FieldSpec, FieldValue, Fields, ViewSpec};
 use stoker_image::{RunsOn, SamplePlan};
 use tracing::debug;
 
-use super::cpu::{plan_sample, process_sample_with};
+use super::cpu::{Instances, plan_sample, process_sample_with};
 use super::{Item, ItemError, Processed, Skipped, WorkerContext};
 use crate::gpu::RunnerGone;
 use crate::gpu::{GpuResult, GpuRunner, GpuSample, Recipe, gpu_runs, mask_chain};
@@ -57,7 +57,7 @@ impl WorkerContext {
         fields: Option<&Fields>,
     ) -> Result<Arc<SamplePlan>, Skipped> {
         let max_pixels = self.config.max_image_pixels;
-        let targets = item.fields.iter().position(|f| f.kind == FieldKind::Targets).map(|i| {
+        let targets = item.fields.iter().position(|f| f.kind.is_targets()).map(|i| {
             match fields.and_then(|f| f.get(i)) {
                 Some(Some(FieldValue::Targets(t))) => Some(&**t),
                 _ => None,
@@ -85,6 +85,9 @@ impl WorkerContext {
         }
         if item.spec.size.side().is_none() {
             return RunsOn::Cpu("each image's own size, and the lanes write one square size");
+        }
+        if item.fields.iter().any(|f| f.kind == FieldKind::TargetsWithMasks) {
+            return RunsOn::Cpu("instance masks, which the cpu pool draws");
         }
         let masks = item.fields.iter().any(|f| f.kind == FieldKind::Mask);
         let (w, h) = plan.dims;
@@ -165,6 +168,7 @@ fn steal_one(ctx: &Arc<WorkerContext>) {
         &ctx.metrics,
         &recipe.fields,
         &recipe.views,
+        Vec::new(),
     ) {
         Ok(p) => {
             ctx.counters.cpu_samples.fetch_add(1, Ordering::Relaxed);
@@ -223,6 +227,7 @@ fn on_pool(
     raw: RawSample,
     plan: Arc<SamplePlan>,
     (fields, views): (&Arc<[FieldSpec]>, &Arc<[ViewSpec]>),
+    instances: Instances,
 ) -> impl Future<Output = Result<Outcome, PoolError>> + Send + 'static {
     #[cfg(test)]
     ctx.plan_log.saw("cpu", &raw.key, &plan);
@@ -234,7 +239,7 @@ fn on_pool(
     // internal skip too.
     let (key, position) = (raw.key.clone(), raw.position);
     let job = ctx.pool.spawn(move || {
-        let outcome = process_sample_with(raw, &plan, max_pixels, &worker.metrics, &fields, &views);
+        let outcome = process_sample_with(raw, &plan, max_pixels, &worker.metrics, &fields, &views, instances);
         if outcome.is_ok() {
             worker.counters.cpu_samples.fetch_add(1, Ordering::Relaxed);
         }
@@ -312,7 +317,7 @@ pub(super) fn on_gpu(ctx: &Arc<WorkerContext>, item: &Item, samples: Vec<GpuSamp
                     debug!(key = %sample.key, reason, "gpu handed the sample to the cpu");
                     let fields = (&recipe.fields, &recipe.views);
                     let plan = Arc::clone(&sample.plan);
-                    back.push(on_pool(&ctx, sample.into_raw(), plan, fields));
+                    back.push(on_pool(&ctx, sample.into_raw(), plan, fields, Vec::new()));
                 }
             }
         }

@@ -121,6 +121,7 @@ fn as_a_lane(sample: &GpuSample, r: &Recipe) -> Result<crate::outcome::Processed
         &metrics,
         &r.fields,
         &r.views,
+        Vec::new(),
     )
 }
 

@@ -123,8 +123,9 @@ impl Drop for SkipTally {
 #[derive(Debug, Default)]
 pub struct Chunk {
     pub samples: Vec<Processed>,
-    /// Pixel bytes in `samples` (in host memory or left on the device),
-    /// kept as they are pushed: what a chunk's size is measured in.
+    /// Pixel bytes in `samples` (in host memory or left on the device) and
+    /// their fields' (instance masks can outweigh the pixels), kept as
+    /// they are pushed: what a chunk's size is measured in.
     pub pixel_bytes: usize,
     pub skipped: Vec<Skipped>,
     pub done: bool,
@@ -142,7 +143,8 @@ pub struct Chunk {
 
 impl Chunk {
     pub(super) fn push(&mut self, p: Processed, held: Reservation) {
-        self.pixel_bytes += p.pixels.len() + p.device.as_ref().map_or(0, |d| d.len());
+        let fields: usize = p.fields.iter().flatten().map(stoker_core::FieldValue::byte_len).sum();
+        self.pixel_bytes += p.pixels.len() + p.device.as_ref().map_or(0, |d| d.len()) + fields;
         self.samples.push(p);
         self.reservation.absorb(held);
     }

@@ -73,8 +73,9 @@ def _fields(fields):
 def _target(value, torch, device):
     """One image's targets as torchvision's detection models take them: a
     dict of ``boxes`` (float32 ``[N, 4]``, in ``format``), ``labels``
-    (int64 ``[N]``), and ``iscrowd``, ``area`` and ``keypoints`` (``[N, K,
-    3]``: x, y, visibility) when the dataset has them, as tensors on the
+    (int64 ``[N]``), and ``iscrowd``, ``area``, ``keypoints`` (``[N, K,
+    3]``: x, y, visibility) and ``masks`` (uint8 ``[N, H, W]``) when the
+    dataset has them (masks when the field asks), as tensors on the
     loader's device (numpy arrays without torch); ``canvas_size`` is the
     image's (height, width)."""
     out = {}
@@ -118,16 +119,23 @@ def _target_list(values, torch, device):
 TARGETS_FORMS = ("lists", "padded", "flat")
 
 
-def _check_targets_form(form, size_divisibility, fields):
-    """The loader's targets_form and size_divisibility, checked."""
+def _check_targets_form(form, size_divisibility, fields, size):
+    """The loader's targets_form and size_divisibility, checked (``size``:
+    the transform's square output, None where each image keeps its own)."""
     if form not in TARGETS_FORMS:
         raise ConfigError(f"targets_form must be one of {', '.join(TARGETS_FORMS)}, got {form!r}")
     if isinstance(size_divisibility, bool) or not isinstance(size_divisibility, int) or size_divisibility < 0:
         raise ConfigError(f"size_divisibility must be an int >= 0, got {size_divisibility!r}")
     if size_divisibility and form != "padded":
         raise ConfigError("size_divisibility pads the images of targets_form='padded' only")
-    if form != "lists" and not any(f.kind in ("targets", "detection") for _, f in fields):
+    kinds = {f.kind for _, f in fields}
+    if form != "lists" and not kinds & {"targets", "targets_with_masks"}:
         raise ConfigError(f"targets_form={form!r} needs a field of kind 'targets' (stoker.Field(source, 'targets'))")
+    if form == "flat" and size is None and "targets_with_masks" in kinds:
+        raise ConfigError(
+            "targets_form='flat' concatenates the batch's masks, which needs images of one size, and the "
+            "transform keeps each image's own: end it at a fixed size, or use targets_form='lists'"
+        )
 
 
 def _each_image(batch, sizes, form, torch):
@@ -182,10 +190,10 @@ def _flat_targets(values, torch, device):
     ``collate_fn`` gives them: ``batch_idx`` (float32 [M]), ``cls``
     (float32 [M, 1]), ``bboxes`` (float32 [M, 4]: centre x, y, width,
     height, each divided by its image's side) and ``keypoints`` (float32
-    [M, K, 3], x and y divided likewise) when the dataset has them; one
-    tensor each, moved to the device once. An absent value has no
-    instances."""
-    idx, cls, boxes, points = [], [], [], []
+    [M, K, 3], x and y divided likewise) and ``masks`` (uint8 [M, H, W])
+    when the dataset has them; one tensor each, moved to the device once.
+    An absent value has no instances."""
+    idx, cls, boxes, points, masks = [], [], [], [], []
     for i, v in enumerate(values):
         if v is None:
             continue
@@ -204,6 +212,8 @@ def _flat_targets(values, torch, device):
         if "keypoints" in v:
             k = _array(v["keypoints"]).astype(np.float64)
             points.append(np.concatenate([k[..., :1] / w, k[..., 1:2] / h, k[..., 2:]], axis=-1))
+        if "masks" in v:
+            masks.append(_array(v["masks"]))
     out = {
         "batch_idx": np.concatenate(idx) if idx else np.zeros(0),
         "cls": np.concatenate(cls) if cls else np.zeros((0, 1)),
@@ -212,6 +222,8 @@ def _flat_targets(values, torch, device):
     if points:
         out["keypoints"] = np.concatenate(points)
     out = {k: a.astype(np.float32) for k, a in out.items()}
+    if masks:
+        out["masks"] = np.concatenate(masks)
     return {k: _tensor(torch, a, device) for k, a in out.items()} if torch is not None else out
 
 

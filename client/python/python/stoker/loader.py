@@ -206,8 +206,10 @@ class Loader(_Base):
     torchvision's detection models take), ``"padded"`` (also
     ``batch["image_sizes"]``, the images padded to a multiple of
     ``size_divisibility``, as Detectron2's ``ImageList``), or ``"flat"``
-    (``batch_idx``, ``cls``, normalised ``bboxes`` and ``keypoints``
-    concatenated, as Ultralytics' ``collate_fn``).
+    (``batch_idx``, ``cls``, normalised ``bboxes``, ``keypoints`` and
+    ``masks`` concatenated, as Ultralytics' ``collate_fn``). Kind
+    ``targets_with_masks`` adds each instance's mask, drawn from its COCO
+    ``segmentation``: ``masks``, uint8 ``[N, H, W]``.
 
     ``connect_timeout`` (seconds, 10 by default) bounds the first contact
     with each worker: connecting, and its answer listing the dataset. A
@@ -305,7 +307,7 @@ class Loader(_Base):
         if mean is not None and dtype_name == "uint8":
             raise ConfigError("normalising (mean, std) needs a float dtype, but the output dtype is uint8")
         self._fields = _fields(fields)
-        _check_targets_form(targets_form, size_divisibility, self._fields)
+        _check_targets_form(targets_form, size_divisibility, self._fields, size)
         self._targets_form, self._size_divisibility = targets_form, size_divisibility
         self._views = _views(views)
         self._batch_transform = None if batch_transform is None else transforms.as_batch_transform(batch_transform)
