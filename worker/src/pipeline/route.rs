@@ -253,19 +253,19 @@ fn on_pool(
     }
 }
 
-/// Queues one sample on the CPU pool now with its plan, holding `held`
-/// until its result is collected; a sample that could not be planned is
-/// its skip at once.
+/// Queues one sample on the CPU pool now with its plan and the targets
+/// whose masks it draws, holding `held` until its result is collected; a
+/// sample that could not be planned is its skip at once.
 pub(super) fn on_cpu(
     ctx: &Arc<WorkerContext>,
     item: &Item,
     raw: RawSample,
-    plan: Result<Arc<SamplePlan>, Skipped>,
+    (plan, instances): (Result<Arc<SamplePlan>, Skipped>, Instances),
     held: Reservation,
 ) -> InFlight {
     let results: Results = match plan {
         Ok(plan) => {
-            let one = on_pool(ctx, raw, plan, (&item.fields, &item.views));
+            let one = on_pool(ctx, raw, plan, (&item.fields, &item.views), instances);
             Box::pin(async move { Ok(vec![one.await?]) })
         }
         Err(skipped) => Box::pin(std::future::ready(Ok(vec![Err(skipped)]))),
