@@ -352,7 +352,11 @@ async fn boxes_follow_their_images_geometry_through_a_worker_and_bad_ones_are_sk
                     }
                     let edge = (x.saturating_sub(1)..(x + 2).min(s))
                         .any(|u| (y.saturating_sub(1)..(y + 2).min(s)).any(|v| at(u, v) != at(x, y)));
-                    assert!(edge, "{} label {label}: mask and pixels differ inside at ({x}, {y})", batch.keys[i]);
+                    assert!(
+                        edge,
+                        "{} label {label}: mask and pixels differ inside at ({x}, {y})",
+                        batch.keys[i]
+                    );
                 }
                 masks += 1;
             }

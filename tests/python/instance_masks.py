@@ -16,9 +16,10 @@ pycocotools and torchvision.
   instances are kept, with the same boxes (1e-3); and each kept instance's
   mask equals torchvision's ops on its pycocotools mask as a PIL image
   (nearest sampling), pixel for pixel. Against ``tv_tensors.Mask`` (torch's
-  tensor kernels, which sample nearest at a half-pixel offset from PIL's),
-  the masks' IoU is reported and must be at least 0.8 for instances of 100
-  pixels or more.
+  tensor kernels, which sample nearest half a pixel over from PIL's),
+  every pixel that differs is within two pixels of the tensor mask's edge
+  (its 5x5 neighbourhood holds both values); the median IoU of instances
+  of 100 pixels or more is reported.
 - Batch forms: flat concatenates the masks in ``batch_idx`` order; flat on
   images of their own sizes is refused when the Loader is made.
 - Mask R-CNN (``maskrcnn_resnet50_fpn``, no weights) takes the lists form
@@ -182,7 +183,7 @@ def torchvision_instances(size, instances):
 def loader(worker, dataset, form="lists", transform=None):
     return stoker.Loader([worker], dataset, batch_size=4, transform=transform or pipeline(), seed=3,
                          deterministic=True, rank=0, world_size=1, last_batch="partial",
-                         fields={"targets": stoker.Field("targets", "targets_with_masks")}, targets_form=form)
+                         fields={"targets": stoker.Field("json", "targets_with_masks")}, targets_form=form)
 
 
 def check_delivered(worker, dataset, by_key):
@@ -201,12 +202,25 @@ def check_delivered(worker, dataset, by_key):
                 want = pil[by_label[label]]
                 assert np.array_equal(m, want), (key, label, int((m != want).sum()))
                 exact += 1
+                # Where the tensor kernels' mask differs, it is within two
+                # pixels of its edge (their nearest sampling is half a pixel
+                # over, through a resize and a rotation).
+                off = (m != tm) & ~edge_band(tm)
+                assert not off.any(), (key, label, np.argwhere(off)[:5])
                 if want.sum() >= 100:
                     ious.append((m & tm).sum() / max((m | tm).sum(), 1))
             instances += len(anns)
-    assert exact > IMAGES, exact
-    assert min(ious) >= 0.8, ious
+    assert exact > IMAGES and ious, (exact, ious)
     return instances, exact, float(np.median(ious))
+
+
+def edge_band(mask, r=2):
+    """The pixels of ``mask`` within ``r`` of its edge: their (2r+1)-square
+    neighbourhood holds both values."""
+    padded = np.pad(mask, r, mode="edge")
+    h, w = mask.shape
+    shifts = [padded[dy:dy + h, dx:dx + w] for dy in range(2 * r + 1) for dx in range(2 * r + 1)]
+    return np.maximum.reduce(shifts) != np.minimum.reduce(shifts)
 
 
 def check_forms(worker, dataset):

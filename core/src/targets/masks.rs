@@ -9,7 +9,6 @@
 //! are filled. tests/python/masks_oracle.py checks every pixel against
 //! pycocotools. An instance of several polygons is their union.
 
-
 /// The most points one instance's polygons may hold in all (COCO's
 /// largest outline has a few thousand).
 pub const MAX_POLYGON_POINTS: usize = 1 << 16;
@@ -50,7 +49,10 @@ impl Outline {
                         .collect::<Option<_>>()
                         .ok_or_else(|| format!("polygon {i} has a coordinate that is not a finite number"))?;
                     if coords.len() % 2 != 0 {
-                        return Err(format!("polygon {i} has an odd number of coordinates ({})", coords.len()));
+                        return Err(format!(
+                            "polygon {i} has an odd number of coordinates ({})",
+                            coords.len()
+                        ));
                     }
                     if coords.len() < 6 {
                         return Err(format!("polygon {i} has {} points, fewer than 3", coords.len() / 2));
@@ -309,7 +311,6 @@ fn polygon_runs(xy: &[f64], w: usize, h: usize) -> Result<Vec<u32>, String> {
     Ok(runs)
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -348,7 +349,11 @@ mod tests {
             ]
         );
         // Two polygons are their union; what reaches past the image is cut.
-        let both = read(serde_json::json!([[1, 1, 5, 1, 5, 4, 1, 4], [-3, -3, 2, -3, 2, 2, -3, 2]])).unwrap();
+        let both = read(serde_json::json!([
+            [1, 1, 5, 1, 5, 4, 1, 4],
+            [-3, -3, 2, -3, 2, 2, -3, 2]
+        ]))
+        .unwrap();
         let pixels = drawn(&both, (7, 6));
         assert_eq!((pixels[0][0], pixels[1][1], pixels[3][4], pixels[5][6]), (1, 1, 1, 0));
     }
@@ -379,19 +384,49 @@ mod tests {
     #[test]
     fn bad_outlines_say_what_is_wrong() {
         for (json, why) in [
-            (serde_json::json!([[1, 1, 2, 2]]), "polygon 0 has 2 points, fewer than 3"),
-            (serde_json::json!([[1, 1, 2, 2, 3]]), "polygon 0 has an odd number of coordinates (5)"),
-            (serde_json::json!([[1, 1, 2, 2, 3, null]]), "polygon 0 has a coordinate that is not a finite number"),
+            (
+                serde_json::json!([[1, 1, 2, 2]]),
+                "polygon 0 has 2 points, fewer than 3",
+            ),
+            (
+                serde_json::json!([[1, 1, 2, 2, 3]]),
+                "polygon 0 has an odd number of coordinates (5)",
+            ),
+            (
+                serde_json::json!([[1, 1, 2, 2, 3, null]]),
+                "polygon 0 has a coordinate that is not a finite number",
+            ),
             (serde_json::json!([]), "no polygons"),
             (serde_json::json!([3]), "polygon 0 is not a list of numbers"),
-            (serde_json::json!({"counts": [1, 2], "size": [2, 2]}), "rle counts cover 3 pixels, its size 2x2 has 4"),
-            (serde_json::json!({"counts": [-1, 5], "size": [2, 2]}), "rle counts are not non-negative integers"),
-            (serde_json::json!({"counts": "0", "size": [2]}), "rle size is not [height, width]"),
+            (
+                serde_json::json!({"counts": [1, 2], "size": [2, 2]}),
+                "rle counts cover 3 pixels, its size 2x2 has 4",
+            ),
+            (
+                serde_json::json!({"counts": [-1, 5], "size": [2, 2]}),
+                "rle counts are not non-negative integers",
+            ),
+            (
+                serde_json::json!({"counts": "0", "size": [2]}),
+                "rle size is not [height, width]",
+            ),
             (serde_json::json!({"size": [2, 2]}), "rle has no counts"),
-            (serde_json::json!({"counts": "a", "size": [2, 2]}), "rle counts string ends inside a count"),
-            (serde_json::json!({"counts": " ", "size": [2, 2]}), "rle counts string has a bad character at 0"),
-            (serde_json::json!({"counts": "@", "size": [2, 2]}), "rle count -16 is out of range"),
-            (serde_json::json!("mask.png"), "segmentation is neither polygons nor an rle"),
+            (
+                serde_json::json!({"counts": "a", "size": [2, 2]}),
+                "rle counts string ends inside a count",
+            ),
+            (
+                serde_json::json!({"counts": " ", "size": [2, 2]}),
+                "rle counts string has a bad character at 0",
+            ),
+            (
+                serde_json::json!({"counts": "@", "size": [2, 2]}),
+                "rle count -16 is out of range",
+            ),
+            (
+                serde_json::json!("mask.png"),
+                "segmentation is neither polygons nor an rle",
+            ),
         ] {
             assert_eq!(read(json.clone()).unwrap_err(), why, "{json}");
         }

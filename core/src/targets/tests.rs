@@ -503,5 +503,8 @@ fn the_dataset_json_reads_back_as_the_same_targets() {
     // An image without instances in a keypoint dataset: nothing to pair.
     let none = plain.with_keypoints(2, vec![], vec![1, 0]).unwrap();
     let json = serde_json::Value::Object(none.to_dataset_json()).to_string();
-    assert!(Targets::from_json(json.as_bytes(), false).unwrap().boxes.is_empty(), "{json}");
+    assert!(
+        Targets::from_json(json.as_bytes(), false).unwrap().boxes.is_empty(),
+        "{json}"
+    );
 }

@@ -270,7 +270,10 @@ impl SamplePlan {
             };
             let out = augmenter.run(image, &steps).map_err(|e| e.to_string())?;
             if (out.width, out.height) != (ow, oh) {
-                return Err(format!("masks came out {}x{}, planned {ow}x{oh}", out.width, out.height));
+                return Err(format!(
+                    "masks came out {}x{}, planned {ow}x{oh}",
+                    out.width, out.height
+                ));
             }
             for c in 0..three.len() {
                 let at = (group * 3 + c) * plane;

@@ -182,14 +182,19 @@ pub(crate) fn process_sample_with(
     for (i, mut targets) in instances {
         let name = extra.get(i).map_or("targets", |f| f.name.as_str());
         let (planes, w, h) = metrics
-            .time(Stage::Transform, || catch_panic(|| plan.draw_outlines(&targets.outlines)))
+            .time(Stage::Transform, || {
+                catch_panic(|| plan.draw_outlines(&targets.outlines))
+            })
             .map_err(|message| Skipped::panicked(&raw.key, position, "instance masks", &message))?
             .map_err(|why| skip(&raw.key, SkipKind::BadField, format!("field {name:?}: {why}")))?;
         if (w, h) != targets.canvas {
             return Err(skip(
                 &raw.key,
                 SkipKind::Transform,
-                format!("field {name:?}: masks came out {w}x{h}, its boxes' canvas is {}x{}", targets.canvas.0, targets.canvas.1),
+                format!(
+                    "field {name:?}: masks came out {w}x{h}, its boxes' canvas is {}x{}",
+                    targets.canvas.0, targets.canvas.1
+                ),
             ));
         }
         targets.outlines = Vec::new();

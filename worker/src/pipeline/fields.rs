@@ -322,12 +322,18 @@ mod tests {
         let err = read_fields(&masks, &mut raw(vec![doc(bad)])).unwrap_err();
         assert_eq!(err.kind, SkipKind::BadField);
         assert!(
-            err.reason.starts_with("field \"targets\" (targets_with_masks from json): segmentation of instance 1: polygon 0 has 2 points"),
+            err.reason.starts_with(
+                "field \"targets\" (targets_with_masks from json): segmentation of instance 1: polygon 0 has 2 points"
+            ),
             "{}",
             err.reason
         );
         let err = read_fields(&masks, &mut raw(vec![doc("[[[1, 1, 4, 1, 4, 4]]]")])).unwrap_err();
-        assert!(err.reason.ends_with("segmentation has 1 values for 2 boxes"), "{}", err.reason);
+        assert!(
+            err.reason.ends_with("segmentation has 1 values for 2 boxes"),
+            "{}",
+            err.reason
+        );
         let Some(FieldValue::Targets(t)) = read_fields(&plain, &mut raw(vec![doc(bad)])).unwrap().remove(0) else {
             panic!("no targets");
         };

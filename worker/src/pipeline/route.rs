@@ -57,12 +57,14 @@ impl WorkerContext {
         fields: Option<&Fields>,
     ) -> Result<Arc<SamplePlan>, Skipped> {
         let max_pixels = self.config.max_image_pixels;
-        let targets = item.fields.iter().position(|f| f.kind.is_targets()).map(|i| {
-            match fields.and_then(|f| f.get(i)) {
-                Some(Some(FieldValue::Targets(t))) => Some(&**t),
-                _ => None,
-            }
-        });
+        let targets =
+            item.fields
+                .iter()
+                .position(|f| f.kind.is_targets())
+                .map(|i| match fields.and_then(|f| f.get(i)) {
+                    Some(Some(FieldValue::Targets(t))) => Some(&**t),
+                    _ => None,
+                });
         let mut plan = plan_sample(raw, &item.spec, &item.views, item.item_seed(), max_pixels, targets)?;
         plan.runs_on = self.runs_on(raw, item, &plan);
         let plan = Arc::new(plan);
