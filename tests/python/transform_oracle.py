@@ -992,6 +992,17 @@ class TorchvisionReference:
 
     def leaf(self, op: dict, img: Any, state: dict) -> list[Any]:
         name = op["op"]
+        if name == "FixedSizeCrop":
+            # Not in torchvision.transforms.v2: the detection references'
+            # class, which on an image no larger than size pads on the
+            # right and bottom with torchvision's own pad.
+            w, h = img.size if isinstance(img, Image.Image) else (img.shape[-1], img.shape[-2])
+            ch, cw = hw(op["size"])
+            if h > ch or w > cw:
+                raise Unsupported("FixedSizeCrop's crop offsets (RandomCrop's cases)")
+            fill = op["fill"]
+            fill = tuple(fill) if isinstance(fill, list) else fill
+            return [self.T.functional.pad(img, [0, 0, cw - w, ch - h], fill=fill, padding_mode=op["padding_mode"])]
         t = self.build(op)
         if name in OUTPUT_OPS:
             return [t(img)]
