@@ -48,7 +48,7 @@ impl Outline {
                         .map(|v| v.as_f64().filter(|x| x.is_finite()))
                         .collect::<Option<_>>()
                         .ok_or_else(|| format!("polygon {i} has a coordinate that is not a finite number"))?;
-                    if coords.len() % 2 != 0 {
+                    if !coords.len().is_multiple_of(2) {
                         return Err(format!(
                             "polygon {i} has an odd number of coordinates ({})",
                             coords.len()
@@ -302,10 +302,10 @@ fn polygon_runs(xy: &[f64], w: usize, h: usize) -> Result<Vec<u32>, String> {
     while let Some(g) = gaps.next() {
         if g > 0 {
             runs.push(g);
-        } else if let Some(next) = gaps.next() {
-            if let Some(last) = runs.last_mut() {
-                *last += next;
-            }
+        } else if let Some(next) = gaps.next()
+            && let Some(last) = runs.last_mut()
+        {
+            *last += next;
         }
     }
     Ok(runs)

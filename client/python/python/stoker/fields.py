@@ -36,6 +36,9 @@ class Field:
     ``"seg.png"``) that follows the image's crops, flips, pads and
     rotations with nearest-neighbour sampling and none of its colour ops:
     a ``[B, 1, H, W]`` uint8 tensor on the loader's device.
+    ``kind="targets"`` reads detection targets (docs/detection.md), and
+    ``kind="targets_with_masks"`` also each instance's mask from its COCO
+    ``segmentation``.
     """
 
     # From the workers' field-kind table (core/src/field.rs): each kind's
