@@ -340,6 +340,42 @@ mod tests {
         assert!(t.outlines.is_empty() && t.masks.is_none());
     }
 
+    /// Masks are reserved for (their planes and the canvas they are drawn
+    /// on), and a sample whose masks would take over [`MAX_MASK_BYTES`] is
+    /// skipped as too large, naming the field, before any is drawn.
+    #[test]
+    fn masks_are_reserved_for_and_bounded() {
+        let img = stoker_synth::procedural(300, 200, 3);
+        let jpeg = stoker_synth::encode_jpeg(&img, 80).unwrap();
+        let spec = stoker_core::TransformSpec::from_json(r#"{"ops": [{"op": "RandomHorizontalFlip"}]}"#).unwrap();
+        let rng = stoker_core::SampleRng::from_seed(1);
+        let plan = SamplePlan::new(ImageKind::Jpeg, &jpeg, &spec, &[], &rng, 1 << 30).unwrap();
+        let specs = [FieldSpec::new("targets", "json", FieldKind::TargetsWithMasks)];
+        let fields = |n: usize| -> Fields {
+            let (boxes, outlines) = (
+                vec!["[0, 0, 2, 2]"; n].join(", "),
+                vec!["[[0, 0, 2, 0, 2, 2]]"; n].join(", "),
+            );
+            let doc = format!(r#"{{"boxes": [{boxes}], "segmentation": [{outlines}]}}"#);
+            let t = stoker_core::targets::Targets::from_json(doc.as_bytes(), true).unwrap();
+            vec![Some(FieldValue::Targets(Box::new(t)))]
+        };
+        let mut few = fields(10);
+        place_targets(&specs, &mut few, &plan, &raw(vec![])).unwrap();
+        assert_eq!(mask_need(&few, &plan), 10 * 300 * 200 + 300 * 200 * 3);
+        let n = (MAX_MASK_BYTES / (300 * 200)) as usize + 1;
+        let err = place_targets(&specs, &mut fields(n), &plan, &raw(vec![])).unwrap_err();
+        assert_eq!(err.kind, SkipKind::TooLarge);
+        assert!(
+            err.reason.starts_with(&format!(
+                "field \"targets\": the masks of {n} instances at 300x200 take {} bytes",
+                n * 300 * 200
+            )),
+            "{}",
+            err.reason
+        );
+    }
+
     #[test]
     fn record_values_as_stored() {
         let auto = |v: RawValue| as_kind(FieldKind::Auto, v).unwrap();
