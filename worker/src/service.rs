@@ -241,7 +241,7 @@ fn chunk_to_pb(
         // Processed, then counted instead of sent: the doctor's decode
         // stage, without the transport.
         chunk.read_samples = chunk.samples.len() as u64;
-        chunk.read_bytes = chunk.pixel_bytes as u64;
+        chunk.read_bytes = chunk.payload_bytes as u64;
         chunk.samples.clear();
     }
     pb::SampleChunk {

@@ -349,10 +349,7 @@ impl Targets {
 
     /// The bytes its masks take once drawn on `canvas`: a plane per box.
     pub fn mask_bytes(&self, canvas: (u32, u32)) -> u64 {
-        match self.outlines.is_empty() {
-            true => 0,
-            false => self.outlines.len() as u64 * u64::from(canvas.0) * u64::from(canvas.1),
-        }
+        self.outlines.len() as u64 * u64::from(canvas.0) * u64::from(canvas.1)
     }
 
     /// As JSON (`stoker stream --fields-out`): the canvas, the boxes in

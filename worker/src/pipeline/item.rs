@@ -448,7 +448,7 @@ impl<'a> ItemRun<'a> {
                     self.skip(s)
                 }
             }
-            if (self.chunk.pixel_bytes >= self.item.chunk_bytes || self.chunk.skipped.len() >= MAX_SKIPS_PER_CHUNK)
+            if (self.chunk.payload_bytes >= self.item.chunk_bytes || self.chunk.skipped.len() >= MAX_SKIPS_PER_CHUNK)
                 && !self.send_chunk().await
             {
                 return Ok(false);

@@ -78,7 +78,7 @@ pub(super) async fn synthetic_item(
             device: None,
         };
         chunk.push(sample, Reservation::default());
-        if chunk.pixel_bytes >= item.chunk_bytes && !send(ctx, tx, std::mem::take(&mut chunk)).await {
+        if chunk.payload_bytes >= item.chunk_bytes && !send(ctx, tx, std::mem::take(&mut chunk)).await {
             return false;
         }
     }

@@ -26,7 +26,7 @@ pub(super) async fn send(ctx: &WorkerContext, tx: &mpsc::Sender<Result<Chunk, It
         .fetch_add(chunk.samples.len() as u64, Ordering::Relaxed);
     ctx.counters
         .bytes
-        .fetch_add(chunk.pixel_bytes as u64, Ordering::Relaxed);
+        .fetch_add(chunk.payload_bytes as u64, Ordering::Relaxed);
     let sending = Instant::now();
     let sent = tx.send(Ok(chunk)).await.is_ok();
     ctx.metrics.observe(Stage::Send, sending.elapsed());
@@ -43,7 +43,7 @@ pub(super) async fn replay_item(
     let mut chunk = Chunk::default();
     for p in cached.iter().filter(|p| !item.skip.contains(p.position)) {
         chunk.push(p.clone(), Reservation::default());
-        if chunk.pixel_bytes >= item.chunk_bytes && !send(ctx, tx, std::mem::take(&mut chunk)).await {
+        if chunk.payload_bytes >= item.chunk_bytes && !send(ctx, tx, std::mem::take(&mut chunk)).await {
             return false;
         }
     }

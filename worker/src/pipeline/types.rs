@@ -126,7 +126,7 @@ pub struct Chunk {
     /// Pixel bytes in `samples` (in host memory or left on the device) and
     /// their fields' (instance masks can outweigh the pixels), kept as
     /// they are pushed: what a chunk's size is measured in.
-    pub pixel_bytes: usize,
+    pub payload_bytes: usize,
     pub skipped: Vec<Skipped>,
     pub done: bool,
     /// Set on the last chunk when the shard's data ended early or was
@@ -144,7 +144,7 @@ pub struct Chunk {
 impl Chunk {
     pub(super) fn push(&mut self, p: Processed, held: Reservation) {
         let fields: usize = p.fields.iter().flatten().map(stoker_core::FieldValue::byte_len).sum();
-        self.pixel_bytes += p.pixels.len() + p.device.as_ref().map_or(0, |d| d.len()) + fields;
+        self.payload_bytes += p.pixels.len() + p.device.as_ref().map_or(0, |d| d.len()) + fields;
         self.samples.push(p);
         self.reservation.absorb(held);
     }
